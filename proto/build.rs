@@ -1,0 +1,14 @@
+//! Generates the prost/tonic code for every `.proto` file under `proto/` with `protox`, a pure-Rust
+//! protobuf compiler, so a fresh machine needs no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["proto/dataset.proto", "proto/dispatcher.proto", "proto/worker.proto", "proto/raft.proto"];
+    let fds = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .bytes(".sluice.worker.v1.ElementBatch.elements")
+        .compile_fds(fds)?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}
