@@ -2,7 +2,12 @@
 //! protobuf compiler, so a fresh machine needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/dataset.proto", "proto/dispatcher.proto", "proto/worker.proto", "proto/raft.proto"];
+    let files = [
+        "proto/dataset.proto",
+        "proto/dispatcher.proto",
+        "proto/worker.proto",
+        "proto/raft.proto",
+    ];
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
         .build_server(true)

@@ -1,1 +1,36 @@
-//! placeholder
+//! The Sluice client library: register datasets and read them through the service.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sluice_client::ClientError> {
+//! use sluice_client::{DispatcherClient, DistributeOptions, ProcessingMode};
+//! use sluice_dataset::{Dataset, Transform};
+//! let client = DispatcherClient::new("127.0.0.1:5050")?;
+//! let dataset = Dataset::range(5).map("square"); // runs on the workers
+//! let service = client.distribute(&dataset, ProcessingMode::Off, DistributeOptions::default()).await?;
+//! let mut epoch = service.map("square").iter().await?; // this map runs here
+//! while let Some(element) = epoch.next().await {
+//!     println!("{}", element?.to_json());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Layout:
+//! - [`dispatcher_client`]: `DispatcherClient`, leader following, retries, request ids.
+//! - [`options`]: `ProcessingMode`, `DistributeOptions`, `RegisterOptions`, `Compression`.
+//! - [`service_dataset`]: `ServiceDataset` and `distribute` / `register_dataset` / `from_dataset_id`.
+//! - [`element_stream`]: `ElementStream`, one epoch: heartbeats, task refresh, local ops.
+//! - `task_stream`: one task's fetch stream with credit-based flow control.
+//! - [`error`]: `ClientError`.
+
+pub mod dispatcher_client;
+pub mod element_stream;
+pub mod error;
+pub mod options;
+pub mod service_dataset;
+mod task_stream;
+
+pub use dispatcher_client::{DispatcherClient, RetryConfig};
+pub use element_stream::ElementStream;
+pub use error::ClientError;
+pub use options::{Compression, DistributeOptions, ProcessingMode, RegisterOptions};
+pub use service_dataset::ServiceDataset;

@@ -1,1 +1,60 @@
-//! placeholder
+//! Sluice's data model and local execution: tensors and elements, element specs, the pipeline
+//! definition (`pb::DatasetDef`) with a tf.data-like builder and a text syntax, the synchronous
+//! executor, split providers for distributed_epoch, file sources (text lines, TFRecord), the
+//! function registry, and the element wire codec. No networking and no async: workers and
+//! clients drive these iterators from their own threads.
+//!
+//! Layout:
+//! - `error`: `DatasetError`, the crate's one error type, with `is_retryable`.
+//! - `dtype`: `DType` and its proto conversions.
+//! - `tensor`: `Tensor`, dense data as little-endian `Bytes` or byte strings.
+//! - `element`: `Element` (tensor, tuple, dict) and its JSON form.
+//! - `spec`: `ElementSpec`, the static type of elements, and its proto form.
+//! - `analysis`: `element_spec`, `cardinality` and `validate` of a definition.
+//! - `dataset`: the `Dataset` builder, the `Transform` trait, rendering to text.
+//! - `lexer`: tokens of the expression syntax, with columns.
+//! - `parser`: `parse` and `parse_ops`, text to definitions, with positioned errors.
+//! - `registry`: `FunctionRegistry` of named map and filter functions.
+//! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
+//! - `executor`: `iterate` and `apply_ops`, definitions to element iterators.
+//! - `ops`: the stateful op iterators (batch, shuffle, repeat, prefetch).
+//! - `sources`: range, slices and files sources, whole or split by split.
+//! - `files`: glob expansion (`expand_files`) and reading lines or records of one file.
+//! - `tfrecord`: the TFRecord format, reader and writer.
+//! - `splits`: split providers and the `SplitSupplier` the worker implements.
+//! - `codec`: `encode_element` / `decode_element`, the wire form of one element.
+
+pub use sluice_proto::dataset as pb;
+
+mod analysis;
+mod builtins;
+pub mod codec;
+mod dataset;
+mod dtype;
+mod element;
+mod error;
+mod executor;
+mod files;
+mod lexer;
+mod ops;
+mod parser;
+mod registry;
+mod sources;
+mod spec;
+mod splits;
+mod tensor;
+pub mod tfrecord;
+
+pub use analysis::{cardinality, element_spec, validate, INFINITE, UNKNOWN};
+pub use codec::{decode_element, decode_element_bytes, encode_element, Compression};
+pub use dataset::{render_def, render_ops, Dataset, FilesBuilder, Transform};
+pub use dtype::DType;
+pub use element::Element;
+pub use error::DatasetError;
+pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
+pub use files::expand_files;
+pub use parser::{parse, parse_ops};
+pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
+pub use spec::ElementSpec;
+pub use splits::{num_split_providers, num_splits, SplitSupplier};
+pub use tensor::{Tensor, TensorValue};

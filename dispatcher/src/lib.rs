@@ -1,1 +1,37 @@
-//! placeholder
+//! The Sluice dispatcher: a replicated state machine that decides who processes what.
+//!
+//! Requests reach a [`service::DispatcherService`] on any replica; writes go through the
+//! [`proposer`] into the Raft log (openraft, journaled by `sluice-journal`), and every replica
+//! applies committed entries to its [`state::DispatcherState`]. Reads that must be current are
+//! served by the leader after a linearizable check. A replica that is not the leader answers
+//! `Unavailable` with the leader's address in the `x-sluice-leader` metadata entry.
+//!
+//! Layout:
+//! - [`ids`]: identifier newtypes.
+//! - [`state`]: `DispatcherState` and its pure `apply` (the replicated data).
+//! - [`types`]: the openraft type configuration.
+//! - [`config`]: `DispatcherConfig`.
+//! - [`dispatcher_handle`]: starting and stopping a replica.
+//! - [`proposer`]: group commit of concurrent requests into one log entry.
+//! - [`service`]: the gRPC dispatcher service (thin handlers).
+//! - [`convert`]: protobuf ↔ domain conversions.
+//! - [`raft_network`], [`raft_service`]: Raft traffic between replicas over tonic.
+//! - [`status`]: the JSON of `sluice status`.
+//! - [`error`]: `DispatcherError` and its mapping to gRPC status codes.
+
+pub mod config;
+pub mod convert;
+pub mod dispatcher_handle;
+pub mod error;
+pub mod ids;
+pub mod proposer;
+pub mod raft_network;
+pub mod raft_service;
+pub mod service;
+pub mod state;
+pub mod status;
+pub mod types;
+
+pub use config::DispatcherConfig;
+pub use dispatcher_handle::DispatcherHandle;
+pub use error::DispatcherError;

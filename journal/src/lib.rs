@@ -1,1 +1,48 @@
-//! placeholder
+//! `sluice-journal`: every byte Sluice keeps on disk.
+//!
+//! The dispatcher's Raft log, vote and snapshots live in one sled database per node, behind
+//! openraft's storage-v2 traits: [`LogStore`] implements `RaftLogStorage`, and
+//! [`StateMachineStore`] implements `RaftStateMachine` over any pure [`ReplicatedState`].
+//! Every persisted value (and every Raft RPC payload, via [`codec`]) is a version byte plus
+//! bincode. The data dir carries a format version that is checked before anything is touched.
+//! The crate knows nothing of the dispatcher's state; it passes `openraft::testing::Suite`.
+//!
+//! Layout:
+//! - `journal.rs`: [`Journal`], opening/creating a data dir, the `FORMAT` file and header check.
+//! - `keys.rs`: the key spaces (sled trees) and their keys, one doc line each.
+//! - `codec.rs`: [`codec::encode`] / [`codec::decode`], the versioned value codec.
+//! - `log_store.rs`: [`LogStore`], log entries, vote, committed, purge and truncate.
+//! - `state_machine.rs`: [`StateMachineStore`], [`ReplicatedState`], [`AppliedState`],
+//!   snapshots.
+//! - `type_config.rs`: [`JournalTypeConfig`], the bounds the journal puts on a type config.
+//! - `error.rs`: [`JournalError`] and its mapping to openraft's `StorageError`.
+//! - tests: `suite_tests.rs` (openraft's conformance suite), `journal_tests.rs` (restart,
+//!   format checks, snapshot install), `test_support.rs` (a toy type config and key-value state).
+
+pub mod codec;
+mod error;
+mod journal;
+mod keys;
+mod log_store;
+mod state_machine;
+mod type_config;
+
+#[cfg(test)]
+mod journal_tests;
+#[cfg(test)]
+mod suite_tests;
+#[cfg(test)]
+mod test_support;
+
+pub use error::JournalError;
+pub use journal::format_file_content;
+pub use journal::Journal;
+pub use journal::DB_DIR;
+pub use journal::FORMAT_FILE;
+pub use journal::FORMAT_VERSION;
+pub use log_store::LogStore;
+pub use state_machine::AppliedState;
+pub use state_machine::ReplicatedState;
+pub use state_machine::StateHandle;
+pub use state_machine::StateMachineStore;
+pub use type_config::JournalTypeConfig;

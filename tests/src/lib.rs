@@ -1,1 +1,26 @@
-//! placeholder
+//! Test support for Sluice's cross-crate tests.
+//!
+//! Layout:
+//! - [`test_cluster`]: `TestCluster`, dispatcher replicas and workers in this process, real gRPC
+//!   on 127.0.0.1 port 0, a temp dir per replica, kill and restart.
+//! - [`process`]: helpers to run the real `sluice` binary as child processes.
+//! - [`wait`]: waiting on conditions with deadlines (never on sleeps).
+
+pub mod process;
+pub mod test_cluster;
+pub mod wait;
+
+pub use test_cluster::TestCluster;
+pub use wait::wait_until;
+
+/// Installs a tracing subscriber once (filter from `SLUICE_TEST_LOG`, default `warn`).
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    });
+}

@@ -1,1 +1,23 @@
-//! placeholder
+//! The Sluice worker: runs the tasks the dispatcher assigns and streams their elements to
+//! clients.
+//!
+//! Layout:
+//! - [`config`]: `WorkerConfig`.
+//! - [`worker_handle`]: start (bind, register), heartbeat loop, completion reports, shutdown.
+//! - [`worker_state`]: the tasks held, shared by the heartbeat loop and the service.
+//! - [`task_runner`]: one task's pipeline thread and its shared buffer (first-come-first-served).
+//! - [`split_leaser`]: split ranges leased from the dispatcher for distributed_epoch tasks.
+//! - [`service`]: the gRPC `Fetch` stream with credit-based flow control.
+//! - [`error`]: `WorkerError`.
+
+pub mod config;
+pub mod error;
+pub mod service;
+pub mod split_leaser;
+pub mod task_runner;
+pub mod worker_handle;
+pub mod worker_state;
+
+pub use config::WorkerConfig;
+pub use error::WorkerError;
+pub use worker_handle::WorkerHandle;

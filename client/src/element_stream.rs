@@ -1,0 +1,264 @@
+//! `ElementStream`: one epoch of a `ServiceDataset`, and the iteration loop behind it.
+//!
+//! The loop long-polls the dispatcher (`ClientHeartbeat`) for the iteration's tasks, opens one
+//! fetch stream per task (see `task_stream`), and ends when the dispatcher says the iteration
+//! finished and every stream this client opened has reached its end. Memory is bounded by a
+//! semaphore of `max_outstanding_requests` permits: a permit is taken before an element is
+//! requested (granted as a credit to the worker) and released when the caller takes the element,
+//! so requested plus buffered elements never exceed the bound.
+//!
+//! Dropping the stream cancels the loop, which releases the iteration client (best effort; the
+//! dispatcher's client timeout covers a lost release).
+
+use crate::dispatcher_client::DispatcherClient;
+use crate::error::ClientError;
+use crate::options::DistributeOptions;
+use crate::task_stream::{self, TaskStreamConfig};
+use sluice_dataset::{pb as dpb, Element, ElementIter, ExecOptions};
+use sluice_proto::dispatcher as pb;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+/// One delivered element with the permit that accounts for it, or the error that ended the
+/// epoch.
+pub(crate) type Delivery = Result<(Element, Option<OwnedSemaphorePermit>), ClientError>;
+
+/// The elements of one epoch, in arrival order.
+pub struct ElementStream {
+    rx: flume::Receiver<Delivery>,
+    cancel: CancellationToken,
+}
+
+impl Drop for ElementStream {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+impl ElementStream {
+    pub(crate) fn start(
+        client: DispatcherClient,
+        client_id: u64,
+        options: &DistributeOptions,
+        local_ops: Vec<dpb::Op>,
+    ) -> Result<ElementStream, ClientError> {
+        let cancel = CancellationToken::new();
+        let (tx, rx) = flume::unbounded();
+        let driver = Driver {
+            client,
+            client_id,
+            outstanding: options.outstanding(),
+            heartbeat_poll: options.heartbeat_poll,
+            permits: Arc::new(Semaphore::new(options.outstanding() as usize)),
+            out: tx,
+            // A child: the driver stops its task streams when the epoch ends without stopping
+            // the local pipeline, which still drains what was delivered.
+            cancel: cancel.child_token(),
+        };
+        tokio::spawn(driver.run());
+        let rx = if local_ops.is_empty() {
+            rx
+        } else {
+            run_local_ops(rx, &local_ops, cancel.clone())?
+        };
+        Ok(ElementStream { rx, cancel })
+    }
+
+    /// The next element; `None` at the end of the epoch. After an error the stream ends.
+    pub async fn next(&mut self) -> Option<Result<Element, ClientError>> {
+        match self.rx.recv_async().await {
+            Ok(Ok((element, _permit))) => Some(Ok(element)),
+            Ok(Err(e)) => Some(Err(e)),
+            Err(_) => None,
+        }
+    }
+
+    /// Like [`ElementStream::next`], for callers outside async code.
+    pub fn next_blocking(&mut self) -> Option<Result<Element, ClientError>> {
+        match self.rx.recv() {
+            Ok(Ok((element, _permit))) => Some(Ok(element)),
+            Ok(Err(e)) => Some(Err(e)),
+            Err(_) => None,
+        }
+    }
+
+    /// Reads the rest of the epoch.
+    pub async fn collect(mut self) -> Result<Vec<Element>, ClientError> {
+        let mut out = Vec::new();
+        while let Some(element) = self.next().await {
+            out.push(element?);
+        }
+        Ok(out)
+    }
+}
+
+struct Driver {
+    client: DispatcherClient,
+    client_id: u64,
+    outstanding: u32,
+    heartbeat_poll: Duration,
+    permits: Arc<Semaphore>,
+    out: flume::Sender<Delivery>,
+    cancel: CancellationToken,
+}
+
+impl Driver {
+    async fn run(self) {
+        let result = self.iterate().await;
+        if let Err(e) = result {
+            let _ = self.out.send(Err(e));
+        }
+        self.cancel.cancel();
+        self.release().await;
+    }
+
+    async fn iterate(&self) -> Result<(), ClientError> {
+        let (finished_tx, finished_rx) = watch::channel(false);
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(u64, Result<(), ClientError>)>();
+        let mut streams: HashMap<u64, bool> = HashMap::new(); // task id -> reached its end
+        let mut pending = Box::pin(heartbeat(
+            self.client.clone(),
+            self.client_id,
+            0,
+            Duration::ZERO,
+        ));
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Ok(()),
+                response = &mut pending => {
+                    let response = response?;
+                    let known_tasks = response.tasks.len() as u32;
+                    for task in response.tasks {
+                        if streams.contains_key(&task.task_id) {
+                            continue;
+                        }
+                        streams.insert(task.task_id, false);
+                        let config = TaskStreamConfig {
+                            task_id: task.task_id,
+                            address: task.worker_address,
+                            client_id: self.client_id,
+                            max_credits: (self.outstanding / known_tasks.max(1)).max(1),
+                        };
+                        debug!(task = config.task_id, worker = %config.address, "reading task");
+                        let done = done_tx.clone();
+                        let (permits, out, finished, cancel) =
+                            (self.permits.clone(), self.out.clone(), finished_rx.clone(), self.cancel.child_token());
+                        tokio::spawn(async move {
+                            let task_id = config.task_id;
+                            let result = task_stream::run(config, permits, out, finished, cancel).await;
+                            let _ = done.send((task_id, result));
+                        });
+                    }
+                    if response.iteration_finished {
+                        let _ = finished_tx.send(true);
+                    }
+                    if *finished_tx.borrow() && streams.values().all(|done| *done) {
+                        return Ok(());
+                    }
+                    pending = Box::pin(heartbeat(self.client.clone(), self.client_id, known_tasks, self.heartbeat_poll));
+                }
+                Some((task_id, result)) = done_rx.recv() => {
+                    result?;
+                    streams.insert(task_id, true);
+                    if *finished_tx.borrow() && streams.values().all(|done| *done) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn release(&self) {
+        let request_id = self.client.next_request_id();
+        let client_id = self.client_id;
+        let release = self.client.call(
+            "release_iteration_client",
+            Duration::ZERO,
+            |mut c, timeout| {
+                let mut request = tonic::Request::new(pb::ReleaseIterationClientRequest {
+                    iteration_client_id: client_id,
+                    request_id: Some(request_id),
+                });
+                request.set_timeout(timeout);
+                async move { c.release_iteration_client(request).await }
+            },
+        );
+        if tokio::time::timeout(Duration::from_secs(2), release)
+            .await
+            .is_err()
+        {
+            debug!(
+                client = client_id,
+                "release of the iteration client timed out"
+            );
+        }
+    }
+}
+
+async fn heartbeat(
+    client: DispatcherClient,
+    client_id: u64,
+    known_tasks: u32,
+    poll: Duration,
+) -> Result<pb::ClientHeartbeatResponse, ClientError> {
+    client
+        .call("client_heartbeat", poll, |mut c, timeout| {
+            let mut request = tonic::Request::new(pb::ClientHeartbeatRequest {
+                iteration_client_id: client_id,
+                poll_timeout_ms: poll.as_millis() as u64,
+                known_tasks,
+            });
+            request.set_timeout(timeout);
+            async move { c.client_heartbeat(request).await }
+        })
+        .await
+}
+
+/// Runs the ops chained after `distribute` on a blocking thread, between the service's
+/// elements and the caller. A service error ends the local pipeline and is passed on as is.
+fn run_local_ops(
+    input: flume::Receiver<Delivery>,
+    ops: &[dpb::Op],
+    cancel: CancellationToken,
+) -> Result<flume::Receiver<Delivery>, ClientError> {
+    let service_error: Arc<Mutex<Option<ClientError>>> = Arc::new(Mutex::new(None));
+    let error_slot = service_error.clone();
+    let source: ElementIter = Box::new(std::iter::from_fn(move || match input.recv() {
+        Ok(Ok((element, _permit))) => Some(Ok(element)),
+        Ok(Err(e)) => {
+            *error_slot.lock().expect("error slot lock poisoned") = Some(e);
+            None
+        }
+        Err(_) => None,
+    }));
+    let mut pipeline = sluice_dataset::apply_ops(source, ops, &ExecOptions::default())?;
+    let (tx, rx) = flume::bounded(1);
+    std::thread::Builder::new()
+        .name("sluice-local-ops".into())
+        .spawn(move || {
+            for item in pipeline.by_ref() {
+                if cancel.is_cancelled() {
+                    return;
+                }
+                let delivery = item.map(|e| (e, None)).map_err(ClientError::from);
+                if tx.send(delivery).is_err() {
+                    return;
+                }
+            }
+            if let Some(e) = service_error
+                .lock()
+                .expect("error slot lock poisoned")
+                .take()
+            {
+                let _ = tx.send(Err(e));
+            }
+        })
+        .map_err(|e| {
+            ClientError::FailedPrecondition(format!("spawn local pipeline thread: {e}"))
+        })?;
+    Ok(rx)
+}

@@ -1,0 +1,65 @@
+//! `ClientError`: what the client library reports to its caller.
+
+use sluice_dataset::DatasetError;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The caller's input is malformed (names the argument).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// An id the caller named does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is valid but cannot be served in the current state; says why.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// No dispatcher replica answered within the retry deadline.
+    #[error("dispatcher unavailable after {attempts} attempts: {message}")]
+    Unavailable { attempts: u32, message: String },
+    /// A worker failed to produce elements for a task.
+    #[error("Failed to get element from worker {address}: {message}")]
+    Worker { address: String, message: String },
+    /// The dataset definition or an element was bad (parse, unknown function, codec).
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// Any other gRPC failure.
+    #[error("{code}: {message}")]
+    Rpc { code: tonic::Code, message: String },
+}
+
+impl ClientError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::InvalidArgument(_) => false,
+            ClientError::NotFound(_) => false,
+            ClientError::FailedPrecondition(_) => false,
+            ClientError::Unavailable { .. } => true,
+            ClientError::Worker { .. } => false,
+            ClientError::Dataset(e) => e.is_retryable(),
+            ClientError::Rpc { code, .. } => is_retryable_code(*code),
+        }
+    }
+
+    pub(crate) fn from_status(status: &tonic::Status) -> ClientError {
+        let message = status.message().to_string();
+        match status.code() {
+            tonic::Code::InvalidArgument => ClientError::InvalidArgument(message),
+            tonic::Code::NotFound => ClientError::NotFound(message),
+            tonic::Code::FailedPrecondition => ClientError::FailedPrecondition(message),
+            code => ClientError::Rpc { code, message },
+        }
+    }
+}
+
+/// Codes after which the same request may succeed later or on another replica.
+pub(crate) fn is_retryable_code(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::Unavailable
+            | tonic::Code::Unknown
+            | tonic::Code::Cancelled
+            | tonic::Code::Aborted
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::ResourceExhausted
+    )
+}

@@ -1,0 +1,253 @@
+//! `ServiceDataset`: a dataset whose elements come from the service, plus the ops the caller
+//! chains after `distribute` (they run locally, in this process).
+//!
+//! Each call of [`ServiceDataset::iter`] is a new epoch: it uses the next repetition of the job,
+//! so it reads a new iteration (tf.data's per-dataset-object repetition counter).
+
+use crate::dispatcher_client::DispatcherClient;
+use crate::element_stream::ElementStream;
+use crate::error::ClientError;
+use crate::options::{Compression, DistributeOptions, ProcessingMode, RegisterOptions};
+use sluice_dataset::{pb as dpb, Dataset, ElementSpec, FunctionRegistry, Transform};
+use sluice_proto::dispatcher as pb;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A dataset served by the Sluice service.
+#[derive(Clone)]
+pub struct ServiceDataset {
+    client: DispatcherClient,
+    dataset_id: String,
+    mode: ProcessingMode,
+    /// `job_name` here is the name sent to the dispatcher (namespaced for `from_dataset_id`).
+    options: DistributeOptions,
+    element_spec: ElementSpec,
+    compression: Compression,
+    local_ops: Vec<dpb::Op>,
+    /// Next repetition, shared by clones (they are the same dataset object).
+    repetition: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ServiceDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceDataset")
+            .field("dataset_id", &self.dataset_id)
+            .field("mode", &self.mode)
+            .field("job_name", &self.options.job_name)
+            .field("local_ops", &self.local_ops.len())
+            .finish()
+    }
+}
+
+impl Transform for ServiceDataset {
+    fn push_op(mut self, op: dpb::Op) -> Self {
+        self.local_ops.push(op);
+        self
+    }
+}
+
+impl ServiceDataset {
+    pub fn dataset_id(&self) -> &str {
+        &self.dataset_id
+    }
+
+    /// The element spec of what the service produces (before local ops).
+    pub fn service_element_spec(&self) -> &ElementSpec {
+        &self.element_spec
+    }
+
+    pub fn processing_mode(&self) -> ProcessingMode {
+        self.mode
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// The job name sent to the dispatcher, if any.
+    pub fn job_name(&self) -> Option<&str> {
+        self.options.job_name.as_deref()
+    }
+
+    /// Starts reading the next epoch.
+    pub async fn iter(&self) -> Result<ElementStream, ClientError> {
+        let repetition = self.repetition.fetch_add(1, Ordering::Relaxed);
+        let job = self
+            .client
+            .call("get_or_create_job", Duration::ZERO, |mut c, timeout| {
+                let mut request = tonic::Request::new(pb::GetOrCreateJobRequest {
+                    dataset_id: self.dataset_id.clone(),
+                    sharding_policy: self.mode.to_proto() as i32,
+                    job_name: self.options.job_name.clone(),
+                    request_id: Some(self.client.next_request_id()),
+                });
+                request.set_timeout(timeout);
+                async move { c.get_or_create_job(request).await }
+            })
+            .await?;
+        let request_id = self.client.next_request_id();
+        let iteration = self
+            .client
+            .call(
+                "get_or_create_iteration",
+                Duration::ZERO,
+                |mut c, timeout| {
+                    let mut request = tonic::Request::new(pb::GetOrCreateIterationRequest {
+                        job_id: job.job_id,
+                        repetition,
+                        request_id: Some(request_id),
+                    });
+                    request.set_timeout(timeout);
+                    async move { c.get_or_create_iteration(request).await }
+                },
+            )
+            .await?;
+        ElementStream::start(
+            self.client.clone(),
+            iteration.iteration_client_id,
+            &self.options,
+            self.local_ops.clone(),
+        )
+    }
+}
+
+impl DispatcherClient {
+    /// Registers `dataset` and returns its id. Functions are checked against this process's
+    /// registry; file patterns are expanded here, relative to the current directory.
+    pub async fn register_dataset(
+        &self,
+        dataset: &Dataset,
+        options: &RegisterOptions,
+    ) -> Result<String, ClientError> {
+        let registry = FunctionRegistry::global();
+        let mut def = dataset.def().clone();
+        absolutize_file_pattern(&mut def)?;
+        sluice_dataset::validate(&def, &registry)?;
+        sluice_dataset::expand_files(&mut def)?;
+        let spec = sluice_dataset::element_spec(&def, &registry)?;
+        let metadata = pb::DatasetMetadata {
+            element_spec: Some(spec.to_proto()),
+            cardinality: sluice_dataset::cardinality(&def),
+            compression: options.compression.to_proto() as i32,
+        };
+        if let Some(id) = &options.dataset_id {
+            if id.is_empty() {
+                return Err(ClientError::InvalidArgument(
+                    "`dataset_id` must not be empty".into(),
+                ));
+            }
+        }
+        let request_id = self.next_request_id();
+        let response = self
+            .call("register_dataset", Duration::ZERO, |mut c, timeout| {
+                let mut request = tonic::Request::new(pb::RegisterDatasetRequest {
+                    dataset: Some(def.clone()),
+                    dataset_id: options.dataset_id.clone(),
+                    metadata: Some(metadata.clone()),
+                    request_id: Some(request_id),
+                });
+                request.set_timeout(timeout);
+                async move { c.register_dataset(request).await }
+            })
+            .await?;
+        Ok(response.dataset_id)
+    }
+
+    /// Registers `dataset` and reads it through the service (tf.data's `distribute`). The job
+    /// name, if any, is global: every consumer using it shares the job.
+    pub async fn distribute(
+        &self,
+        dataset: &Dataset,
+        mode: ProcessingMode,
+        options: DistributeOptions,
+    ) -> Result<ServiceDataset, ClientError> {
+        options.validate()?;
+        let register = RegisterOptions {
+            compression: options.compression,
+            dataset_id: None,
+        };
+        let dataset_id = self.register_dataset(dataset, &register).await?;
+        let element_spec =
+            sluice_dataset::element_spec(dataset.def(), &FunctionRegistry::global())?;
+        Ok(self.service_dataset(dataset_id, mode, options, element_spec))
+    }
+
+    /// Reads an already registered dataset. Job names are namespaced by the dataset id, as
+    /// tf.data does, so the same name on another dataset is another job.
+    pub async fn from_dataset_id(
+        &self,
+        mode: ProcessingMode,
+        dataset_id: &str,
+        mut options: DistributeOptions,
+    ) -> Result<ServiceDataset, ClientError> {
+        options.validate()?;
+        let response = self
+            .call("get_dataset", Duration::ZERO, |mut c, timeout| {
+                let mut request = tonic::Request::new(pb::GetDatasetRequest {
+                    dataset_id: dataset_id.to_string(),
+                });
+                request.set_timeout(timeout);
+                async move { c.get_dataset(request).await }
+            })
+            .await
+            .map_err(|e| match e {
+                ClientError::NotFound(_) => ClientError::NotFound(format!(
+                    "Dataset id {dataset_id} not found. It must be registered with \
+                     `register_dataset` before calling `from_dataset_id`."
+                )),
+                other => other,
+            })?;
+        let metadata = response.metadata.unwrap_or_default();
+        let element_spec = metadata
+            .element_spec
+            .as_ref()
+            .map(ElementSpec::from_proto)
+            .transpose()?
+            .ok_or_else(|| {
+                ClientError::FailedPrecondition(format!(
+                    "Failed to fetch element spec for dataset id {dataset_id} from the service."
+                ))
+            })?;
+        options.compression = Compression::from_proto(metadata.compression);
+        options.job_name = options
+            .job_name
+            .map(|name| format!("dataset_id=/{dataset_id}/{name}"));
+        Ok(self.service_dataset(dataset_id.to_string(), mode, options, element_spec))
+    }
+
+    fn service_dataset(
+        &self,
+        dataset_id: String,
+        mode: ProcessingMode,
+        options: DistributeOptions,
+        element_spec: ElementSpec,
+    ) -> ServiceDataset {
+        ServiceDataset {
+            client: self.clone(),
+            dataset_id,
+            mode,
+            compression: options.compression,
+            options,
+            element_spec,
+            local_ops: Vec::new(),
+            repetition: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+/// Makes a relative file pattern absolute against this process's current directory, so workers
+/// and dispatchers elsewhere read the files the user meant.
+fn absolutize_file_pattern(def: &mut dpb::DatasetDef) -> Result<(), ClientError> {
+    let Some(dpb::source::Kind::Files(files)) = def.source.as_mut().and_then(|s| s.kind.as_mut())
+    else {
+        return Ok(());
+    };
+    if !files.files.is_empty() || std::path::Path::new(&files.pattern).is_absolute() {
+        return Ok(());
+    }
+    let cwd = std::env::current_dir()
+        .map_err(|e| ClientError::InvalidArgument(format!("current directory: {e}")))?;
+    files.pattern = cwd.join(&files.pattern).to_string_lossy().into_owned();
+    Ok(())
+}

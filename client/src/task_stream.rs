@@ -1,0 +1,189 @@
+//! Reading one task: a `Fetch` stream to its worker with credit-based flow control.
+//!
+//! The stream never asks for more elements than it holds permits for (one permit per element,
+//! from the epoch's shared semaphore), and hands each arriving element to the caller together
+//! with its permit. A broken stream (worker down or restarting, task not there yet) is retried
+//! with backoff until the worker serves the task again, or until the iteration is finished, at
+//! which point a task that cannot be reached has nothing left for this client.
+
+use crate::element_stream::Delivery;
+use crate::error::{is_retryable_code, ClientError};
+use sluice_proto::worker::worker_client::WorkerClient;
+use sluice_proto::worker::FetchRequest;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Endpoint;
+
+pub(crate) struct TaskStreamConfig {
+    pub task_id: u64,
+    pub address: String,
+    pub client_id: u64,
+    /// Credits this stream may hold at once.
+    pub max_credits: u32,
+}
+
+enum FetchError {
+    /// Try again later (worker unreachable, task not started yet, stream broken).
+    Retry(String),
+    /// The epoch fails.
+    Fatal(ClientError),
+}
+
+/// Reads the task until its end. `Ok` also when cancelled or when the consumer went away.
+pub(crate) async fn run(
+    config: TaskStreamConfig,
+    permits: Arc<Semaphore>,
+    out: flume::Sender<Delivery>,
+    finished: watch::Receiver<bool>,
+    cancel: CancellationToken,
+) -> Result<(), ClientError> {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let attempt = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            result = fetch(&config, &permits, &out) => result,
+        };
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(FetchError::Fatal(e)) => return Err(e),
+            Err(FetchError::Retry(message)) => {
+                if *finished.borrow() {
+                    return Ok(());
+                }
+                tracing::debug!(task = config.task_id, worker = %config.address, %message, "retrying task stream");
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+fn classify(address: &str, status: tonic::Status) -> FetchError {
+    if is_retryable_code(status.code()) {
+        FetchError::Retry(status.message().to_string())
+    } else {
+        FetchError::Fatal(ClientError::Worker {
+            address: address.to_string(),
+            message: status.message().to_string(),
+        })
+    }
+}
+
+/// Takes up to `max` permits, waiting for the first one only when `wait` is set.
+async fn take_permits(
+    permits: &Arc<Semaphore>,
+    held: &mut VecDeque<OwnedSemaphorePermit>,
+    max: u32,
+    wait: bool,
+) -> u32 {
+    let mut taken = 0;
+    if wait && held.is_empty() {
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the permit semaphore is never closed");
+        held.push_back(permit);
+        taken += 1;
+    }
+    while (held.len() as u32) < max {
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                held.push_back(permit);
+                taken += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    taken
+}
+
+async fn fetch(
+    config: &TaskStreamConfig,
+    permits: &Arc<Semaphore>,
+    out: &flume::Sender<Delivery>,
+) -> Result<(), FetchError> {
+    let endpoint = Endpoint::from_shared(format!("http://{}", config.address))
+        .map_err(|e| {
+            FetchError::Fatal(ClientError::InvalidArgument(format!(
+                "worker address {}: {e}",
+                config.address
+            )))
+        })?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| FetchError::Retry(e.to_string()))?;
+    let mut worker = WorkerClient::new(channel).max_decoding_message_size(usize::MAX);
+
+    // Permits held = credits granted to the worker and not yet used.
+    let mut held = VecDeque::new();
+    let granted = take_permits(permits, &mut held, config.max_credits, true).await;
+    let (credits_tx, credits_rx) = mpsc::channel(16);
+    credits_tx
+        .send(FetchRequest {
+            task_id: config.task_id,
+            credits: granted,
+            client_id: config.client_id,
+        })
+        .await
+        .map_err(|_| FetchError::Retry("request stream closed".into()))?;
+    let mut stream = worker
+        .fetch(ReceiverStream::new(credits_rx))
+        .await
+        .map_err(|s| classify(&config.address, s))?
+        .into_inner();
+    loop {
+        let batch = match stream.message().await {
+            Ok(Some(batch)) => batch,
+            Ok(None) => return Err(FetchError::Retry("the worker closed the stream".into())),
+            Err(status) => return Err(classify(&config.address, status)),
+        };
+        if !batch.error.is_empty() {
+            return Err(FetchError::Fatal(ClientError::Worker {
+                address: config.address.clone(),
+                message: batch.error,
+            }));
+        }
+        for bytes in batch.elements {
+            let element = sluice_dataset::decode_element_bytes(bytes)
+                .map_err(|e| FetchError::Fatal(e.into()))?;
+            let permit = held.pop_front().ok_or_else(|| {
+                FetchError::Fatal(ClientError::Worker {
+                    address: config.address.clone(),
+                    message: "the worker sent more elements than it was granted credits for".into(),
+                })
+            })?;
+            if out.send_async(Ok((element, Some(permit)))).await.is_err() {
+                return Ok(()); // the consumer went away
+            }
+        }
+        if batch.end_of_sequence {
+            return Ok(());
+        }
+        // Refill once half the credits are used; wait for a permit only when none is held.
+        if (held.len() as u32) <= config.max_credits / 2 {
+            let wait = held.is_empty();
+            let granted = take_permits(permits, &mut held, config.max_credits, wait).await;
+            if granted > 0 {
+                let more = FetchRequest {
+                    task_id: config.task_id,
+                    credits: granted,
+                    client_id: config.client_id,
+                };
+                // A closed request side means the worker already ended the response (its last
+                // batch may still be unread): keep reading, the response says what happened.
+                let _ = credits_tx.send(more).await;
+            }
+        }
+    }
+}

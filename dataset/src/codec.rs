@@ -1,0 +1,376 @@
+//! The element wire codec: how a worker sends one element to a client.
+//!
+//! ```text
+//! byte 0: bits 0..=6 format version (1), bit 7 set if the rest is snappy (raw) compressed
+//! body:   element = tag u8 (0 tensor, 1 tuple, 2 dict) then
+//!         tensor: dtype u8 (pb::DType number), rank varint, dims varint*, then
+//!                 numeric: raw little-endian data (length implied by dims), or
+//!                 string: per element varint length + bytes
+//!         tuple:  count varint, elements
+//!         dict:   count varint, (key length varint, key UTF-8, element)* in sorted key order
+//! ```
+//!
+//! A tiny int64 scalar encodes to 12 bytes in one allocation; a large numeric tensor costs one
+//! copy to encode. `decode_element_bytes` slices tensors out of the buffer without copying when
+//! it is not compressed; `decode_element` copies only the tensor payloads. Decoding is
+//! defensive: every length is checked against what is left, nesting is bounded, and allocations
+//! never exceed what the input can fill, so garbage gives `DatasetError::Codec`, never a panic or
+//! a huge allocation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::Bytes;
+
+use crate::dtype::DType;
+use crate::element::Element;
+use crate::error::DatasetError;
+use crate::pb;
+use crate::tensor::{checked_num_elements, Tensor};
+
+const VERSION: u8 = 1;
+const COMPRESSED: u8 = 0x80;
+const TAG_TENSOR: u8 = 0;
+const TAG_TUPLE: u8 = 1;
+const TAG_DICT: u8 = 2;
+const MAX_DEPTH: usize = 64;
+const MAX_RANK: u64 = 64;
+/// Bodies smaller than this are never worth compressing.
+const MIN_COMPRESS_LEN: usize = 64;
+
+/// Per-dataset compression of elements on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    None,
+    /// Snappy, skipped per element when it does not shrink the element by at least 10%.
+    #[default]
+    Auto,
+}
+
+impl fmt::Display for Compression {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Compression::None => "none",
+            Compression::Auto => "auto",
+        })
+    }
+}
+
+impl FromStr for Compression {
+    type Err = DatasetError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Compression::None),
+            "auto" => Ok(Compression::Auto),
+            _ => Err(DatasetError::invalid(format!(
+                "unknown compression '{s}'; expected auto or none"
+            ))),
+        }
+    }
+}
+
+impl From<Compression> for sluice_proto::dispatcher::Compression {
+    fn from(c: Compression) -> Self {
+        match c {
+            Compression::None => sluice_proto::dispatcher::Compression::None,
+            Compression::Auto => sluice_proto::dispatcher::Compression::Auto,
+        }
+    }
+}
+
+impl TryFrom<sluice_proto::dispatcher::Compression> for Compression {
+    type Error = DatasetError;
+
+    fn try_from(c: sluice_proto::dispatcher::Compression) -> Result<Self, Self::Error> {
+        match c {
+            sluice_proto::dispatcher::Compression::Unspecified => {
+                Err(DatasetError::invalid("compression is unspecified"))
+            }
+            sluice_proto::dispatcher::Compression::None => Ok(Compression::None),
+            sluice_proto::dispatcher::Compression::Auto => Ok(Compression::Auto),
+        }
+    }
+}
+
+/// Encodes one element (see the module docs for the format).
+pub fn encode_element(el: &Element, compression: Compression) -> Bytes {
+    let mut out = Vec::with_capacity(1 + encoded_len_hint(el));
+    out.push(VERSION);
+    encode_into(el, &mut out);
+    if compression == Compression::Auto && out.len() > MIN_COMPRESS_LEN {
+        let body = &out[1..];
+        let mut compressed = vec![0u8; 1 + snap::raw::max_compress_len(body.len())];
+        if let Ok(n) = snap::raw::Encoder::new().compress(body, &mut compressed[1..]) {
+            if n * 10 <= body.len() * 9 {
+                compressed[0] = VERSION | COMPRESSED;
+                compressed.truncate(1 + n);
+                return Bytes::from(compressed);
+            }
+        }
+    }
+    Bytes::from(out)
+}
+
+/// Decodes an element from a borrowed buffer; tensor payloads are copied out of it.
+pub fn decode_element(buf: &[u8]) -> Result<Element, DatasetError> {
+    decode(buf, None)
+}
+
+/// Decodes an element; tensor payloads share `buf` (no copy) when it is not compressed.
+pub fn decode_element_bytes(buf: Bytes) -> Result<Element, DatasetError> {
+    decode(&buf, Some(&buf))
+}
+
+/// `owner`, when given, is `buf` itself as `Bytes`, so payloads can be sliced from it.
+fn decode(buf: &[u8], owner: Option<&Bytes>) -> Result<Element, DatasetError> {
+    let Some(&header) = buf.first() else {
+        return Err(codec_error("empty buffer"));
+    };
+    let version = header & !COMPRESSED;
+    if version != VERSION {
+        return Err(codec_error(format!("unsupported format version {version}")));
+    }
+    if header & COMPRESSED == 0 {
+        return Reader { buf, owner, pos: 1 }.finish();
+    }
+    let compressed = &buf[1..];
+    let len = snap::raw::decompress_len(compressed)
+        .map_err(|e| codec_error(format!("bad snappy header: {e}")))?;
+    // Snappy expands at most ~21x; a larger claim is garbage and must not be allocated.
+    if len > compressed.len().saturating_mul(32) {
+        return Err(codec_error(format!(
+            "implausible decompressed length {len}"
+        )));
+    }
+    let body = Bytes::from(
+        snap::raw::Decoder::new()
+            .decompress_vec(compressed)
+            .map_err(|e| codec_error(format!("bad snappy data: {e}")))?,
+    );
+    Reader {
+        buf: &body,
+        owner: Some(&body),
+        pos: 0,
+    }
+    .finish()
+}
+
+fn codec_error(message: impl Into<String>) -> DatasetError {
+    DatasetError::Codec(message.into())
+}
+
+fn encoded_len_hint(el: &Element) -> usize {
+    match el {
+        Element::Tensor(t) => {
+            3 + t.rank() * 2 + t.byte_size() + t.strings().map_or(0, |s| s.len() * 2)
+        }
+        Element::Tuple(items) => 2 + items.iter().map(encoded_len_hint).sum::<usize>(),
+        Element::Dict(fields) => {
+            2 + fields
+                .iter()
+                .map(|(k, v)| 2 + k.len() + encoded_len_hint(v))
+                .sum::<usize>()
+        }
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn encode_into(el: &Element, out: &mut Vec<u8>) {
+    match el {
+        Element::Tensor(t) => {
+            out.push(TAG_TENSOR);
+            out.push(pb::DType::from(t.dtype()) as i32 as u8);
+            put_varint(out, t.rank() as u64);
+            for &d in t.shape() {
+                put_varint(out, d as u64);
+            }
+            match (t.raw_data(), t.strings()) {
+                (Some(raw), _) => out.extend_from_slice(raw),
+                (None, Some(strings)) => {
+                    for s in strings {
+                        put_varint(out, s.len() as u64);
+                        out.extend_from_slice(s);
+                    }
+                }
+                (None, None) => unreachable!("a tensor holds raw data or strings"),
+            }
+        }
+        Element::Tuple(items) => {
+            out.push(TAG_TUPLE);
+            put_varint(out, items.len() as u64);
+            for i in items {
+                encode_into(i, out);
+            }
+        }
+        Element::Dict(fields) => {
+            out.push(TAG_DICT);
+            put_varint(out, fields.len() as u64);
+            for (k, v) in fields {
+                put_varint(out, k.len() as u64);
+                out.extend_from_slice(k.as_bytes());
+                encode_into(v, out);
+            }
+        }
+    }
+}
+
+/// A cursor over an encoded body.
+struct Reader<'a> {
+    buf: &'a [u8],
+    /// `buf` as `Bytes` when the caller owns it: payloads are then slices, not copies.
+    owner: Option<&'a Bytes>,
+    pos: usize,
+}
+
+impl Reader<'_> {
+    /// Decodes the one element the body holds; nothing may follow it.
+    fn finish(mut self) -> Result<Element, DatasetError> {
+        let el = self.element(0)?;
+        if self.pos != self.buf.len() {
+            return Err(codec_error(format!("{} trailing bytes", self.remaining())));
+        }
+        Ok(el)
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn u8(&mut self) -> Result<u8, DatasetError> {
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or_else(|| codec_error("unexpected end of data"))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, DatasetError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(codec_error("varint too long"))
+    }
+
+    fn len(&mut self, what: &str) -> Result<usize, DatasetError> {
+        let v = self.varint()?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&n| n <= self.remaining())
+            .ok_or_else(|| {
+                codec_error(format!(
+                    "{what} {v} exceeds the {} bytes left",
+                    self.remaining()
+                ))
+            })
+    }
+
+    fn take(&mut self, n: usize) -> Result<Bytes, DatasetError> {
+        if n > self.remaining() {
+            return Err(codec_error(format!(
+                "need {n} bytes, {} left",
+                self.remaining()
+            )));
+        }
+        let range = self.pos..self.pos + n;
+        let b = match self.owner {
+            Some(owner) => owner.slice(range),
+            None => Bytes::copy_from_slice(&self.buf[range]),
+        };
+        self.pos += n;
+        Ok(b)
+    }
+
+    fn element(&mut self, depth: usize) -> Result<Element, DatasetError> {
+        if depth > MAX_DEPTH {
+            return Err(codec_error("element nested too deeply"));
+        }
+        match self.u8()? {
+            TAG_TENSOR => self.tensor().map(Element::Tensor),
+            TAG_TUPLE => {
+                // Every item takes at least one byte, so `len` bounds the allocation.
+                let n = self.len("tuple length")?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.element(depth + 1)?);
+                }
+                Ok(Element::Tuple(items))
+            }
+            TAG_DICT => {
+                let n = self.len("dict length")?;
+                let mut fields = BTreeMap::new();
+                for _ in 0..n {
+                    let k = self.len("key length")?;
+                    let key = std::str::from_utf8(&self.buf[self.pos..self.pos + k])
+                        .map(str::to_string)
+                        .map_err(|_| codec_error("dict key is not UTF-8"))?;
+                    self.pos += k;
+                    let value = self.element(depth + 1)?;
+                    if fields.insert(key, value).is_some() {
+                        return Err(codec_error("duplicate dict key"));
+                    }
+                }
+                Ok(Element::Dict(fields))
+            }
+            tag => Err(codec_error(format!("unknown element tag {tag}"))),
+        }
+    }
+
+    fn tensor(&mut self) -> Result<Tensor, DatasetError> {
+        let dtype =
+            DType::try_from(i32::from(self.u8()?)).map_err(|e| codec_error(e.to_string()))?;
+        let rank = self.varint()?;
+        if rank > MAX_RANK {
+            return Err(codec_error(format!("rank {rank} is too large")));
+        }
+        let shape = (0..rank)
+            .map(|_| {
+                let d = self.varint()?;
+                usize::try_from(d).map_err(|_| codec_error(format!("dimension {d} is too large")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = checked_num_elements(&shape).map_err(|e| codec_error(e.to_string()))?;
+        match dtype.size() {
+            Some(size) => {
+                let len = n
+                    .checked_mul(size)
+                    .ok_or_else(|| codec_error("tensor too large"))?;
+                let data = self.take(len)?;
+                Tensor::from_raw(dtype, shape, data).map_err(|e| codec_error(e.to_string()))
+            }
+            None => {
+                // Every string takes at least its length byte.
+                if n > self.remaining() {
+                    return Err(codec_error(format!(
+                        "{n} strings cannot fit in {} bytes",
+                        self.remaining()
+                    )));
+                }
+                let mut strings = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let k = self.len("string length")?;
+                    strings.push(self.take(k)?);
+                }
+                Tensor::from_strings(shape, strings).map_err(|e| codec_error(e.to_string()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "codec_tests.rs"]
+mod tests;

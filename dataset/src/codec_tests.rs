@@ -1,0 +1,221 @@
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+fn samples() -> Vec<Element> {
+    let mut out: Vec<Element> = vec![
+        Tensor::scalar(true).into(),
+        Tensor::scalar(-5i8).into(),
+        Tensor::scalar(-300i16).into(),
+        Tensor::scalar(i32::MIN).into(),
+        Tensor::scalar_i64(i64::MAX).into(),
+        Tensor::scalar(200u8).into(),
+        Tensor::scalar(60000u16).into(),
+        Tensor::scalar(u32::MAX).into(),
+        Tensor::scalar(u64::MAX).into(),
+        Tensor::scalar(1.5f32).into(),
+        Tensor::scalar_f64(-0.25).into(),
+        Tensor::scalar_string("hello").into(),
+        Tensor::scalar_string(Bytes::new()).into(),
+        Tensor::from_values::<bool>(vec![2, 2], &[true, false, false, true])
+            .unwrap()
+            .into(),
+        Tensor::from_values::<u16>(vec![3], &[1, 2, 3])
+            .unwrap()
+            .into(),
+        Tensor::from_f32s(vec![0, 4], &[]).unwrap().into(),
+        Tensor::from_f64s(vec![2, 1, 2], &[1.0, 2.0, 3.0, f64::NAN])
+            .unwrap()
+            .into(),
+        Tensor::from_strings(
+            vec![3],
+            vec![Bytes::from("a"), Bytes::from(vec![0xff; 300]), Bytes::new()],
+        )
+        .unwrap()
+        .into(),
+    ];
+    let nested = Element::Tuple(vec![
+        Tensor::scalar_i64(1).into(),
+        Element::Dict(BTreeMap::from([
+            ("b".to_string(), Element::Tuple(vec![])),
+            (
+                "a".to_string(),
+                Tensor::from_i64s(vec![100], &[7; 100]).unwrap().into(),
+            ),
+            ("é".to_string(), Element::Dict(BTreeMap::new())),
+        ])),
+    ]);
+    out.push(nested);
+    for dtype in DType::ALL {
+        assert!(
+            out.iter().any(|e| e.spec().dtypes().contains(&dtype)),
+            "no sample of {dtype}"
+        );
+    }
+    out
+}
+
+/// NaN != NaN, so compare encodings: the codec is deterministic.
+fn same(a: &Element, b: &Element) -> bool {
+    encode_element(a, Compression::None) == encode_element(b, Compression::None)
+}
+
+#[test]
+fn round_trips_every_dtype_and_structure() {
+    for el in samples() {
+        for c in [Compression::None, Compression::Auto] {
+            let buf = encode_element(&el, c);
+            let back = decode_element(&buf).unwrap();
+            assert!(same(&el, &back), "{el:?} with {c}");
+            let back = decode_element_bytes(buf).unwrap();
+            assert!(same(&el, &back), "{el:?} with {c}");
+            assert_eq!(back.spec(), el.spec());
+        }
+    }
+}
+
+#[test]
+fn tiny_scalars_are_tiny() {
+    let buf = encode_element(&Tensor::scalar_i64(42).into(), Compression::Auto);
+    assert_eq!(buf.len(), 12);
+    assert_eq!(buf[0], 1, "never compressed");
+}
+
+#[test]
+fn compression_applies_only_when_it_pays() {
+    let zeros: Element = Tensor::from_f32s(vec![256, 1024], &vec![0.0; 256 * 1024])
+        .unwrap()
+        .into();
+    let plain = encode_element(&zeros, Compression::None);
+    let packed = encode_element(&zeros, Compression::Auto);
+    assert_eq!(plain[0], 1);
+    assert_eq!(packed[0], 0x81);
+    assert!(
+        packed.len() * 10 < plain.len(),
+        "{} vs {}",
+        packed.len(),
+        plain.len()
+    );
+    assert_eq!(decode_element(&packed).unwrap(), zeros);
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let noise: Vec<f32> = (0..4096).map(|_| rng.random()).collect();
+    let noise: Element = Tensor::from_f32s(vec![4096], &noise).unwrap().into();
+    let buf = encode_element(&noise, Compression::Auto);
+    assert_eq!(buf[0], 1, "incompressible data is sent as is");
+    assert_eq!(buf, encode_element(&noise, Compression::None));
+}
+
+#[test]
+fn large_tensors_decode_without_copying() {
+    let el: Element = Tensor::from_f32s(vec![512, 512], &vec![1.25; 512 * 512])
+        .unwrap()
+        .into();
+    let buf = encode_element(&el, Compression::None);
+    assert_eq!(buf.len(), 1 + 1 + 1 + 1 + 2 + 2 + 512 * 512 * 4);
+    let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
+    let back = decode_element_bytes(buf.clone()).unwrap();
+    let data = back.as_tensor().unwrap().raw_data().unwrap();
+    assert!(
+        range.contains(&(data.as_ptr() as usize)),
+        "tensor data points into the input buffer"
+    );
+    assert_eq!(back, el);
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let scalar = encode_element(&Tensor::scalar_i64(1).into(), Compression::None);
+    let mut trailing = scalar.to_vec();
+    trailing.push(0);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![], "cannot decode element: empty buffer"),
+        (
+            vec![2, 0],
+            "cannot decode element: unsupported format version 2",
+        ),
+        (vec![1], "cannot decode element: unexpected end of data"),
+        (vec![1, 9], "cannot decode element: unknown element tag 9"),
+        (
+            vec![1, 0, 0, 0],
+            "cannot decode element: dtype is unspecified",
+        ),
+        (
+            vec![1, 0, 5, 65],
+            "cannot decode element: rank 65 is too large",
+        ),
+        (
+            vec![1, 0, 5, 1, 4, 1, 2],
+            "cannot decode element: need 32 bytes, 2 left",
+        ),
+        (
+            vec![1, 0, 12, 1, 200, 1, 0],
+            "cannot decode element: 200 strings cannot fit in 1 bytes",
+        ),
+        (
+            vec![
+                1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+            "cannot decode element: varint too long",
+        ),
+        (
+            vec![1, 2, 1, 1, 0xff, 1, 0],
+            "cannot decode element: dict key is not UTF-8",
+        ),
+        (
+            vec![0x81, 0xff, 0xff, 0xff, 0xff, 0x0f, 0],
+            "cannot decode element: implausible decompressed length 4294967295",
+        ),
+        (trailing, "cannot decode element: 1 trailing bytes"),
+    ];
+    for (buf, want) in cases {
+        assert_eq!(
+            decode_element(&buf).unwrap_err().to_string(),
+            want,
+            "{buf:?}"
+        );
+    }
+    let mut deep = vec![1u8];
+    deep.extend(std::iter::repeat_n([1u8, 1], 100).flatten());
+    assert!(decode_element(&deep)
+        .unwrap_err()
+        .to_string()
+        .contains("nested too deeply"));
+}
+
+#[test]
+fn garbage_never_panics() {
+    let seed = 20240611;
+    eprintln!("garbage_never_panics seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let valid: Vec<Bytes> = samples()
+        .iter()
+        .flat_map(|e| {
+            [
+                encode_element(e, Compression::None),
+                encode_element(e, Compression::Auto),
+            ]
+        })
+        .collect();
+    for _ in 0..20_000 {
+        let buf: Vec<u8> = if rng.random_bool(0.5) {
+            let n = rng.random_range(0..48);
+            let mut b: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+            if let Some(first) = b.first_mut() {
+                *first = if rng.random_bool(0.5) { 1 } else { 0x81 };
+            }
+            b
+        } else {
+            let mut b = valid[rng.random_range(0..valid.len())].to_vec();
+            for _ in 0..rng.random_range(1..4) {
+                let i = rng.random_range(0..b.len());
+                b[i] = rng.random();
+            }
+            b.truncate(rng.random_range(0..=b.len()));
+            b
+        };
+        // Either outcome is fine; only a panic fails the test.
+        let _ = decode_element(&buf);
+    }
+}

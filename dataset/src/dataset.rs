@@ -1,0 +1,416 @@
+//! `Dataset`: a Rust builder for `pb::DatasetDef` mirroring tf.data, the `Transform` trait that
+//! gives any dataset-like type the tf.data methods, and rendering to the text syntax.
+//!
+//! Invariant: `parse(&d.to_string()) == Ok(d)` for every definition the builder or the parser can
+//! produce (a `files` source renders its pattern only: the expanded list is registration state).
+
+use std::fmt::{self, Write as _};
+
+use crate::dtype::DType;
+use crate::pb;
+use crate::pb::op::Kind as OpKind;
+use crate::pb::source::Kind as SourceKind;
+use crate::tensor::Tensor;
+
+/// A pipeline definition under construction: a source and ops in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Dataset {
+    def: pb::DatasetDef,
+}
+
+/// The half-built `files(pattern)` source; choose the format with `lines()` or `tfrecord()`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilesBuilder {
+    pattern: String,
+}
+
+impl FilesBuilder {
+    /// Every line of every file, without its `\n` / `\r\n`, as a scalar string.
+    pub fn lines(self) -> Dataset {
+        self.with_format(pb::FileFormat::Lines)
+    }
+
+    /// Every record of every TFRecord file as a scalar string.
+    pub fn tfrecord(self) -> Dataset {
+        self.with_format(pb::FileFormat::Tfrecord)
+    }
+
+    fn with_format(self, format: pb::FileFormat) -> Dataset {
+        Dataset::with_source(SourceKind::Files(pb::FilesSource {
+            pattern: self.pattern,
+            format: format as i32,
+            files: Vec::new(),
+        }))
+    }
+}
+
+impl Dataset {
+    fn with_source(kind: SourceKind) -> Dataset {
+        Dataset {
+            def: pb::DatasetDef {
+                source: Some(pb::Source { kind: Some(kind) }),
+                ops: Vec::new(),
+            },
+        }
+    }
+
+    /// `0, 1, ..., stop - 1` as int64 scalars.
+    pub fn range(stop: i64) -> Dataset {
+        Dataset::range_with(0, stop, 1)
+    }
+
+    /// `start, start + step, ...` up to (excluding) `stop`; `step` may be negative, not zero.
+    pub fn range_with(start: i64, stop: i64, step: i64) -> Dataset {
+        Dataset::with_source(SourceKind::Range(pb::RangeSource { start, stop, step }))
+    }
+
+    /// The rows of `t` along its first dimension.
+    pub fn from_slices(t: Tensor) -> Dataset {
+        Dataset::with_source(SourceKind::Slices(pb::SlicesSource {
+            tensor: Some(t.to_proto()),
+        }))
+    }
+
+    /// Files matching a glob pattern, expanded at registration (see `expand_files`).
+    pub fn files(pattern: &str) -> FilesBuilder {
+        FilesBuilder {
+            pattern: pattern.to_string(),
+        }
+    }
+
+    pub fn from_def(def: pb::DatasetDef) -> Dataset {
+        Dataset { def }
+    }
+
+    pub fn def(&self) -> &pb::DatasetDef {
+        &self.def
+    }
+
+    pub fn into_def(self) -> pb::DatasetDef {
+        self.def
+    }
+}
+
+/// tf.data's transformations, for any type that can append an op to its definition. The
+/// client's service-backed dataset implements `push_op` and gets the same methods.
+pub trait Transform: Sized {
+    fn push_op(self, op: pb::Op) -> Self;
+
+    fn map(self, function: &str) -> Self {
+        self.push_op(op(OpKind::Map(pb::MapOp {
+            function: function.to_string(),
+        })))
+    }
+
+    fn filter(self, predicate: &str) -> Self {
+        self.push_op(op(OpKind::Filter(pb::FilterOp {
+            predicate: predicate.to_string(),
+        })))
+    }
+
+    fn batch(self, n: u64) -> Self {
+        self.batch_with(n, false)
+    }
+
+    fn batch_with(self, n: u64, drop_remainder: bool) -> Self {
+        self.push_op(op(OpKind::Batch(pb::BatchOp {
+            batch_size: n,
+            drop_remainder,
+        })))
+    }
+
+    fn shuffle(self, buffer: u64, seed: Option<u64>) -> Self {
+        self.push_op(op(OpKind::Shuffle(pb::ShuffleOp {
+            buffer_size: buffer,
+            seed,
+        })))
+    }
+
+    fn repeat(self, count: u64) -> Self {
+        self.push_op(op(OpKind::Repeat(pb::RepeatOp { count: Some(count) })))
+    }
+
+    fn repeat_forever(self) -> Self {
+        self.push_op(op(OpKind::Repeat(pb::RepeatOp { count: None })))
+    }
+
+    fn take(self, n: u64) -> Self {
+        self.push_op(op(OpKind::Take(pb::TakeOp { count: n })))
+    }
+
+    fn skip(self, n: u64) -> Self {
+        self.push_op(op(OpKind::Skip(pb::SkipOp { count: n })))
+    }
+
+    fn shard(self, num_shards: u64, index: u64) -> Self {
+        self.push_op(op(OpKind::Shard(pb::ShardOp { num_shards, index })))
+    }
+
+    fn prefetch(self, n: u64) -> Self {
+        self.push_op(op(OpKind::Prefetch(pb::PrefetchOp { buffer_size: n })))
+    }
+}
+
+fn op(kind: OpKind) -> pb::Op {
+    pb::Op { kind: Some(kind) }
+}
+
+impl Transform for Dataset {
+    fn push_op(mut self, op: pb::Op) -> Self {
+        self.def.ops.push(op);
+        self
+    }
+}
+
+impl fmt::Display for Dataset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&render_def(&self.def))
+    }
+}
+
+/// The text syntax of a whole definition, e.g. `range(10).map(square)`.
+pub fn render_def(def: &pb::DatasetDef) -> String {
+    let mut out = String::new();
+    match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+        None => out.push_str("<no source>"),
+        Some(SourceKind::Range(r)) => {
+            if r.step != 1 {
+                let _ = write!(out, "range({}, {}, {})", r.start, r.stop, r.step);
+            } else if r.start != 0 {
+                let _ = write!(out, "range({}, {})", r.start, r.stop);
+            } else {
+                let _ = write!(out, "range({})", r.stop);
+            }
+        }
+        Some(SourceKind::Slices(s)) => {
+            out.push_str("from_slices(");
+            match s.tensor.as_ref().map(Tensor::from_proto) {
+                Some(Ok(t)) => render_tensor(&mut out, &t),
+                Some(Err(_)) | None => out.push_str("<invalid tensor>"),
+            }
+            out.push(')');
+        }
+        Some(SourceKind::Files(fs)) => {
+            out.push_str("files(");
+            quote(&mut out, fs.pattern.as_bytes());
+            out.push_str(match fs.format() {
+                pb::FileFormat::Tfrecord => ").tfrecord()",
+                pb::FileFormat::Lines | pb::FileFormat::Unspecified => ").lines()",
+            });
+        }
+    }
+    out.push_str(&render_ops(&def.ops));
+    out
+}
+
+/// The text syntax of an op chain, each op with its leading `.`, e.g. `.map(square).batch(2)`.
+pub fn render_ops(ops: &[pb::Op]) -> String {
+    let mut out = String::new();
+    for o in ops {
+        let _ = match &o.kind {
+            None => write!(out, ".<empty op>()"),
+            Some(OpKind::Map(m)) => {
+                out.push_str(".map(");
+                function_name(&mut out, &m.function);
+                write!(out, ")")
+            }
+            Some(OpKind::Filter(m)) => {
+                out.push_str(".filter(");
+                function_name(&mut out, &m.predicate);
+                write!(out, ")")
+            }
+            Some(OpKind::Batch(b)) if b.drop_remainder => {
+                write!(out, ".batch({}, drop_remainder=true)", b.batch_size)
+            }
+            Some(OpKind::Batch(b)) => write!(out, ".batch({})", b.batch_size),
+            Some(OpKind::Shuffle(s)) => match s.seed {
+                Some(seed) => write!(out, ".shuffle({}, seed={seed})", s.buffer_size),
+                None => write!(out, ".shuffle({})", s.buffer_size),
+            },
+            Some(OpKind::Repeat(r)) => match r.count {
+                Some(c) => write!(out, ".repeat({c})"),
+                None => write!(out, ".repeat()"),
+            },
+            Some(OpKind::Take(t)) => write!(out, ".take({})", t.count),
+            Some(OpKind::Skip(t)) => write!(out, ".skip({})", t.count),
+            Some(OpKind::Shard(s)) => write!(out, ".shard({}, {})", s.num_shards, s.index),
+            Some(OpKind::Prefetch(p)) => write!(out, ".prefetch({})", p.buffer_size),
+        };
+    }
+    out
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn function_name(out: &mut String, name: &str) {
+    if is_identifier(name) {
+        out.push_str(name);
+    } else {
+        quote(out, name.as_bytes());
+    }
+}
+
+/// A double-quoted literal; bytes outside printable ASCII become `\xNN` escapes.
+pub(crate) fn quote(out: &mut String, s: &[u8]) {
+    out.push('"');
+    for &b in s {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b'\r' => out.push_str("\\r"),
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// The dtype a literal's values imply without a `dtype=` argument.
+pub(crate) fn implied_dtype(has_string: bool, has_float: bool, has_bool: bool) -> DType {
+    if has_string {
+        DType::String
+    } else if has_float {
+        DType::Float64
+    } else if has_bool {
+        DType::Bool
+    } else {
+        DType::Int64
+    }
+}
+
+fn render_tensor(out: &mut String, t: &Tensor) {
+    let values: Vec<String> = match t.dtype() {
+        DType::String => t
+            .strings()
+            .unwrap_or(&[])
+            .iter()
+            .map(|s| {
+                let mut q = String::new();
+                quote(&mut q, s);
+                q
+            })
+            .collect(),
+        DType::Bool => t
+            .to_values::<bool>()
+            .unwrap_or_default()
+            .iter()
+            .map(bool::to_string)
+            .collect(),
+        DType::Float32 => t
+            .to_values::<f32>()
+            .unwrap_or_default()
+            .iter()
+            .map(|v| float(*v as f64, format!("{v:?}")))
+            .collect(),
+        DType::Float64 => t
+            .to_values::<f64>()
+            .unwrap_or_default()
+            .iter()
+            .map(|v| float(*v, format!("{v:?}")))
+            .collect(),
+        DType::UInt64 => t
+            .to_values::<u64>()
+            .unwrap_or_default()
+            .iter()
+            .map(u64::to_string)
+            .collect(),
+        _ => t
+            .to_i64s()
+            .unwrap_or_default()
+            .iter()
+            .map(i64::to_string)
+            .collect(),
+    };
+    let mut values = values.into_iter();
+    nested(out, &mut values, t.shape());
+    let d = t.dtype();
+    let n = t.num_elements();
+    if implied_dtype(
+        d == DType::String && n > 0,
+        d.is_float() && n > 0,
+        d == DType::Bool && n > 0,
+    ) != d
+    {
+        let _ = write!(out, ", dtype={}", t.dtype());
+    }
+}
+
+fn float(v: f64, debug: String) -> String {
+    if v.is_nan() {
+        "nan".to_string()
+    } else if v.is_infinite() {
+        if v > 0.0 { "inf" } else { "-inf" }.to_string()
+    } else {
+        debug
+    }
+}
+
+fn nested(out: &mut String, values: &mut impl Iterator<Item = String>, shape: &[usize]) {
+    match shape.split_first() {
+        None => out.push_str(&values.next().unwrap_or_default()),
+        Some((&d, rest)) => {
+            out.push('[');
+            for i in 0..d {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                nested(out, values, rest);
+            }
+            out.push(']');
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_renders_the_text_syntax() {
+        let d = Dataset::range(10).map("square").batch_with(4, true);
+        assert_eq!(
+            d.to_string(),
+            "range(10).map(square).batch(4, drop_remainder=true)"
+        );
+        let d = Dataset::range_with(0, 100, 3)
+            .shuffle(10, Some(1))
+            .repeat_forever()
+            .take(5);
+        assert_eq!(
+            d.to_string(),
+            "range(0, 100, 3).shuffle(10, seed=1).repeat().take(5)"
+        );
+        let d = Dataset::files("data/*.txt")
+            .lines()
+            .filter("my fn")
+            .shard(3, 1)
+            .prefetch(2);
+        assert_eq!(
+            d.to_string(),
+            "files(\"data/*.txt\").lines().filter(\"my fn\").shard(3, 1).prefetch(2)"
+        );
+        let t = Tensor::from_i64s(vec![2, 2], &[1, 2, 3, 4]).unwrap();
+        assert_eq!(
+            Dataset::from_slices(t).to_string(),
+            "from_slices([[1, 2], [3, 4]])"
+        );
+        let t = Tensor::from_values::<i32>(vec![2], &[1, 2]).unwrap();
+        assert_eq!(
+            Dataset::from_slices(t).to_string(),
+            "from_slices([1, 2], dtype=int32)"
+        );
+        let t = Tensor::from_f64s(vec![3], &[1.0, f64::NAN, f64::NEG_INFINITY]).unwrap();
+        assert_eq!(
+            Dataset::from_slices(t).to_string(),
+            "from_slices([1.0, nan, -inf])"
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! `DatasetError`: the one error type of this crate.
+//!
+//! Messages are lowercase, one line, and name what they are about (file, byte offset, function,
+//! column). `is_retryable` is an exhaustive match so a new variant has to decide.
+
+/// Everything that can go wrong while defining, analysing, executing or encoding a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatasetError {
+    /// A malformed dataset expression. `message` is the whole one-line description (it already
+    /// names the 1-based `column`), e.g. `invalid dataset expression at column 14: expected ')'
+    /// or ',', found 'x'`.
+    #[error("{message}")]
+    Parse { column: usize, message: String },
+
+    /// A map or filter function that the registry does not know.
+    #[error("unknown function '{name}' in {kind}; registered {kind} functions: {}", known.join(", "))]
+    UnknownFunction {
+        name: String,
+        kind: String,
+        known: Vec<String>,
+    },
+
+    /// A definition, argument or element that breaks a rule (batch size 0, shapes that cannot be
+    /// batched, ...).
+    #[error("{0}")]
+    InvalidArgument(String),
+
+    /// Reading a source file failed.
+    #[error("cannot read '{path}': {message}")]
+    Io { path: String, message: String },
+
+    /// A TFRecord file whose framing or checksums are wrong.
+    #[error("corrupt record in '{file}' at byte offset {offset}: {reason}")]
+    CorruptRecord {
+        file: String,
+        offset: u64,
+        reason: String,
+    },
+
+    /// A registered function failed on an element.
+    #[error("function '{name}' failed: {message}")]
+    Function { name: String, message: String },
+
+    /// An encoded element that cannot be decoded.
+    #[error("cannot decode element: {0}")]
+    Codec(String),
+
+    /// The split supplier (the worker's link to the dispatcher) failed; it decides whether
+    /// trying again can help.
+    #[error("cannot get next split: {message}")]
+    Splits { message: String, retryable: bool },
+
+    /// The consumer went away or the work was stopped.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl DatasetError {
+    /// Whether the same request may succeed if tried again unchanged.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            DatasetError::Parse { .. } => false,
+            DatasetError::UnknownFunction { .. } => false,
+            DatasetError::InvalidArgument(_) => false,
+            DatasetError::Io { .. } => false,
+            DatasetError::CorruptRecord { .. } => false,
+            DatasetError::Function { .. } => false,
+            DatasetError::Codec(_) => false,
+            DatasetError::Splits { retryable, .. } => *retryable,
+            DatasetError::Cancelled => false,
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        DatasetError::InvalidArgument(message.into())
+    }
+
+    pub(crate) fn io(path: &str, err: &std::io::Error) -> Self {
+        DatasetError::Io {
+            path: path.to_string(),
+            message: err.to_string().to_lowercase(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_their_subject() {
+        let e = DatasetError::UnknownFunction {
+            name: "foo".into(),
+            kind: "map".into(),
+            known: vec!["identity".into(), "square".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "unknown function 'foo' in map; registered map functions: identity, square"
+        );
+        let e = DatasetError::CorruptRecord {
+            file: "a.tfrecord".into(),
+            offset: 12,
+            reason: "bad data crc".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "corrupt record in 'a.tfrecord' at byte offset 12: bad data crc"
+        );
+    }
+
+    #[test]
+    fn only_split_errors_can_be_retryable() {
+        assert!(DatasetError::Splits {
+            message: "no leader".into(),
+            retryable: true
+        }
+        .is_retryable());
+        assert!(!DatasetError::Splits {
+            message: "gone".into(),
+            retryable: false
+        }
+        .is_retryable());
+        assert!(!DatasetError::Cancelled.is_retryable());
+        assert!(!DatasetError::Codec("x".into()).is_retryable());
+    }
+}

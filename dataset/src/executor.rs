@@ -1,0 +1,252 @@
+//! The local, synchronous executor: a definition (or an op chain) to an iterator of elements.
+//!
+//! A pipeline is built as a chain of *factories* (closures that create a fresh iterator), one per
+//! op, because `repeat` must re-create its upstream for every pass; every other op wraps the
+//! iterator its upstream factory creates. Creation counters live in the factories, which gives
+//! each source creation its repetition number (distributed_epoch) and each shuffle pass its own
+//! derived seed. Functions are resolved when the pipeline is built, so an unknown name fails
+//! `iterate` itself, not the first element.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::analysis::validate;
+use crate::element::Element;
+use crate::error::DatasetError;
+use crate::files::expand_files;
+use crate::ops::batch::BatchIter;
+use crate::ops::prefetch::prefetch;
+use crate::ops::repeat::RepeatIter;
+use crate::ops::shuffle::{pass_seed, ShuffleIter};
+use crate::pb;
+use crate::pb::op::Kind as OpKind;
+use crate::registry::{FunctionRegistry, MapFn, PredicateFn};
+use crate::sources::{Source, SplitIter};
+use crate::splits::SplitSupplier;
+
+/// A stream of elements; an `Err` item reports a failure at that point of the stream.
+pub type ElementIter = Box<dyn Iterator<Item = Result<Element, DatasetError>> + Send>;
+
+/// Creates a fresh iterator over an upstream pipeline.
+pub(crate) type Factory = Arc<dyn Fn() -> Result<ElementIter, DatasetError> + Send + Sync>;
+
+/// How to execute: which registry resolves function names, and where splits come from.
+#[derive(Clone)]
+pub struct ExecOptions {
+    pub registry: Arc<FunctionRegistry>,
+    /// `Some` in distributed_epoch mode: the source yields only the splits supplied.
+    pub splits: Option<Arc<dyn SplitSupplier>>,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            registry: FunctionRegistry::global(),
+            splits: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions")
+            .field("registry", &self.registry)
+            .field("splits", &self.splits.as_ref().map(|_| "SplitSupplier"))
+            .finish()
+    }
+}
+
+/// Runs a whole definition. An unexpanded files source is expanded here (local execution).
+pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, DatasetError> {
+    let mut def = def.clone();
+    expand_files(&mut def)?;
+    validate(&def, &opts.registry)?;
+    let source = Arc::new(Source::from_def(&def)?);
+    let mut factory: Factory = match &opts.splits {
+        None => Arc::new(move || Ok(source.iter_all())),
+        Some(supplier) => {
+            let supplier = supplier.clone();
+            let repetitions = AtomicU64::new(0);
+            Arc::new(move || {
+                let repetition = repetitions.fetch_add(1, Ordering::Relaxed);
+                Ok(
+                    Box::new(SplitIter::new(source.clone(), supplier.clone(), repetition))
+                        as ElementIter,
+                )
+            })
+        }
+    };
+    for op in &def.ops {
+        factory = match &op.kind {
+            Some(OpKind::Repeat(r)) => {
+                let (upstream, count) = (factory, r.count);
+                Arc::new(move || {
+                    Ok(Box::new(RepeatIter::new(upstream.clone(), count)) as ElementIter)
+                })
+            }
+            _ => {
+                let stage = Stage::new(op, opts)?;
+                let upstream = factory;
+                Arc::new(move || stage.apply(upstream()?))
+            }
+        };
+    }
+    factory()
+}
+
+/// Applies ops to an existing stream (client-side ops after `distribute`). `repeat` is refused:
+/// the input cannot be re-created.
+pub fn apply_ops(
+    input: ElementIter,
+    ops: &[pb::Op],
+    opts: &ExecOptions,
+) -> Result<ElementIter, DatasetError> {
+    let mut it = input;
+    for op in ops {
+        if let Some(OpKind::Repeat(_)) = op.kind {
+            return Err(DatasetError::invalid(
+                "repeat cannot be applied to a distributed dataset on the client; put it in the dataset before distribute",
+            ));
+        }
+        it = Stage::new(op, opts)?.apply(it)?;
+    }
+    Ok(it)
+}
+
+/// One non-repeat op, with its functions resolved.
+enum Stage {
+    Map(MapFn),
+    Filter(PredicateFn),
+    Batch {
+        size: usize,
+        drop_remainder: bool,
+    },
+    Shuffle {
+        buffer: usize,
+        seed: u64,
+        passes: AtomicU64,
+    },
+    Take(usize),
+    Skip(u64),
+    Shard {
+        num_shards: u64,
+        index: u64,
+    },
+    Prefetch(usize),
+}
+
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+impl Stage {
+    fn new(op: &pb::Op, opts: &ExecOptions) -> Result<Stage, DatasetError> {
+        Ok(match &op.kind {
+            None => return Err(DatasetError::invalid("dataset definition has an empty op")),
+            Some(OpKind::Map(m)) => Stage::Map(opts.registry.map_fn(&m.function)?.0),
+            Some(OpKind::Filter(f)) => Stage::Filter(opts.registry.filter_fn(&f.predicate)?),
+            Some(OpKind::Batch(b)) => {
+                if b.batch_size == 0 {
+                    return Err(DatasetError::invalid("batch size must be positive, got 0"));
+                }
+                Stage::Batch {
+                    size: to_usize(b.batch_size),
+                    drop_remainder: b.drop_remainder,
+                }
+            }
+            Some(OpKind::Shuffle(s)) => {
+                if s.buffer_size == 0 {
+                    return Err(DatasetError::invalid(
+                        "shuffle buffer size must be positive, got 0",
+                    ));
+                }
+                // No seed: one random seed per pipeline, still derived per pass.
+                let seed = s.seed.unwrap_or_else(rand::random);
+                Stage::Shuffle {
+                    buffer: to_usize(s.buffer_size),
+                    seed,
+                    passes: AtomicU64::new(0),
+                }
+            }
+            Some(OpKind::Repeat(_)) => unreachable!("repeat is handled by the caller"),
+            Some(OpKind::Take(t)) => Stage::Take(to_usize(t.count)),
+            Some(OpKind::Skip(s)) => Stage::Skip(s.count),
+            Some(OpKind::Shard(s)) => {
+                if s.num_shards == 0 || s.index >= s.num_shards {
+                    return Err(DatasetError::invalid(format!(
+                        "shard index {} must be less than the number of shards {}",
+                        s.index, s.num_shards
+                    )));
+                }
+                Stage::Shard {
+                    num_shards: s.num_shards,
+                    index: s.index,
+                }
+            }
+            Some(OpKind::Prefetch(p)) => Stage::Prefetch(to_usize(p.buffer_size)),
+        })
+    }
+
+    fn apply(&self, input: ElementIter) -> Result<ElementIter, DatasetError> {
+        Ok(match self {
+            Stage::Map(f) => {
+                let f = f.clone();
+                Box::new(input.map(move |r| r.and_then(|e| f(e))))
+            }
+            Stage::Filter(pred) => {
+                let pred = pred.clone();
+                Box::new(input.filter_map(move |r| match r {
+                    Ok(e) => match pred(&e) {
+                        Ok(true) => Some(Ok(e)),
+                        Ok(false) => None,
+                        Err(err) => Some(Err(err)),
+                    },
+                    Err(err) => Some(Err(err)),
+                }))
+            }
+            Stage::Batch {
+                size,
+                drop_remainder,
+            } => Box::new(BatchIter::new(input, *size, *drop_remainder)),
+            Stage::Shuffle {
+                buffer,
+                seed,
+                passes,
+            } => {
+                let pass = passes.fetch_add(1, Ordering::Relaxed);
+                Box::new(ShuffleIter::new(input, *buffer, pass_seed(*seed, pass)))
+            }
+            Stage::Take(n) => Box::new(input.take(*n)),
+            Stage::Skip(n) => {
+                // Counts only elements: errors in the skipped prefix are still reported.
+                let mut left = *n;
+                Box::new(input.filter_map(move |r| {
+                    if left > 0 && r.is_ok() {
+                        left -= 1;
+                        None
+                    } else {
+                        Some(r)
+                    }
+                }))
+            }
+            Stage::Shard { num_shards, index } => {
+                let (n, i) = (*num_shards, *index);
+                let mut k = 0u64;
+                Box::new(input.filter_map(move |r| match r {
+                    Ok(e) => {
+                        let keep = k % n == i;
+                        k += 1;
+                        keep.then_some(Ok(e))
+                    }
+                    Err(err) => Some(Err(err)),
+                }))
+            }
+            Stage::Prefetch(0) => input,
+            Stage::Prefetch(n) => prefetch(input, *n),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;

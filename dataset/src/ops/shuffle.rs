@@ -1,0 +1,62 @@
+//! `shuffle`: tf.data's buffer shuffle. Fill a buffer of `buffer_size` elements, then repeatedly
+//! yield a uniformly chosen buffered element and refill from upstream. With a seed the order is
+//! deterministic; each pass under an enclosing `repeat` uses a seed derived from the pass number
+//! so epochs differ (tf.data's `reshuffle_each_iteration=True`).
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::element::Element;
+use crate::error::DatasetError;
+use crate::executor::ElementIter;
+
+/// The seed of pass `pass`: the user's seed for the first pass, a splitmix64 mix after that.
+pub(crate) fn pass_seed(seed: u64, pass: u64) -> u64 {
+    if pass == 0 {
+        return seed;
+    }
+    let mut z = seed ^ pass.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+pub(crate) struct ShuffleIter {
+    input: ElementIter,
+    buffer: Vec<Element>,
+    capacity: usize,
+    rng: StdRng,
+    input_done: bool,
+}
+
+impl ShuffleIter {
+    pub(crate) fn new(input: ElementIter, capacity: usize, seed: u64) -> Self {
+        ShuffleIter {
+            input,
+            // Capacity grows as elements arrive: a huge buffer_size must not allocate up front.
+            buffer: Vec::with_capacity(capacity.min(1024)),
+            capacity,
+            rng: StdRng::seed_from_u64(seed),
+            input_done: false,
+        }
+    }
+}
+
+impl Iterator for ShuffleIter {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.input_done && self.buffer.len() < self.capacity {
+            match self.input.next() {
+                Some(Ok(e)) => self.buffer.push(e),
+                Some(Err(e)) => return Some(Err(e)),
+                None => self.input_done = true,
+            }
+        }
+        if self.buffer.is_empty() {
+            return None;
+        }
+        let i = self.rng.random_range(0..self.buffer.len());
+        Some(Ok(self.buffer.swap_remove(i)))
+    }
+}

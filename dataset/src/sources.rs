@@ -1,0 +1,231 @@
+//! `Source`: a definition's source resolved for execution (range, slices, files), iterated either
+//! whole or split by split.
+//!
+//! Splits: split `i` of a range or slices source is element `i`; of a files source, file `i`
+//! (all its lines or records). In distributed_epoch mode `SplitIter` asks the `SplitSupplier` for
+//! split indices and yields only their content: the dispatcher hands each index out at most once,
+//! and the worker recomputes the content from the definition and the index.
+
+use std::sync::Arc;
+
+use crate::element::Element;
+use crate::error::DatasetError;
+use crate::executor::ElementIter;
+use crate::files::file_elements;
+use crate::pb;
+use crate::splits::SplitSupplier;
+use crate::tensor::Tensor;
+
+/// A source ready to produce elements.
+#[derive(Debug)]
+pub(crate) enum Source {
+    Range {
+        start: i64,
+        step: i64,
+        len: u64,
+    },
+    Slices(Tensor),
+    Files {
+        files: Vec<String>,
+        format: pb::FileFormat,
+    },
+}
+
+/// Number of elements of `range(start, stop, step)`; 0 for step 0 (rejected by `validate`).
+pub(crate) fn range_len(start: i64, stop: i64, step: i64) -> u64 {
+    let (start, stop, step) = (start as i128, stop as i128, step as i128);
+    let n = if step > 0 && stop > start {
+        (stop - start + step - 1) / step
+    } else if step < 0 && stop < start {
+        (start - stop - step - 1) / -step
+    } else {
+        0
+    };
+    n as u64
+}
+
+impl Source {
+    /// Resolves the source of `def`. A files source must already be expanded.
+    pub(crate) fn from_def(def: &pb::DatasetDef) -> Result<Source, DatasetError> {
+        match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+            None => Err(DatasetError::invalid("dataset definition has no source")),
+            Some(pb::source::Kind::Range(r)) => {
+                if r.step == 0 {
+                    return Err(DatasetError::invalid("range step must not be zero"));
+                }
+                Ok(Source::Range {
+                    start: r.start,
+                    step: r.step,
+                    len: range_len(r.start, r.stop, r.step),
+                })
+            }
+            Some(pb::source::Kind::Slices(s)) => {
+                let t = s
+                    .tensor
+                    .as_ref()
+                    .ok_or_else(|| DatasetError::invalid("from_slices source has no tensor"))?;
+                let t = Tensor::from_proto(t)?;
+                if t.rank() == 0 {
+                    return Err(DatasetError::invalid(
+                        "from_slices needs a tensor of rank at least 1, got a scalar",
+                    ));
+                }
+                Ok(Source::Slices(t))
+            }
+            Some(pb::source::Kind::Files(fs)) => {
+                if fs.files.is_empty() {
+                    return Err(DatasetError::invalid(format!(
+                        "files source '{}' is not expanded (expand_files runs at registration)",
+                        fs.pattern
+                    )));
+                }
+                Ok(Source::Files {
+                    files: fs.files.clone(),
+                    format: fs.format(),
+                })
+            }
+        }
+    }
+
+    pub(crate) fn num_splits(&self) -> u64 {
+        match self {
+            Source::Range { len, .. } => *len,
+            Source::Slices(t) => t.shape()[0] as u64,
+            Source::Files { files, .. } => files.len() as u64,
+        }
+    }
+
+    /// Every element, in order.
+    pub(crate) fn iter_all(&self) -> ElementIter {
+        match self {
+            Source::Range { start, step, len } => {
+                let (start, step) = (*start, *step);
+                Box::new((0..*len).map(move |i| Ok(range_element(start, step, i))))
+            }
+            Source::Slices(t) => {
+                let t = t.clone();
+                Box::new((0..t.shape()[0]).map(move |i| t.slice(i).map(Element::Tensor)))
+            }
+            Source::Files { files, format } => {
+                let format = *format;
+                Box::new(
+                    files
+                        .clone()
+                        .into_iter()
+                        .flat_map(move |f| file_elements(f, format)),
+                )
+            }
+        }
+    }
+
+    /// The content of split `index`.
+    pub(crate) fn split(&self, index: u64) -> Result<ElementIter, DatasetError> {
+        let n = self.num_splits();
+        if index >= n {
+            return Err(DatasetError::invalid(format!(
+                "split index {index} is out of range for {n} splits"
+            )));
+        }
+        Ok(match self {
+            Source::Range { start, step, .. } => {
+                Box::new(std::iter::once(Ok(range_element(*start, *step, index))))
+            }
+            Source::Slices(t) => Box::new(std::iter::once(
+                t.slice(index as usize).map(Element::Tensor),
+            )),
+            Source::Files { files, format } => {
+                file_elements(files[index as usize].clone(), *format)
+            }
+        })
+    }
+}
+
+fn range_element(start: i64, step: i64, i: u64) -> Element {
+    // Within range by construction: i < len, so the value lies between start and stop.
+    let v = start as i128 + i as i128 * step as i128;
+    Element::Tensor(Tensor::scalar_i64(v as i64))
+}
+
+/// Yields the content of the splits a `SplitSupplier` hands out for one repetition.
+pub(crate) struct SplitIter {
+    source: Arc<Source>,
+    supplier: Arc<dyn SplitSupplier>,
+    repetition: u64,
+    current: Option<ElementIter>,
+    done: bool,
+}
+
+impl SplitIter {
+    pub(crate) fn new(
+        source: Arc<Source>,
+        supplier: Arc<dyn SplitSupplier>,
+        repetition: u64,
+    ) -> Self {
+        SplitIter {
+            source,
+            supplier,
+            repetition,
+            current: None,
+            done: false,
+        }
+    }
+}
+
+impl Iterator for SplitIter {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(cur) = self.current.as_mut() {
+                match cur.next() {
+                    Some(item) => return Some(item),
+                    None => self.current = None,
+                }
+            }
+            if self.done {
+                return None;
+            }
+            // The only provider: one source per definition.
+            match self.supplier.next_split(0, self.repetition) {
+                Ok(Some(index)) => match self.source.split(index) {
+                    Ok(it) => self.current = Some(it),
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+                Ok(None) => {
+                    self.done = true;
+                    return None;
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_lengths() {
+        for (start, stop, step, want) in [
+            (0, 10, 1, 10),
+            (0, 100, 3, 34),
+            (5, 0, 1, 0),
+            (10, 0, -3, 4),
+            (0, 0, 1, 0),
+            (i64::MIN, i64::MAX, i64::MAX, 3),
+        ] {
+            assert_eq!(
+                range_len(start, stop, step),
+                want,
+                "range({start}, {stop}, {step})"
+            );
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! `DispatcherConfig`: what one dispatcher replica needs to start, validated once.
+
+use crate::ids::NodeId;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// This replica's Raft id.
+    pub id: NodeId,
+    /// Address to serve on (both services); port 0 binds a free port.
+    pub listen: String,
+    /// The journal directory (sled db and format header).
+    pub data_dir: PathBuf,
+    /// Every replica's id and address, the same on every node. Empty: a one-node cluster of
+    /// this replica at its bound address.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Raft leader heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// Raft election timeout range; a follower that hears no leader for a random time in it
+    /// starts an election.
+    pub election_timeout: (Duration, Duration),
+    /// Entries between snapshots (log compaction).
+    pub snapshot_logs_since_last: u64,
+    /// How long a worker heartbeat may wait for new work before answering (long poll).
+    pub worker_poll_timeout: Duration,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            id: 1,
+            listen: "127.0.0.1:0".into(),
+            data_dir: PathBuf::from("sluice-data"),
+            peers: BTreeMap::new(),
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout: (Duration::from_millis(500), Duration::from_millis(1000)),
+            snapshot_logs_since_last: 5000,
+            worker_poll_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl DispatcherConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.peers.is_empty() && !self.peers.contains_key(&self.id) {
+            let ids: Vec<String> = self.peers.keys().map(|k| k.to_string()).collect();
+            return Err(format!(
+                "--id {} is not in --peers (ids: {})",
+                self.id,
+                ids.join(", ")
+            ));
+        }
+        let (min, max) = self.election_timeout;
+        if min <= self.heartbeat_interval || max <= min {
+            return Err(format!(
+                "election timeout {min:?}..{max:?} must exceed the heartbeat interval {:?} and \
+                 be a non-empty range",
+                self.heartbeat_interval
+            ));
+        }
+        if self.snapshot_logs_since_last == 0 {
+            return Err("snapshot interval must be at least one entry".into());
+        }
+        Ok(())
+    }
+
+    /// Parses `1=host:port,2=host:port,...`.
+    pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
+        let mut peers = BTreeMap::new();
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (id, addr) = item
+                .split_once('=')
+                .ok_or_else(|| format!("invalid peer '{item}': expected ID=HOST:PORT"))?;
+            let id: NodeId = id
+                .trim()
+                .parse()
+                .map_err(|_| format!("invalid peer '{item}': '{id}' is not a node id"))?;
+            let addr = addr.trim();
+            if addr
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .is_none()
+            {
+                return Err(format!("invalid peer '{item}': '{addr}' is not HOST:PORT"));
+            }
+            if peers.insert(id, addr.to_string()).is_some() {
+                return Err(format!("invalid peers: node id {id} appears twice"));
+            }
+        }
+        Ok(peers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_table() {
+        let cases: &[(&str, Result<Vec<(u64, &str)>, &str>)] = &[
+            ("1=127.0.0.1:5001", Ok(vec![(1, "127.0.0.1:5001")])),
+            (
+                "1=a:1, 2=b:2,3=c:3",
+                Ok(vec![(1, "a:1"), (2, "b:2"), (3, "c:3")]),
+            ),
+            ("1", Err("invalid peer '1': expected ID=HOST:PORT")),
+            ("x=a:1", Err("invalid peer 'x=a:1': 'x' is not a node id")),
+            ("1=a", Err("invalid peer '1=a': 'a' is not HOST:PORT")),
+            ("1=a:1,1=b:2", Err("invalid peers: node id 1 appears twice")),
+        ];
+        for (text, want) in cases {
+            let got = DispatcherConfig::parse_peers(text);
+            let want = want
+                .clone()
+                .map(|v| v.into_iter().map(|(k, a)| (k, a.to_string())).collect());
+            assert_eq!(got, want.map_err(|e: &str| e.to_string()), "{text}");
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Raft traffic to the other replicas over tonic: one lazily connected `Channel` per peer
+//! address, built once and cloned for every replication stream, and a deadline on every call
+//! (openraft's `hard_ttl`), so a hung peer can never block the Raft core.
+//!
+//! Payloads are openraft's own request and response types in the journal codec; the remote
+//! `Result` travels whole, so a remote Raft error reaches openraft as `RPCError::RemoteError`.
+
+use crate::ids::NodeId;
+use crate::types::{NodeInfo, TypeConfig};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use sluice_journal::codec;
+use sluice_proto::raft::raft_peer_client::RaftPeerClient;
+use sluice_proto::raft::RaftPayload;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+/// Connect timeout of a peer channel; RPC deadlines come from openraft per call.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Builds one [`PeerClient`] per replication stream, sharing channels per peer address.
+#[derive(Clone, Default)]
+pub struct PeerNetwork {
+    /// A std mutex: only held to look up or insert a channel, never across `.await`.
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl PeerNetwork {
+    fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut channels = self
+            .channels
+            .lock()
+            .expect("peer channel map lock poisoned");
+        if let Some(channel) = channels.get(addr) {
+            return Ok(channel.clone());
+        }
+        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
+        let client = self
+            .channel(&node.addr)
+            .map(RaftPeerClient::new)
+            .map_err(|e| e.to_string());
+        PeerClient { target, client }
+    }
+}
+
+/// One replication stream's connection to a peer.
+pub struct PeerClient {
+    target: NodeId,
+    /// `Err` when the peer's address is not a valid URI: every call fails as unreachable.
+    client: Result<RaftPeerClient<Channel>, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerClient {
+    async fn call<Resp, E>(
+        &mut self,
+        action: RPCTypes,
+        payload: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let client = match &mut self.client {
+            Ok(client) => client,
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&TransportError(
+                    e.clone(),
+                ))))
+            }
+        };
+        let request = RaftPayload { payload };
+        let ttl = option.hard_ttl();
+        let call = async {
+            match action {
+                RPCTypes::AppendEntries => client.append_entries(request).await,
+                RPCTypes::Vote => client.vote(request).await,
+                RPCTypes::InstallSnapshot => client.install_snapshot(request).await,
+            }
+        };
+        let reply = match tokio::time::timeout(ttl, call).await {
+            Err(_) => {
+                return Err(RPCError::Timeout(Timeout {
+                    action,
+                    id: 0,
+                    target: self.target,
+                    timeout: ttl,
+                }))
+            }
+            Ok(Err(status)) => {
+                let err = TransportError(format!("{}: {}", status.code(), status.message()));
+                return Err(match status.code() {
+                    tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&err)),
+                    _ => RPCError::Network(NetworkError::new(&err)),
+                });
+            }
+            Ok(Ok(reply)) => reply.into_inner(),
+        };
+        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&reply.payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+        self.call(RPCTypes::AppendEntries, codec::encode(&rpc), &option)
+            .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(RPCTypes::InstallSnapshot, codec::encode(&rpc), &option)
+            .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+        self.call(RPCTypes::Vote, codec::encode(&rpc), &option)
+            .await
+    }
+}

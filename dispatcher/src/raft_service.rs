@@ -1,0 +1,51 @@
+//! The Raft peer service: decodes openraft requests from other replicas, hands them to the local
+//! `Raft`, and returns the whole `Result` encoded (see `raft_network`).
+
+use crate::types::Raft;
+use serde::de::DeserializeOwned;
+use sluice_journal::codec;
+use sluice_proto::raft::raft_peer_server::RaftPeer;
+use sluice_proto::raft::RaftPayload;
+use tonic::{Request, Response, Status};
+
+pub struct RaftPeerService {
+    raft: Raft,
+}
+
+impl RaftPeerService {
+    pub fn new(raft: Raft) -> Self {
+        RaftPeerService { raft }
+    }
+}
+
+fn decode<T: DeserializeOwned>(request: Request<RaftPayload>) -> Result<T, Status> {
+    codec::decode(&request.into_inner().payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable raft payload: {e}")))
+}
+
+fn reply<T: serde::Serialize>(result: T) -> Result<Response<RaftPayload>, Status> {
+    Ok(Response::new(RaftPayload {
+        payload: codec::encode(&result),
+    }))
+}
+
+#[tonic::async_trait]
+impl RaftPeer for RaftPeerService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        reply(self.raft.append_entries(decode(request)?).await)
+    }
+
+    async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        reply(self.raft.vote(decode(request)?).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        reply(self.raft.install_snapshot(decode(request)?).await)
+    }
+}

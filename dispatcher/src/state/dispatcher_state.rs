@@ -1,0 +1,493 @@
+//! `DispatcherState`: every dataset, worker, job, iteration, task, split cursor and recorded
+//! request outcome of the dispatcher, and `apply`, the only function that changes them.
+//!
+//! Invariants (checked by the table tests):
+//! - a task is in its iteration's `tasks` list and names a registered worker;
+//! - at most one iteration per `(job name, repetition)`;
+//! - an iteration is finished iff it has tasks and all of them are finished; a finished
+//!   iteration never gets new tasks;
+//! - a split index of a provider and repetition is leased at most once;
+//! - a request id seen again returns the outcome recorded the first time.
+
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
+use crate::state::split_cursor::SplitCursor;
+use crate::state::update::{
+    DatasetMetadata, Outcome, Rejection, Request, RequestId, ShardingPolicy, Update,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How many outcomes are kept per requester, so concurrent requests of one requester can all be
+/// retried; a retry older than the window is rejected instead of applied twice.
+pub const DEDUP_WINDOW: usize = 64;
+
+/// What `apply` may know about the entry being applied.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApplyContext {
+    /// Index of the log entry.
+    pub log_index: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DispatcherState {
+    datasets: BTreeMap<DatasetId, Dataset>,
+    workers: BTreeMap<String, Worker>,
+    jobs: BTreeMap<JobId, Job>,
+    job_names: BTreeMap<String, JobId>,
+    iterations: BTreeMap<IterationId, Iteration>,
+    iteration_keys: BTreeMap<(String, u64), IterationId>,
+    clients: BTreeMap<ClientId, IterationId>,
+    tasks: BTreeMap<TaskId, Task>,
+    /// Recorded outcomes per requester, by sequence number (the last `DEDUP_WINDOW`).
+    requests: BTreeMap<u64, BTreeMap<u64, Outcome>>,
+    next_dataset_id: u64,
+    next_job_id: u64,
+    next_iteration_id: u64,
+    next_client_id: u64,
+    next_task_id: u64,
+}
+
+impl Default for DispatcherState {
+    fn default() -> Self {
+        DispatcherState {
+            datasets: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            job_names: BTreeMap::new(),
+            iterations: BTreeMap::new(),
+            iteration_keys: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            next_dataset_id: 1000,
+            next_job_id: 5000,
+            next_iteration_id: 2000,
+            next_client_id: 3000,
+            next_task_id: 4000,
+        }
+    }
+}
+
+impl DispatcherState {
+    /// Applies one request: returns the recorded outcome for a repeated request id, otherwise
+    /// applies the update and records its outcome.
+    pub fn apply(&mut self, _ctx: ApplyContext, request: &Request) -> Outcome {
+        if let Some(id) = request.id {
+            if let Some(outcome) = self.recorded(id) {
+                return outcome;
+            }
+        }
+        let outcome = match self.apply_update(&request.update) {
+            Ok(outcome) => outcome,
+            Err(rejection) => Outcome::Rejected(rejection),
+        };
+        if let Some(id) = request.id {
+            self.record(id, outcome.clone());
+        }
+        outcome
+    }
+
+    fn recorded(&self, id: RequestId) -> Option<Outcome> {
+        let seen = self.requests.get(&id.requester)?;
+        if let Some(outcome) = seen.get(&id.seq) {
+            return Some(outcome.clone());
+        }
+        let window_full = seen.len() >= DEDUP_WINDOW;
+        let oldest = seen.keys().next().copied().unwrap_or(0);
+        (window_full && id.seq < oldest).then(|| {
+            Outcome::Rejected(Rejection::FailedPrecondition(format!(
+                "request {} of requester {} is older than the {DEDUP_WINDOW} requests remembered; \
+                 it was not applied",
+                id.seq, id.requester
+            )))
+        })
+    }
+
+    fn record(&mut self, id: RequestId, outcome: Outcome) {
+        let seen = self.requests.entry(id.requester).or_default();
+        seen.insert(id.seq, outcome);
+        while seen.len() > DEDUP_WINDOW {
+            seen.pop_first();
+        }
+    }
+
+    fn apply_update(&mut self, update: &Update) -> Result<Outcome, Rejection> {
+        match update {
+            Update::RegisterDataset {
+                dataset_id,
+                def,
+                metadata,
+                num_splits,
+            } => self.register_dataset(dataset_id.clone(), def, metadata, num_splits),
+            Update::RegisterWorker { address, tags } => Ok(self.register_worker(address, tags)),
+            Update::GetOrCreateJob {
+                dataset_id,
+                sharding,
+                job_name,
+                anonymous_suffix,
+            } => self.get_or_create_job(
+                dataset_id,
+                *sharding,
+                job_name.as_deref(),
+                *anonymous_suffix,
+            ),
+            Update::GetOrCreateIteration { job_id, repetition } => {
+                self.get_or_create_iteration(*job_id, *repetition)
+            }
+            Update::LeaseSplits {
+                iteration_id,
+                provider,
+                repetition,
+                max,
+                task_id,
+            } => self.lease_splits(*iteration_id, *provider, *repetition, *max, *task_id),
+            Update::ReleaseIterationClient {
+                client_id,
+                time_micros,
+            } => self.release_client(*client_id, *time_micros),
+            Update::FinishTasks { worker, task_ids } => {
+                self.finish_tasks(worker, task_ids);
+                Ok(Outcome::TasksFinished)
+            }
+        }
+    }
+
+    fn register_dataset(
+        &mut self,
+        requested: Option<DatasetId>,
+        def: &[u8],
+        metadata: &DatasetMetadata,
+        num_splits: &[u64],
+    ) -> Result<Outcome, Rejection> {
+        if let Some(id) = &requested {
+            if let Some(existing) = self.datasets.get(id) {
+                return if existing.def == def && existing.metadata == *metadata {
+                    Ok(Outcome::DatasetRegistered {
+                        dataset_id: id.clone(),
+                    })
+                } else {
+                    Err(Rejection::InvalidArgument(format!(
+                        "Datasets with the same ID should have the same structure, got diff for \
+                         dataset ID {id}. To fix this error, make sure you're registering the same \
+                         dataset with the same ID."
+                    )))
+                };
+            }
+        }
+        let id = requested.unwrap_or_else(|| DatasetId(self.next_dataset_id.to_string()));
+        self.datasets.insert(
+            id.clone(),
+            Dataset {
+                id: id.clone(),
+                def: def.to_vec(),
+                metadata: metadata.clone(),
+                num_splits: num_splits.to_vec(),
+            },
+        );
+        // Skip generated ids that a user took explicitly.
+        while self
+            .datasets
+            .contains_key(&DatasetId(self.next_dataset_id.to_string()))
+        {
+            self.next_dataset_id += 1;
+        }
+        Ok(Outcome::DatasetRegistered { dataset_id: id })
+    }
+
+    fn register_worker(&mut self, address: &str, tags: &[String]) -> Outcome {
+        self.workers.insert(
+            address.to_string(),
+            Worker {
+                address: address.to_string(),
+                tags: tags.to_vec(),
+            },
+        );
+        let needing_task: Vec<IterationId> = self
+            .iterations
+            .values()
+            .filter(|it| !it.finished)
+            .filter(|it| !it.tasks.iter().any(|t| self.tasks[t].worker == address))
+            .map(|it| it.id)
+            .collect();
+        let tasks = needing_task
+            .into_iter()
+            .map(|it| self.create_task(it, address))
+            .collect();
+        Outcome::WorkerRegistered { tasks }
+    }
+
+    fn get_or_create_job(
+        &mut self,
+        dataset_id: &DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<&str>,
+        anonymous_suffix: u64,
+    ) -> Result<Outcome, Rejection> {
+        if !self.datasets.contains_key(dataset_id) {
+            return Err(Rejection::NotFound(format!(
+                "Dataset id {dataset_id} not found"
+            )));
+        }
+        if let Some(name) = job_name {
+            if name.is_empty() {
+                return Err(Rejection::InvalidArgument(
+                    "`job_name` must not be empty".into(),
+                ));
+            }
+            if let Some(job) = self.job_names.get(name).map(|id| &self.jobs[id]) {
+                let mut diff = String::new();
+                if job.sharding != sharding {
+                    diff += &format!(
+                        "Existing processing mode: {}; got {}. ",
+                        job.sharding, sharding
+                    );
+                }
+                // Consumers of a shared job each register the dataset (and get their own id),
+                // so datasets are compared by definition; another definition is another
+                // dataset (tf.data silently serves the first one: its K6).
+                if self.datasets[&job.dataset_id].def != self.datasets[dataset_id].def {
+                    diff += &format!(
+                        "Existing dataset: {}; got {}, whose definition differs. ",
+                        job.dataset_id, dataset_id
+                    );
+                }
+                return if diff.is_empty() {
+                    Ok(Outcome::Job { job_id: job.id })
+                } else {
+                    Err(Rejection::InvalidArgument(format!(
+                        "Tried to create job with name {name}, but found an existing job with \
+                         different parameters: {diff}"
+                    )))
+                };
+            }
+        }
+        let id = JobId(self.next_job_id);
+        self.next_job_id += 1;
+        let name = match job_name {
+            Some(name) => name.to_string(),
+            None => format!("anonymous_job_{id}_{anonymous_suffix}"),
+        };
+        self.job_names.insert(name.clone(), id);
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                name,
+                dataset_id: dataset_id.clone(),
+                sharding,
+            },
+        );
+        Ok(Outcome::Job { job_id: id })
+    }
+
+    fn get_or_create_iteration(
+        &mut self,
+        job_id: JobId,
+        repetition: u64,
+    ) -> Result<Outcome, Rejection> {
+        let job = self
+            .jobs
+            .get(&job_id)
+            .ok_or_else(|| Rejection::NotFound(format!("Job with id {job_id} not found")))?;
+        let key = (job.name.clone(), repetition);
+        let iteration_id = match self.iteration_keys.get(&key) {
+            Some(id) => *id,
+            None => {
+                let cursors = match job.sharding {
+                    ShardingPolicy::Dynamic => self.datasets[&job.dataset_id]
+                        .num_splits
+                        .iter()
+                        .map(|n| SplitCursor::new(*n))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let id = IterationId(self.next_iteration_id);
+                self.next_iteration_id += 1;
+                self.iterations.insert(
+                    id,
+                    Iteration {
+                        id,
+                        job_id,
+                        repetition,
+                        tasks: Vec::new(),
+                        cursors,
+                        num_clients: 0,
+                        last_client_released_micros: None,
+                        finished: false,
+                    },
+                );
+                self.iteration_keys.insert(key, id);
+                let workers: Vec<String> = self.workers.keys().cloned().collect();
+                for worker in workers {
+                    self.create_task(id, &worker);
+                }
+                id
+            }
+        };
+        let client_id = ClientId(self.next_client_id);
+        self.next_client_id += 1;
+        self.clients.insert(client_id, iteration_id);
+        self.iteration_mut(iteration_id).num_clients += 1;
+        Ok(Outcome::Iteration {
+            iteration_id,
+            client_id,
+        })
+    }
+
+    fn lease_splits(
+        &mut self,
+        iteration_id: IterationId,
+        provider: u32,
+        repetition: u64,
+        max: u64,
+        task_id: TaskId,
+    ) -> Result<Outcome, Rejection> {
+        let iteration = self
+            .iterations
+            .get_mut(&iteration_id)
+            .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
+        let job = &self.jobs[&iteration.job_id];
+        if job.sharding != ShardingPolicy::Dynamic {
+            return Err(Rejection::FailedPrecondition(format!(
+                "Cannot get split for iteration {iteration_id}, since it is not a \
+                 distributed_epoch iteration."
+            )));
+        }
+        match self.tasks.get(&task_id) {
+            Some(task) if task.iteration_id == iteration_id => {}
+            _ => {
+                return Err(Rejection::NotFound(format!(
+                    "Task {task_id} of iteration {iteration_id} not found"
+                )))
+            }
+        }
+        let num_providers = iteration.cursors.len();
+        let cursor = iteration
+            .cursors
+            .get_mut(provider as usize)
+            .ok_or_else(|| {
+                Rejection::InvalidArgument(format!(
+                    "split provider index {provider} out of range: iteration {iteration_id} has \
+                 {num_providers}"
+                ))
+            })?;
+        Ok(Outcome::Splits(cursor.lease(repetition, max)))
+    }
+
+    fn release_client(
+        &mut self,
+        client_id: ClientId,
+        time_micros: u64,
+    ) -> Result<Outcome, Rejection> {
+        let iteration_id = self.clients.remove(&client_id).ok_or_else(|| {
+            Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
+        })?;
+        let iteration = self.iteration_mut(iteration_id);
+        iteration.num_clients = iteration.num_clients.saturating_sub(1);
+        iteration.last_client_released_micros = Some(time_micros);
+        Ok(Outcome::ClientReleased)
+    }
+
+    /// Unknown ids and ids of other workers are ignored one by one (tf.data aborts the whole
+    /// report on the first unknown id, which wedges the worker: its K3).
+    fn finish_tasks(&mut self, worker: &str, task_ids: &[TaskId]) {
+        for task_id in task_ids {
+            let Some(task) = self.tasks.get_mut(task_id) else {
+                continue;
+            };
+            if task.worker != worker || task.finished {
+                continue;
+            }
+            task.finished = true;
+            let iteration_id = task.iteration_id;
+            let all_finished = self.iterations[&iteration_id]
+                .tasks
+                .iter()
+                .all(|t| self.tasks[t].finished);
+            if all_finished {
+                self.iteration_mut(iteration_id).finished = true;
+            }
+        }
+    }
+
+    fn create_task(&mut self, iteration_id: IterationId, worker: &str) -> TaskId {
+        let id = TaskId(self.next_task_id);
+        self.next_task_id += 1;
+        self.tasks.insert(
+            id,
+            Task {
+                id,
+                iteration_id,
+                worker: worker.to_string(),
+                finished: false,
+            },
+        );
+        self.iteration_mut(iteration_id).tasks.push(id);
+        id
+    }
+
+    fn iteration_mut(&mut self, id: IterationId) -> &mut Iteration {
+        self.iterations
+            .get_mut(&id)
+            .expect("ids stored in the state name existing iterations")
+    }
+
+    // ---- read-only queries (used by the services after a linearizable read) ----
+
+    pub fn dataset(&self, id: &DatasetId) -> Option<&Dataset> {
+        self.datasets.get(id)
+    }
+
+    pub fn datasets(&self) -> impl Iterator<Item = &Dataset> {
+        self.datasets.values()
+    }
+
+    pub fn worker(&self, address: &str) -> Option<&Worker> {
+        self.workers.get(address)
+    }
+
+    pub fn workers(&self) -> impl Iterator<Item = &Worker> {
+        self.workers.values()
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn iteration(&self, id: IterationId) -> Option<&Iteration> {
+        self.iterations.get(&id)
+    }
+
+    pub fn iterations(&self) -> impl Iterator<Item = &Iteration> {
+        self.iterations.values()
+    }
+
+    pub fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    /// The iteration a client is attached to.
+    pub fn client_iteration(&self, client_id: ClientId) -> Option<&Iteration> {
+        self.clients.get(&client_id).map(|id| &self.iterations[id])
+    }
+
+    /// Tasks the worker should be running now: unfinished tasks assigned to it.
+    pub fn active_tasks_of_worker<'a>(
+        &'a self,
+        address: &'a str,
+    ) -> impl Iterator<Item = &'a Task> + 'a {
+        self.tasks
+            .values()
+            .filter(move |t| t.worker == address && !t.finished)
+    }
+
+    /// The tasks of an iteration in creation order.
+    pub fn tasks_of_iteration(&self, iteration: &Iteration) -> Vec<&Task> {
+        iteration.tasks.iter().map(|t| &self.tasks[t]).collect()
+    }
+}

@@ -1,0 +1,335 @@
+//! Table tests of `DispatcherState::apply`: each case is a script of requests applied to a fresh
+//! state, with the outcome every step must produce.
+
+use super::dispatcher_state::DEDUP_WINDOW;
+use super::*;
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+
+fn meta() -> DatasetMetadata {
+    DatasetMetadata {
+        element_spec: vec![1, 2],
+        cardinality: 10,
+        compression: Compression::Auto,
+    }
+}
+fn register(id: Option<&str>, def: &[u8]) -> Update {
+    Update::RegisterDataset {
+        dataset_id: id.map(|s| DatasetId(s.into())),
+        def: def.to_vec(),
+        metadata: meta(),
+        num_splits: vec![3],
+    }
+}
+fn worker(address: &str) -> Update {
+    Update::RegisterWorker {
+        address: address.into(),
+        tags: vec![],
+    }
+}
+fn job(dataset: &str, sharding: ShardingPolicy, name: Option<&str>) -> Update {
+    Update::GetOrCreateJob {
+        dataset_id: DatasetId(dataset.into()),
+        sharding,
+        job_name: name.map(Into::into),
+        anonymous_suffix: 7,
+    }
+}
+fn iteration(job: u64, repetition: u64) -> Update {
+    Update::GetOrCreateIteration {
+        job_id: JobId(job),
+        repetition,
+    }
+}
+fn lease(iteration: u64, task: u64, repetition: u64, max: u64) -> Update {
+    Update::LeaseSplits {
+        iteration_id: IterationId(iteration),
+        provider: 0,
+        repetition,
+        max,
+        task_id: TaskId(task),
+    }
+}
+fn finish(worker: &str, tasks: &[u64]) -> Update {
+    Update::FinishTasks {
+        worker: worker.into(),
+        task_ids: tasks.iter().map(|t| TaskId(*t)).collect(),
+    }
+}
+fn release(client: u64) -> Update {
+    Update::ReleaseIterationClient {
+        client_id: ClientId(client),
+        time_micros: 99,
+    }
+}
+
+fn registered(id: &str) -> Outcome {
+    Outcome::DatasetRegistered {
+        dataset_id: DatasetId(id.into()),
+    }
+}
+fn workers_tasks(tasks: &[u64]) -> Outcome {
+    Outcome::WorkerRegistered {
+        tasks: tasks.iter().map(|t| TaskId(*t)).collect(),
+    }
+}
+fn job_id(id: u64) -> Outcome {
+    Outcome::Job { job_id: JobId(id) }
+}
+fn iter_client(iteration: u64, client: u64) -> Outcome {
+    Outcome::Iteration {
+        iteration_id: IterationId(iteration),
+        client_id: ClientId(client),
+    }
+}
+fn splits(repetition: u64, start: u64, end: u64) -> Outcome {
+    Outcome::Splits(SplitLease {
+        repetition,
+        start,
+        end,
+        end_of_splits: false,
+    })
+}
+fn end_of_splits(repetition: u64) -> Outcome {
+    Outcome::Splits(SplitLease {
+        repetition,
+        start: 0,
+        end: 0,
+        end_of_splits: true,
+    })
+}
+fn not_found(msg: &str) -> Outcome {
+    Outcome::Rejected(Rejection::NotFound(msg.into()))
+}
+fn invalid(msg: &str) -> Outcome {
+    Outcome::Rejected(Rejection::InvalidArgument(msg.into()))
+}
+fn precondition(msg: &str) -> Outcome {
+    Outcome::Rejected(Rejection::FailedPrecondition(msg.into()))
+}
+
+fn run(name: &str, steps: Vec<(Update, Outcome)>) -> DispatcherState {
+    let mut state = DispatcherState::default();
+    for (i, (update, want)) in steps.into_iter().enumerate() {
+        let got = state.apply(
+            ApplyContext::default(),
+            &Request {
+                id: None,
+                update: update.clone(),
+            },
+        );
+        assert_eq!(got, want, "case {name:?}, step {i}: {update:?}");
+    }
+    state
+}
+
+#[test]
+fn apply_table() {
+    use ShardingPolicy::*;
+    let cases: Vec<(&str, Vec<(Update, Outcome)>)> = vec![
+        ("generated dataset ids count from 1000", vec![
+            (register(None, b"a"), registered("1000")),
+            (register(None, b"a"), registered("1001")), // no dedupe by definition, as tf.data
+        ]),
+        ("explicit ids: same structure returns it, another is rejected, generator skips taken ids", vec![
+            (register(Some("1000"), b"a"), registered("1000")),
+            (register(Some("1000"), b"a"), registered("1000")),
+            (register(Some("1000"), b"b"), invalid("Datasets with the same ID should have the same structure, got diff for dataset ID 1000. To fix this error, make sure you're registering the same dataset with the same ID.")),
+            (register(None, b"c"), registered("1001")),
+        ]),
+        ("jobs need a registered dataset", vec![
+            (job("404", Off, None), not_found("Dataset id 404 not found")),
+        ]),
+        ("named jobs are shared; anonymous jobs are always new", vec![
+            (register(None, b"a"), registered("1000")),
+            (job("1000", Off, Some("shared")), job_id(5000)),
+            (job("1000", Off, Some("shared")), job_id(5000)),
+            (job("1000", Off, None), job_id(5001)),
+            (job("1000", Off, None), job_id(5002)),
+        ]),
+        ("a job name reused with other parameters is rejected, naming what differs", vec![
+            (register(None, b"a"), registered("1000")),
+            (register(None, b"b"), registered("1001")),
+            (job("1000", Off, Some("j")), job_id(5000)),
+            (job("1000", Dynamic, Some("j")), invalid("Tried to create job with name j, but found an existing job with different parameters: Existing processing mode: OFF; got DYNAMIC. ")),
+            (job("1001", Off, Some("j")), invalid("Tried to create job with name j, but found an existing job with different parameters: Existing dataset: 1000; got 1001, whose definition differs. ")),
+            (register(None, b"a"), registered("1002")),
+            (job("1002", Off, Some("j")), job_id(5000)), // the same definition registered again
+            (job("1000", Off, Some("")), invalid("`job_name` must not be empty")),
+        ]),
+        ("an iteration gets one task per registered worker and a new client per call", vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (worker("w2"), workers_tasks(&[])),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (iteration(5000, 0), iter_client(2000, 3001)),
+            (iteration(5000, 1), iter_client(2001, 3002)),
+            (iteration(5001, 0), not_found("Job with id 5001 not found")),
+        ]),
+        ("a worker registering mid-epoch gets a task for every unfinished iteration, once", vec![
+            (register(None, b"a"), registered("1000")),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (worker("w1"), workers_tasks(&[4000])),
+            (worker("w1"), workers_tasks(&[])), // a restarted worker keeps its tasks
+            (worker("w2"), workers_tasks(&[4001])),
+            (finish("w1", &[4000]), Outcome::TasksFinished),
+            (finish("w2", &[4001]), Outcome::TasksFinished),
+            (worker("w3"), workers_tasks(&[])), // finished iterations get no new tasks
+        ]),
+        ("split leases are disjoint ranges, and the end moves to the next repetition", vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (worker("w2"), workers_tasks(&[])),
+            (job("1000", Dynamic, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (lease(2000, 4000, 0, 2), splits(0, 0, 2)),
+            (lease(2000, 4001, 0, 2), splits(0, 2, 3)),
+            (lease(2000, 4000, 0, 2), end_of_splits(0)),
+            (lease(2000, 4001, 0, 2), end_of_splits(0)),
+            (lease(2000, 4000, 1, 8), splits(1, 0, 3)),
+        ]),
+        ("split leases are checked", vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (lease(2000, 4000, 0, 2), precondition("Cannot get split for iteration 2000, since it is not a distributed_epoch iteration.")),
+            (lease(2999, 4000, 0, 2), not_found("Iteration id 2999 not found")),
+            (job("1000", Dynamic, None), job_id(5001)),
+            (iteration(5001, 0), iter_client(2001, 3001)),
+            (lease(2001, 4000, 0, 2), not_found("Task 4000 of iteration 2001 not found")),
+        ]),
+        ("releasing a client twice is NotFound", vec![
+            (register(None, b"a"), registered("1000")),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (release(3000), Outcome::ClientReleased),
+            (release(3000), not_found("Iteration client id not found: 3000")),
+        ]),
+        ("finish reports skip unknown ids and other workers' tasks one by one", vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (worker("w2"), workers_tasks(&[])),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (finish("w1", &[9999, 4001, 4000]), Outcome::TasksFinished),
+        ]),
+    ];
+    for (name, steps) in cases {
+        run(name, steps);
+    }
+}
+
+#[test]
+fn an_iteration_finishes_when_all_its_tasks_finish() {
+    use ShardingPolicy::*;
+    let state = run(
+        "finish",
+        vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (worker("w2"), workers_tasks(&[])),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (finish("w1", &[4000]), Outcome::TasksFinished),
+        ],
+    );
+    assert!(!state.iteration(IterationId(2000)).unwrap().finished);
+    assert_eq!(state.active_tasks_of_worker("w1").count(), 0);
+    assert_eq!(state.active_tasks_of_worker("w2").count(), 1);
+    let mut state = state;
+    state.apply(
+        ApplyContext::default(),
+        &Request {
+            id: None,
+            update: finish("w2", &[4001]),
+        },
+    );
+    assert!(state.iteration(IterationId(2000)).unwrap().finished);
+}
+
+#[test]
+fn a_repeated_request_id_returns_the_recorded_outcome() {
+    let mut state = DispatcherState::default();
+    let id = |seq| Some(RequestId { requester: 42, seq });
+    let apply = |state: &mut DispatcherState, seq, update: Update| {
+        state.apply(
+            ApplyContext::default(),
+            &Request {
+                id: id(seq),
+                update,
+            },
+        )
+    };
+    assert_eq!(
+        apply(&mut state, 1, register(None, b"a")),
+        registered("1000")
+    );
+    assert_eq!(
+        apply(&mut state, 1, register(None, b"a")),
+        registered("1000"),
+        "retry is not applied again"
+    );
+    assert_eq!(
+        apply(&mut state, 2, register(None, b"a")),
+        registered("1001")
+    );
+    apply(&mut state, 3, worker("w"));
+    apply(&mut state, 4, job("1000", ShardingPolicy::Dynamic, None));
+    apply(&mut state, 5, iteration(5000, 0));
+    // A lease whose reply was lost and is retried returns the same range, not a new one.
+    assert_eq!(
+        apply(&mut state, 6, lease(2000, 4000, 0, 2)),
+        splits(0, 0, 2)
+    );
+    assert_eq!(
+        apply(&mut state, 6, lease(2000, 4000, 0, 2)),
+        splits(0, 0, 2)
+    );
+    assert_eq!(
+        apply(&mut state, 7, lease(2000, 4000, 0, 2)),
+        splits(0, 2, 3)
+    );
+    // Requests of one requester may arrive out of order (concurrent calls): both are recorded.
+    for seq in 8..8 + DEDUP_WINDOW as u64 {
+        apply(&mut state, seq, release(9999));
+    }
+    assert!(
+        matches!(
+            apply(&mut state, 6, lease(2000, 4000, 0, 2)),
+            Outcome::Rejected(Rejection::FailedPrecondition(_))
+        ),
+        "a retry older than the window is refused, never applied twice"
+    );
+}
+
+#[test]
+fn replaying_the_same_log_gives_the_same_state() {
+    let log: Vec<Update> = vec![
+        register(None, b"a"),
+        worker("w1"),
+        job("1000", ShardingPolicy::Dynamic, Some("j")),
+        iteration(5000, 0),
+        lease(2000, 4000, 0, 2),
+        worker("w2"),
+        finish("w1", &[4000]),
+    ];
+    let replay = || {
+        let mut state = DispatcherState::default();
+        let outcomes: Vec<Outcome> = log
+            .iter()
+            .map(|u| {
+                state.apply(
+                    ApplyContext::default(),
+                    &Request {
+                        id: None,
+                        update: u.clone(),
+                    },
+                )
+            })
+            .collect();
+        (format!("{state:?}"), outcomes)
+    };
+    assert_eq!(replay(), replay());
+}

@@ -1,0 +1,60 @@
+//! The objects of the replicated state, as `DispatcherState` stores them.
+//!
+//! Relations are by id (a task names its iteration, an iteration its job) so the state is a
+//! plain tree of maps that serializes deterministically for snapshots.
+
+use crate::ids::{DatasetId, IterationId, JobId, TaskId};
+use crate::state::split_cursor::SplitCursor;
+use crate::state::update::{DatasetMetadata, ShardingPolicy};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dataset {
+    pub id: DatasetId,
+    /// The prost encoding of the `DatasetDef` (file lists expanded).
+    pub def: Vec<u8>,
+    pub metadata: DatasetMetadata,
+    /// Splits per split provider, for distributed_epoch iterations.
+    pub num_splits: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Worker {
+    /// The address clients fetch from; a worker's identity (a restart under the same address is
+    /// the same worker).
+    pub address: String,
+    pub tags: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    /// Never empty: anonymous jobs get a generated name.
+    pub name: String,
+    pub dataset_id: DatasetId,
+    pub sharding: ShardingPolicy,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Iteration {
+    pub id: IterationId,
+    pub job_id: JobId,
+    pub repetition: u64,
+    /// Tasks in creation order; finished tasks stay.
+    pub tasks: Vec<TaskId>,
+    /// One cursor per split provider; empty unless the job is distributed_epoch.
+    pub cursors: Vec<SplitCursor>,
+    pub num_clients: u64,
+    /// Leader wall clock when the last client left; `None` while none ever left.
+    pub last_client_released_micros: Option<u64>,
+    /// All tasks finished (set when the last one finishes; never reset).
+    pub finished: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    pub iteration_id: IterationId,
+    pub worker: String,
+    pub finished: bool,
+}

@@ -1,0 +1,28 @@
+//! The replicated dispatcher state: pure data and the one function that changes it.
+//!
+//! Nothing in this module does I/O, reads a clock, draws random numbers or touches tokio, tonic
+//! or sled: `DispatcherState::apply` must produce the same state and outcome on every replica
+//! from the same log. Decisions that need time or randomness are made by the leader and carried
+//! in the [`Update`].
+//!
+//! Layout:
+//! - [`update`]: `Update`, `Request`, `Proposal`, `Outcome`, `Rejection` and the value types they carry.
+//! - [`entities`]: datasets, workers, jobs, iterations, tasks as stored in the state.
+//! - [`split_cursor`]: the per-provider cursor of a distributed_epoch iteration.
+//! - [`dispatcher_state`]: `DispatcherState`, `apply` and the read-only queries.
+
+pub mod dispatcher_state;
+pub mod entities;
+pub mod split_cursor;
+pub mod update;
+
+#[cfg(test)]
+mod dispatcher_state_tests;
+
+pub use dispatcher_state::{ApplyContext, DispatcherState};
+pub use entities::{Dataset, Iteration, Job, Task, Worker};
+pub use split_cursor::SplitCursor;
+pub use update::{
+    Compression, DatasetMetadata, Outcome, Outcomes, Proposal, Rejection, Request, RequestId,
+    ShardingPolicy, SplitLease, Update,
+};

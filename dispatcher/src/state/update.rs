@@ -1,0 +1,182 @@
+//! The commands of the replicated log and their outcomes.
+//!
+//! A log entry carries a [`Proposal`]: the requests the leader's proposer batched into one entry
+//! (group commit). Each [`Request`] is one [`Update`] plus, for requests that may be retried, the
+//! requester's [`RequestId`]. Everything an update needs that is not derivable from the state
+//! (timestamps, random name suffixes, expanded file lists, split counts) is chosen by the leader
+//! before proposing and travels inside the update, so `apply` stays pure.
+
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How the data of a job is divided between its workers (tf.data's `ShardingPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShardingPolicy {
+    /// "parallel_epochs": every task produces the whole dataset.
+    Off,
+    /// "distributed_epoch": splits are leased from the dispatcher, each at most once.
+    Dynamic,
+    File,
+    Data,
+    FileOrData,
+    Hint,
+}
+
+impl fmt::Display for ShardingPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShardingPolicy::Off => "OFF",
+            ShardingPolicy::Dynamic => "DYNAMIC",
+            ShardingPolicy::File => "FILE",
+            ShardingPolicy::Data => "DATA",
+            ShardingPolicy::FileOrData => "FILE_OR_DATA",
+            ShardingPolicy::Hint => "HINT",
+        })
+    }
+}
+
+/// Element compression recorded at registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compression {
+    None,
+    Auto,
+}
+
+/// What the dispatcher knows about a dataset besides its definition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetMetadata {
+    /// The prost encoding of the `ElementSpec`, opaque to the state.
+    pub element_spec: Vec<u8>,
+    /// -1 infinite, -2 unknown, otherwise the number of elements.
+    pub cardinality: i64,
+    pub compression: Compression,
+}
+
+/// Identifies a retryable request: a retry with the same pair returns the recorded outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequestId {
+    pub requester: u64,
+    pub seq: u64,
+}
+
+/// One request inside a log entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub id: Option<RequestId>,
+    pub update: Update,
+}
+
+/// The payload of one normal log entry: every request the proposer gathered for it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Proposal(pub Vec<Request>);
+
+/// The responses to a [`Proposal`], in the same order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Outcomes(pub Vec<Outcome>);
+
+/// A change to the replicated dispatcher state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Update {
+    /// Registers a dataset; `dataset_id` is the user's explicit id, if any. `def` is the prost
+    /// encoding of the `DatasetDef` with its file lists already expanded.
+    RegisterDataset {
+        dataset_id: Option<DatasetId>,
+        def: Vec<u8>,
+        metadata: DatasetMetadata,
+        /// Number of splits of each split provider (for distributed_epoch iterations).
+        num_splits: Vec<u64>,
+    },
+    /// First contact of a worker (or of a restarted one under the same address): registers it
+    /// and creates one task for every unfinished iteration.
+    RegisterWorker { address: String, tags: Vec<String> },
+    /// Returns the job named `job_name`, or creates it. Without a name a fresh anonymous job is
+    /// created, named with the leader-chosen `anonymous_suffix`.
+    GetOrCreateJob {
+        dataset_id: DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<String>,
+        anonymous_suffix: u64,
+    },
+    /// Returns the iteration `(job, repetition)`, creating it (one task per registered worker)
+    /// if absent, and attaches a new iteration client to it.
+    GetOrCreateIteration { job_id: JobId, repetition: u64 },
+    /// Leases up to `max` consecutive splits of one provider of a distributed_epoch iteration
+    /// to `task_id`.
+    LeaseSplits {
+        iteration_id: IterationId,
+        provider: u32,
+        repetition: u64,
+        max: u64,
+        task_id: TaskId,
+    },
+    /// Detaches a client from its iteration; `time_micros` is the leader's wall clock.
+    ReleaseIterationClient {
+        client_id: ClientId,
+        time_micros: u64,
+    },
+    /// A worker finished these tasks (its pipeline reached the end and a consumer saw it).
+    FinishTasks {
+        worker: String,
+        task_ids: Vec<TaskId>,
+    },
+}
+
+impl Update {
+    /// Short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Update::RegisterDataset { .. } => "register_dataset",
+            Update::RegisterWorker { .. } => "register_worker",
+            Update::GetOrCreateJob { .. } => "get_or_create_job",
+            Update::GetOrCreateIteration { .. } => "get_or_create_iteration",
+            Update::LeaseSplits { .. } => "lease_splits",
+            Update::ReleaseIterationClient { .. } => "release_iteration_client",
+            Update::FinishTasks { .. } => "finish_tasks",
+        }
+    }
+}
+
+/// A range of splits handed to one task: `[start, end)` of `repetition`, or the end of that
+/// repetition's splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitLease {
+    pub repetition: u64,
+    pub start: u64,
+    pub end: u64,
+    pub end_of_splits: bool,
+}
+
+/// The result of applying one request. Rejections are replicated results too: every replica
+/// rejects the same request the same way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Outcome {
+    DatasetRegistered {
+        dataset_id: DatasetId,
+    },
+    WorkerRegistered {
+        tasks: Vec<TaskId>,
+    },
+    Job {
+        job_id: JobId,
+    },
+    Iteration {
+        iteration_id: IterationId,
+        client_id: ClientId,
+    },
+    Splits(SplitLease),
+    ClientReleased,
+    TasksFinished,
+    Rejected(Rejection),
+}
+
+/// Why a request changed nothing. Messages follow tf.data service's texts where it has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Rejection {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+}

@@ -1,0 +1,298 @@
+//! `Journal`: opening (or creating) a data dir and handing out the Raft stores built on it.
+//!
+//! A data dir holds exactly two things:
+//! - `FORMAT`: one line, `sluice-journal <FORMAT_VERSION>`, written last at creation;
+//! - `db/`: the sled database, whose `header` tree repeats the version (see `keys.rs`).
+//!
+//! Invariant: a dir that is neither missing/empty nor a journal of this format version is
+//! refused *before* anything in it is touched, with an error naming the offending file. Only a
+//! missing or empty dir is initialised. A crash during initialisation leaves a dir without
+//! `FORMAT`, which is then refused; it held no data and can be removed by hand.
+
+use std::fs;
+use std::io;
+use std::io::Write;
+use std::path::Path;
+use std::path::PathBuf;
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::error::sled_lock_contended;
+use crate::error::JournalError;
+use crate::keys;
+use crate::log_store::LogStore;
+use crate::state_machine::ReplicatedState;
+use crate::state_machine::StateMachineStore;
+use crate::type_config::JournalTypeConfig;
+
+/// On-disk format version, written at creation and required at open.
+pub const FORMAT_VERSION: u32 = 1;
+/// Name of the format file inside the data dir.
+pub const FORMAT_FILE: &str = "FORMAT";
+/// Name of the sled database directory inside the data dir.
+pub const DB_DIR: &str = "db";
+/// A file sled 0.34 always writes into its directory; its absence means `db/` is not a sled db.
+const SLED_CONF_FILE: &str = "conf";
+
+/// The exact content of a valid `FORMAT` file.
+pub fn format_file_content() -> String {
+    format!("sluice-journal {FORMAT_VERSION}\n")
+}
+
+/// An open journal: one sled database and its key spaces. Cheap to clone (sled handles are
+/// reference counted); the database closes when the last clone and every store are dropped.
+#[derive(Clone)]
+pub struct Journal {
+    dir: PathBuf,
+    db: sled::Db,
+    raft_log: sled::Tree,
+    raft_meta: sled::Tree,
+    snapshot: sled::Tree,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Journal {
+    /// Opens the journal in `dir`, creating it if `dir` is missing or empty.
+    ///
+    /// Refuses (with [`JournalError::Format`], naming the file) a path that is not a directory,
+    /// a non-empty dir whose `FORMAT` is missing, unreadable or different, and a dir whose
+    /// `db/` is missing, cannot be opened by sled, or lacks the matching header key.
+    ///
+    /// Blocking: it does file I/O and may wait up to 2 s for sled's lock (see `LOCK_WAIT`);
+    /// call it at startup or from `spawn_blocking`. A lock still held after that is a
+    /// retryable [`JournalError::Sled`].
+    pub fn open(dir: &Path) -> Result<Journal, JournalError> {
+        match fs::metadata(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Self::create(dir),
+            Err(e) => {
+                return Err(JournalError::Io {
+                    path: dir.to_path_buf(),
+                    source: e,
+                })
+            }
+            Ok(m) if !m.is_dir() => return Err(format_err(dir, dir, "is not a directory")),
+            Ok(_) => {}
+        }
+        let mut listing = fs::read_dir(dir).map_err(|e| JournalError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+        if listing.next().is_none() {
+            return Self::create(dir);
+        }
+
+        check_format_file(dir)?;
+
+        let db_path = dir.join(DB_DIR);
+        // Without this check sled would happily create a fresh database in a missing `db/`.
+        if !db_path.join(SLED_CONF_FILE).is_file() {
+            return Err(format_err(
+                dir,
+                &db_path,
+                "is missing or is not a sled database",
+            ));
+        }
+        let db = open_sled(dir, &db_path)?;
+        check_header(dir, &db_path, &db)?;
+        tracing::info!(dir = %dir.display(), "opened journal");
+        Self::from_db(dir, db)
+    }
+
+    /// Initialises a missing or empty dir: sled db with its header (flushed), then `FORMAT`
+    /// (written to a temp file, synced, renamed, dir synced), so `FORMAT` exists only once the
+    /// database behind it is durable.
+    fn create(dir: &Path) -> Result<Journal, JournalError> {
+        fs::create_dir_all(dir).map_err(|e| JournalError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+        let db_path = dir.join(DB_DIR);
+        let db = sled::Config::new()
+            .path(&db_path)
+            .open()
+            .map_err(|e| JournalError::sled(format!("creating {}", db_path.display()), e))?;
+        let header = db
+            .open_tree(keys::TREE_HEADER)
+            .map_err(|e| JournalError::sled("opening the header tree", e))?;
+        header
+            .insert(keys::HEADER_FORMAT, &FORMAT_VERSION.to_be_bytes())
+            .map_err(|e| JournalError::sled("writing the format header", e))?;
+        db.flush().map_err(|e| {
+            JournalError::sled(format!("flushing new journal {}", db_path.display()), e)
+        })?;
+
+        write_format_file(dir)?;
+        tracing::info!(dir = %dir.display(), version = FORMAT_VERSION, "created journal");
+        Self::from_db(dir, db)
+    }
+
+    fn from_db(dir: &Path, db: sled::Db) -> Result<Journal, JournalError> {
+        let tree = |name: &str| {
+            db.open_tree(name)
+                .map_err(|e| JournalError::sled(format!("opening tree {name}"), e))
+        };
+        Ok(Journal {
+            dir: dir.to_path_buf(),
+            raft_log: tree(keys::TREE_RAFT_LOG)?,
+            raft_meta: tree(keys::TREE_RAFT_META)?,
+            snapshot: tree(keys::TREE_SNAPSHOT)?,
+            db,
+        })
+    }
+
+    /// The data dir this journal lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The Raft log store (log entries, vote, committed, last purged).
+    pub fn log_store<C: JournalTypeConfig>(&self) -> LogStore<C> {
+        LogStore::new(
+            self.db.clone(),
+            self.raft_log.clone(),
+            self.raft_meta.clone(),
+        )
+    }
+
+    /// The Raft state machine, loaded from the persisted snapshot if there is one.
+    ///
+    /// Call once per open journal: each call builds its own in-memory state. openraft then
+    /// re-applies committed log entries after the snapshot (`StorageHelper::get_initial_state`
+    /// in `Raft::new`).
+    pub fn state_machine<C, S>(&self) -> Result<StateMachineStore<C, S>, JournalError>
+    where
+        C: JournalTypeConfig,
+        S: ReplicatedState<C>,
+    {
+        StateMachineStore::open(self.db.clone(), self.snapshot.clone())
+    }
+}
+
+fn format_err(dir: &Path, path: &Path, reason: impl Into<String>) -> JournalError {
+    JournalError::Format {
+        dir: dir.to_path_buf(),
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn check_format_file(dir: &Path) -> Result<(), JournalError> {
+    let path = dir.join(FORMAT_FILE);
+    let content = match fs::read(&path) {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(format_err(dir, &path, "is missing"))
+        }
+        Err(e) => return Err(format_err(dir, &path, format!("is unreadable: {e}"))),
+    };
+    let expected = format_file_content();
+    if content != expected.as_bytes() {
+        let shown: String = String::from_utf8_lossy(&content).chars().take(64).collect();
+        return Err(format_err(
+            dir,
+            &path,
+            format!("has content {shown:?}, expected {expected:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// How long `open` waits for sled's file lock to be released.
+///
+/// sled releases the lock when its last internal handle goes, and its background I/O threads
+/// hold handles for a few milliseconds after the last `Db` is dropped. An in-process restart
+/// (tests, `TestCluster`) or a predecessor process that is still exiting would otherwise see a
+/// spurious "could not acquire lock".
+const LOCK_WAIT: Duration = Duration::from_secs(2);
+const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(5);
+
+fn open_sled(dir: &Path, db_path: &Path) -> Result<sled::Db, JournalError> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match sled::Config::new().path(db_path).open() {
+            Ok(db) => return Ok(db),
+            Err(sled::Error::Io(ref io))
+                if sled_lock_contended(io) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(LOCK_RETRY_INTERVAL);
+            }
+            Err(e) => return Err(open_error(dir, db_path, e)),
+        }
+    }
+}
+
+fn open_error(dir: &Path, db_path: &Path, e: sled::Error) -> JournalError {
+    match e {
+        // A held lock (or a transient I/O error) is not a format problem: keep it a sled error
+        // so that `is_retryable()` says so.
+        sled::Error::Io(ref io)
+            if sled_lock_contended(io)
+                || matches!(
+                    io.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::TimedOut
+                ) =>
+        {
+            JournalError::sled(format!("opening {}", db_path.display()), e)
+        }
+        other => format_err(dir, db_path, format!("cannot be opened by sled: {other}")),
+    }
+}
+
+fn check_header(dir: &Path, db_path: &Path, db: &sled::Db) -> Result<(), JournalError> {
+    // `open_tree` would create a missing tree; look it up among the existing ones instead.
+    let has_header = db
+        .tree_names()
+        .iter()
+        .any(|n| n.as_ref() == keys::TREE_HEADER.as_bytes());
+    if !has_header {
+        return Err(format_err(dir, db_path, "has no format header"));
+    }
+    let header = db
+        .open_tree(keys::TREE_HEADER)
+        .map_err(|e| JournalError::sled("opening the header tree", e))?;
+    let value = header
+        .get(keys::HEADER_FORMAT)
+        .map_err(|e| JournalError::sled("reading the format header", e))?;
+    let Some(value) = value else {
+        return Err(format_err(dir, db_path, "has no format header"));
+    };
+    let version = <[u8; 4]>::try_from(value.as_ref()).map(u32::from_be_bytes);
+    match version {
+        Ok(FORMAT_VERSION) => Ok(()),
+        Ok(v) => Err(format_err(
+            dir,
+            db_path,
+            format!("has format version {v}, this build reads {FORMAT_VERSION}"),
+        )),
+        Err(_) => Err(format_err(dir, db_path, "has a malformed format header")),
+    }
+}
+
+fn write_format_file(dir: &Path) -> Result<(), JournalError> {
+    let path = dir.join(FORMAT_FILE);
+    let tmp = dir.join(format!("{FORMAT_FILE}.tmp"));
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| JournalError::Io { path, source }
+    };
+    let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(format_file_content().as_bytes())
+        .map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    drop(f);
+    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    // Make the rename itself durable.
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))?;
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! Argument definitions of the `sluice` CLI, kept stable: tests and the chaos harness drive it.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice",
+    version,
+    about = "A fault-tolerant data service for ML input pipelines"
+)]
+pub struct Cli {
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `sluice_dispatcher=debug`.
+    #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one dispatcher replica.
+    Dispatcher(DispatcherArgs),
+    /// Run a worker.
+    Worker(WorkerArgs),
+    /// Read a dataset through the service and print one JSON value per element.
+    Read(ReadArgs),
+    /// Register a dataset and print its id.
+    Register(RegisterArgs),
+    /// Print the dispatcher's view of the cluster and its state as JSON.
+    Status(StatusArgs),
+    /// Run the showcase: a local cluster, a distributed epoch, and a summary.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DispatcherArgs {
+    /// This replica's id in --peers.
+    #[arg(long, default_value_t = 1)]
+    pub id: u64,
+    /// Address to serve on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Journal directory (created if missing).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Every replica: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`, the same on every node. Omit for a
+    /// one-node dispatcher.
+    #[arg(long, default_value = "")]
+    pub peers: String,
+    /// Raft heartbeat period.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    pub heartbeat_interval: Duration,
+    /// Raft election timeout, lower bound (the upper bound is twice this).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    pub election_timeout: Duration,
+    /// Log entries between snapshots.
+    #[arg(long, default_value_t = 5000)]
+    pub snapshot_every: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Dispatcher replicas, comma-separated.
+    #[arg(long)]
+    pub dispatcher: String,
+    /// Address to serve on and register under (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Worker tags (repeatable), e.g. COLOCATED.
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// Dispatcher replicas, comma-separated.
+    #[arg(long)]
+    pub dispatcher: String,
+    /// A dataset expression, e.g. `range(10).map(square)`.
+    #[arg(
+        long,
+        conflicts_with = "dataset_id",
+        required_unless_present = "dataset_id"
+    )]
+    pub dataset: Option<String>,
+    /// A registered dataset id.
+    #[arg(long)]
+    pub dataset_id: Option<String>,
+    /// parallel_epochs, distributed_epoch, off, dynamic, file, data, file_or_data, hint.
+    #[arg(long, default_value = "parallel_epochs")]
+    pub mode: String,
+    /// Share the job with every consumer using this name.
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// Elements requested or buffered at most (memory bound: element size × this).
+    #[arg(long)]
+    pub max_outstanding_requests: Option<i64>,
+    /// auto or none (used when --dataset registers the dataset).
+    #[arg(long, default_value = "auto")]
+    pub compression: String,
+    /// Ops applied locally after the service, e.g. `map(square).batch(2)`.
+    #[arg(long)]
+    pub local: Option<String>,
+    /// Stop after N elements.
+    #[arg(long)]
+    pub take: Option<u64>,
+    /// Read at most this many elements per second.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Epochs to read (each a new iteration of the job).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RegisterArgs {
+    #[arg(long)]
+    pub dispatcher: String,
+    #[arg(long)]
+    pub dataset: String,
+    #[arg(long)]
+    pub dataset_id: Option<String>,
+    #[arg(long, default_value = "auto")]
+    pub compression: String,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[arg(long)]
+    pub dispatcher: String,
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Number of generated TFRecord files.
+    #[arg(long, default_value_t = 64)]
+    pub files: u64,
+    /// Records per file.
+    #[arg(long, default_value_t = 2000)]
+    pub records: u64,
+    /// Elements per second the demo client reads at most (0: unlimited).
+    #[arg(long, default_value_t = 40000.0)]
+    pub rate: f64,
+}
+
+pub fn init_tracing(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    use crate::commands;
+    match cli.command {
+        Command::Dispatcher(args) => commands::dispatcher(args).await,
+        Command::Worker(args) => commands::worker(args).await,
+        Command::Read(args) => commands::read(args).await,
+        Command::Register(args) => commands::register(args).await,
+        Command::Status(args) => commands::status(args).await,
+        Command::Demo(args) => crate::demo::run(args).await,
+    }
+}
+
+/// An error chain on one line: `context: cause: cause`.
+pub fn one_line(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+        .replace('\n', " ")
+}

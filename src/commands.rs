@@ -1,0 +1,206 @@
+//! The subcommands other than `demo`: each builds its config from the arguments and runs one
+//! library component.
+
+use crate::cli::{DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs, WorkerArgs};
+use anyhow::{bail, Context};
+use sluice_client::{
+    Compression, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions, RetryConfig,
+};
+use sluice_dataset::Transform;
+use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_worker::{WorkerConfig, WorkerHandle};
+use std::io::Write;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Prints the one `READY <role> <address>` line tests and harnesses wait for.
+fn ready(role: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "READY {role} {addr}")?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// A token cancelled on SIGINT or SIGTERM.
+fn stop_on_signal() -> CancellationToken {
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        token.cancel();
+    });
+    stop
+}
+
+pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
+    let peers = DispatcherConfig::parse_peers(&args.peers).map_err(anyhow::Error::msg)?;
+    // With a peer list and no --listen, serve at this node's address in it.
+    let listen = match peers.get(&args.id) {
+        Some(addr) if args.listen == "127.0.0.1:0" => addr.clone(),
+        _ => args.listen,
+    };
+    let config = DispatcherConfig {
+        id: args.id,
+        listen,
+        data_dir: args.data_dir,
+        peers,
+        heartbeat_interval: args.heartbeat_interval,
+        election_timeout: (args.election_timeout, args.election_timeout * 2),
+        snapshot_logs_since_last: args.snapshot_every,
+        ..DispatcherConfig::default()
+    };
+    let handle = DispatcherHandle::start(config).await?;
+    ready("dispatcher", handle.addr())?;
+    handle.run_until(stop_on_signal()).await?;
+    Ok(())
+}
+
+pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let config = WorkerConfig {
+        dispatcher: args.dispatcher,
+        listen: args.listen,
+        tags: args.tags,
+        ..WorkerConfig::default()
+    };
+    let handle = WorkerHandle::start(config).await?;
+    ready("worker", handle.addr())?;
+    handle.run_until(stop_on_signal()).await;
+    Ok(())
+}
+
+fn distribute_options(
+    job_name: Option<String>,
+    max_outstanding_requests: Option<i64>,
+    compression: &str,
+) -> anyhow::Result<DistributeOptions> {
+    let max_outstanding_requests = match max_outstanding_requests {
+        None | Some(-1) => None,
+        Some(k) if k > 0 && k <= i64::from(u32::MAX) => Some(k as u32),
+        Some(_) => bail!("max_outstanding_requests must be positive or -1"),
+    };
+    Ok(DistributeOptions {
+        job_name,
+        max_outstanding_requests,
+        compression: compression.parse::<Compression>()?,
+        ..DistributeOptions::default()
+    })
+}
+
+pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
+    let client = DispatcherClient::new(&args.dispatcher)?;
+    let mode: ProcessingMode = args.mode.parse()?;
+    let options = distribute_options(
+        args.job_name,
+        args.max_outstanding_requests,
+        &args.compression,
+    )?;
+    let mut service = match (&args.dataset, &args.dataset_id) {
+        (Some(expr), _) => {
+            let dataset = sluice_dataset::parse(expr)?;
+            client.distribute(&dataset, mode, options).await?
+        }
+        (None, Some(id)) => client.from_dataset_id(mode, id, options).await?,
+        (None, None) => bail!("either --dataset or --dataset-id is required"),
+    };
+    if let Some(local) = &args.local {
+        for op in sluice_dataset::parse_ops(local)? {
+            service = service.push_op(op);
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let started = tokio::time::Instant::now();
+    let mut count = 0u64;
+    'epochs: for _ in 0..args.epochs {
+        let mut epoch = service.iter().await?;
+        while let Some(element) = epoch.next().await {
+            let element = element?;
+            writeln!(out, "{}", element.to_json())?;
+            count += 1;
+            if args.take.is_some_and(|take| count >= take) {
+                break 'epochs;
+            }
+            if let Some(rate) = args.rate.filter(|r| *r > 0.0) {
+                out.flush()?;
+                tokio::time::sleep_until(started + Duration::from_secs_f64(count as f64 / rate))
+                    .await;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+pub async fn register(args: RegisterArgs) -> anyhow::Result<()> {
+    let client = DispatcherClient::new(&args.dispatcher)?;
+    let dataset = sluice_dataset::parse(&args.dataset)?;
+    let options = RegisterOptions {
+        compression: args.compression.parse()?,
+        dataset_id: args.dataset_id,
+    };
+    let id = client.register_dataset(&dataset, &options).await?;
+    println!("{id}");
+    Ok(())
+}
+
+/// Asks every given replica for its status; prints the leader's view (or the first answer) with
+/// each replica's own summary under `nodes`.
+pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let mut views = Vec::new();
+    for addr in args
+        .dispatcher
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let retry = RetryConfig {
+            retry_timeout: Duration::from_secs(2),
+            ..RetryConfig::default()
+        };
+        let client = DispatcherClient::with_retry(addr, retry)?;
+        let view = client
+            .call("get_status", Duration::ZERO, |mut c, timeout| {
+                let mut request =
+                    tonic::Request::new(sluice_proto::dispatcher::GetStatusRequest {});
+                request.set_timeout(timeout);
+                async move { c.get_status(request).await }
+            })
+            .await;
+        views.push((addr.to_string(), view));
+    }
+    let mut nodes = Vec::new();
+    let mut chosen: Option<serde_json::Value> = None;
+    for (addr, view) in views {
+        match view {
+            Ok(response) => {
+                let json: serde_json::Value =
+                    serde_json::from_str(&response.json).context("status json")?;
+                nodes.push(serde_json::json!({
+                    "addr": addr, "node": json["node"], "state": json["state"], "term": json["term"],
+                    "applied_index": json["applied_index"], "leader": json["leader"],
+                }));
+                let is_leader = json["state"] == "Leader";
+                if chosen.is_none() || is_leader {
+                    chosen = Some(json);
+                }
+            }
+            Err(e) => nodes.push(serde_json::json!({"addr": addr, "error": e.to_string()})),
+        }
+    }
+    let Some(mut status) = chosen else {
+        bail!(
+            "no dispatcher answered: {}",
+            serde_json::Value::Array(nodes)
+        );
+    };
+    status["nodes"] = serde_json::Value::Array(nodes);
+    println!("{}", serde_json::to_string_pretty(&status)?);
+    Ok(())
+}

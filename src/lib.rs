@@ -1,0 +1,10 @@
+//! The `sluice` binary's library: the subcommands behind the CLI and the demo.
+//!
+//! Layout:
+//! - [`cli`]: argument definitions (clap) and the `run` entry point.
+//! - [`commands`]: `dispatcher`, `worker`, `read`, `register`, `status`.
+//! - [`demo`]: `sluice demo`, the main job on a fresh machine.
+
+pub mod cli;
+pub mod commands;
+pub mod demo;

@@ -1,0 +1,127 @@
+//! Running the real `sluice` binary: spawn a server, wait for its `READY <role> <address>` line,
+//! SIGKILL it, restart it with the same arguments.
+
+use anyhow::Context;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A `sluice` server process; killed when dropped.
+pub struct SluiceProcess {
+    bin: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    /// The address from the READY line.
+    pub addr: String,
+}
+
+impl SluiceProcess {
+    /// Starts `sluice <args>` and waits (up to `timeout`) for its READY line.
+    pub fn spawn(bin: &Path, args: &[&str], timeout: Duration) -> anyhow::Result<SluiceProcess> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, addr) = start(bin, &args, timeout)?;
+        Ok(SluiceProcess {
+            bin: bin.to_path_buf(),
+            args,
+            child: Some(child),
+            addr,
+        })
+    }
+
+    /// SIGKILL, no goodbye.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the process again with the same arguments.
+    pub fn restart(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.kill();
+        let (child, addr) = start(&self.bin, &self.args, timeout)?;
+        self.child = Some(child);
+        self.addr = addr;
+        Ok(())
+    }
+}
+
+impl Drop for SluiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn start(bin: &Path, args: &[String], timeout: Duration) -> anyhow::Result<(Child, String)> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("spawn {} {}", bin.display(), args.join(" ")))?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.strip_prefix("READY ") {
+                let _ = tx.send(rest.to_string());
+            }
+        }
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(ready) => {
+            let addr = ready
+                .split_whitespace()
+                .nth(1)
+                .context("READY line without an address")?
+                .to_string();
+            Ok((child, addr))
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            anyhow::bail!(
+                "{} {} printed no READY line within {timeout:?} (exit: {status:?})",
+                bin.display(),
+                args.join(" ")
+            )
+        }
+    }
+}
+
+/// Runs `sluice <args>` to completion; returns (exit success, stdout, stderr).
+pub fn run(bin: &Path, args: &[&str], timeout: Duration) -> anyhow::Result<(bool, String, String)> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("spawn {} {}", bin.display(), args.join(" ")))?;
+    let (tx, rx) = mpsc::channel();
+    let mut stdout = child.stdout.take().context("stdout")?;
+    let mut stderr = child.stderr.take().context("stderr")?;
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+        let _ = tx.send((out, err));
+    });
+    match rx.recv_timeout(timeout) {
+        Ok((out, err)) => {
+            let status = child.wait()?;
+            Ok((status.success(), out, err))
+        }
+        Err(_) => {
+            let _ = child.kill();
+            anyhow::bail!(
+                "{} {} did not finish within {timeout:?}",
+                bin.display(),
+                args.join(" ")
+            )
+        }
+    }
+}

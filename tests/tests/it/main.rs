@@ -1,0 +1,53 @@
+//! Cross-crate tests of Sluice (ARCHITECTURE.md §6, tier 3): a dispatcher quorum and workers in
+//! this process over real gRPC, read through the client library. One test binary, modules by
+//! topic.
+
+mod bad_input;
+mod processing_modes;
+mod restart;
+
+use sluice_client::ServiceDataset;
+use sluice_dataset::Element;
+use std::time::Duration;
+
+/// Reads one epoch to its end, failing the test past `timeout`.
+pub async fn read_epoch(
+    service: &ServiceDataset,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Element>> {
+    let epoch = service.iter().await?;
+    Ok(tokio::time::timeout(timeout, epoch.collect()).await??)
+}
+
+/// Scalar integer elements as numbers, sorted.
+pub fn sorted_ints(elements: &[Element]) -> Vec<i64> {
+    let mut out: Vec<i64> = elements
+        .iter()
+        .map(|e| e.as_i64().expect("a scalar integer element"))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Asserts `got` holds each of `0..n` exactly once, naming duplicates and missing ones.
+pub fn assert_exactly_once(got: &[i64], n: i64) {
+    let mut counts = std::collections::BTreeMap::new();
+    for v in got {
+        *counts.entry(*v).or_insert(0u32) += 1;
+    }
+    let duplicates: Vec<_> = counts
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(v, c)| (*v, *c))
+        .take(20)
+        .collect();
+    let missing: Vec<i64> = (0..n)
+        .filter(|v| !counts.contains_key(v))
+        .take(20)
+        .collect();
+    assert!(
+        duplicates.is_empty() && missing.is_empty() && got.len() as i64 == n,
+        "{} elements for 0..{n}; duplicates (value, count): {duplicates:?}; missing: {missing:?}",
+        got.len()
+    );
+}

@@ -1,0 +1,156 @@
+//! parallel_epochs and distributed_epoch with one dispatcher and two workers.
+
+use crate::{read_epoch, sorted_ints};
+use sluice_client::{DistributeOptions, ProcessingMode};
+use sluice_dataset::tfrecord::TfRecordWriter;
+use sluice_dataset::{Dataset, Transform};
+use sluice_tests::TestCluster;
+use std::time::Duration;
+
+const EPOCH: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_epochs_yields_every_element_once_per_worker() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(1, 2).await?;
+    let service = cluster
+        .client()
+        .distribute(
+            &Dataset::range(10),
+            ProcessingMode::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
+    let want: Vec<i64> = (0..10).flat_map(|i| [i, i]).collect();
+    assert_eq!(got, want);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_epoch_over_a_range_yields_every_element_exactly_once() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(1, 2).await?;
+    let n = 20_000;
+    let service = cluster
+        .client()
+        .distribute(
+            &Dataset::range(n),
+            ProcessingMode::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
+    crate::assert_exactly_once(&got, n);
+    // Both workers took part (splits are leased first-come-first-served, in growing ranges).
+    let status = cluster
+        .replica(1)
+        .expect("running")
+        .state()
+        .read()
+        .expect("lock")
+        .state
+        .clone();
+    let tasks: Vec<_> = status
+        .iterations()
+        .flat_map(|it| it.tasks.clone())
+        .collect();
+    assert_eq!(tasks.len(), 2);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly_once(
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut want = Vec::new();
+    for f in 0..12 {
+        let mut writer = TfRecordWriter::create(dir.path().join(format!("part-{f:02}.tfrecord")))?;
+        for r in 0..50 {
+            let record = format!("file{f}-record{r}");
+            writer.write_record(record.as_bytes())?;
+            want.push(record);
+        }
+        writer.flush()?;
+    }
+    std::fs::write(dir.path().join("ignored.txt"), "not a record file")?;
+    let cluster = TestCluster::start(1, 2).await?;
+    let pattern = format!("{}/*.tfrecord", dir.path().display());
+    let service = cluster
+        .client()
+        .distribute(
+            &Dataset::files(&pattern).tfrecord(),
+            ProcessingMode::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let mut got: Vec<String> = read_epoch(&service, EPOCH)
+        .await?
+        .iter()
+        .map(|e| e.to_json().as_str().expect("a string element").to_string())
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(1, 1).await?;
+    let client = cluster.client();
+    let service = client
+        .distribute(
+            &Dataset::range(5).map("square"),
+            ProcessingMode::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    // The registered definition (what workers run) holds the first map only.
+    let registered = client
+        .register_dataset(&Dataset::range(5).map("square"), &Default::default())
+        .await?;
+    assert_ne!(registered, service.dataset_id());
+    let local = service.clone().map("square");
+    let got = sorted_ints(&read_epoch(&local, EPOCH).await?);
+    assert_eq!(got, vec![0, 1, 16, 81, 256]);
+    // The same dataset object without the local op: a new epoch, squares only.
+    let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
+    assert_eq!(got, vec![0, 1, 4, 9, 16]);
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_job_is_shared_and_each_iter_is_a_new_epoch() -> anyhow::Result<()> {
+    let cluster = TestCluster::start(1, 2).await?;
+    let client = cluster.client();
+    let options = DistributeOptions {
+        job_name: Some("shared".into()),
+        ..DistributeOptions::default()
+    };
+    let a = client
+        .distribute(
+            &Dataset::range(100),
+            ProcessingMode::Dynamic,
+            options.clone(),
+        )
+        .await?;
+    let b = client
+        .distribute(&Dataset::range(100), ProcessingMode::Dynamic, options)
+        .await?;
+    // Two consumers of one job split the epoch between them.
+    let (ea, eb) = (a.iter().await?, b.iter().await?);
+    let (ra, rb) = tokio::join!(ea.collect(), eb.collect());
+    let mut both = [ra?, rb?].concat();
+    both.sort_by_key(|e| e.as_i64());
+    assert_eq!(sorted_ints(&both), (0..100).collect::<Vec<_>>());
+    // The next epoch of `a` is a new iteration with every element again.
+    assert_eq!(
+        sorted_ints(&read_epoch(&a, EPOCH).await?),
+        (0..100).collect::<Vec<_>>()
+    );
+    cluster.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! `WorkerError`: why a worker could not start or a task could not run.
+
+use sluice_client::ClientError;
+use sluice_dataset::DatasetError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("{0}")]
+    Config(String),
+    #[error("bind {addr}: {message}")]
+    Bind { addr: String, message: String },
+    #[error("dispatcher: {0}")]
+    Dispatcher(#[from] ClientError),
+    #[error("task {task_id}: {source}")]
+    Task { task_id: u64, source: DatasetError },
+}
+
+impl WorkerError {
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            WorkerError::Config(_) => false,
+            WorkerError::Bind { .. } => false,
+            WorkerError::Dispatcher(e) => e.is_retryable(),
+            WorkerError::Task { source, .. } => source.is_retryable(),
+        }
+    }
+}

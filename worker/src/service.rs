@@ -1,0 +1,140 @@
+//! The worker's data plane: `Fetch` streams elements of one task to one reader, never more than
+//! the reader's granted credits, many elements per message.
+
+use crate::worker_state::WorkerState;
+use sluice_proto::worker::worker_server::Worker;
+use sluice_proto::worker::{
+    ElementBatch, FetchRequest, GetWorkerTasksRequest, GetWorkerTasksResponse,
+};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Bytes of elements per message at most (a single larger element still goes alone).
+const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+pub struct WorkerService {
+    state: Arc<WorkerState>,
+}
+
+impl WorkerService {
+    pub fn new(state: Arc<WorkerState>) -> Self {
+        WorkerService { state }
+    }
+}
+
+type BatchStream = Pin<Box<dyn Stream<Item = Result<ElementBatch, Status>> + Send>>;
+
+fn end_of_sequence() -> ElementBatch {
+    ElementBatch {
+        elements: Vec::new(),
+        end_of_sequence: true,
+        error: String::new(),
+    }
+}
+
+#[tonic::async_trait]
+impl Worker for WorkerService {
+    type FetchStream = BatchStream;
+
+    async fn fetch(
+        &self,
+        request: Request<Streaming<FetchRequest>>,
+    ) -> Result<Response<BatchStream>, Status> {
+        let mut requests = request.into_inner();
+        let first = requests.message().await?.ok_or_else(|| {
+            Status::invalid_argument("a fetch stream must start with a request naming the task")
+        })?;
+        let task_id = first.task_id;
+        let Some(runner) = self.state.get(task_id) else {
+            if self.state.is_finished(task_id) {
+                let done = tokio_stream::once(Ok(end_of_sequence()));
+                return Ok(Response::new(Box::pin(done)));
+            }
+            // Not assigned here yet (or the worker restarted): the reader retries.
+            return Err(Status::unavailable(format!("Task {task_id} not found")));
+        };
+        let (tx, rx) = mpsc::channel(2);
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let elements = runner.receiver();
+            let mut credits = u64::from(first.credits);
+            loop {
+                if let Some(error) = runner.error() {
+                    let _ = tx
+                        .send(Ok(ElementBatch {
+                            error,
+                            ..Default::default()
+                        }))
+                        .await;
+                    return;
+                }
+                // Wait for credits, then for at least one element (or more credits).
+                while credits == 0 {
+                    match requests.message().await {
+                        Ok(Some(more)) => credits += u64::from(more.credits),
+                        _ => return, // the reader went away
+                    }
+                }
+                let first = tokio::select! {
+                    element = elements.recv_async() => element.ok(), // None: the task ended
+                    more = requests.message() => {
+                        match more {
+                            Ok(Some(more)) => { credits += u64::from(more.credits); continue; }
+                            _ => return,
+                        }
+                    }
+                };
+                let mut batch = ElementBatch::default();
+                let mut bytes = 0usize;
+                let mut next = first;
+                loop {
+                    match next {
+                        Some(Ok(element)) => {
+                            bytes += element.len();
+                            batch.elements.push(element);
+                            credits -= 1;
+                        }
+                        Some(Err(error)) => {
+                            runner.set_error(error.clone());
+                            batch.error = error;
+                            break;
+                        }
+                        None => {
+                            batch.end_of_sequence = true;
+                            break;
+                        }
+                    }
+                    if credits == 0 || bytes >= MAX_BATCH_BYTES {
+                        break;
+                    }
+                    next = match elements.try_recv() {
+                        Ok(item) => Some(item),
+                        Err(flume::TryRecvError::Empty) => break,
+                        Err(flume::TryRecvError::Disconnected) => None,
+                    };
+                }
+                let last = batch.end_of_sequence || !batch.error.is_empty();
+                if batch.end_of_sequence {
+                    state.complete(task_id);
+                }
+                if tx.send(Ok(batch)).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn get_worker_tasks(
+        &self,
+        _request: Request<GetWorkerTasksRequest>,
+    ) -> Result<Response<GetWorkerTasksResponse>, Status> {
+        Ok(Response::new(GetWorkerTasksResponse {
+            task_ids: self.state.task_ids(),
+        }))
+    }
+}

@@ -1,0 +1,227 @@
+//! Starting and stopping a worker: bind, register with the dispatcher (the first heartbeat),
+//! serve the fetch service, and keep heartbeating and reporting finished tasks.
+
+use crate::config::WorkerConfig;
+use crate::error::WorkerError;
+use crate::service::WorkerService;
+use crate::task_runner::TaskRunner;
+use crate::worker_state::WorkerState;
+use sluice_client::{DispatcherClient, RetryConfig};
+use sluice_proto::dispatcher as pb;
+use sluice_proto::worker::worker_server::WorkerServer;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// A running worker.
+pub struct WorkerHandle {
+    addr: SocketAddr,
+    state: Arc<WorkerState>,
+    cancel: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl WorkerHandle {
+    /// Binds, registers with the dispatcher (waiting for it as long as it takes), and serves.
+    pub async fn start(config: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
+        config.validate().map_err(WorkerError::Config)?;
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .map_err(|e| WorkerError::Bind {
+                addr: config.listen.clone(),
+                message: e.to_string(),
+            })?;
+        Self::start_on(listener, config).await
+    }
+
+    /// Like [`WorkerHandle::start`], serving on an already bound listener.
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
+        config: WorkerConfig,
+    ) -> Result<WorkerHandle, WorkerError> {
+        config.validate().map_err(WorkerError::Config)?;
+        let addr = listener.local_addr().map_err(|e| WorkerError::Bind {
+            addr: config.listen.clone(),
+            message: e.to_string(),
+        })?;
+        let retry = RetryConfig {
+            retry_timeout: Duration::from_secs(365 * 24 * 3600),
+            ..RetryConfig::default()
+        };
+        let client = DispatcherClient::with_retry(&config.dispatcher, retry)?;
+        let (completed_tx, completed_rx) = mpsc::unbounded_channel();
+        let state = Arc::new(WorkerState::new(addr.to_string(), completed_tx));
+        let cancel = CancellationToken::new();
+
+        // Registration: the first heartbeat, answered at once.
+        let heartbeat = Heartbeat {
+            client: client.clone(),
+            state: state.clone(),
+            config: config.clone(),
+        };
+        heartbeat.beat(Duration::ZERO).await?;
+
+        let mut tasks = JoinSet::new();
+        let server = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(
+                WorkerServer::new(WorkerService::new(state.clone()))
+                    .max_encoding_message_size(usize::MAX),
+            )
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(listener),
+                cancel.clone().cancelled_owned(),
+            );
+        tasks.spawn(async move {
+            if let Err(e) = server.await {
+                warn!(error = %e, "worker server stopped");
+            }
+        });
+        tasks.spawn(heartbeat.run(cancel.clone()));
+        tasks.spawn(report_completions(
+            client,
+            state.clone(),
+            completed_rx,
+            cancel.clone(),
+        ));
+        info!(%addr, "worker serving");
+        Ok(WorkerHandle {
+            addr,
+            state,
+            cancel,
+            tasks,
+        })
+    }
+
+    /// The address the worker serves and is registered under.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Ids of the tasks this worker holds.
+    pub fn task_ids(&self) -> Vec<u64> {
+        self.state.task_ids()
+    }
+
+    /// Stops serving and every task.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        self.state.cancel_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Serves until `stop` is cancelled.
+    pub async fn run_until(self, stop: CancellationToken) {
+        stop.cancelled().await;
+        self.shutdown().await;
+    }
+}
+
+struct Heartbeat {
+    client: DispatcherClient,
+    state: Arc<WorkerState>,
+    config: WorkerConfig,
+}
+
+impl Heartbeat {
+    /// One heartbeat: report held tasks, start new ones, drop deleted ones.
+    async fn beat(&self, poll: Duration) -> Result<(), WorkerError> {
+        let request = pb::WorkerHeartbeatRequest {
+            worker_address: self.state.address.clone(),
+            current_tasks: self.state.task_ids(),
+            request_id: Some(self.client.next_request_id()),
+            tags: self.config.tags.clone(),
+            poll_timeout_ms: poll.as_millis() as u64,
+        };
+        let response = self
+            .client
+            .call("worker_heartbeat", poll, |mut c, timeout| {
+                let mut request = tonic::Request::new(request.clone());
+                request.set_timeout(timeout);
+                async move { c.worker_heartbeat(request).await }
+            })
+            .await?;
+        for task in response.new_tasks {
+            debug!(
+                task = task.task_id,
+                iteration = task.iteration_id,
+                "new task"
+            );
+            let runner = TaskRunner::new(
+                task,
+                self.client.clone(),
+                tokio::runtime::Handle::current(),
+                self.config.task_buffer,
+                self.config.split_lease,
+            );
+            self.state.add(runner);
+        }
+        for task_id in response.tasks_to_delete {
+            debug!(task = task_id, "task deleted");
+            self.state.delete(task_id);
+        }
+        Ok(())
+    }
+
+    async fn run(self, cancel: CancellationToken) {
+        loop {
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return,
+                result = self.beat(self.config.heartbeat_poll) => result,
+            };
+            if let Err(e) = result {
+                warn!(error = %e, "heartbeat failed");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Reports tasks whose end a reader saw, batched, until the dispatcher took them.
+async fn report_completions(
+    client: DispatcherClient,
+    state: Arc<WorkerState>,
+    mut completed: mpsc::UnboundedReceiver<u64>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return,
+            first = completed.recv() => match first { Some(id) => id, None => return },
+        };
+        let mut task_ids = vec![first];
+        while let Ok(id) = completed.try_recv() {
+            task_ids.push(id);
+        }
+        let request = pb::WorkerUpdateRequest {
+            worker_address: state.address.clone(),
+            completed_tasks: task_ids,
+            request_id: Some(client.next_request_id()),
+        };
+        loop {
+            let sent = tokio::select! {
+                _ = cancel.cancelled() => return,
+                sent = client.call("worker_update", Duration::ZERO, |mut c, timeout| {
+                    let mut request = tonic::Request::new(request.clone());
+                    request.set_timeout(timeout);
+                    async move { c.worker_update(request).await }
+                }) => sent,
+            };
+            match sent {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!(error = %e, "failed to send task updates to the dispatcher; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}
