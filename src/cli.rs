@@ -4,6 +4,8 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 
+const DEFAULT_LOG: &str = "warn,openraft=error";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sluice",
@@ -12,7 +14,7 @@ use std::time::Duration;
 )]
 pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `sluice_dispatcher=debug`.
-    #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
+    #[arg(long, global = true, env = "SLUICE_LOG", default_value = DEFAULT_LOG)]
     pub log: String,
     #[command(subcommand)]
     pub command: Command,
@@ -135,10 +137,10 @@ pub struct StatusArgs {
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Number of generated TFRecord files.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 512)]
     pub files: u64,
     /// Records per file.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 250)]
     pub records: u64,
     /// Elements per second the demo client reads at most (0: unlimited).
     #[arg(long, default_value_t = 40000.0)]
@@ -146,7 +148,12 @@ pub struct DemoArgs {
 }
 
 pub fn init_tracing(cli: &Cli) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+    // The demo prints a report; replicas it kills on purpose would fill it with Raft warnings.
+    let spec = match cli.command {
+        Command::Demo(_) if cli.log == DEFAULT_LOG => "error,openraft=off",
+        _ => cli.log.as_str(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(spec)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

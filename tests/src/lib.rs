@@ -1,16 +1,24 @@
 //! Test support for Sluice's cross-crate tests.
 //!
 //! Layout:
-//! - [`test_cluster`]: `TestCluster`, dispatcher replicas and workers in this process, real gRPC
-//!   on 127.0.0.1 port 0, a temp dir per replica, kill and restart.
+//! - `TestCluster`: the `sluice` crate's `LocalCluster` (replicas and workers in this process,
+//!   real gRPC on 127.0.0.1 port 0, a temp dir per replica, kill and restart), with tracing set up.
 //! - [`process`]: helpers to run the real `sluice` binary as child processes.
 //! - [`wait`]: waiting on conditions with deadlines (never on sleeps).
 
 pub mod process;
-pub mod test_cluster;
 pub mod wait;
 
-pub use test_cluster::TestCluster;
+pub use sluice::local_cluster::{local_dispatcher_config, LocalCluster};
+
+/// The local cluster, as the tests call it.
+pub type TestCluster = LocalCluster;
+
+/// Starts a cluster with tracing set up for tests.
+pub async fn start_cluster(replicas: usize, workers: usize) -> anyhow::Result<TestCluster> {
+    init_tracing();
+    LocalCluster::start(replicas, workers).await
+}
 pub use wait::wait_until;
 
 /// Installs a tracing subscriber once (filter from `SLUICE_TEST_LOG`, default `warn`).

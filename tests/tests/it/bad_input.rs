@@ -2,7 +2,6 @@
 
 use sluice_client::{ClientError, DistributeOptions, ProcessingMode};
 use sluice_dataset::{Dataset, Transform};
-use sluice_tests::TestCluster;
 
 fn one_line(e: &impl std::fmt::Display) -> String {
     let text = e.to_string();
@@ -12,7 +11,7 @@ fn one_line(e: &impl std::fmt::Display) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(1, 1).await?;
+    let cluster = sluice_tests::start_cluster(1, 1).await?;
     let client = cluster.client();
     let applied_before = cluster.applied_index(1);
 
@@ -89,11 +88,8 @@ async fn a_foreign_or_unreadable_data_dir_is_refused() -> anyhow::Result<()> {
     sluice_tests::init_tracing();
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("notes.txt"), "someone else's files")?;
-    let config = sluice_tests::test_cluster::test_dispatcher_config(
-        1,
-        dir.path().to_path_buf(),
-        Default::default(),
-    );
+    let config =
+        sluice_tests::local_dispatcher_config(1, dir.path().to_path_buf(), Default::default());
     let err = sluice_dispatcher::DispatcherHandle::start(config)
         .await
         .err()
@@ -110,8 +106,7 @@ async fn a_foreign_or_unreadable_data_dir_is_refused() -> anyhow::Result<()> {
     );
 
     let file = dir.path().join("notes.txt");
-    let config =
-        sluice_tests::test_cluster::test_dispatcher_config(1, file.clone(), Default::default());
+    let config = sluice_tests::local_dispatcher_config(1, file.clone(), Default::default());
     let err = sluice_dispatcher::DispatcherHandle::start(config)
         .await
         .err()

@@ -3,6 +3,7 @@
 //! topic.
 
 mod bad_input;
+mod failover;
 mod processing_modes;
 mod restart;
 

@@ -4,14 +4,13 @@ use crate::{read_epoch, sorted_ints};
 use sluice_client::{DistributeOptions, ProcessingMode};
 use sluice_dataset::tfrecord::TfRecordWriter;
 use sluice_dataset::{Dataset, Transform};
-use sluice_tests::TestCluster;
 use std::time::Duration;
 
 const EPOCH: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_epochs_yields_every_element_once_per_worker() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(1, 2).await?;
+    let cluster = sluice_tests::start_cluster(1, 2).await?;
     let service = cluster
         .client()
         .distribute(
@@ -29,7 +28,7 @@ async fn parallel_epochs_yields_every_element_once_per_worker() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distributed_epoch_over_a_range_yields_every_element_exactly_once() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(1, 2).await?;
+    let cluster = sluice_tests::start_cluster(1, 2).await?;
     let n = 20_000;
     let service = cluster
         .client()
@@ -74,7 +73,7 @@ async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly
         writer.flush()?;
     }
     std::fs::write(dir.path().join("ignored.txt"), "not a record file")?;
-    let cluster = TestCluster::start(1, 2).await?;
+    let cluster = sluice_tests::start_cluster(1, 2).await?;
     let pattern = format!("{}/*.tfrecord", dir.path().display());
     let service = cluster
         .client()
@@ -98,7 +97,7 @@ async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(1, 1).await?;
+    let cluster = sluice_tests::start_cluster(1, 1).await?;
     let client = cluster.client();
     let service = client
         .distribute(
@@ -124,7 +123,7 @@ async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_job_is_shared_and_each_iter_is_a_new_epoch() -> anyhow::Result<()> {
-    let cluster = TestCluster::start(1, 2).await?;
+    let cluster = sluice_tests::start_cluster(1, 2).await?;
     let client = cluster.client();
     let options = DistributeOptions {
         job_name: Some("shared".into()),

@@ -4,14 +4,13 @@
 
 use sluice_client::{DistributeOptions, ProcessingMode};
 use sluice_dataset::Dataset;
-use sluice_tests::TestCluster;
 use std::collections::HashSet;
 use std::time::Duration;
 use tracing::info;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start(1, 2).await?;
+    let mut cluster = sluice_tests::start_cluster(1, 2).await?;
     let client = cluster.client();
     let n = 3000;
     let options = DistributeOptions {

@@ -1,7 +1,8 @@
-//! `TestCluster`: dispatcher replicas and workers in this process, each a real server on
+//! `LocalCluster`: dispatcher replicas and workers in this process, each a real server on
 //! 127.0.0.1 with a port chosen by the OS, each replica with its own temp data dir. Replicas
 //! and workers can be killed and restarted at the same address (and, for replicas, from the same
-//! data dir), which is how tests show what survives a crash.
+//! data dir). The demo runs on it, and the tests use it (as `LocalCluster`) to show what survives
+//! a crash.
 
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
@@ -14,8 +15,25 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tracing::info;
 
-/// Raft timings for tests: fast, yet slow enough for a loaded 2-core machine.
-pub fn test_dispatcher_config(
+/// Polls `condition` until it holds or `timeout` passes.
+async fn wait_until<F: FnMut() -> bool>(
+    what: &str,
+    timeout: Duration,
+    mut condition: F,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !condition() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// Raft timings for a local cluster: fast failover, yet slow enough for a loaded 2-core machine.
+pub fn local_dispatcher_config(
     id: NodeId,
     data_dir: PathBuf,
     peers: BTreeMap<NodeId, String>,
@@ -41,18 +59,17 @@ struct Worker {
     handle: Option<WorkerHandle>,
 }
 
-pub struct TestCluster {
+pub struct LocalCluster {
     _dir: TempDir,
     replicas: BTreeMap<NodeId, Replica>,
     peers: BTreeMap<NodeId, String>,
     workers: Vec<Worker>,
 }
 
-impl TestCluster {
+impl LocalCluster {
     /// Starts `replicas` dispatcher replicas (ids 1..=n) and `workers` workers, and waits until
     /// a leader is known.
-    pub async fn start(replicas: usize, workers: usize) -> anyhow::Result<TestCluster> {
-        crate::init_tracing();
+    pub async fn start(replicas: usize, workers: usize) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::tempdir()?;
         let mut listeners = BTreeMap::new();
         for id in 1..=replicas as NodeId {
@@ -63,7 +80,7 @@ impl TestCluster {
             .iter()
             .map(|(id, l)| (*id, l.local_addr().expect("bound").to_string()))
             .collect();
-        let mut cluster = TestCluster {
+        let mut cluster = LocalCluster {
             _dir: dir,
             replicas: BTreeMap::new(),
             peers: peers.clone(),
@@ -71,7 +88,7 @@ impl TestCluster {
         };
         for (id, listener) in listeners {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
-            let config = test_dispatcher_config(id, data_dir.clone(), peers.clone());
+            let config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
             let handle = DispatcherHandle::start_on(listener, config).await?;
             cluster.replicas.insert(
                 id,
@@ -110,28 +127,30 @@ impl TestCluster {
     /// Waits until a running replica knows a leader that is running; returns its id.
     pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<NodeId> {
         let mut found = None;
-        crate::wait_until("a running leader", timeout, || {
-            let leader = self.running_leader();
-            found = leader;
-            async move { leader.is_some() }
+        wait_until("a running leader", timeout, || {
+            found = self.running_leader();
+            found.is_some()
         })
         .await?;
         Ok(found.expect("waited for a leader"))
     }
 
+    /// The leader every running replica agrees on, if it is running and leads. A restarted
+    /// replica may briefly believe it still leads its old term; agreement rules that out.
     fn running_leader(&self) -> Option<NodeId> {
-        self.replicas
+        let views: Vec<_> = self
+            .replicas
             .values()
             .filter_map(|r| r.handle.as_ref())
-            .find_map(|h| {
-                let metrics = h.raft().metrics().borrow().clone();
-                let leader = metrics.current_leader?;
-                let alive = self
-                    .replicas
-                    .get(&leader)
-                    .is_some_and(|r| r.handle.is_some());
-                (alive && leader == h.id() && metrics.state.is_leader()).then_some(leader)
-            })
+            .map(|h| h.raft().metrics().borrow().clone())
+            .collect();
+        let leader = views.first()?.current_leader?;
+        let term = views.iter().find(|m| m.id == leader)?.current_term;
+        let agreed = views
+            .iter()
+            .all(|m| m.current_leader == Some(leader) && m.current_term == term);
+        let leads = views.iter().any(|m| m.id == leader && m.state.is_leader());
+        (agreed && leads).then_some(leader)
     }
 
     /// Stops a replica abruptly (its data dir stays).
@@ -150,7 +169,7 @@ impl TestCluster {
         let replica = self.replicas.get_mut(&id).context("no such replica")?;
         anyhow::ensure!(replica.handle.is_none(), "replica {id} is running");
         let listener = bind_again(&replica.addr).await?;
-        let config = test_dispatcher_config(id, replica.data_dir.clone(), peers);
+        let config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
         replica.handle = Some(DispatcherHandle::start_on(listener, config).await?);
         info!(node = id, "--- restarted replica");
         Ok(())
@@ -161,6 +180,21 @@ impl TestCluster {
         let handle = self.replica(id)?;
         let metrics = handle.raft().metrics().borrow().clone();
         metrics.last_applied.map(|l| l.index)
+    }
+
+    /// Waits until replica `id` has applied everything the leader had applied when called.
+    pub async fn wait_caught_up(&self, id: NodeId, timeout: Duration) -> anyhow::Result<()> {
+        let leader = self.wait_for_leader(timeout).await?;
+        let target = self.applied_index(leader).unwrap_or(0);
+        wait_until(
+            &format!("replica {id} to apply index {target}"),
+            timeout,
+            || {
+                self.applied_index(id)
+                    .is_some_and(|applied| applied >= target)
+            },
+        )
+        .await
     }
 
     pub fn worker_config(&self, listen: String) -> WorkerConfig {
@@ -212,11 +246,13 @@ impl TestCluster {
                 handle.shutdown().await;
             }
         }
-        for replica in self.replicas.values_mut() {
-            if let Some(handle) = replica.handle.take() {
-                handle.shutdown().await;
-            }
-        }
+        // All at once, so no replica spends its last moments failing to reach the others.
+        let stopping = self
+            .replicas
+            .values_mut()
+            .filter_map(|r| r.handle.take())
+            .map(|h| h.shutdown());
+        futures::future::join_all(stopping).await;
     }
 }
 

@@ -1,0 +1,54 @@
+//! A three-replica dispatcher quorum keeps serving when a replica dies: the leader is killed
+//! mid-epoch and the epoch completes with every element exactly once.
+
+use crate::assert_exactly_once;
+use sluice_client::{DistributeOptions, ProcessingMode};
+use sluice_dataset::Dataset;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::info;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_mid_epoch_loses_and_duplicates_nothing() -> anyhow::Result<()> {
+    let mut cluster = sluice_tests::start_cluster(3, 2).await?;
+    let n = 20_000;
+    let options = DistributeOptions {
+        max_outstanding_requests: Some(16),
+        ..DistributeOptions::default()
+    };
+    let service = cluster
+        .client()
+        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
+        .await?;
+    let mut epoch = service.iter().await?;
+    let mut got = Vec::new();
+    let mut longest_stall = Duration::ZERO;
+    let mut last = Instant::now();
+    let mut killed = Vec::new();
+    while let Some(element) = tokio::time::timeout(Duration::from_secs(60), epoch.next()).await? {
+        got.push(element?.as_i64().expect("int"));
+        longest_stall = longest_stall.max(last.elapsed());
+        last = Instant::now();
+        // Kill the leader at a third of the epoch, then the new leader at two thirds (after
+        // restarting the first one, so a quorum remains).
+        if got.len() as i64 == n / 3 || got.len() as i64 == 2 * n / 3 {
+            if let Some(previous) = killed.last() {
+                cluster.restart(*previous).await?;
+            }
+            let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+            info!(leader, at = got.len(), "--- killing the leader");
+            cluster.kill(leader).await?;
+            killed.push(leader);
+            last = Instant::now();
+        }
+    }
+    assert_exactly_once(&got, n);
+    assert_eq!(killed.len(), 2);
+    info!(?longest_stall, "--- epoch complete");
+    assert!(
+        longest_stall < Duration::from_secs(5),
+        "stalled {longest_stall:?}"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
