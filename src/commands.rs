@@ -186,8 +186,15 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
                     "addr": addr, "node": json["node"], "state": json["state"], "term": json["term"],
                     "applied_index": json["applied_index"], "leader": json["leader"],
                 }));
-                let is_leader = json["state"] == "Leader";
-                if chosen.is_none() || is_leader {
+                // A restarted replica may still believe it leads an old term: the leader with
+                // the highest term wins.
+                let term = |v: &serde_json::Value| v["term"].as_u64().unwrap_or(0);
+                let leads = |v: &serde_json::Value| v["state"] == "Leader";
+                let better = match &chosen {
+                    None => true,
+                    Some(c) => leads(&json) && (!leads(c) || term(&json) > term(c)),
+                };
+                if better {
                     chosen = Some(json);
                 }
             }

@@ -215,7 +215,7 @@ impl DispatcherClient {
                     }
                 }
                 None => {
-                    if attempts % 20 == 0 {
+                    if attempts.is_multiple_of(20) {
                         warn!(rpc = name, %addr, attempts, error = %status.message(), "dispatcher not answering; retrying");
                     }
                     self.rotate(&addr);

@@ -15,12 +15,12 @@
 //! ```
 //!
 //! Layout:
-//! - [`dispatcher_client`]: `DispatcherClient`, leader following, retries, request ids.
-//! - [`options`]: `ProcessingMode`, `DistributeOptions`, `RegisterOptions`, `Compression`.
-//! - [`service_dataset`]: `ServiceDataset` and `distribute` / `register_dataset` / `from_dataset_id`.
-//! - [`element_stream`]: `ElementStream`, one epoch: heartbeats, task refresh, local ops.
+//! - `dispatcher_client`: `DispatcherClient`, leader following, retries, request ids.
+//! - `options`: `ProcessingMode`, `DistributeOptions`, `RegisterOptions`, `Compression`.
+//! - `service_dataset`: `ServiceDataset` and `distribute` / `register_dataset` / `from_dataset_id`.
+//! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh, local ops.
 //! - `task_stream`: one task's fetch stream with credit-based flow control.
-//! - [`error`]: `ClientError`.
+//! - `error`: `ClientError`.
 
 pub mod dispatcher_client;
 pub mod element_stream;

@@ -97,9 +97,12 @@ impl DispatcherConfig {
 mod tests {
     use super::*;
 
+    /// The peers a text parses to, or the error text.
+    type Parsed = Result<Vec<(u64, &'static str)>, &'static str>;
+
     #[test]
     fn peers_parse_table() {
-        let cases: &[(&str, Result<Vec<(u64, &str)>, &str>)] = &[
+        let cases: &[(&str, Parsed)] = &[
             ("1=127.0.0.1:5001", Ok(vec![(1, "127.0.0.1:5001")])),
             (
                 "1=a:1, 2=b:2,3=c:3",

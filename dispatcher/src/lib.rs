@@ -7,17 +7,17 @@
 //! `Unavailable` with the leader's address in the `x-sluice-leader` metadata entry.
 //!
 //! Layout:
-//! - [`ids`]: identifier newtypes.
-//! - [`state`]: `DispatcherState` and its pure `apply` (the replicated data).
-//! - [`types`]: the openraft type configuration.
-//! - [`config`]: `DispatcherConfig`.
-//! - [`dispatcher_handle`]: starting and stopping a replica.
-//! - [`proposer`]: group commit of concurrent requests into one log entry.
-//! - [`service`]: the gRPC dispatcher service (thin handlers).
-//! - [`convert`]: protobuf ↔ domain conversions.
-//! - [`raft_network`], [`raft_service`]: Raft traffic between replicas over tonic.
-//! - [`status`]: the JSON of `sluice status`.
-//! - [`error`]: `DispatcherError` and its mapping to gRPC status codes.
+//! - `ids`: identifier newtypes.
+//! - `state`: `DispatcherState` and its pure `apply` (the replicated data).
+//! - `types`: the openraft type configuration.
+//! - `config`: `DispatcherConfig`.
+//! - `dispatcher_handle`: starting and stopping a replica.
+//! - `proposer`: group commit of concurrent requests into one log entry.
+//! - `service`: the gRPC dispatcher service (thin handlers).
+//! - `convert`: protobuf ↔ domain conversions.
+//! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
+//! - `status`: the JSON of `sluice status`.
+//! - `error`: `DispatcherError` and its mapping to gRPC status codes.
 
 pub mod config;
 pub mod convert;

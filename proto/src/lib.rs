@@ -1,10 +1,10 @@
 //! Protobuf messages and tonic services of Sluice, generated at build time (see `build.rs`).
 //!
 //! Layout:
-//! - [`dataset`]: tensors, element specs and the pipeline definition (`DatasetDef`).
-//! - [`dispatcher`]: the dispatcher's client- and worker-facing service.
-//! - [`worker`]: the worker's element-streaming service.
-//! - [`raft`]: the Raft peer service between dispatcher replicas (openraft messages as bytes).
+//! - `dataset`: tensors, element specs and the pipeline definition (`DatasetDef`).
+//! - `dispatcher`: the dispatcher's client- and worker-facing service.
+//! - `worker`: the worker's element-streaming service.
+//! - `raft`: the Raft peer service between dispatcher replicas (openraft messages as bytes).
 //!
 //! Nothing but generated code lives here; conversions to domain types belong to the crates that
 //! own those types.

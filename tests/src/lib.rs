@@ -3,8 +3,8 @@
 //! Layout:
 //! - `TestCluster`: the `sluice` crate's `LocalCluster` (replicas and workers in this process,
 //!   real gRPC on 127.0.0.1 port 0, a temp dir per replica, kill and restart), with tracing set up.
-//! - [`process`]: helpers to run the real `sluice` binary as child processes.
-//! - [`wait`]: waiting on conditions with deadlines (never on sleeps).
+//! - `process`: helpers to run the real `sluice` binary as child processes.
+//! - `wait`: waiting on conditions with deadlines (never on sleeps).
 
 pub mod process;
 pub mod wait;

@@ -2,13 +2,13 @@
 //! clients.
 //!
 //! Layout:
-//! - [`config`]: `WorkerConfig`.
-//! - [`worker_handle`]: start (bind, register), heartbeat loop, completion reports, shutdown.
-//! - [`worker_state`]: the tasks held, shared by the heartbeat loop and the service.
-//! - [`task_runner`]: one task's pipeline thread and its shared buffer (first-come-first-served).
-//! - [`split_leaser`]: split ranges leased from the dispatcher for distributed_epoch tasks.
-//! - [`service`]: the gRPC `Fetch` stream with credit-based flow control.
-//! - [`error`]: `WorkerError`.
+//! - `config`: `WorkerConfig`.
+//! - `worker_handle`: start (bind, register), heartbeat loop, completion reports, shutdown.
+//! - `worker_state`: the tasks held, shared by the heartbeat loop and the service.
+//! - `task_runner`: one task's pipeline thread and its shared buffer (first-come-first-served).
+//! - `split_leaser`: split ranges leased from the dispatcher for distributed_epoch tasks.
+//! - `service`: the gRPC `Fetch` stream with credit-based flow control.
+//! - `error`: `WorkerError`.
 
 pub mod config;
 pub mod error;

@@ -84,7 +84,7 @@ impl SplitSupplier for SplitLeaser {
         self.runtime.spawn(async move {
             let response = client
                 .call("lease_splits", Duration::ZERO, |mut c, timeout| {
-                    let mut request = tonic::Request::new(request.clone());
+                    let mut request = tonic::Request::new(request);
                     request.set_timeout(timeout);
                     async move { c.lease_splits(request).await }
                 })

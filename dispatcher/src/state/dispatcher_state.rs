@@ -229,6 +229,13 @@ impl DispatcherState {
                 "Dataset id {dataset_id} not found"
             )));
         }
+        if !matches!(sharding, ShardingPolicy::Off | ShardingPolicy::Dynamic) {
+            return Err(Rejection::FailedPrecondition(format!(
+                "sharding policy {sharding} needs static sharding over a fixed worker list, which \
+                 this dispatcher does not support yet; use parallel_epochs (OFF) or \
+                 distributed_epoch (DYNAMIC)"
+            )));
+        }
         if let Some(name) = job_name {
             if name.is_empty() {
                 return Err(Rejection::InvalidArgument(

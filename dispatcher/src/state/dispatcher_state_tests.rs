@@ -139,6 +139,11 @@ fn apply_table() {
         ("jobs need a registered dataset", vec![
             (job("404", Off, None), not_found("Dataset id 404 not found")),
         ]),
+        ("static sharding policies are refused until static sharding exists", vec![
+            (register(None, b"a"), registered("1000")),
+            (job("1000", File, None), precondition("sharding policy FILE needs static sharding over a fixed worker list, which this dispatcher does not support yet; use parallel_epochs (OFF) or distributed_epoch (DYNAMIC)")),
+            (job("1000", Hint, Some("h")), precondition("sharding policy HINT needs static sharding over a fixed worker list, which this dispatcher does not support yet; use parallel_epochs (OFF) or distributed_epoch (DYNAMIC)")),
+        ]),
         ("named jobs are shared; anonymous jobs are always new", vec![
             (register(None, b"a"), registered("1000")),
             (job("1000", Off, Some("shared")), job_id(5000)),

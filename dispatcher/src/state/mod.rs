@@ -6,10 +6,10 @@
 //! in the [`Update`].
 //!
 //! Layout:
-//! - [`update`]: `Update`, `Request`, `Proposal`, `Outcome`, `Rejection` and the value types they carry.
-//! - [`entities`]: datasets, workers, jobs, iterations, tasks as stored in the state.
-//! - [`split_cursor`]: the per-provider cursor of a distributed_epoch iteration.
-//! - [`dispatcher_state`]: `DispatcherState`, `apply` and the read-only queries.
+//! - `update`: `Update`, `Request`, `Proposal`, `Outcome`, `Rejection` and the value types they carry.
+//! - `entities`: datasets, workers, jobs, iterations, tasks as stored in the state.
+//! - `split_cursor`: the per-provider cursor of a distributed_epoch iteration.
+//! - `dispatcher_state`: `DispatcherState`, `apply` and the read-only queries.
 
 pub mod dispatcher_state;
 pub mod entities;

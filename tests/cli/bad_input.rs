@@ -1,0 +1,97 @@
+//! Bad input: a non-zero exit and one line on stderr naming the problem.
+
+use crate::*;
+
+fn one_line_error(args: &[&str]) -> String {
+    let (ok, out, err) = sluice(args);
+    assert!(!ok, "expected a failure: {args:?}");
+    assert!(out.is_empty(), "printed {out:?}");
+    let err = err.trim_end();
+    assert!(!err.contains('\n'), "more than one line: {err:?}");
+    err.to_string()
+}
+
+#[test]
+fn bad_input_gets_a_one_line_error() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let data_dir = data.path().join("d");
+    let dispatcher = SluiceProcess::spawn(
+        bin(),
+        &[
+            "dispatcher",
+            "--data-dir",
+            data_dir.to_str().expect("utf-8"),
+        ],
+        STARTUP,
+    )
+    .expect("dispatcher started");
+    let addr = dispatcher.addr.as_str();
+
+    let err = one_line_error(&[
+        "read",
+        "--dispatcher",
+        addr,
+        "--dataset",
+        "range(10).batch(4",
+    ]);
+    assert_eq!(
+        err,
+        "error: invalid dataset expression at column 18: expected ')' or ',', found end of input"
+    );
+    let err = one_line_error(&[
+        "read",
+        "--dispatcher",
+        addr,
+        "--dataset",
+        "range(10).map(cube)",
+    ]);
+    assert!(
+        err.starts_with("error: unknown function 'cube' in map"),
+        "{err}"
+    );
+    let err = one_line_error(&["read", "--dispatcher", addr, "--dataset-id", "404"]);
+    assert!(err.starts_with("error: Dataset id 404 not found."), "{err}");
+    let err = one_line_error(&[
+        "read",
+        "--dispatcher",
+        addr,
+        "--dataset",
+        "range(3)",
+        "--mode",
+        "sideways",
+    ]);
+    assert!(err.contains("processing mode should be"), "{err}");
+    let err = one_line_error(&[
+        "read",
+        "--dispatcher",
+        addr,
+        "--dataset",
+        "range(3)",
+        "--max-outstanding-requests",
+        "0",
+    ]);
+    assert_eq!(
+        err,
+        "error: max_outstanding_requests must be positive or -1"
+    );
+
+    // Nothing was registered by any of it.
+    let (ok, out, _) = sluice(&["status", "--dispatcher", addr]);
+    assert!(ok);
+    let status: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(status["datasets"], serde_json::json!([]));
+
+    // A foreign data dir: refused, named, untouched.
+    let foreign = tempfile::tempdir().expect("temp dir");
+    std::fs::write(foreign.path().join("thesis.tex"), "mine").expect("write");
+    let err = one_line_error(&[
+        "dispatcher",
+        "--data-dir",
+        foreign.path().to_str().expect("utf-8"),
+    ]);
+    assert!(
+        err.contains("is not a sluice journal") && err.contains("FORMAT"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(foreign.path()).expect("dir").count(), 1);
+}
