@@ -60,6 +60,23 @@ pub struct DispatcherArgs {
     /// Log entries between snapshots.
     #[arg(long, default_value_t = 5000)]
     pub snapshot_every: u64,
+    /// A worker silent this long is removed and its unfinished tasks dropped.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub worker_timeout: Duration,
+    /// A client silent this long is released from its iteration.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    pub client_timeout: Duration,
+    /// An iteration without clients this long is garbage collected (`never` to keep them).
+    #[arg(long, value_parser = parse_optional_duration, default_value = "5m")]
+    pub job_gc_timeout: Option<Duration>,
+}
+
+/// A duration, or `never`.
+fn parse_optional_duration(text: &str) -> Result<Option<Duration>, humantime::DurationError> {
+    match text {
+        "never" => Ok(None),
+        _ => humantime::parse_duration(text).map(Some),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -55,6 +55,9 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         heartbeat_interval: args.heartbeat_interval,
         election_timeout: (args.election_timeout, args.election_timeout * 2),
         snapshot_logs_since_last: args.snapshot_every,
+        worker_timeout: args.worker_timeout,
+        client_timeout: args.client_timeout,
+        job_gc_timeout: args.job_gc_timeout,
         ..DispatcherConfig::default()
     };
     let handle = DispatcherHandle::start(config).await?;

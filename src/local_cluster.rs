@@ -44,6 +44,7 @@ pub fn local_dispatcher_config(
         peers,
         heartbeat_interval: Duration::from_millis(50),
         election_timeout: (Duration::from_millis(300), Duration::from_millis(600)),
+        worker_timeout: Duration::from_secs(2),
         ..DispatcherConfig::default()
     }
 }

@@ -23,8 +23,15 @@ pub struct DispatcherConfig {
     pub election_timeout: (Duration, Duration),
     /// Entries between snapshots (log compaction).
     pub snapshot_logs_since_last: u64,
-    /// How long a worker heartbeat may wait for new work before answering (long poll).
-    pub worker_poll_timeout: Duration,
+    /// A worker silent this long is removed and its unfinished tasks dropped (decided by the
+    /// leader, replicated).
+    pub worker_timeout: Duration,
+    /// A client silent this long is released from its iteration.
+    pub client_timeout: Duration,
+    /// An iteration without clients this long is garbage collected; `None` never collects.
+    pub job_gc_timeout: Option<Duration>,
+    /// Whether distributed_epoch iterations are collected too (tf.data's default: no).
+    pub gc_dynamic_jobs: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -37,7 +44,10 @@ impl Default for DispatcherConfig {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: (Duration::from_millis(500), Duration::from_millis(1000)),
             snapshot_logs_since_last: 5000,
-            worker_poll_timeout: Duration::from_secs(1),
+            worker_timeout: Duration::from_secs(10),
+            client_timeout: Duration::from_secs(300),
+            job_gc_timeout: Some(Duration::from_secs(300)),
+            gc_dynamic_jobs: false,
         }
     }
 }
@@ -59,6 +69,11 @@ impl DispatcherConfig {
                  be a non-empty range",
                 self.heartbeat_interval
             ));
+        }
+        if self.worker_timeout < Duration::from_millis(200)
+            || self.client_timeout < Duration::from_millis(200)
+        {
+            return Err("worker and client timeouts must be at least 200ms".into());
         }
         if self.snapshot_logs_since_last == 0 {
             return Err("snapshot interval must be at least one entry".into());

@@ -8,11 +8,13 @@
 use crate::config::DispatcherConfig;
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
+use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::raft_network::PeerNetwork;
 use crate::raft_service::RaftPeerService;
 use crate::service::DispatcherService;
 use crate::state::DispatcherState;
+use crate::timers::Timers;
 use crate::types::{NodeInfo, Raft, StateHandle, TypeConfig};
 use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
@@ -90,8 +92,25 @@ impl DispatcherHandle {
         .map_err(|e| DispatcherError::RaftStopped(e.to_string()))?;
 
         let proposer = ProposerHandle::spawn(raft.clone());
-        let service = DispatcherService::new(config.id, raft.clone(), proposer, state.clone());
+        let liveness = Arc::new(Liveness::default());
+        let service = DispatcherService::new(
+            config.id,
+            raft.clone(),
+            proposer.clone(),
+            state.clone(),
+            liveness.clone(),
+            config.worker_timeout,
+        );
         let shutdown = CancellationToken::new();
+        let timers = Timers {
+            id: config.id,
+            raft: raft.clone(),
+            state: state.clone(),
+            proposer,
+            liveness,
+            config: config.clone(),
+        };
+        tokio::spawn(timers.run(shutdown.clone()));
         let server = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(
@@ -156,9 +175,11 @@ impl DispatcherHandle {
         Ok(metrics.current_leader.expect("waited for a known leader"))
     }
 
-    /// Stops serving and shuts Raft down; the journal is closed when the last handle drops.
+    /// Stops at once: connections are cut (long polls included, as after a crash) and Raft is
+    /// shut down; the journal closes when the last handle drops.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
+        self.server.abort();
         if let Err(e) = self.raft.shutdown().await {
             warn!(node = self.id, error = %e, "raft shutdown");
         }

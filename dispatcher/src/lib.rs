@@ -13,6 +13,8 @@
 //! - `config`: `DispatcherConfig`.
 //! - `dispatcher_handle`: starting and stopping a replica.
 //! - `proposer`: group commit of concurrent requests into one log entry.
+//! - `liveness`, `timers`: leader-local heartbeat times and the timers that propose worker
+//!   expiry, client timeouts and iteration garbage collection.
 //! - `service`: the gRPC dispatcher service (thin handlers).
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
@@ -24,12 +26,14 @@ pub mod convert;
 pub mod dispatcher_handle;
 pub mod error;
 pub mod ids;
+pub mod liveness;
 pub mod proposer;
 pub mod raft_network;
 pub mod raft_service;
 pub mod service;
 pub mod state;
 pub mod status;
+pub mod timers;
 pub mod types;
 
 pub use config::DispatcherConfig;

@@ -5,6 +5,7 @@
 use crate::convert::{self, decode_def, metadata_to_proto, request_id, task_def};
 use crate::error::DispatcherError;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId};
+use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::state::{DatasetMetadata, DispatcherState, Outcome, Request, ShardingPolicy, Update};
 use crate::status;
@@ -14,6 +15,7 @@ use prost::Message;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tonic::{Request as GrpcRequest, Response, Status};
@@ -26,15 +28,27 @@ pub struct DispatcherService {
     raft: Raft,
     proposer: ProposerHandle,
     state: StateHandle,
+    liveness: Arc<Liveness>,
+    /// Longest worker long poll: half the worker timeout, so a polling worker is never expired.
+    max_worker_poll: Duration,
 }
 
 impl DispatcherService {
-    pub fn new(id: NodeId, raft: Raft, proposer: ProposerHandle, state: StateHandle) -> Self {
+    pub fn new(
+        id: NodeId,
+        raft: Raft,
+        proposer: ProposerHandle,
+        state: StateHandle,
+        liveness: Arc<Liveness>,
+        worker_timeout: Duration,
+    ) -> Self {
         DispatcherService {
             id,
             raft,
             proposer,
             state,
+            liveness,
+            max_worker_poll: worker_timeout / 2,
         }
     }
 
@@ -220,6 +234,7 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
         let req = request.into_inner();
         let client_id = ClientId(req.iteration_client_id);
+        self.liveness.client_seen(client_id.0);
         let deadline = poll_deadline(req.poll_timeout_ms);
         self.linearizable().await?;
         loop {
@@ -273,7 +288,9 @@ impl Dispatcher for DispatcherService {
                 DispatcherError::InvalidArgument("`worker_address` is required".into()).into(),
             );
         }
-        let deadline = poll_deadline(req.poll_timeout_ms);
+        self.liveness.worker_seen(&req.worker_address);
+        let poll = Duration::from_millis(req.poll_timeout_ms).min(self.max_worker_poll);
+        let deadline = poll_deadline(poll.as_millis() as u64);
         self.linearizable().await?;
         if self.read(|s| s.worker(&req.worker_address).is_none()) {
             let update = Update::RegisterWorker {

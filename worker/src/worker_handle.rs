@@ -108,10 +108,12 @@ impl WorkerHandle {
         self.state.task_ids()
     }
 
-    /// Stops serving and every task.
+    /// Stops at once: open fetch streams are cut (readers see the worker gone, as after a
+    /// crash) and every task's pipeline stops.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         self.state.cancel_all();
+        self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
     }
 

@@ -150,6 +150,11 @@ impl DispatcherState {
                 self.finish_tasks(worker, task_ids);
                 Ok(Outcome::TasksFinished)
             }
+            Update::RemoveWorker { address } => {
+                self.remove_worker(address);
+                Ok(Outcome::WorkerRemoved)
+            }
+            Update::GarbageCollectIteration { iteration_id } => self.garbage_collect(*iteration_id),
         }
     }
 
@@ -207,7 +212,12 @@ impl DispatcherState {
             .iterations
             .values()
             .filter(|it| !it.finished)
-            .filter(|it| !it.tasks.iter().any(|t| self.tasks[t].worker == address))
+            .filter(|it| {
+                !it.tasks
+                    .iter()
+                    .map(|t| &self.tasks[t])
+                    .any(|t| t.worker == address && !t.finished)
+            })
             .map(|it| it.id)
             .collect();
         let tasks = needing_task
@@ -322,6 +332,7 @@ impl DispatcherState {
                         num_clients: 0,
                         last_client_released_micros: None,
                         finished: false,
+                        garbage_collected: false,
                     },
                 );
                 self.iteration_keys.insert(key, id);
@@ -408,14 +419,62 @@ impl DispatcherState {
             }
             task.finished = true;
             let iteration_id = task.iteration_id;
-            let all_finished = self.iterations[&iteration_id]
-                .tasks
-                .iter()
-                .all(|t| self.tasks[t].finished);
-            if all_finished {
-                self.iteration_mut(iteration_id).finished = true;
+            self.update_finished(iteration_id);
+        }
+    }
+
+    fn remove_worker(&mut self, address: &str) {
+        if self.workers.remove(address).is_none() {
+            return;
+        }
+        let dropped: Vec<TaskId> = self.active_tasks_of_worker(address).map(|t| t.id).collect();
+        for task_id in dropped {
+            let task = self.tasks.get_mut(&task_id).expect("listed just above");
+            task.finished = true;
+            task.dropped = true;
+            let iteration_id = task.iteration_id;
+            self.update_finished(iteration_id);
+        }
+    }
+
+    /// An iteration finishes when every task is finished and at least one reached its end: an
+    /// iteration whose every worker was removed waits for a worker to come (back) instead.
+    fn update_finished(&mut self, iteration_id: IterationId) {
+        let tasks = &self.iterations[&iteration_id].tasks;
+        let all_finished = tasks.iter().all(|t| self.tasks[t].finished);
+        let one_ended = tasks.iter().any(|t| !self.tasks[t].dropped);
+        if all_finished && one_ended {
+            self.iteration_mut(iteration_id).finished = true;
+        }
+    }
+
+    fn garbage_collect(&mut self, iteration_id: IterationId) -> Result<Outcome, Rejection> {
+        let iteration = self
+            .iterations
+            .get(&iteration_id)
+            .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
+        if iteration.finished || iteration.num_clients > 0 {
+            // Decided on an older view; finished iterations are kept, busy ones are not idle.
+            return Ok(Outcome::IterationCollected);
+        }
+        let key = (
+            self.jobs[&iteration.job_id].name.clone(),
+            iteration.repetition,
+        );
+        for task_id in iteration.tasks.clone() {
+            let task = self.tasks.get_mut(&task_id).expect("iteration tasks exist");
+            if !task.finished {
+                task.finished = true;
+                task.dropped = true;
             }
         }
+        if self.iteration_keys.get(&key) == Some(&iteration_id) {
+            self.iteration_keys.remove(&key);
+        }
+        let iteration = self.iteration_mut(iteration_id);
+        iteration.finished = true;
+        iteration.garbage_collected = true;
+        Ok(Outcome::IterationCollected)
     }
 
     fn create_task(&mut self, iteration_id: IterationId, worker: &str) -> TaskId {
@@ -428,6 +487,7 @@ impl DispatcherState {
                 iteration_id,
                 worker: worker.to_string(),
                 finished: false,
+                dropped: false,
             },
         );
         self.iteration_mut(iteration_id).tasks.push(id);
@@ -476,6 +536,14 @@ impl DispatcherState {
 
     pub fn task(&self, id: TaskId) -> Option<&Task> {
         self.tasks.get(&id)
+    }
+
+    /// Clients attached to unfinished iterations (the ones whose liveness matters).
+    pub fn active_clients(&self) -> impl Iterator<Item = (ClientId, &Iteration)> {
+        self.clients
+            .iter()
+            .map(|(c, it)| (*c, &self.iterations[it]))
+            .filter(|(_, it)| !it.finished)
     }
 
     /// The iteration a client is attached to.

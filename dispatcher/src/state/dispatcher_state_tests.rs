@@ -338,3 +338,109 @@ fn replaying_the_same_log_gives_the_same_state() {
     };
     assert_eq!(replay(), replay());
 }
+
+fn remove_worker(address: &str) -> Update {
+    Update::RemoveWorker {
+        address: address.into(),
+    }
+}
+fn gc(iteration: u64) -> Update {
+    Update::GarbageCollectIteration {
+        iteration_id: IterationId(iteration),
+    }
+}
+
+#[test]
+fn expiry_and_garbage_collection_table() {
+    use ShardingPolicy::*;
+    let cases: Vec<(&str, Vec<(Update, Outcome)>, Vec<(u64, bool)>)> = vec![
+        // (name, script, expected (iteration, finished) after it)
+        (
+            "a removed worker's tasks are dropped and the epoch ends with the others",
+            vec![
+                (register(None, b"a"), registered("1000")),
+                (worker("w1"), workers_tasks(&[])),
+                (worker("w2"), workers_tasks(&[])),
+                (job("1000", Dynamic, None), job_id(5000)),
+                (iteration(5000, 0), iter_client(2000, 3000)),
+                (finish("w1", &[4000]), Outcome::TasksFinished),
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+            ],
+            vec![(2000, true)],
+        ),
+        (
+            "an iteration whose every worker was removed waits for a worker to come back",
+            vec![
+                (register(None, b"a"), registered("1000")),
+                (worker("w1"), workers_tasks(&[])),
+                (job("1000", Dynamic, None), job_id(5000)),
+                (iteration(5000, 0), iter_client(2000, 3000)),
+                (remove_worker("w1"), Outcome::WorkerRemoved),
+                (remove_worker("w1"), Outcome::WorkerRemoved), // proposed twice: a no-op
+                (worker("w1"), workers_tasks(&[4001])), // back: a new task for the same iteration
+                (finish("w1", &[4000]), Outcome::TasksFinished), // the dropped task cannot finish it
+            ],
+            vec![(2000, false)],
+        ),
+        (
+            "a returning worker's new task finishes the iteration",
+            vec![
+                (register(None, b"a"), registered("1000")),
+                (worker("w1"), workers_tasks(&[])),
+                (job("1000", Dynamic, None), job_id(5000)),
+                (iteration(5000, 0), iter_client(2000, 3000)),
+                (remove_worker("w1"), Outcome::WorkerRemoved),
+                (worker("w1"), workers_tasks(&[4001])),
+                (finish("w1", &[4001]), Outcome::TasksFinished),
+            ],
+            vec![(2000, true)],
+        ),
+        (
+            "an idle iteration is collected and its key serves a new iteration",
+            vec![
+                (register(None, b"a"), registered("1000")),
+                (worker("w1"), workers_tasks(&[])),
+                (job("1000", Off, Some("j")), job_id(5000)),
+                (iteration(5000, 0), iter_client(2000, 3000)),
+                (gc(2000), Outcome::IterationCollected), // a client is attached: not idle, kept
+                (release(3000), Outcome::ClientReleased),
+                (gc(2000), Outcome::IterationCollected),
+                (iteration(5000, 0), iter_client(2001, 3001)),
+                (gc(2999), not_found("Iteration id 2999 not found")),
+            ],
+            vec![(2000, true), (2001, false)],
+        ),
+    ];
+    for (name, steps, finished) in cases {
+        let state = run(name, steps);
+        for (iteration, want) in finished {
+            let it = state
+                .iteration(IterationId(iteration))
+                .expect("iteration exists");
+            assert_eq!(
+                it.finished, want,
+                "case {name:?}: iteration {iteration} finished"
+            );
+        }
+    }
+    let state = run(
+        "gc marks",
+        vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (job("1000", Off, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (release(3000), Outcome::ClientReleased),
+            (gc(2000), Outcome::IterationCollected),
+        ],
+    );
+    let it = state
+        .iteration(IterationId(2000))
+        .expect("kept for history");
+    assert!(it.garbage_collected && state.task(TaskId(4000)).expect("task").dropped);
+    assert_eq!(
+        state.active_tasks_of_worker("w1").count(),
+        0,
+        "the worker stops the collected task"
+    );
+}

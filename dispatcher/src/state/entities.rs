@@ -47,8 +47,10 @@ pub struct Iteration {
     pub num_clients: u64,
     /// Leader wall clock when the last client left; `None` while none ever left.
     pub last_client_released_micros: Option<u64>,
-    /// All tasks finished (set when the last one finishes; never reset).
+    /// All tasks finished and at least one of them reached its end (set once; never reset).
     pub finished: bool,
+    /// Collected after `job_gc_timeout` without clients; its key is free for a new iteration.
+    pub garbage_collected: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -57,4 +59,7 @@ pub struct Task {
     pub iteration_id: IterationId,
     pub worker: String,
     pub finished: bool,
+    /// Finished because its worker was removed (or its iteration collected), not because its
+    /// input ended.
+    pub dropped: bool,
 }

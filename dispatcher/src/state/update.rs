@@ -120,6 +120,11 @@ pub enum Update {
         worker: String,
         task_ids: Vec<TaskId>,
     },
+    /// The leader heard nothing from the worker for the worker timeout. Its unfinished tasks are
+    /// dropped so finite iterations can end; if it comes back it registers again.
+    RemoveWorker { address: String },
+    /// The leader saw no client of the iteration for the job GC timeout.
+    GarbageCollectIteration { iteration_id: IterationId },
 }
 
 impl Update {
@@ -133,6 +138,8 @@ impl Update {
             Update::LeaseSplits { .. } => "lease_splits",
             Update::ReleaseIterationClient { .. } => "release_iteration_client",
             Update::FinishTasks { .. } => "finish_tasks",
+            Update::RemoveWorker { .. } => "remove_worker",
+            Update::GarbageCollectIteration { .. } => "garbage_collect_iteration",
         }
     }
 }
@@ -167,6 +174,8 @@ pub enum Outcome {
     Splits(SplitLease),
     ClientReleased,
     TasksFinished,
+    WorkerRemoved,
+    IterationCollected,
     Rejected(Rejection),
 }
 

@@ -6,6 +6,7 @@ mod bad_input;
 mod failover;
 mod processing_modes;
 mod restart;
+mod workers;
 
 use sluice_client::ServiceDataset;
 use sluice_dataset::Element;

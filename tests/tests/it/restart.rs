@@ -28,15 +28,10 @@ async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow
         let element = epoch.next().await.expect("the epoch is not over")?;
         seen.push(element.as_i64().expect("int"));
     }
-    let before = cluster
-        .replica(1)
-        .expect("running")
-        .state()
-        .read()
-        .expect("lock")
-        .state
-        .clone();
+    // The state as the replica applied it when it died: everything in it was committed.
+    let handle = cluster.replica(1).expect("running").state().clone();
     cluster.kill(1).await?;
+    let before = handle.read().expect("lock").state.clone();
 
     info!("--- the client keeps reading what the workers hold, then waits; restart");
     cluster.restart(1).await?;
@@ -52,7 +47,14 @@ async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow
     assert_eq!(after.datasets().count(), before.datasets().count());
     assert_eq!(after.jobs().count(), before.jobs().count());
     for (a, b) in after.iterations().zip(before.iterations()) {
-        assert_eq!(a.cursors, b.cursors, "split cursors survive the restart");
+        // Workers may lease more right after the restart; a cursor never moves back.
+        assert_eq!(a.cursors.len(), b.cursors.len());
+        for (ca, cb) in a.cursors.iter().zip(&b.cursors) {
+            assert!(
+                (ca.repetition, ca.next) >= (cb.repetition, cb.next),
+                "cursor went back: {cb:?} -> {ca:?}"
+            );
+        }
     }
 
     info!("--- finish the epoch");
