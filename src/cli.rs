@@ -52,10 +52,11 @@ pub struct DispatcherArgs {
     #[arg(long, default_value = "")]
     pub peers: String,
     /// Raft heartbeat period.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
     pub heartbeat_interval: Duration,
-    /// Raft election timeout, lower bound (the upper bound is twice this).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    /// Raft election timeout, lower bound (the upper bound is twice this). A dead leader is
+    /// replaced after one to two of these (followers honour the old leader's lease first).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     pub election_timeout: Duration,
     /// Log entries between snapshots.
     #[arg(long, default_value_t = 5000)]
@@ -68,8 +69,12 @@ pub struct DispatcherArgs {
     pub client_timeout: Duration,
     /// An iteration without clients this long is garbage collected (`never` to keep them).
     #[arg(long, value_parser = parse_optional_duration, default_value = "5m")]
-    pub job_gc_timeout: Option<Duration>,
+    pub job_gc_timeout: MaybeDuration,
 }
+
+/// A duration that may be absent (`never`); an alias, so clap does not take the argument for an
+/// optional one.
+pub type MaybeDuration = Option<Duration>;
 
 /// A duration, or `never`.
 fn parse_optional_duration(text: &str) -> Result<Option<Duration>, humantime::DurationError> {

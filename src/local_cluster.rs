@@ -43,7 +43,7 @@ pub fn local_dispatcher_config(
         data_dir,
         peers,
         heartbeat_interval: Duration::from_millis(50),
-        election_timeout: (Duration::from_millis(300), Duration::from_millis(600)),
+        election_timeout: (Duration::from_millis(150), Duration::from_millis(300)),
         worker_timeout: Duration::from_secs(2),
         ..DispatcherConfig::default()
     }

@@ -39,8 +39,9 @@ impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
             rpc_timeout: Duration::from_secs(5),
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(500),
+            initial_backoff: Duration::from_millis(5),
+            // Short: after a failover the new leader is found within one backoff of its election.
+            max_backoff: Duration::from_millis(100),
             retry_timeout: Duration::from_secs(3600),
         }
     }

@@ -42,10 +42,6 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
                 dir.to_str().expect("utf-8"),
                 "--peers",
                 &peers,
-                "--election-timeout",
-                "300ms",
-                "--heartbeat-interval",
-                "50ms",
             ]
             .map(str::to_string);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -55,7 +51,7 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
     let _workers = workers(&all, 2);
     let first = wait_leader(&all);
 
-    let n = 30_000;
+    let n = 200_000;
     let range = format!("range({n})");
     let reader = Reader::start(&[
         "--dispatcher",
@@ -65,20 +61,26 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
         "--mode",
         "distributed_epoch",
         "--rate",
-        "10000",
+        "40000",
         "--max-outstanding-requests",
         "16",
     ]);
     let mut got = Vec::new();
     let mut kills = Vec::new();
-    for at in [n / 3, 2 * n / 3] {
+    let mut longest_stall = Duration::ZERO;
+    for at in [n / 3, 2 * n / 3, n] {
+        let mut last = Instant::now();
         while (got.len() as i64) < at {
-            got.push(
-                reader
-                    .lines
-                    .recv_timeout(Duration::from_secs(30))
-                    .expect("elements keep coming"),
-            );
+            let line = reader
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("elements keep coming");
+            got.push(line);
+            longest_stall = longest_stall.max(last.elapsed());
+            last = Instant::now();
+        }
+        if at == n {
+            break;
         }
         if let Some(previous) = kills.last() {
             let node: &mut SluiceProcess = &mut nodes[*previous as usize - 1];
@@ -96,4 +98,11 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
     assert!(ok, "the reader failed");
     assert_exactly_once(&got, n);
     assert_eq!(kills.len(), 2);
+    // The reader reads 40,000 lines/s, so lines are ~25 µs apart; a failover shows as the
+    // longest gap. The quorum issue's bound: under 2 s (aim: under 1 s).
+    eprintln!("longest stall seen by the reader: {longest_stall:?}");
+    assert!(
+        longest_stall < Duration::from_secs(2),
+        "longest stall {longest_stall:?}"
+    );
 }

@@ -353,7 +353,8 @@ fn gc(iteration: u64) -> Update {
 #[test]
 fn expiry_and_garbage_collection_table() {
     use ShardingPolicy::*;
-    let cases: Vec<(&str, Vec<(Update, Outcome)>, Vec<(u64, bool)>)> = vec![
+    type Case = (&'static str, Vec<(Update, Outcome)>, Vec<(u64, bool)>);
+    let cases: Vec<Case> = vec![
         // (name, script, expected (iteration, finished) after it)
         (
             "a removed worker's tasks are dropped and the epoch ends with the others",
