@@ -131,9 +131,13 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 break 'epochs;
             }
             if let Some(rate) = args.rate.filter(|r| *r > 0.0) {
-                out.flush()?;
-                tokio::time::sleep_until(started + Duration::from_secs_f64(count as f64 / rate))
-                    .await;
+                // Pace in steps of at least a millisecond: a sleep (and flush) per element
+                // would cap the rate below what was asked.
+                let due = started + Duration::from_secs_f64(count as f64 / rate);
+                if due > tokio::time::Instant::now() + Duration::from_millis(1) {
+                    out.flush()?;
+                    tokio::time::sleep_until(due).await;
+                }
             }
         }
     }
