@@ -62,6 +62,8 @@ struct Worker {
 
 pub struct LocalCluster {
     _dir: TempDir,
+    /// Applied to every replica's config, at start and restart.
+    tune: fn(&mut DispatcherConfig),
     replicas: BTreeMap<NodeId, Replica>,
     peers: BTreeMap<NodeId, String>,
     workers: Vec<Worker>,
@@ -71,6 +73,15 @@ impl LocalCluster {
     /// Starts `replicas` dispatcher replicas (ids 1..=n) and `workers` workers, and waits until
     /// a leader is known.
     pub async fn start(replicas: usize, workers: usize) -> anyhow::Result<LocalCluster> {
+        Self::start_with(replicas, workers, |_| {}).await
+    }
+
+    /// Like [`LocalCluster::start`], with `tune` applied to every replica's config.
+    pub async fn start_with(
+        replicas: usize,
+        workers: usize,
+        tune: fn(&mut DispatcherConfig),
+    ) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::tempdir()?;
         let mut listeners = BTreeMap::new();
         for id in 1..=replicas as NodeId {
@@ -83,13 +94,15 @@ impl LocalCluster {
             .collect();
         let mut cluster = LocalCluster {
             _dir: dir,
+            tune,
             replicas: BTreeMap::new(),
             peers: peers.clone(),
             workers: Vec::new(),
         };
         for (id, listener) in listeners {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
-            let config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
+            let mut config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
+            tune(&mut config);
             let handle = DispatcherHandle::start_on(listener, config).await?;
             cluster.replicas.insert(
                 id,
@@ -170,7 +183,8 @@ impl LocalCluster {
         let replica = self.replicas.get_mut(&id).context("no such replica")?;
         anyhow::ensure!(replica.handle.is_none(), "replica {id} is running");
         let listener = bind_again(&replica.addr).await?;
-        let config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
+        let mut config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
+        (self.tune)(&mut config);
         replica.handle = Some(DispatcherHandle::start_on(listener, config).await?);
         info!(node = id, "--- restarted replica");
         Ok(())

@@ -23,6 +23,9 @@ pub struct DispatcherConfig {
     pub election_timeout: (Duration, Duration),
     /// Entries between snapshots (log compaction).
     pub snapshot_logs_since_last: u64,
+    /// Entries kept in the log behind a snapshot, so a briefly lagging replica catches up from
+    /// the log; one further behind gets the snapshot.
+    pub logs_kept_after_snapshot: u64,
     /// A worker silent this long is removed and its unfinished tasks dropped (decided by the
     /// leader, replicated).
     pub worker_timeout: Duration,
@@ -44,6 +47,7 @@ impl Default for DispatcherConfig {
             heartbeat_interval: Duration::from_millis(50),
             election_timeout: (Duration::from_millis(200), Duration::from_millis(400)),
             snapshot_logs_since_last: 5000,
+            logs_kept_after_snapshot: 1000,
             worker_timeout: Duration::from_secs(10),
             client_timeout: Duration::from_secs(300),
             job_gc_timeout: Some(Duration::from_secs(300)),

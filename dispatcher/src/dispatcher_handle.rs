@@ -75,7 +75,7 @@ impl DispatcherHandle {
             election_timeout_max: config.election_timeout.1.as_millis() as u64,
             install_snapshot_timeout: 3000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_since_last),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: config.logs_kept_after_snapshot,
             purge_batch_size: 256,
             ..Default::default()
         }

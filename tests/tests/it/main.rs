@@ -5,6 +5,7 @@
 mod bad_input;
 mod failover;
 mod processing_modes;
+mod quorum;
 mod restart;
 mod workers;
 

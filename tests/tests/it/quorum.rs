@@ -1,0 +1,153 @@
+//! Three-replica quorums: catching up by snapshot, and losing the majority for a while.
+
+use crate::assert_exactly_once;
+use sluice_client::{
+    ClientError, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions, RetryConfig,
+};
+use sluice_dataset::Dataset;
+use std::time::Duration;
+use tracing::info;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_down_during_many_writes_catches_up_by_snapshot_install() -> anyhow::Result<()> {
+    sluice_tests::init_tracing();
+    let mut cluster = sluice_tests::TestCluster::start_with(3, 0, |config| {
+        config.snapshot_logs_since_last = 50;
+        config.logs_kept_after_snapshot = 5;
+    })
+    .await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let lagging = (1..=3).find(|id| *id != leader).expect("a follower");
+    let lagging_last = cluster.applied_index(lagging).unwrap_or(0);
+    info!(
+        lagging,
+        "--- stopping a follower, then writing past several snapshots"
+    );
+    cluster.kill(lagging).await?;
+    let client = cluster.client();
+    for i in 0..300 {
+        let options = RegisterOptions {
+            dataset_id: Some(format!("d{i}")),
+            ..RegisterOptions::default()
+        };
+        client
+            .register_dataset(&Dataset::range(i), &options)
+            .await?;
+    }
+    // openraft purges once no replication stream has the range in flight; the stream to the
+    // stopped follower retries with a backoff, so the purge may lag the snapshot a little.
+    let raft = cluster.replica(leader).expect("running").raft().clone();
+    sluice_tests::wait_until(
+        "the leader to purge the entries the follower lacks",
+        Duration::from_secs(20),
+        || {
+            let purged = raft.metrics().borrow().purged.map(|l| l.index).unwrap_or(0);
+            async move { purged > lagging_last + 1 }
+        },
+    )
+    .await?;
+
+    info!("--- restarting the follower: the log it needs is gone, so it gets a snapshot");
+    cluster.restart(lagging).await?;
+    cluster
+        .wait_caught_up(lagging, Duration::from_secs(30))
+        .await?;
+    let metrics = cluster
+        .replica(lagging)
+        .expect("running")
+        .raft()
+        .metrics()
+        .borrow()
+        .clone();
+    let snapshot = metrics.snapshot.map(|l| l.index).unwrap_or(0);
+    assert!(
+        snapshot > lagging_last,
+        "the follower installed a snapshot (snapshot index {snapshot})"
+    );
+    let datasets = |id| {
+        cluster
+            .replica(id)
+            .expect("running")
+            .state()
+            .read()
+            .expect("lock")
+            .state
+            .datasets()
+            .count()
+    };
+    assert_eq!(datasets(lagging), 300);
+    assert_eq!(datasets(lagging), datasets(leader));
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_of_three_replicas_down_everyone_waits_and_work_resumes() -> anyhow::Result<()> {
+    let mut cluster = sluice_tests::start_cluster(3, 2).await?;
+    let n = 5000;
+    let options = DistributeOptions {
+        max_outstanding_requests: Some(8),
+        ..DistributeOptions::default()
+    };
+    let service = cluster
+        .client()
+        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
+        .await?;
+    let mut epoch = service.iter().await?;
+    let mut got = Vec::new();
+    while got.len() < 500 {
+        got.push(
+            epoch
+                .next()
+                .await
+                .expect("not over")?
+                .as_i64()
+                .expect("int"),
+        );
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let survivor = (1..=3).find(|id| *id != leader).expect("a follower");
+    let down: Vec<u64> = (1..=3).filter(|id| *id != survivor).collect();
+    info!(?down, survivor, "--- two of three replicas down");
+    for id in &down {
+        cluster.kill(*id).await?;
+    }
+    // Once the survivor campaigns it has no leader to learn commits from: from then on nothing
+    // may be applied until a quorum is back.
+    let raft = cluster.replica(survivor).expect("running").raft().clone();
+    sluice_tests::wait_until("the survivor to campaign", Duration::from_secs(20), || {
+        let campaigning = raft.metrics().borrow().state.is_candidate();
+        async move { campaigning }
+    })
+    .await?;
+    let applied = cluster.applied_index(survivor);
+
+    // A write now cannot commit: the caller gets Unavailable after its retry budget, and the
+    // survivor's state does not change.
+    let impatient = DispatcherClient::with_retry(
+        &cluster.dispatcher_addrs(),
+        RetryConfig {
+            retry_timeout: Duration::from_millis(1500),
+            ..RetryConfig::default()
+        },
+    )?;
+    let err = impatient
+        .register_dataset(&Dataset::range(3), &RegisterOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Unavailable { .. }), "{err}");
+    assert_eq!(
+        cluster.applied_index(survivor),
+        applied,
+        "nothing changed without a quorum"
+    );
+
+    info!("--- one replica returns: a quorum again; the epoch resumes");
+    cluster.restart(down[0]).await?;
+    let rest = tokio::time::timeout(Duration::from_secs(60), epoch.collect()).await??;
+    got.extend(rest.iter().map(|e| e.as_i64().expect("int")));
+    got.sort_unstable();
+    assert_exactly_once(&got, n);
+    cluster.shutdown().await;
+    Ok(())
+}
