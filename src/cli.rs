@@ -32,8 +32,40 @@ pub enum Command {
     Register(RegisterArgs),
     /// Print the dispatcher's view of the cluster and its state as JSON.
     Status(StatusArgs),
+    /// Change the dispatcher quorum's membership.
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Run the showcase: a local cluster, a distributed epoch, and a summary.
     Demo(DemoArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Add a replica started with `sluice dispatcher --join` (learner, then voter).
+    AddNode(AddNodeArgs),
+    /// Remove a replica from the quorum.
+    RemoveNode(RemoveNodeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct AddNodeArgs {
+    /// Dispatcher replicas, comma-separated.
+    #[arg(long)]
+    pub dispatcher: String,
+    /// The new replica's id.
+    #[arg(long)]
+    pub id: u64,
+    /// The new replica's address.
+    #[arg(long)]
+    pub addr: String,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoveNodeArgs {
+    #[arg(long)]
+    pub dispatcher: String,
+    #[arg(long)]
+    pub id: u64,
 }
 
 #[derive(Args, Debug)]
@@ -51,6 +83,9 @@ pub struct DispatcherArgs {
     /// one-node dispatcher.
     #[arg(long, default_value = "")]
     pub peers: String,
+    /// Join an existing quorum: wait, empty, to be added with `sluice admin add-node`.
+    #[arg(long)]
+    pub join: bool,
     /// Raft heartbeat period.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
     pub heartbeat_interval: Duration,
@@ -191,6 +226,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Read(args) => commands::read(args).await,
         Command::Register(args) => commands::register(args).await,
         Command::Status(args) => commands::status(args).await,
+        Command::Admin(command) => commands::admin(command).await,
         Command::Demo(args) => crate::demo::run(args).await,
     }
 }

@@ -1,7 +1,7 @@
 //! The subcommands other than `demo`: each builds its config from the arguments and runs one
 //! library component.
 
-use crate::cli::{DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs, WorkerArgs};
+use crate::cli::{AdminCommand, DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs, WorkerArgs};
 use anyhow::{bail, Context};
 use sluice_client::{
     Compression, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions, RetryConfig,
@@ -52,6 +52,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         listen,
         data_dir: args.data_dir,
         peers,
+        join: args.join,
         heartbeat_interval: args.heartbeat_interval,
         election_timeout: (args.election_timeout, args.election_timeout * 2),
         snapshot_logs_since_last: args.snapshot_every,
@@ -216,5 +217,23 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
     };
     status["nodes"] = serde_json::Value::Array(nodes);
     println!("{}", serde_json::to_string_pretty(&status)?);
+    Ok(())
+}
+
+/// Membership changes; prints the voters afterwards as a JSON array.
+pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
+    let voters = match command {
+        AdminCommand::AddNode(args) => {
+            DispatcherClient::new(&args.dispatcher)?
+                .add_node(args.id, &args.addr)
+                .await?
+        }
+        AdminCommand::RemoveNode(args) => {
+            DispatcherClient::new(&args.dispatcher)?
+                .remove_node(args.id)
+                .await?
+        }
+    };
+    println!("{}", serde_json::json!({ "voters": voters }));
     Ok(())
 }

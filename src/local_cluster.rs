@@ -190,6 +190,42 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Starts a new, empty replica that waits to be added (`join`); returns its id. Add it with
+    /// `DispatcherClient::add_node`.
+    pub async fn start_joining_replica(&mut self) -> anyhow::Result<NodeId> {
+        let id = self.replicas.keys().max().copied().unwrap_or(0) + 1;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let data_dir = self._dir.path().join(format!("node-{id}"));
+        let mut config = local_dispatcher_config(id, data_dir.clone(), BTreeMap::new());
+        (self.tune)(&mut config);
+        config.join = true;
+        let handle = DispatcherHandle::start_on(listener, config).await?;
+        self.peers.insert(id, addr.clone());
+        self.replicas.insert(
+            id,
+            Replica {
+                addr,
+                data_dir,
+                handle: Some(handle),
+            },
+        );
+        Ok(id)
+    }
+
+    /// The address of replica `id`.
+    pub fn replica_addr(&self, id: NodeId) -> Option<&str> {
+        self.replicas.get(&id).map(|r| r.addr.as_str())
+    }
+
+    /// Forgets a replica that was removed from the quorum (stopping it if running).
+    pub async fn forget_replica(&mut self, id: NodeId) -> anyhow::Result<()> {
+        self.kill(id).await?;
+        self.replicas.remove(&id);
+        self.peers.remove(&id);
+        Ok(())
+    }
+
     /// Applied log index of a running replica.
     pub fn applied_index(&self, id: NodeId) -> Option<u64> {
         let handle = self.replica(id)?;

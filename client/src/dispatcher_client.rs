@@ -228,3 +228,34 @@ impl DispatcherClient {
         }
     }
 }
+
+impl DispatcherClient {
+    /// Adds replica `node_id` at `addr` to the quorum (as a learner, then a voter). The replica
+    /// must be running with `join` set. Returns the voters after the change.
+    pub async fn add_node(&self, node_id: u64, addr: &str) -> Result<Vec<u64>, ClientError> {
+        let request = pb::AddNodeRequest {
+            node_id,
+            addr: addr.to_string(),
+        };
+        let response = self
+            .call("add_node", Duration::from_secs(30), |mut c, timeout| {
+                let mut request = tonic::Request::new(request.clone());
+                request.set_timeout(timeout);
+                async move { c.add_node(request).await }
+            })
+            .await?;
+        Ok(response.voters)
+    }
+
+    /// Removes replica `node_id` from the quorum. Returns the voters after the change.
+    pub async fn remove_node(&self, node_id: u64) -> Result<Vec<u64>, ClientError> {
+        let response = self
+            .call("remove_node", Duration::from_secs(30), |mut c, timeout| {
+                let mut request = tonic::Request::new(pb::RemoveNodeRequest { node_id });
+                request.set_timeout(timeout);
+                async move { c.remove_node(request).await }
+            })
+            .await?;
+        Ok(response.voters)
+    }
+}

@@ -16,6 +16,9 @@ pub struct DispatcherConfig {
     /// Every replica's id and address, the same on every node. Empty: a one-node cluster of
     /// this replica at its bound address.
     pub peers: BTreeMap<NodeId, String>,
+    /// Join an existing cluster (`sluice admin add-node`) instead of initializing one: the
+    /// replica waits, empty, until a leader adds it.
+    pub join: bool,
     /// Raft leader heartbeat period.
     pub heartbeat_interval: Duration,
     /// Raft election timeout range; a follower that hears no leader for a random time in it
@@ -44,6 +47,7 @@ impl Default for DispatcherConfig {
             listen: "127.0.0.1:0".into(),
             data_dir: PathBuf::from("sluice-data"),
             peers: BTreeMap::new(),
+            join: false,
             heartbeat_interval: Duration::from_millis(50),
             election_timeout: (Duration::from_millis(200), Duration::from_millis(400)),
             snapshot_logs_since_last: 5000,

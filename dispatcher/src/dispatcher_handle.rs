@@ -134,7 +134,9 @@ impl DispatcherHandle {
         } else {
             config.peers.clone()
         };
-        bootstrap(&raft, config.id, &peers).await?;
+        if !config.join {
+            bootstrap(&raft, config.id, &peers).await?;
+        }
         info!(node = config.id, %addr, data_dir = %config.data_dir.display(), "dispatcher serving");
         Ok(DispatcherHandle {
             id: config.id,

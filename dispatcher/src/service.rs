@@ -9,8 +9,10 @@ use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::state::{DatasetMetadata, DispatcherState, Outcome, Request, ShardingPolicy, Update};
 use crate::status;
+use crate::types::NodeInfo;
 use crate::types::{Raft, StateHandle};
-use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::ChangeMembers;
 use prost::Message;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
@@ -108,6 +110,26 @@ impl DispatcherService {
             Ok(Ok(()))
         )
     }
+}
+
+/// Maps a failed membership write: a follower names the leader; a refused change says why.
+fn membership_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> DispatcherError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => DispatcherError::NotLeader {
+            leader: f.leader_node.map(|n| n.addr),
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            crate::state::Rejection::FailedPrecondition(format!("membership change refused: {e}"))
+                .into()
+        }
+        RaftError::Fatal(f) => DispatcherError::RaftStopped(f.to_string()),
+    }
+}
+
+fn voters(membership: Option<openraft::Membership<NodeId, NodeInfo>>) -> Vec<u64> {
+    membership
+        .map(|m| m.voter_ids().collect())
+        .unwrap_or_default()
 }
 
 fn poll_deadline(poll_timeout_ms: u64) -> Instant {
@@ -343,6 +365,48 @@ impl Dispatcher for DispatcherService {
             })),
             other => Err(unexpected(other)),
         }
+    }
+
+    async fn add_node(
+        &self,
+        request: GrpcRequest<pb::AddNodeRequest>,
+    ) -> Result<Response<pb::AddNodeResponse>, Status> {
+        let req = request.into_inner();
+        if req.addr.is_empty() {
+            return Err(DispatcherError::InvalidArgument("`addr` is required".into()).into());
+        }
+        // First a learner that catches up, then a voter: the joint-consensus change never waits
+        // on a replica that has the whole log still to fetch.
+        let node = NodeInfo { addr: req.addr };
+        self.raft
+            .add_learner(req.node_id, node, true)
+            .await
+            .map_err(membership_error)?;
+        let change = ChangeMembers::AddVoterIds(BTreeSet::from([req.node_id]));
+        let response = self
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(membership_error)?;
+        Ok(Response::new(pb::AddNodeResponse {
+            voters: voters(response.membership),
+        }))
+    }
+
+    async fn remove_node(
+        &self,
+        request: GrpcRequest<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
+        let req = request.into_inner();
+        let change = ChangeMembers::RemoveVoters(BTreeSet::from([req.node_id]));
+        let response = self
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(membership_error)?;
+        Ok(Response::new(pb::RemoveNodeResponse {
+            voters: voters(response.membership),
+        }))
     }
 
     async fn get_status(

@@ -151,3 +151,70 @@ async fn with_two_of_three_replicas_down_everyone_waits_and_work_resumes() -> an
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Result<()> {
+    let mut cluster = sluice_tests::start_cluster(3, 1).await?;
+    let client = cluster.client();
+    client
+        .register_dataset(
+            &Dataset::range(10),
+            &RegisterOptions {
+                dataset_id: Some("before".into()),
+                ..Default::default()
+            },
+        )
+        .await?;
+
+    info!("--- a fourth replica joins");
+    let new = cluster.start_joining_replica().await?;
+    let addr = cluster.replica_addr(new).expect("started").to_string();
+    assert_eq!(client.add_node(new, &addr).await?, vec![1, 2, 3, 4]);
+    assert_eq!(
+        client.add_node(new, &addr).await?,
+        vec![1, 2, 3, 4],
+        "adding a voter again changes nothing"
+    );
+    cluster.wait_caught_up(new, Duration::from_secs(20)).await?;
+    let state = cluster
+        .replica(new)
+        .expect("running")
+        .state()
+        .read()
+        .expect("lock")
+        .state
+        .clone();
+    assert!(
+        state
+            .dataset(&sluice_dispatcher::ids::DatasetId("before".into()))
+            .is_some(),
+        "the new replica has the state"
+    );
+
+    info!("--- the leader is removed; the others elect a new one and keep serving");
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let voters = client.remove_node(leader).await?;
+    assert_eq!(voters.len(), 3);
+    assert!(!voters.contains(&leader));
+    cluster.forget_replica(leader).await?;
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    assert_ne!(new_leader, leader);
+    let service = cluster
+        .client()
+        .distribute(
+            &Dataset::range(100),
+            ProcessingMode::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let got = crate::read_epoch(&service, Duration::from_secs(60)).await?;
+    assert_exactly_once(&crate::sorted_ints(&got), 100);
+
+    let err = cluster.client().remove_node(99).await;
+    assert!(
+        err.is_ok() || matches!(err, Err(ClientError::FailedPrecondition(_))),
+        "{err:?}"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
