@@ -7,10 +7,12 @@
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
 use sluice_dispatcher::ids::NodeId;
+use sluice_dispatcher::network_faults::NetworkFaults;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tempfile::TempDir;
 use tracing::info;
@@ -64,6 +66,8 @@ pub struct LocalCluster {
     _dir: TempDir,
     /// Applied to every replica's config, at start and restart.
     tune: fn(&mut DispatcherConfig),
+    /// Raft links cut between replicas (partitions), shared by all of them.
+    faults: Arc<NetworkFaults>,
     replicas: BTreeMap<NodeId, Replica>,
     peers: BTreeMap<NodeId, String>,
     workers: Vec<Worker>,
@@ -95,6 +99,7 @@ impl LocalCluster {
         let mut cluster = LocalCluster {
             _dir: dir,
             tune,
+            faults: Arc::new(NetworkFaults::default()),
             replicas: BTreeMap::new(),
             peers: peers.clone(),
             workers: Vec::new(),
@@ -103,6 +108,7 @@ impl LocalCluster {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
             let mut config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
             tune(&mut config);
+            config.faults = Some(cluster.faults.clone());
             let handle = DispatcherHandle::start_on(listener, config).await?;
             cluster.replicas.insert(
                 id,
@@ -185,6 +191,7 @@ impl LocalCluster {
         let listener = bind_again(&replica.addr).await?;
         let mut config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
         (self.tune)(&mut config);
+        config.faults = Some(self.faults.clone());
         replica.handle = Some(DispatcherHandle::start_on(listener, config).await?);
         info!(node = id, "--- restarted replica");
         Ok(())
@@ -200,6 +207,7 @@ impl LocalCluster {
         let mut config = local_dispatcher_config(id, data_dir.clone(), BTreeMap::new());
         (self.tune)(&mut config);
         config.join = true;
+        config.faults = Some(self.faults.clone());
         let handle = DispatcherHandle::start_on(listener, config).await?;
         self.peers.insert(id, addr.clone());
         self.replicas.insert(
@@ -224,6 +232,18 @@ impl LocalCluster {
         self.replicas.remove(&id);
         self.peers.remove(&id);
         Ok(())
+    }
+
+    /// Cuts every Raft link between replica `id` and the others (clients still reach it).
+    pub fn isolate(&self, id: NodeId) {
+        info!(node = id, "--- isolating replica");
+        self.faults.isolate(id, self.replicas.keys().copied());
+    }
+
+    /// Restores every Raft link.
+    pub fn heal(&self) {
+        info!("--- healing the network");
+        self.faults.heal();
     }
 
     /// Applied log index of a running replica.

@@ -1,8 +1,10 @@
 //! `DispatcherConfig`: what one dispatcher replica needs to start, validated once.
 
 use crate::ids::NodeId;
+use crate::network_faults::NetworkFaults;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -38,6 +40,8 @@ pub struct DispatcherConfig {
     pub job_gc_timeout: Option<Duration>,
     /// Whether distributed_epoch iterations are collected too (tf.data's default: no).
     pub gc_dynamic_jobs: bool,
+    /// Raft links cut by a test harness (partitions); `None` outside tests.
+    pub faults: Option<Arc<NetworkFaults>>,
 }
 
 impl Default for DispatcherConfig {
@@ -56,6 +60,7 @@ impl Default for DispatcherConfig {
             client_timeout: Duration::from_secs(300),
             job_gc_timeout: Some(Duration::from_secs(300)),
             gc_dynamic_jobs: false,
+            faults: None,
         }
     }
 }

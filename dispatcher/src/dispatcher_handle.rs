@@ -84,7 +84,7 @@ impl DispatcherHandle {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            PeerNetwork::default(),
+            PeerNetwork::new(config.id, config.faults.clone()),
             log_store,
             state_machine,
         )
@@ -100,6 +100,7 @@ impl DispatcherHandle {
             state.clone(),
             liveness.clone(),
             config.worker_timeout,
+            config.election_timeout.1,
         );
         let shutdown = CancellationToken::new();
         let timers = Timers {

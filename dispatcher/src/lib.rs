@@ -18,6 +18,7 @@
 //! - `service`: the gRPC dispatcher service (thin handlers).
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
+//! - `network_faults`: cut Raft links, for partition tests.
 //! - `status`: the JSON of `sluice status`.
 //! - `error`: `DispatcherError` and its mapping to gRPC status codes.
 
@@ -27,6 +28,7 @@ pub mod dispatcher_handle;
 pub mod error;
 pub mod ids;
 pub mod liveness;
+pub mod network_faults;
 pub mod proposer;
 pub mod raft_network;
 pub mod raft_service;

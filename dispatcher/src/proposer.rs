@@ -14,6 +14,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::debug;
 
+/// How long a caller waits for its entry to commit before hearing `Unavailable`.
+const COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Requests per log entry at most.
 const MAX_BATCH: usize = 1024;
 /// Entries proposed and not yet answered at most.
@@ -41,9 +44,15 @@ impl ProposerHandle {
         self.tx
             .send((request, reply))
             .map_err(|_| DispatcherError::RaftStopped("the proposer has stopped".into()))?;
-        outcome
-            .await
-            .map_err(|_| DispatcherError::RaftStopped("the proposer dropped the request".into()))?
+        match tokio::time::timeout(COMMIT_TIMEOUT, outcome).await {
+            Ok(outcome) => outcome.map_err(|_| {
+                DispatcherError::RaftStopped("the proposer dropped the request".into())
+            })?,
+            Err(_) => Err(DispatcherError::QuorumUnavailable(format!(
+                "the write was not committed within {COMMIT_TIMEOUT:?}; it may still be: retry it \
+                 with the same request id"
+            ))),
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! `Result` travels whole, so a remote Raft error reaches openraft as `RPCError::RemoteError`.
 
 use crate::ids::NodeId;
+use crate::network_faults::NetworkFaults;
 use crate::types::{NodeInfo, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
@@ -28,13 +29,24 @@ use tonic::transport::{Channel, Endpoint};
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Builds one [`PeerClient`] per replication stream, sharing channels per peer address.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PeerNetwork {
+    local: NodeId,
     /// A std mutex: only held to look up or insert a channel, never across `.await`.
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Links cut by a test harness; `None` in production.
+    faults: Option<Arc<NetworkFaults>>,
 }
 
 impl PeerNetwork {
+    pub fn new(local: NodeId, faults: Option<Arc<NetworkFaults>>) -> Self {
+        PeerNetwork {
+            local,
+            channels: Arc::default(),
+            faults,
+        }
+    }
+
     fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
         let mut channels = self
             .channels
@@ -60,13 +72,20 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             .channel(&node.addr)
             .map(RaftPeerClient::new)
             .map_err(|e| e.to_string());
-        PeerClient { target, client }
+        PeerClient {
+            local: self.local,
+            target,
+            client,
+            faults: self.faults.clone(),
+        }
     }
 }
 
 /// One replication stream's connection to a peer.
 pub struct PeerClient {
+    local: NodeId,
     target: NodeId,
+    faults: Option<Arc<NetworkFaults>>,
     /// `Err` when the peer's address is not a valid URI: every call fails as unreachable.
     client: Result<RaftPeerClient<Channel>, String>,
 }
@@ -86,6 +105,14 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.is_cut(self.local, self.target))
+        {
+            let cut = TransportError(format!("link {} -> {} is cut", self.local, self.target));
+            return Err(RPCError::Unreachable(Unreachable::new(&cut)));
+        }
         let client = match &mut self.client {
             Ok(client) => client,
             Err(e) => {
@@ -107,7 +134,7 @@ impl PeerClient {
             Err(_) => {
                 return Err(RPCError::Timeout(Timeout {
                     action,
-                    id: 0,
+                    id: self.local,
                     target: self.target,
                     timeout: ttl,
                 }))

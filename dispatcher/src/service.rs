@@ -22,6 +22,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use tonic::{Request as GrpcRequest, Response, Status};
 
+/// How long a caller waits for its write to commit (or for a linearizable read to be
+/// confirmed) before hearing `Unavailable`; a write may still commit later, which a retry with
+/// the same request id finds out.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Longest long poll a caller may ask for.
 const MAX_POLL: Duration = Duration::from_secs(10);
 
@@ -33,6 +38,10 @@ pub struct DispatcherService {
     liveness: Arc<Liveness>,
     /// Longest worker long poll: half the worker timeout, so a polling worker is never expired.
     max_worker_poll: Duration,
+    /// A leader no quorum acknowledged for this long is probably deposed (or cut off): it
+    /// answers `Unavailable` at once instead of letting callers wait on writes that cannot
+    /// commit.
+    quorum_lease: Duration,
 }
 
 impl DispatcherService {
@@ -43,6 +52,7 @@ impl DispatcherService {
         state: StateHandle,
         liveness: Arc<Liveness>,
         worker_timeout: Duration,
+        quorum_lease: Duration,
     ) -> Self {
         DispatcherService {
             id,
@@ -51,27 +61,43 @@ impl DispatcherService {
             state,
             liveness,
             max_worker_poll: worker_timeout / 2,
+            quorum_lease,
+        }
+    }
+
+    fn check_quorum(&self) -> Result<(), DispatcherError> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        match m.millis_since_quorum_ack {
+            Some(ms) if m.state.is_leader() && Duration::from_millis(ms) > self.quorum_lease => {
+                Err(DispatcherError::QuorumUnavailable(format!(
+                    "no quorum has acknowledged this leader for {ms} ms"
+                )))
+            }
+            _ => Ok(()),
         }
     }
 
     /// Waits until this replica is the confirmed leader and has applied everything committed
     /// before the call, so the state read next is current.
     async fn linearizable(&self) -> Result<(), DispatcherError> {
-        self.raft
-            .ensure_linearizable()
+        self.check_quorum()?;
+        let confirmed = tokio::time::timeout(COMMIT_TIMEOUT, self.raft.ensure_linearizable())
             .await
-            .map(|_| ())
-            .map_err(|e| match e {
-                RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => {
-                    DispatcherError::NotLeader {
-                        leader: f.leader_node.map(|n| n.addr),
-                    }
+            .map_err(|_| {
+                DispatcherError::QuorumUnavailable("no quorum confirmed the leader in time".into())
+            })?;
+        confirmed.map(|_| ()).map_err(|e| match e {
+            RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => {
+                DispatcherError::NotLeader {
+                    leader: f.leader_node.map(|n| n.addr),
                 }
-                RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
-                    DispatcherError::QuorumUnavailable(q.to_string())
-                }
-                RaftError::Fatal(f) => DispatcherError::RaftStopped(f.to_string()),
-            })
+            }
+            RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
+                DispatcherError::QuorumUnavailable(q.to_string())
+            }
+            RaftError::Fatal(f) => DispatcherError::RaftStopped(f.to_string()),
+        })
     }
 
     fn read<T>(&self, f: impl FnOnce(&DispatcherState) -> T) -> T {
@@ -84,6 +110,7 @@ impl DispatcherService {
         id: Option<pb::RequestId>,
         update: Update,
     ) -> Result<Outcome, DispatcherError> {
+        self.check_quorum()?;
         match self
             .proposer
             .propose(Request {

@@ -52,3 +52,36 @@ async fn killing_the_leader_mid_epoch_loses_and_duplicates_nothing() -> anyhow::
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_is_replaced_and_rejoins_after_the_heal() -> anyhow::Result<()> {
+    let cluster = sluice_tests::start_cluster(3, 2).await?;
+    let n = 20_000;
+    let options = DistributeOptions {
+        max_outstanding_requests: Some(16),
+        ..DistributeOptions::default()
+    };
+    let service = cluster
+        .client()
+        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
+        .await?;
+    let mut epoch = service.iter().await?;
+    let mut got = Vec::new();
+    let old_leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    while let Some(element) = tokio::time::timeout(Duration::from_secs(60), epoch.next()).await? {
+        got.push(element?.as_i64().expect("int"));
+        if got.len() as i64 == n / 3 {
+            // Clients and workers can still reach the old leader; it must not serve them.
+            cluster.isolate(old_leader);
+        }
+    }
+    assert_exactly_once(&got, n);
+    cluster.heal();
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    cluster
+        .wait_caught_up(old_leader, Duration::from_secs(20))
+        .await?;
+    info!(old_leader, leader, "--- healed");
+    cluster.shutdown().await;
+    Ok(())
+}
