@@ -83,6 +83,10 @@ pub struct DispatcherArgs {
     /// one-node dispatcher.
     #[arg(long, default_value = "")]
     pub peers: String,
+    /// How this node reaches some peers, overriding --peers for its own Raft traffic:
+    /// `2=HOST:PORT,3=HOST:PORT` (a chaos harness routes each link through a proxy).
+    #[arg(long, default_value = "")]
+    pub raft_routes: String,
     /// Join an existing quorum: wait, empty, to be added with `sluice admin add-node`.
     #[arg(long)]
     pub join: bool,

@@ -53,6 +53,8 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         peers,
         join: args.join,
+        raft_routes: DispatcherConfig::parse_peers(&args.raft_routes)
+            .map_err(anyhow::Error::msg)?,
         heartbeat_interval: args.heartbeat_interval,
         election_timeout: (args.election_timeout, args.election_timeout * 2),
         snapshot_logs_since_last: args.snapshot_every,

@@ -40,6 +40,9 @@ pub struct DispatcherConfig {
     pub job_gc_timeout: Option<Duration>,
     /// Whether distributed_epoch iterations are collected too (tf.data's default: no).
     pub gc_dynamic_jobs: bool,
+    /// How this replica reaches some peers, overriding their address in the membership (a chaos
+    /// harness routes each directed link through its own proxy). Usually empty.
+    pub raft_routes: BTreeMap<NodeId, String>,
     /// Raft links cut by a test harness (partitions); `None` outside tests.
     pub faults: Option<Arc<NetworkFaults>>,
 }
@@ -60,6 +63,7 @@ impl Default for DispatcherConfig {
             client_timeout: Duration::from_secs(300),
             job_gc_timeout: Some(Duration::from_secs(300)),
             gc_dynamic_jobs: false,
+            raft_routes: BTreeMap::new(),
             faults: None,
         }
     }

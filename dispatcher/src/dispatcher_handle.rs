@@ -84,7 +84,7 @@ impl DispatcherHandle {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            PeerNetwork::new(config.id, config.faults.clone()),
+            PeerNetwork::new(config.id, config.faults.clone(), config.raft_routes.clone()),
             log_store,
             state_machine,
         )

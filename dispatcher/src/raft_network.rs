@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_proto::raft::RaftPayload;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
@@ -36,14 +36,21 @@ pub struct PeerNetwork {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     /// Links cut by a test harness; `None` in production.
     faults: Option<Arc<NetworkFaults>>,
+    /// Addresses that override the membership's for some peers (proxies of a chaos harness).
+    routes: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl PeerNetwork {
-    pub fn new(local: NodeId, faults: Option<Arc<NetworkFaults>>) -> Self {
+    pub fn new(
+        local: NodeId,
+        faults: Option<Arc<NetworkFaults>>,
+        routes: BTreeMap<NodeId, String>,
+    ) -> Self {
         PeerNetwork {
             local,
             channels: Arc::default(),
             faults,
+            routes: Arc::new(routes),
         }
     }
 
@@ -68,8 +75,9 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
+        let addr = self.routes.get(&target).unwrap_or(&node.addr);
         let client = self
-            .channel(&node.addr)
+            .channel(addr)
             .map(RaftPeerClient::new)
             .map_err(|e| e.to_string());
         PeerClient {

@@ -1,6 +1,32 @@
 //! `WorkerConfig`: what a worker needs to start, validated once.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// A split lease a worker got from the dispatcher, as reported to a [`LeaseObserver`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseEvent {
+    pub worker: String,
+    pub task_id: u64,
+    pub iteration_id: u64,
+    pub provider: u32,
+    pub repetition: u64,
+    /// Splits `[start, end)`; empty with `end_of_splits`.
+    pub start: u64,
+    pub end: u64,
+    pub end_of_splits: bool,
+}
+
+/// Called for every lease a worker gets (a chaos harness records them in its history).
+#[derive(Clone)]
+pub struct LeaseObserver(pub Arc<dyn Fn(LeaseEvent) + Send + Sync>);
+
+impl fmt::Debug for LeaseObserver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LeaseObserver")
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -18,6 +44,8 @@ pub struct WorkerConfig {
     /// First and largest number of splits leased at once in distributed_epoch mode; the lease
     /// doubles from the first to the largest while the task keeps consuming.
     pub split_lease: (u32, u32),
+    /// Told of every split lease (for test harnesses); usually `None`.
+    pub lease_observer: Option<LeaseObserver>,
 }
 
 impl Default for WorkerConfig {
@@ -29,6 +57,7 @@ impl Default for WorkerConfig {
             heartbeat_poll: Duration::from_secs(1),
             task_buffer: 64,
             split_lease: (8, 1024),
+            lease_observer: None,
         }
     }
 }

@@ -18,6 +18,6 @@ pub mod task_runner;
 pub mod worker_handle;
 pub mod worker_state;
 
-pub use config::WorkerConfig;
+pub use config::{LeaseEvent, LeaseObserver, WorkerConfig};
 pub use error::WorkerError;
 pub use worker_handle::WorkerHandle;

@@ -7,6 +7,7 @@
 //! lease size doubles while the task keeps consuming, so a short task loses little and a long
 //! one costs one dispatcher round trip per many splits.
 
+use crate::config::{LeaseEvent, LeaseObserver};
 use sluice_client::DispatcherClient;
 use sluice_dataset::{DatasetError, SplitSupplier};
 use sluice_proto::dispatcher as pb;
@@ -31,6 +32,8 @@ pub struct SplitLeaser {
     /// blocking on the lease RPC: only the task's own pipeline thread calls in.
     leases: Mutex<HashMap<u32, (Lease, u32)>>,
     first_lease: u32,
+    /// Told of every lease, with this worker's address.
+    observer: Option<(LeaseObserver, String)>,
 }
 
 impl SplitLeaser {
@@ -40,6 +43,7 @@ impl SplitLeaser {
         task_id: u64,
         runtime: Handle,
         lease: (u32, u32),
+        observer: Option<(LeaseObserver, String)>,
     ) -> Self {
         SplitLeaser {
             client,
@@ -49,6 +53,7 @@ impl SplitLeaser {
             first_lease: lease.0,
             max_lease: lease.1,
             leases: Mutex::new(HashMap::new()),
+            observer,
         }
     }
 }
@@ -101,6 +106,18 @@ impl SplitSupplier for SplitLeaser {
                 retryable: e.is_retryable(),
                 message: e.to_string(),
             })?;
+        if let Some((observer, worker)) = &self.observer {
+            (observer.0)(LeaseEvent {
+                worker: worker.clone(),
+                task_id: self.task_id,
+                iteration_id: self.iteration_id,
+                provider,
+                repetition: response.repetition,
+                start: response.start,
+                end: response.end,
+                end_of_splits: response.end_of_splits,
+            });
+        }
         if response.end_of_splits {
             *lease = Lease {
                 repetition,

@@ -6,6 +6,7 @@
 //! thread, off the async runtime. The end of the buffer (all senders gone, buffer empty) is the
 //! task's end of sequence; a pipeline error is kept and reported to every later reader.
 
+use crate::config::WorkerConfig;
 use crate::split_leaser::SplitLeaser;
 use bytes::Bytes;
 use sluice_client::DispatcherClient;
@@ -23,8 +24,9 @@ pub struct TaskRunner {
     def: TaskDef,
     client: DispatcherClient,
     runtime: Handle,
-    buffer: usize,
-    split_lease: (u32, u32),
+    config: WorkerConfig,
+    /// This worker's address (for lease events).
+    worker: String,
     /// The receiving end of the buffer, created with the thread on first read.
     rx: OnceLock<flume::Receiver<Produced>>,
     /// Set when the task is deleted: the thread stops at its next element.
@@ -38,15 +40,15 @@ impl TaskRunner {
         def: TaskDef,
         client: DispatcherClient,
         runtime: Handle,
-        buffer: usize,
-        split_lease: (u32, u32),
+        config: WorkerConfig,
+        worker: String,
     ) -> Self {
         TaskRunner {
             def,
             client,
             runtime,
-            buffer,
-            split_lease,
+            config,
+            worker,
             rx: OnceLock::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
             error: Mutex::new(None),
@@ -78,7 +80,7 @@ impl TaskRunner {
     }
 
     fn start(&self) -> flume::Receiver<Produced> {
-        let (tx, rx) = flume::bounded(self.buffer);
+        let (tx, rx) = flume::bounded(self.config.task_buffer);
         let def = self.def.clone();
         let dynamic = def.sharding_policy == pb::ShardingPolicy::Dynamic as i32;
         let splits: Option<Arc<dyn SplitSupplier>> = dynamic.then(|| {
@@ -87,7 +89,11 @@ impl TaskRunner {
                 def.iteration_id,
                 def.task_id,
                 self.runtime.clone(),
-                self.split_lease,
+                self.config.split_lease,
+                self.config
+                    .lease_observer
+                    .clone()
+                    .map(|o| (o, self.worker.clone())),
             )) as Arc<dyn SplitSupplier>
         });
         let compression = match pb::Compression::try_from(def.compression) {

@@ -158,8 +158,8 @@ impl Heartbeat {
                 task,
                 self.client.clone(),
                 tokio::runtime::Handle::current(),
-                self.config.task_buffer,
-                self.config.split_lease,
+                self.config.clone(),
+                self.state.address.clone(),
             );
             self.state.add(runner);
         }

@@ -55,12 +55,26 @@ impl SplitCursor {
         let start = self.next;
         let end = start.saturating_add(max.max(1)).min(self.num_splits);
         self.next = end;
+        #[cfg(feature = "planted-bug")]
+        let start = planted_bug(start);
         SplitLease {
             repetition,
             start,
             end,
             end_of_splits: false,
         }
+    }
+}
+
+/// The planted bug of the chaos harness's self-test: a lease starting at a multiple of 64 also
+/// re-issues the 4 splits before it, which an earlier lease already handed out. Deterministic,
+/// so every replica agrees on the wrong answer, as a real logic bug would.
+#[cfg(feature = "planted-bug")]
+fn planted_bug(start: u64) -> u64 {
+    if start > 0 && start % 64 == 0 {
+        start - 4
+    } else {
+        start
     }
 }
 
