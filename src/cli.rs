@@ -37,6 +37,8 @@ pub enum Command {
     Admin(AdminCommand),
     /// Run the showcase: a local cluster, a distributed epoch, and a summary.
     Demo(DemoArgs),
+    /// Measure throughput and latencies on loopback (servers as child processes).
+    Bench(BenchArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -196,6 +198,19 @@ pub struct StatusArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Print one JSON object with every figure on the last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Elements of the tiny-element workloads (the batched one reads 20 times as many).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub elements: u64,
+    /// 1 MiB elements of the large-element workload.
+    #[arg(long, default_value_t = 2048)]
+    pub large_mib: u64,
+}
+
+#[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Number of generated TFRecord files.
     #[arg(long, default_value_t = 512)]
@@ -211,7 +226,7 @@ pub struct DemoArgs {
 pub fn init_tracing(cli: &Cli) {
     // The demo prints a report; replicas it kills on purpose would fill it with Raft warnings.
     let spec = match cli.command {
-        Command::Demo(_) if cli.log == DEFAULT_LOG => "error,openraft=off",
+        Command::Demo(_) | Command::Bench(_) if cli.log == DEFAULT_LOG => "error,openraft=off",
         _ => cli.log.as_str(),
     };
     let filter = tracing_subscriber::EnvFilter::try_new(spec)
@@ -232,6 +247,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => commands::status(args).await,
         Command::Admin(command) => commands::admin(command).await,
         Command::Demo(args) => crate::demo::run(args).await,
+        Command::Bench(args) => crate::bench::run(args).await,
     }
 }
 

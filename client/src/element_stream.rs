@@ -23,13 +23,22 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-/// One delivered element with the permit that accounts for it, or the error that ended the
-/// epoch.
-pub(crate) type Delivery = Result<(Element, Option<OwnedSemaphorePermit>), ClientError>;
+/// Elements of one message from a worker, with the permits that account for them (released
+/// when the caller has taken the last of them).
+pub(crate) struct Delivered {
+    pub elements: Vec<Element>,
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+/// What the iteration loop hands to the caller: elements, or the error that ended the epoch.
+pub(crate) type Delivery = Result<Delivered, ClientError>;
 
 /// The elements of one epoch, in arrival order.
 pub struct ElementStream {
     rx: flume::Receiver<Delivery>,
+    /// The batch being handed out, front first, and its permits.
+    current: std::vec::IntoIter<Element>,
+    current_permit: Option<OwnedSemaphorePermit>,
     cancel: CancellationToken,
 }
 
@@ -65,24 +74,63 @@ impl ElementStream {
         } else {
             run_local_ops(rx, &local_ops, cancel.clone())?
         };
-        Ok(ElementStream { rx, cancel })
+        Ok(ElementStream {
+            rx,
+            current: Vec::new().into_iter(),
+            current_permit: None,
+            cancel,
+        })
     }
 
     /// The next element; `None` at the end of the epoch. After an error the stream ends.
     pub async fn next(&mut self) -> Option<Result<Element, ClientError>> {
-        match self.rx.recv_async().await {
-            Ok(Ok((element, _permit))) => Some(Ok(element)),
-            Ok(Err(e)) => Some(Err(e)),
-            Err(_) => None,
+        loop {
+            if let Some(element) = self.take() {
+                return Some(Ok(element));
+            }
+            let delivery = self.rx.recv_async().await.ok()?;
+            if let Some(e) = self.accept(delivery) {
+                return Some(Err(e));
+            }
         }
     }
 
     /// Like [`ElementStream::next`], for callers outside async code.
     pub fn next_blocking(&mut self) -> Option<Result<Element, ClientError>> {
-        match self.rx.recv() {
-            Ok(Ok((element, _permit))) => Some(Ok(element)),
-            Ok(Err(e)) => Some(Err(e)),
-            Err(_) => None,
+        loop {
+            if let Some(element) = self.take() {
+                return Some(Ok(element));
+            }
+            let delivery = self.rx.recv().ok()?;
+            if let Some(e) = self.accept(delivery) {
+                return Some(Err(e));
+            }
+        }
+    }
+
+    /// The next element of the current batch, returning its permit to the epoch's semaphore:
+    /// the worker may be granted a credit for it at once.
+    fn take(&mut self) -> Option<Element> {
+        let element = self.current.next()?;
+        if let Some(permit) = &mut self.current_permit {
+            if permit.num_permits() > 1 {
+                drop(permit.split(1));
+            } else {
+                self.current_permit = None;
+            }
+        }
+        Some(element)
+    }
+
+    /// Makes a delivered batch current (releasing the previous batch's permits).
+    fn accept(&mut self, delivery: Delivery) -> Option<ClientError> {
+        match delivery {
+            Ok(batch) => {
+                self.current = batch.elements.into_iter();
+                self.current_permit = batch.permit;
+                None
+            }
+            Err(e) => Some(e),
         }
     }
 
@@ -227,13 +275,19 @@ fn run_local_ops(
 ) -> Result<flume::Receiver<Delivery>, ClientError> {
     let service_error: Arc<Mutex<Option<ClientError>>> = Arc::new(Mutex::new(None));
     let error_slot = service_error.clone();
-    let source: ElementIter = Box::new(std::iter::from_fn(move || match input.recv() {
-        Ok(Ok((element, _permit))) => Some(Ok(element)),
-        Ok(Err(e)) => {
-            *error_slot.lock().expect("error slot lock poisoned") = Some(e);
-            None
+    let mut batch = Vec::new().into_iter();
+    let source: ElementIter = Box::new(std::iter::from_fn(move || loop {
+        if let Some(element) = batch.next() {
+            return Some(Ok(element));
         }
-        Err(_) => None,
+        match input.recv() {
+            Ok(Ok(delivered)) => batch = delivered.elements.into_iter(),
+            Ok(Err(e)) => {
+                *error_slot.lock().expect("error slot lock poisoned") = Some(e);
+                return None;
+            }
+            Err(_) => return None,
+        }
     }));
     let mut pipeline = sluice_dataset::apply_ops(source, ops, &ExecOptions::default())?;
     let (tx, rx) = flume::bounded(1);
@@ -244,7 +298,12 @@ fn run_local_ops(
                 if cancel.is_cancelled() {
                     return;
                 }
-                let delivery = item.map(|e| (e, None)).map_err(ClientError::from);
+                let delivery = item
+                    .map(|e| Delivered {
+                        elements: vec![e],
+                        permit: None,
+                    })
+                    .map_err(ClientError::from);
                 if tx.send(delivery).is_err() {
                     return;
                 }

@@ -6,11 +6,10 @@
 //! with backoff until the worker serves the task again, or until the iteration is finished, at
 //! which point a task that cannot be reached has nothing left for this client.
 
-use crate::element_stream::Delivery;
+use crate::element_stream::{Delivered, Delivery};
 use crate::error::{is_retryable_code, ClientError};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::FetchRequest;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -76,33 +75,59 @@ fn classify(address: &str, status: tonic::Status) -> FetchError {
     }
 }
 
-/// Takes up to `max` permits, waiting for the first one only when `wait` is set.
-async fn take_permits(
-    permits: &Arc<Semaphore>,
-    held: &mut VecDeque<OwnedSemaphorePermit>,
-    max: u32,
-    wait: bool,
-) -> u32 {
-    let mut taken = 0;
-    if wait && held.is_empty() {
-        let permit = permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the permit semaphore is never closed");
-        held.push_back(permit);
-        taken += 1;
+/// Credits held: permits taken from the epoch's semaphore for elements requested and not yet
+/// received, kept as one merged permit.
+struct Held {
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Held {
+    fn count(&self) -> u32 {
+        self.permit.as_ref().map_or(0, |p| p.num_permits() as u32)
     }
-    while (held.len() as u32) < max {
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => {
-                held.push_back(permit);
-                taken += 1;
+
+    /// Takes up to `max - held` more permits, waiting for one only when none is held and `wait`.
+    async fn top_up(&mut self, permits: &Arc<Semaphore>, max: u32, wait: bool) -> u32 {
+        let mut taken = 0;
+        if wait && self.count() == 0 {
+            let first = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the permit semaphore is never closed");
+            self.add(first);
+            taken += 1;
+        }
+        let want = max
+            .saturating_sub(self.count())
+            .min(permits.available_permits() as u32);
+        if want > 0 {
+            if let Ok(more) = permits.clone().try_acquire_many_owned(want) {
+                self.add(more);
+                taken += want;
             }
-            Err(_) => break,
+        }
+        taken
+    }
+
+    fn add(&mut self, permit: OwnedSemaphorePermit) {
+        match &mut self.permit {
+            Some(held) => held.merge(permit),
+            None => self.permit = Some(permit),
         }
     }
-    taken
+
+    /// Hands over the permits of `n` received elements.
+    fn take(&mut self, n: usize) -> Option<OwnedSemaphorePermit> {
+        if n == 0 {
+            return None;
+        }
+        let held = self.permit.as_mut()?;
+        if held.num_permits() == n {
+            return self.permit.take();
+        }
+        held.split(n)
+    }
 }
 
 async fn fetch(
@@ -126,8 +151,8 @@ async fn fetch(
     let mut worker = WorkerClient::new(channel).max_decoding_message_size(usize::MAX);
 
     // Permits held = credits granted to the worker and not yet used.
-    let mut held = VecDeque::new();
-    let granted = take_permits(permits, &mut held, config.max_credits, true).await;
+    let mut held = Held { permit: None };
+    let granted = held.top_up(permits, config.max_credits, true).await;
     let (credits_tx, credits_rx) = mpsc::channel(16);
     credits_tx
         .send(FetchRequest {
@@ -154,16 +179,27 @@ async fn fetch(
                 message: batch.error,
             }));
         }
-        for bytes in batch.elements {
-            let element = sluice_dataset::decode_element_bytes(bytes)
-                .map_err(|e| FetchError::Fatal(e.into()))?;
-            let permit = held.pop_front().ok_or_else(|| {
+        if !batch.elements.is_empty() {
+            let permit = held.take(batch.elements.len()).ok_or_else(|| {
                 FetchError::Fatal(ClientError::Worker {
                     address: config.address.clone(),
                     message: "the worker sent more elements than it was granted credits for".into(),
                 })
             })?;
-            if out.send_async(Ok((element, Some(permit)))).await.is_err() {
+            let elements = batch
+                .elements
+                .into_iter()
+                .map(sluice_dataset::decode_element_bytes)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| FetchError::Fatal(e.into()))?;
+            if out
+                .send_async(Ok(Delivered {
+                    elements,
+                    permit: Some(permit),
+                }))
+                .await
+                .is_err()
+            {
                 return Ok(()); // the consumer went away
             }
         }
@@ -171,9 +207,9 @@ async fn fetch(
             return Ok(());
         }
         // Refill once half the credits are used; wait for a permit only when none is held.
-        if (held.len() as u32) <= config.max_credits / 2 {
-            let wait = held.is_empty();
-            let granted = take_permits(permits, &mut held, config.max_credits, wait).await;
+        if held.count() <= config.max_credits / 2 {
+            let wait = held.count() == 0;
+            let granted = held.top_up(permits, config.max_credits, wait).await;
             if granted > 0 {
                 let more = FetchRequest {
                     task_id: config.task_id,

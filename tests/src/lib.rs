@@ -6,7 +6,7 @@
 //! - `process`: helpers to run the real `sluice` binary as child processes.
 //! - `wait`: waiting on conditions with deadlines (never on sleeps).
 
-pub mod process;
+pub use sluice::process;
 pub mod wait;
 
 pub use sluice::local_cluster::{local_dispatcher_config, LocalCluster};

@@ -30,6 +30,11 @@ impl SluiceProcess {
         })
     }
 
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// SIGKILL, no goodbye.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

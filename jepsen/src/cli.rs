@@ -1,0 +1,94 @@
+//! The arguments of `sluice-jepsen run` and `sluice-jepsen self-test`.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice-jepsen",
+    about = "Chaos harness: real sluice dispatchers under kills, pauses and partitions, a history, checkers"
+)]
+pub struct Cli {
+    /// Log filter of the harness itself (tracing `EnvFilter` syntax).
+    #[arg(long, global = true, default_value = "error")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One run: faults for --time, a heal, a final epoch, checks. Exit 0 valid, 1 invalid,
+    /// 2 unknown or harness failure.
+    Run(RunArgs),
+    /// Runs against a dispatcher built with the `planted-bug` feature; exit 0 only if the run is
+    /// found invalid.
+    SelfTest(SelfTestArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Length of the fault phase.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "45s")]
+    pub time: Duration,
+    /// Seed of the fault schedule and the clients' choices (random if omitted; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Output directory (created; must be empty): data dirs, logs, history, report.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Dispatcher processes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u64,
+    /// In-process workers.
+    #[arg(long, default_value_t = 2)]
+    pub workers: u32,
+    /// In-process clients.
+    #[arg(long, default_value_t = 2)]
+    pub clients: u32,
+    /// Faults to inject: any of kill, pause, partition, restart.
+    #[arg(long, default_value = "kill,pause,partition,restart")]
+    pub nemesis: String,
+    /// The `sluice` binary (default: the workspace's target/debug/sluice, built if missing).
+    #[arg(long)]
+    pub sluice_bin: Option<PathBuf>,
+    /// Dispatcher election timeout (lower bound), passed to every node.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "300ms")]
+    pub election_timeout: Duration,
+    /// Splits (elements of `range(N)`) per epoch.
+    #[arg(long, default_value_t = 1000)]
+    pub splits: u64,
+    /// Elements per second one client reads at most (0: no limit).
+    #[arg(long, default_value_t = 2000.0)]
+    pub rate: f64,
+    /// A worker's first and largest split lease, `FIRST,MAX`.
+    #[arg(long, default_value = "16,64")]
+    pub split_lease: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SelfTestArgs {
+    /// Output directory of the run against the bugged dispatcher.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Length of the fault phase.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    pub time: Duration,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl RunArgs {
+    /// The defaults of `run`, for the self-test.
+    pub fn defaults(out: PathBuf) -> RunArgs {
+        let cli = Cli::parse_from(["sluice-jepsen", "run", "--out", "."]);
+        match cli.command {
+            Command::Run(mut args) => {
+                args.out = out;
+                args
+            }
+            Command::SelfTest(_) => unreachable!("parsed a run"),
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! `Cluster`: the dispatcher processes of a run, each the real `sluice` binary, started as
+//! `sluice dispatcher --id I --data-dir DIR/nI --peers ... --raft-routes ...` with stdout and
+//! stderr appended to `DIR/node-I.log`.
+//!
+//! Every node gets the same `--peers` (the real listen addresses, which clients and workers
+//! use) and its own `--raft-routes` (the link proxies). A node keeps its address and data dir
+//! across restarts, so a restart recovers from disk alone. Each node sits behind its own tokio
+//! mutex: the nemesis and the heal phase act on one node at a time, and a process handle is
+//! held across `.await` (waiting for exit or for `READY`).
+
+use anyhow::{bail, Context};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use sluice_proto::dispatcher as pb;
+use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+use tonic::transport::{Channel, Endpoint};
+
+/// How the dispatcher processes are started.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub bin: PathBuf,
+    pub dir: PathBuf,
+    pub election_timeout: Duration,
+    /// `--raft-routes` per node id.
+    pub routes: BTreeMap<u64, String>,
+}
+
+/// Where a node's process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeState {
+    Running,
+    Paused,
+    Down,
+}
+
+struct Node {
+    id: u64,
+    addr: SocketAddr,
+    child: Option<Child>,
+    state: NodeState,
+}
+
+pub struct Cluster {
+    config: ClusterConfig,
+    peers: String,
+    nodes: BTreeMap<u64, Mutex<Node>>,
+    /// One lazily connected channel per node for status reads (reconnects after restarts).
+    channels: BTreeMap<u64, Channel>,
+}
+
+/// How long a node may take to print `READY`.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Cluster {
+    /// Picks a free port per node, so addresses stay fixed across restarts. (Another process
+    /// could take a port between the probe and the bind; the start then fails loudly.)
+    pub fn pick_addrs(n: u64) -> anyhow::Result<BTreeMap<u64, SocketAddr>> {
+        let mut probes = Vec::new();
+        for id in 1..=n {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port")?;
+            probes.push((id, probe.local_addr()?, probe));
+        }
+        Ok(probes.into_iter().map(|(id, addr, _)| (id, addr)).collect())
+    }
+
+    /// Starts every node and waits for each `READY` line.
+    pub async fn start(
+        config: ClusterConfig,
+        addrs: &BTreeMap<u64, SocketAddr>,
+    ) -> anyhow::Result<Cluster> {
+        let peers = addrs
+            .iter()
+            .map(|(id, a)| format!("{id}={a}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = BTreeMap::new();
+        let mut channels = BTreeMap::new();
+        for (&id, &addr) in addrs {
+            nodes.insert(
+                id,
+                Mutex::new(Node {
+                    id,
+                    addr,
+                    child: None,
+                    state: NodeState::Down,
+                }),
+            );
+            let channel = Endpoint::from_shared(format!("http://{addr}"))?
+                .connect_timeout(Duration::from_millis(300))
+                .timeout(Duration::from_millis(700))
+                .connect_lazy();
+            channels.insert(id, channel);
+        }
+        let cluster = Cluster {
+            config,
+            peers,
+            nodes,
+            channels,
+        };
+        // Start all at once: node 1 initializes the cluster and needs the others to elect.
+        let starts = cluster.ids().map(|id| cluster.spawn(id));
+        for result in futures::future::join_all(starts).await {
+            result?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.nodes.keys().copied()
+    }
+
+    /// Every node's real address, comma-separated (what workers and clients are given).
+    pub fn addrs(&self) -> String {
+        self.peers
+            .split(',')
+            .filter_map(|p| p.split_once('=').map(|(_, a)| a.to_string()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn addr_of(&self, id: u64) -> Option<String> {
+        self.peers
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+            .find(|(i, _)| i.parse::<u64>().ok() == Some(id))
+            .map(|(_, a)| a.to_string())
+    }
+
+    fn node(&self, id: u64) -> anyhow::Result<&Mutex<Node>> {
+        self.nodes.get(&id).with_context(|| format!("no node {id}"))
+    }
+
+    pub async fn state(&self, id: u64) -> anyhow::Result<NodeState> {
+        Ok(self.node(id)?.lock().await.state)
+    }
+
+    /// Starts node `id` (it must be down) and waits for its `READY` line.
+    pub async fn spawn(&self, id: u64) -> anyhow::Result<()> {
+        let mut node = self.node(id)?.lock().await;
+        if node.state != NodeState::Down {
+            bail!("node {id} is already running");
+        }
+        let data_dir = self.config.dir.join(format!("n{id}"));
+        let log_path = self.config.dir.join(format!("node-{id}.log"));
+        let open_log = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .with_context(|| format!("open {}", log_path.display()))
+        };
+        let stderr = open_log()?;
+        let mut stdout_log = open_log()?;
+        let mut child = Command::new(&self.config.bin)
+            .arg("dispatcher")
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--peers")
+            .arg(&self.peers)
+            .arg("--raft-routes")
+            .arg(self.config.routes.get(&id).cloned().unwrap_or_default())
+            .arg("--election-timeout")
+            .arg(humantime::format_duration(self.config.election_timeout).to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawn {}", self.config.bin.display()))?;
+        let stdout = child.stdout.take().context("child stdout")?;
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<String>();
+        // Copies stdout into the log and reports the READY line.
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            let mut ready_tx = Some(ready_tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                // A short blocking write per line: the node prints little on stdout.
+                let _ = writeln!(stdout_log, "{line}");
+                if let Some(addr) = line.strip_prefix("READY dispatcher ") {
+                    if let Some(tx) = ready_tx.take() {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                }
+            }
+        });
+        let ready = tokio::time::timeout(READY_TIMEOUT, ready_rx).await;
+        let addr = match ready {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(_)) => {
+                let status = child.wait().await.ok();
+                bail!(
+                    "node {id} exited before READY ({status:?}); see {}",
+                    log_path.display()
+                )
+            }
+            Err(_) => {
+                let _ = child.kill().await;
+                bail!("node {id} printed no READY within {READY_TIMEOUT:?}")
+            }
+        };
+        if addr != node.addr.to_string() {
+            bail!("node {id} serves at {addr}, expected {}", node.addr);
+        }
+        node.child = Some(child);
+        node.state = NodeState::Running;
+        Ok(())
+    }
+
+    fn signal(node: &Node, signal: Signal) -> anyhow::Result<()> {
+        let pid = node
+            .child
+            .as_ref()
+            .and_then(|c| c.id())
+            .with_context(|| format!("node {} has no process", node.id))?;
+        kill(Pid::from_raw(pid as i32), signal)
+            .with_context(|| format!("{signal} node {}", node.id))
+    }
+
+    /// SIGKILL (after a SIGCONT if paused, so nothing lingers stopped); waits for the exit.
+    pub async fn kill(&self, id: u64) -> anyhow::Result<()> {
+        self.stop(id, Signal::SIGKILL).await
+    }
+
+    /// SIGTERM, a clean shutdown; SIGKILL after 5 s.
+    pub async fn terminate(&self, id: u64) -> anyhow::Result<()> {
+        self.stop(id, Signal::SIGTERM).await
+    }
+
+    async fn stop(&self, id: u64, signal: Signal) -> anyhow::Result<()> {
+        let mut node = self.node(id)?.lock().await;
+        if node.state == NodeState::Down {
+            bail!("node {id} is already down");
+        }
+        Self::signal(&node, signal)?;
+        if node.state == NodeState::Paused {
+            Self::signal(&node, Signal::SIGCONT)?;
+        }
+        let mut child = node.child.take().context("child")?;
+        if tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.kill().await;
+        }
+        node.state = NodeState::Down;
+        Ok(())
+    }
+
+    pub async fn pause(&self, id: u64) -> anyhow::Result<()> {
+        let mut node = self.node(id)?.lock().await;
+        if node.state != NodeState::Running {
+            bail!("node {id} is not running");
+        }
+        Self::signal(&node, Signal::SIGSTOP)?;
+        node.state = NodeState::Paused;
+        Ok(())
+    }
+
+    pub async fn resume(&self, id: u64) -> anyhow::Result<()> {
+        let mut node = self.node(id)?.lock().await;
+        if node.state != NodeState::Paused {
+            bail!("node {id} is not paused");
+        }
+        Self::signal(&node, Signal::SIGCONT)?;
+        node.state = NodeState::Running;
+        Ok(())
+    }
+
+    /// Brings every node back: SIGCONT the paused, start the down. Returns what it did.
+    pub async fn heal(&self) -> anyhow::Result<Vec<String>> {
+        let mut done = Vec::new();
+        for id in self.ids().collect::<Vec<_>>() {
+            match self.state(id).await? {
+                NodeState::Running => {}
+                NodeState::Paused => {
+                    self.resume(id).await?;
+                    done.push(format!("resumed {id}"));
+                }
+                NodeState::Down => {
+                    self.spawn(id).await?;
+                    done.push(format!("restarted {id}"));
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// SIGKILLs every node (end of run).
+    pub async fn shutdown(&self) {
+        for id in self.ids().collect::<Vec<_>>() {
+            let _ = self.kill(id).await;
+        }
+    }
+
+    /// Node `id`'s `GetStatus` JSON (its own view, never forwarded), or why not.
+    pub async fn status(&self, id: u64) -> anyhow::Result<Value> {
+        let channel = self
+            .channels
+            .get(&id)
+            .with_context(|| format!("no node {id}"))?
+            .clone();
+        let mut client = RpcClient::new(channel).max_decoding_message_size(usize::MAX);
+        let mut request = tonic::Request::new(pb::GetStatusRequest {});
+        request.set_timeout(Duration::from_millis(700));
+        let call = client.get_status(request);
+        let response = tokio::time::timeout(Duration::from_millis(800), call)
+            .await
+            .map_err(|_| anyhow::anyhow!("node {id}: status timed out"))?
+            .map_err(|s| anyhow::anyhow!("node {id}: {}", s.message()))?;
+        serde_json::from_str(&response.into_inner().json).context("status json")
+    }
+
+    /// The leader among the nodes that answer: the highest term among those whose state is
+    /// `Leader` (a restarted node may claim an old term for a moment).
+    pub async fn leader(&self) -> Option<(u64, u64)> {
+        let ids: Vec<u64> = self.ids().collect();
+        let views = futures::future::join_all(ids.iter().map(|&id| self.status(id))).await;
+        leader_of(views.into_iter().filter_map(Result::ok))
+    }
+}
+
+/// `(node, term)` of the leader among status views.
+pub fn leader_of(views: impl IntoIterator<Item = Value>) -> Option<(u64, u64)> {
+    views
+        .into_iter()
+        .filter(|v| v["state"] == "Leader")
+        .filter_map(|v| Some((v["node"].as_u64()?, v["term"].as_u64()?)))
+        .max_by_key(|(_, term)| *term)
+}

@@ -1,0 +1,172 @@
+//! `Nemesis`: plays a `Schedule` against the cluster and the link proxies, and records every
+//! fault's start and end in the history (`process: nemesis`).
+//!
+//! Each fault is an `invoke` then `ok` (applied) or `info` (the harness could not apply it;
+//! the coverage checker then finds it missing), and its end a `recover` `invoke` then
+//! `ok`/`info`. Targets are resolved when a fault starts: "the leader" is the monitor's last
+//! view, and the history records the nodes actually hit.
+
+use crate::cluster::Cluster;
+use crate::history::{History, Kind};
+use crate::monitor::Monitor;
+use crate::proxy::{Link, ProxyNet};
+use crate::schedule::{Action, Fault, Schedule, Shape, Target};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub struct Nemesis {
+    pub cluster: Arc<Cluster>,
+    pub net: Arc<ProxyNet>,
+    pub monitor: Arc<Monitor>,
+    pub history: History,
+}
+
+/// What a fault did, to undo it.
+enum Applied {
+    Down(u64),
+    Paused(u64),
+    Cut,
+}
+
+impl Nemesis {
+    /// Plays every fault of `schedule`, the fault phase having started at `start`. Returns
+    /// early (after undoing the current fault) when `cancel` fires.
+    pub async fn run(&self, schedule: &Schedule, start: Instant, cancel: CancellationToken) {
+        for fault in &schedule.faults {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(start + fault.at()) => {}
+            }
+            let applied = self.begin(fault).await;
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep_until(start + fault.end()) => {}
+            }
+            if let Some(applied) = applied {
+                self.end(fault, applied).await;
+            }
+            if cancel.is_cancelled() {
+                return;
+            }
+        }
+    }
+
+    fn resolve(&self, target: &Target) -> (u64, Option<u64>) {
+        let leader = self.monitor.leader();
+        match target {
+            // No leader known: hit the lowest id rather than skip (recorded as not the leader).
+            Target::Leader => (leader.unwrap_or(1), leader),
+            Target::Node(id) => (*id, leader),
+        }
+    }
+
+    fn cut_links(&self, shape: &Shape, leader: u64) -> Vec<Link> {
+        let links = self.net.links();
+        match shape {
+            Shape::IsolateLeader => links
+                .filter(|(f, t)| *f == leader || *t == leader)
+                .collect(),
+            Shape::Halves(side) => links
+                .filter(|(f, t)| side.contains(f) != side.contains(t))
+                .collect(),
+            Shape::OneWayFromLeader => links.filter(|(f, _)| *f == leader).collect(),
+            Shape::OneWayToLeader => links.filter(|(_, t)| *t == leader).collect(),
+        }
+    }
+
+    async fn begin(&self, fault: &Fault) -> Option<Applied> {
+        let kind = fault.action.kind().name();
+        let (applied, detail): (anyhow::Result<Applied>, Value) = match &fault.action {
+            Action::Kill { target } | Action::Pause { target } | Action::Restart { target } => {
+                let (node, leader) = self.resolve(target);
+                let detail = json!({
+                    "fault": fault.id, "action": fault.action, "nodes": [node],
+                    "leader": leader, "hit_leader": leader == Some(node),
+                });
+                self.history
+                    .record("nemesis", Kind::Invoke, kind, detail.clone());
+                let result = match &fault.action {
+                    Action::Kill { .. } => {
+                        self.cluster.kill(node).await.map(|_| Applied::Down(node))
+                    }
+                    Action::Restart { .. } => self
+                        .cluster
+                        .terminate(node)
+                        .await
+                        .map(|_| Applied::Down(node)),
+                    _ => self
+                        .cluster
+                        .pause(node)
+                        .await
+                        .map(|_| Applied::Paused(node)),
+                };
+                (result, detail)
+            }
+            Action::Partition { shape, mode } => {
+                let leader = self.monitor.leader();
+                let pivot = match shape {
+                    Shape::Halves(_) => 0,
+                    _ => leader.unwrap_or(1),
+                };
+                let cut = self.cut_links(shape, pivot);
+                let nodes: Vec<u64> = match shape {
+                    Shape::Halves(side) => side.clone(),
+                    _ => vec![pivot],
+                };
+                let detail = json!({
+                    "fault": fault.id, "action": fault.action, "nodes": nodes, "links": cut,
+                    "leader": leader,
+                    "hit_leader": matches!(shape, Shape::Halves(_)) || leader == Some(pivot),
+                });
+                self.history
+                    .record("nemesis", Kind::Invoke, kind, detail.clone());
+                self.net.set(&cut, *mode);
+                (Ok(Applied::Cut), detail)
+            }
+        };
+        match applied {
+            Ok(applied) => {
+                info!(fault = fault.id, %kind, detail = %detail, "fault started");
+                self.history.record("nemesis", Kind::Ok, kind, detail);
+                Some(applied)
+            }
+            Err(e) => {
+                warn!(fault = fault.id, %kind, error = %e, "fault not applied");
+                let mut detail = detail;
+                detail["error"] = json!(format!("{e:#}"));
+                self.history.record("nemesis", Kind::Info, kind, detail);
+                None
+            }
+        }
+    }
+
+    async fn end(&self, fault: &Fault, applied: Applied) {
+        let detail = json!({"fault": fault.id, "kind": fault.action.kind()});
+        self.history
+            .record("nemesis", Kind::Invoke, "recover", detail.clone());
+        let result = match applied {
+            Applied::Down(node) => self.cluster.spawn(node).await,
+            Applied::Paused(node) => self.cluster.resume(node).await,
+            Applied::Cut => {
+                self.net.heal();
+                Ok(())
+            }
+        };
+        match result {
+            Ok(()) => {
+                info!(fault = fault.id, "fault ended");
+                self.history.record("nemesis", Kind::Ok, "recover", detail);
+            }
+            Err(e) => {
+                warn!(fault = fault.id, error = %e, "fault not undone");
+                let mut detail = detail;
+                detail["error"] = json!(format!("{e:#}"));
+                self.history
+                    .record("nemesis", Kind::Info, "recover", detail);
+            }
+        }
+    }
+}

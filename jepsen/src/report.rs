@@ -1,0 +1,204 @@
+//! `report.html`: one self-contained page (inline SVG and CSS, no scripts or links) with the
+//! verdict, each checker's counts and problems, the schedule, and a timeline: one lane per node
+//! with its faults, a lane with the leader of the moment, and elements received per second.
+
+use crate::checker::{CheckResult, Verdict};
+use crate::history::{Event, Kind};
+use crate::schedule::Schedule;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+const WIDTH: f64 = 1100.0;
+const LEFT: f64 = 110.0;
+const LANE: f64 = 26.0;
+
+fn color(kind: &str) -> &'static str {
+    match kind {
+        "kill" => "#d62728",
+        "pause" => "#ff7f0e",
+        "partition" => "#9467bd",
+        "restart" => "#1f77b4",
+        _ => "#7f7f7f",
+    }
+}
+
+fn node_color(node: u64) -> &'static str {
+    [
+        "#2ca02c", "#17becf", "#bcbd22", "#e377c2", "#8c564b", "#7f7f7f",
+    ][(node as usize) % 6]
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+pub fn render(
+    events: &[Event],
+    schedule: &Schedule,
+    results: &[CheckResult],
+    verdict: Verdict,
+) -> String {
+    let end_ms = events.last().map(|e| e.t_ms).unwrap_or(1).max(1);
+    let x = |t: u64| LEFT + (WIDTH - LEFT - 10.0) * t as f64 / end_ms as f64;
+    let nodes = schedule.nodes;
+    let mut svg = String::new();
+
+    // Fault spans: (fault id) -> (kind, nodes, start, end)
+    let mut spans: BTreeMap<u64, (String, Vec<u64>, u64, u64)> = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.process == "nemesis" && e.kind == Kind::Ok)
+    {
+        let Some(id) = e.value["fault"].as_u64() else {
+            continue;
+        };
+        if e.f == "recover" {
+            if let Some(span) = spans.get_mut(&id) {
+                span.3 = e.t_ms;
+            }
+        } else {
+            let hit: Vec<u64> = e.value["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_u64())
+                .collect();
+            spans.insert(id, (e.f.clone(), hit, e.t_ms, end_ms));
+        }
+    }
+    let leader_y = 20.0 + LANE * nodes as f64;
+    let thr_top = leader_y + LANE + 20.0;
+    let thr_h = 120.0;
+    let height = thr_top + thr_h + 40.0;
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    for n in 1..=nodes {
+        let y = 20.0 + LANE * (n - 1) as f64;
+        let _ = write!(
+            svg,
+            r##"<text x="5" y="{}">node {n}</text><line x1="{LEFT}" x2="{}" y1="{}" y2="{}" stroke="#ccc"/>"##,
+            y + 16.0,
+            WIDTH - 10.0,
+            y + LANE / 2.0,
+            y + LANE / 2.0
+        );
+    }
+    for (id, (kind, hit, start, stop)) in &spans {
+        for n in hit {
+            let y = 20.0 + LANE * (*n as f64 - 1.0) + 3.0;
+            let _ = write!(
+                svg,
+                r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{}" fill="{}" opacity="0.8"><title>#{id} {kind} node {n}: {start}–{stop} ms</title></rect>"#,
+                x(*start),
+                (x(*stop) - x(*start)).max(1.0),
+                LANE - 6.0,
+                color(kind)
+            );
+        }
+    }
+    // Leader lane.
+    let _ = write!(svg, r#"<text x="5" y="{}">leader</text>"#, leader_y + 16.0);
+    let leaders: Vec<(u64, u64)> = events
+        .iter()
+        .filter(|e| e.process == "monitor" && e.f == "leader")
+        .filter_map(|e| Some((e.t_ms, e.value["node"].as_u64()?)))
+        .collect();
+    for (i, (t, node)) in leaders.iter().enumerate() {
+        let next = leaders.get(i + 1).map(|l| l.0).unwrap_or(end_ms);
+        let _ = write!(
+            svg,
+            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{}" fill="{}"><title>leader {node} from {t} ms</title></rect><text x="{:.1}" y="{:.1}" font-size="10">{node}</text>"#,
+            x(*t),
+            leader_y + 3.0,
+            (x(next) - x(*t)).max(1.0),
+            LANE - 6.0,
+            node_color(*node),
+            x(*t) + 2.0,
+            leader_y + 17.0
+        );
+    }
+    // Throughput: elements per second.
+    let mut buckets = vec![0u64; (end_ms / 1000 + 1) as usize];
+    for e in events.iter().filter(|e| e.f == "element") {
+        buckets[(e.t_ms / 1000) as usize] += 1;
+    }
+    let max = buckets.iter().copied().max().unwrap_or(1).max(1);
+    let _ = write!(
+        svg,
+        r#"<text x="5" y="{}">elements/s</text><text x="5" y="{}" font-size="10">max {max}</text>"#,
+        thr_top + 14.0,
+        thr_top + 28.0
+    );
+    for (s, n) in buckets.iter().enumerate() {
+        let h = thr_h * *n as f64 / max as f64;
+        let t = s as u64 * 1000;
+        let _ = write!(
+            svg,
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="#555"><title>{s} s: {n} elements</title></rect>"##,
+            x(t),
+            thr_top + thr_h - h,
+            (x(t + 1000) - x(t) - 1.0).max(1.0)
+        );
+    }
+    // Heal line and time axis.
+    if let Some(heal) = crate::checker::heal_time(events) {
+        let _ = write!(
+            svg,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="10" y2="{1}" stroke="#000" stroke-dasharray="4 3"/><text x="{2:.1}" y="12">heal</text>"##,
+            x(heal),
+            thr_top + thr_h,
+            x(heal) + 3.0
+        );
+    }
+    for s in (0..=end_ms / 1000).step_by(5) {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{}" font-size="10">{s}s</text>"#,
+            x(s * 1000),
+            thr_top + thr_h + 15.0
+        );
+    }
+    svg.push_str("</svg>");
+
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>sluice-jepsen seed {}</title>\
+         <style>body{{font-family:sans-serif;margin:20px}}td,th{{padding:2px 8px;text-align:left}}\
+         .valid{{color:#2ca02c}}.invalid{{color:#d62728}}.unknown{{color:#ff7f0e}}</style></head><body>\
+         <h1>sluice-jepsen: <span class=\"{verdict}\">{verdict}</span></h1>\
+         <p>seed {}, {} nodes, {} ms of faults, nemeses {:?}</p>",
+        schedule.seed, schedule.seed, schedule.nodes, schedule.time_ms, schedule.nemeses
+    );
+    html.push_str("<p>");
+    for kind in ["kill", "pause", "partition", "restart"] {
+        let _ = write!(
+            html,
+            "<span style=\"background:{};color:#fff;padding:1px 6px;margin-right:6px\">{kind}</span>",
+            color(kind)
+        );
+    }
+    html.push_str("</p>");
+    html.push_str(&svg);
+    html.push_str("<h2>Checks</h2><table><tr><th>check</th><th>verdict</th><th>counts</th><th>problems</th></tr>");
+    for r in results {
+        let counts: Vec<String> = r.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
+            r.name,
+            r.verdict,
+            r.verdict,
+            esc(&counts.join(" ")),
+            esc(&r.problems.join("; "))
+        );
+    }
+    html.push_str("</table><h2>Schedule</h2><pre>");
+    html.push_str(&esc(&schedule.describe()));
+    html.push_str("</pre></body></html>\n");
+    html
+}

@@ -1,0 +1,330 @@
+//! One run, phase by phase: setup (schedule, proxies, dispatcher processes, a leader, workers,
+//! clients) → fault phase (the nemesis plays the schedule for `--time`) → heal (every link to
+//! pass, SIGCONT, restart whatever is down) → final epoch (a fresh client, no faults) → final
+//! reads (every node's status once they agree) → checks, `report.html`, the verdict line.
+//!
+//! Harness failures (a node that never prints READY, no leader at setup) end the run with
+//! exit code 2 and are never folded into the system's verdict.
+
+use crate::checker::{self, CheckResult, Verdict};
+use crate::cli::RunArgs;
+use crate::cluster::{Cluster, ClusterConfig};
+use crate::history::{self, History, Kind};
+use crate::monitor::Monitor;
+use crate::nemesis::Nemesis;
+use crate::proxy::ProxyNet;
+use crate::report;
+use crate::schedule::{NemesisKind, Schedule};
+use crate::workload::{self, Client, WorkloadConfig};
+use anyhow::{bail, Context};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What a run found.
+pub struct Outcome {
+    pub verdict: Verdict,
+    pub results: Vec<CheckResult>,
+}
+
+/// `run` as a command: prints the verdict line; returns the exit code.
+pub async fn main(args: RunArgs) -> i32 {
+    match run(args).await {
+        Ok(outcome) => match outcome.verdict {
+            Verdict::Valid => 0,
+            Verdict::Invalid => 1,
+            Verdict::Unknown => 2,
+        },
+        Err(e) => {
+            println!("unknown: harness failure: {e:#}");
+            2
+        }
+    }
+}
+
+/// The workspace root (this crate's parent directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the jepsen crate sits inside the workspace")
+        .to_path_buf()
+}
+
+/// `--sluice-bin`, or the workspace's `target/debug/sluice`, built if missing.
+fn resolve_bin(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = given {
+        if !bin.is_file() {
+            bail!("--sluice-bin {} does not exist", bin.display());
+        }
+        return Ok(bin);
+    }
+    let root = workspace_root();
+    let bin = root.join("target/debug/sluice");
+    if !bin.is_file() {
+        println!(
+            "{} is missing; building it with `cargo build -p sluice`",
+            bin.display()
+        );
+        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .args(["build", "-p", "sluice", "--target-dir"])
+            .arg(root.join("target"))
+            .current_dir(&root)
+            .env_remove("CARGO_TARGET_DIR")
+            .status()
+            .context("run cargo build -p sluice")?;
+        if !status.success() || !bin.is_file() {
+            bail!("cargo build -p sluice failed ({status})");
+        }
+    }
+    Ok(bin)
+}
+
+fn parse_lease(text: &str) -> anyhow::Result<(u32, u32)> {
+    let (a, b) = text
+        .split_once(',')
+        .context("--split-lease must be FIRST,MAX")?;
+    Ok((a.trim().parse()?, b.trim().parse()?))
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
+    // ---- setup
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let nemeses: Vec<NemesisKind> = args
+        .nemesis
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(str::parse)
+        .collect::<Result<_, String>>()
+        .map_err(anyhow::Error::msg)?;
+    if args.nodes < 1 {
+        bail!("--nodes must be at least 1");
+    }
+    let out = &args.out;
+    if out.exists()
+        && std::fs::read_dir(out)
+            .context("read --out")?
+            .next()
+            .is_some()
+    {
+        bail!("--out {} is not empty", out.display());
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let bin = resolve_bin(args.sluice_bin.clone())?;
+
+    let schedule = Schedule::generate(seed, args.time, args.nodes, &nemeses);
+    println!(
+        "sluice-jepsen run: seed {seed}, {} nodes, {} workers, {} clients, {:?} of faults, binary {}",
+        args.nodes,
+        args.workers,
+        args.clients,
+        args.time,
+        bin.display()
+    );
+    print!("{}", schedule.describe());
+    std::fs::write(
+        out.join("schedule.json"),
+        serde_json::to_string_pretty(&schedule)?,
+    )
+    .context("write schedule.json")?;
+
+    let history = History::create(&out.join("history.jsonl"))?;
+    history.record("harness", Kind::Invoke, "setup", json!({"seed": seed}));
+    let addrs = Cluster::pick_addrs(args.nodes)?;
+    let net = Arc::new(ProxyNet::start(&addrs).await?);
+    let config = ClusterConfig {
+        bin: bin.clone(),
+        dir: out.clone(),
+        election_timeout: args.election_timeout,
+        routes: addrs.keys().map(|&id| (id, net.routes_of(id))).collect(),
+    };
+    let cluster = Arc::new(Cluster::start(config, &addrs).await?);
+    let stop_monitor = CancellationToken::new();
+    let monitor = Arc::new(Monitor::start(
+        cluster.clone(),
+        history.clone(),
+        stop_monitor.clone(),
+    ));
+    let result = drive(&args, seed, &schedule, &history, &cluster, &net, &monitor).await;
+    stop_monitor.cancel();
+    cluster.shutdown().await;
+    history.flush()?;
+    result?;
+
+    // ---- checks
+    let events = history::load(&out.join("history.jsonl"))?;
+    let results = checker::check_all(&events, &schedule);
+    let verdict = checker::overall(&results);
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(
+            &json!({"seed": seed, "verdict": verdict, "checks": results}),
+        )?,
+    )?;
+    std::fs::write(
+        out.join("report.html"),
+        report::render(&events, &schedule, &results, verdict),
+    )
+    .context("write report.html")?;
+    for r in &results {
+        println!(
+            "  {:<14} {:<8} {}",
+            r.name,
+            r.verdict.to_string(),
+            r.counts
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        for p in &r.problems {
+            println!("      {p}");
+        }
+    }
+    let ops = checker::op_counts(&events);
+    let count = |r: &[CheckResult], name: &str, key: &str| {
+        r.iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.counts.get(key).copied())
+            .unwrap_or(0)
+    };
+    println!(
+        "{verdict}: seed {seed}, {} of {} faults, {} elements, {} leases, {} duplicates, \
+         {} lost writes, {} stale reads, {} ops ({} ok, {} fail, {} info); see {}",
+        count(&results, "coverage", "faults_done"),
+        schedule.faults.len(),
+        count(&results, "at-most-once", "elements"),
+        count(&results, "at-most-once", "leases"),
+        count(&results, "at-most-once", "duplicate_elements")
+            + count(&results, "at-most-once", "duplicate_leased_splits"),
+        count(&results, "no-lost-state", "lost_writes"),
+        count(&results, "no-lost-state", "stale_reads"),
+        ops.get("ops").unwrap_or(&0),
+        ops.get("ok").unwrap_or(&0),
+        ops.get("fail").unwrap_or(&0),
+        ops.get("info").unwrap_or(&0),
+        out.join("report.html").display()
+    );
+    Ok(Outcome { verdict, results })
+}
+
+/// Everything between the cluster's start and its shutdown.
+async fn drive(
+    args: &RunArgs,
+    seed: u64,
+    schedule: &Schedule,
+    history: &History,
+    cluster: &Arc<Cluster>,
+    net: &Arc<ProxyNet>,
+    monitor: &Arc<Monitor>,
+) -> anyhow::Result<()> {
+    let Some(leader) = monitor.wait_leader(Duration::from_secs(30)).await else {
+        bail!("no leader within 30 s of the start");
+    };
+    history.record("harness", Kind::Ok, "setup", json!({"leader": leader}));
+    let config = WorkloadConfig {
+        dispatchers: cluster.addrs(),
+        seed,
+        splits: args.splits,
+        rate: args.rate,
+        split_lease: parse_lease(&args.split_lease)?,
+        op_timeout: Duration::from_secs(3),
+        epoch_retry: Duration::from_secs(10),
+        epoch_timeout: Duration::from_secs(30),
+    };
+    let workers = workload::start_workers(args.workers, &config, history).await?;
+    let stop_clients = CancellationToken::new();
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 1..=args.clients {
+        let client = Client::new(&format!("client-{i}"), i, config.clone(), history.clone())?;
+        clients.spawn(client.run(stop_clients.clone()));
+    }
+
+    // ---- fault phase
+    println!("fault phase: {:?}", args.time);
+    let start = Instant::now();
+    let nemesis = Nemesis {
+        cluster: cluster.clone(),
+        net: net.clone(),
+        monitor: monitor.clone(),
+        history: history.clone(),
+    };
+    nemesis.run(schedule, start, CancellationToken::new()).await;
+    tokio::time::sleep_until(start + args.time).await;
+
+    // The clients stop first, so the heal's clock starts only when the heal is done.
+    stop_clients.cancel();
+    let stopping = async { while clients.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .is_err()
+    {
+        clients.abort_all();
+    }
+
+    // ---- heal
+    history.record("harness", Kind::Invoke, "heal", json!({}));
+    net.heal();
+    let healed = cluster.heal().await.context("heal")?;
+    history.record("harness", Kind::Ok, "heal", json!({"actions": healed}));
+    println!("healed ({healed:?}); final epoch");
+
+    // ---- final epoch
+    let final_config = WorkloadConfig {
+        epoch_timeout: Duration::from_millis(checker::PROGRESS_DEADLINE_MS + 5000),
+        ..config
+    };
+    let client = Client::new("final", 0, final_config, history.clone())?;
+    let (elements, complete) = client
+        .epoch(&format!("final-{seed}"), &CancellationToken::new())
+        .await;
+    println!("final epoch: {elements} elements, complete: {complete}");
+    for worker in workers {
+        worker.shutdown().await;
+    }
+
+    // ---- final reads
+    final_reads(cluster, history).await;
+    Ok(())
+}
+
+/// Reads every node's status until all agree (at most 20 s), then records each as a
+/// `final-status` event (`info` for a node that did not answer).
+async fn final_reads(cluster: &Cluster, history: &History) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ids: Vec<u64> = cluster.ids().collect();
+    loop {
+        let views = futures::future::join_all(ids.iter().map(|&id| cluster.status(id))).await;
+        let same = views.iter().all(|v| v.is_ok())
+            && views.windows(2).all(|w| match (&w[0], &w[1]) {
+                (Ok(a), Ok(b)) => {
+                    a["applied_index"] == b["applied_index"]
+                        && a["iterations"] == b["iterations"]
+                        && a["workers"] == b["workers"]
+                }
+                _ => false,
+            });
+        if same || Instant::now() >= deadline {
+            for (id, view) in ids.iter().zip(views) {
+                match view {
+                    Ok(status) => history.record(
+                        "harness",
+                        Kind::Ok,
+                        "final-status",
+                        json!({"node": id, "status": status}),
+                    ),
+                    Err(e) => history.record(
+                        "harness",
+                        Kind::Info,
+                        "final-status",
+                        json!({"node": id, "error": format!("{e:#}")}),
+                    ),
+                }
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -1,0 +1,394 @@
+//! The workload: in-process workers (the `sluice-worker` library, with a lease observer) and
+//! clients (the `sluice-client` library), all given every dispatcher's real address, so they
+//! follow the leader by themselves.
+//!
+//! A client reads distributed epochs of `range(N)`, one named job per epoch
+//! (`j<seed>-c<client>-e<epoch>`), so an element's split identity is (job, value): value v is
+//! split v of provider 0, repetition 0 of the job's one iteration. Between epochs it issues
+//! other operations, each recorded as `invoke` then `ok`, `fail` (definitely not applied: the
+//! request was refused) or `info` (unknown: the quorum was unavailable or the call timed out
+//! after the request may have reached a leader):
+//! - `register`: a dataset under an explicit, fresh id;
+//! - `register` of an already acknowledged id with another definition (must `fail`);
+//! - `read`: `GetDataset` of an id tried before (served after `ensure_linearizable`, so a
+//!   miss of an acknowledged id is a stale read);
+//! - `status`: one node's `GetStatus` (its local view; not checked, drawn in the report).
+
+use crate::history::{History, Kind};
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use sluice_client::{
+    ClientError, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions, RetryConfig,
+};
+use sluice_dataset::Dataset;
+use sluice_proto::dispatcher as pb;
+use sluice_worker::{LeaseEvent, LeaseObserver, WorkerConfig, WorkerHandle};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What the workload does.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Every dispatcher's real address, comma-separated.
+    pub dispatchers: String,
+    pub seed: u64,
+    /// Splits (elements) per epoch; above 64 so leases cross multiples of 64.
+    pub splits: u64,
+    /// Elements per second one client reads at most.
+    pub rate: f64,
+    /// First and largest lease of a worker.
+    pub split_lease: (u32, u32),
+    /// Retry deadline of single operations (short, so they complete and get classified).
+    pub op_timeout: Duration,
+    /// Retry deadline of an epoch's calls (heartbeats, job creation).
+    pub epoch_retry: Duration,
+    /// An epoch that takes longer is abandoned (`info`).
+    pub epoch_timeout: Duration,
+}
+
+/// Starts `n` workers whose leases are recorded as `process: worker-I, f: lease`.
+pub async fn start_workers(
+    n: u32,
+    config: &WorkloadConfig,
+    history: &History,
+) -> anyhow::Result<Vec<WorkerHandle>> {
+    let mut workers = Vec::new();
+    for i in 1..=n {
+        let history = history.clone();
+        let process = format!("worker-{i}");
+        let observer = LeaseObserver(Arc::new(move |lease: LeaseEvent| {
+            history.record(
+                &process,
+                Kind::Ok,
+                "lease",
+                json!({
+                    "worker": lease.worker, "task": lease.task_id, "iteration": lease.iteration_id,
+                    "provider": lease.provider, "repetition": lease.repetition,
+                    "start": lease.start, "end": lease.end, "end_of_splits": lease.end_of_splits,
+                }),
+            );
+        }));
+        let worker = WorkerHandle::start(WorkerConfig {
+            dispatcher: config.dispatchers.clone(),
+            split_lease: config.split_lease,
+            lease_observer: Some(observer),
+            ..WorkerConfig::default()
+        })
+        .await?;
+        workers.push(worker);
+    }
+    Ok(workers)
+}
+
+/// Whether a failed call definitely changed nothing (`fail`) or may have (`info`).
+fn classify(e: &ClientError) -> Kind {
+    match e {
+        ClientError::InvalidArgument(_)
+        | ClientError::NotFound(_)
+        | ClientError::FailedPrecondition(_)
+        | ClientError::Dataset(_) => Kind::Fail,
+        ClientError::Unavailable { .. } | ClientError::Worker { .. } | ClientError::Rpc { .. } => {
+            Kind::Info
+        }
+    }
+}
+
+/// One client.
+pub struct Client {
+    pub process: String,
+    pub index: u32,
+    pub config: WorkloadConfig,
+    pub history: History,
+    /// For single operations: short retries.
+    ops: DispatcherClient,
+    /// For epochs: retries that outlast a failover.
+    epochs: DispatcherClient,
+    rng: StdRng,
+    /// Ids this client tried to register, and whether the registration was acknowledged.
+    tried: Vec<(String, bool)>,
+}
+
+impl Client {
+    pub fn new(
+        process: &str,
+        index: u32,
+        config: WorkloadConfig,
+        history: History,
+    ) -> anyhow::Result<Client> {
+        let ops = DispatcherClient::with_retry(
+            &config.dispatchers,
+            RetryConfig {
+                rpc_timeout: config.op_timeout.min(Duration::from_secs(2)),
+                retry_timeout: config.op_timeout,
+                ..RetryConfig::default()
+            },
+        )?;
+        let epochs = DispatcherClient::with_retry(
+            &config.dispatchers,
+            RetryConfig {
+                rpc_timeout: Duration::from_secs(2),
+                retry_timeout: config.epoch_retry,
+                ..RetryConfig::default()
+            },
+        )?;
+        let rng = StdRng::seed_from_u64(config.seed.wrapping_mul(1000).wrapping_add(index as u64));
+        Ok(Client {
+            process: process.to_string(),
+            index,
+            config,
+            history,
+            ops,
+            epochs,
+            rng,
+            tried: Vec::new(),
+        })
+    }
+
+    /// Epochs and operations until `cancel`.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut epoch = 0u64;
+        while !cancel.is_cancelled() {
+            for _ in 0..self.rng.random_range(1..=3) {
+                if cancel.is_cancelled() {
+                    return;
+                }
+                self.random_op(epoch).await;
+            }
+            let job = format!("j{}-c{}-e{}", self.config.seed, self.index, epoch);
+            self.epoch(&job, &cancel).await;
+            epoch += 1;
+        }
+    }
+
+    async fn random_op(&mut self, epoch: u64) {
+        let acked: Vec<String> = self
+            .tried
+            .iter()
+            .filter(|(_, ok)| *ok)
+            .map(|(id, _)| id.clone())
+            .collect();
+        match self.rng.random_range(0..10) {
+            0..=3 => {
+                let id = format!("c{}-d{}", self.index, epoch);
+                if !self.tried.iter().any(|(t, _)| *t == id) {
+                    self.register(&id, epoch as i64 + 1).await;
+                }
+            }
+            4 if !acked.is_empty() => {
+                let id = acked.choose(&mut self.rng).expect("not empty").clone();
+                // Another definition under an acknowledged id: must be refused.
+                self.register(&id, 1_000_000 + epoch as i64).await;
+            }
+            5..=7 if !self.tried.is_empty() => {
+                let id = self
+                    .tried
+                    .choose(&mut self.rng)
+                    .expect("not empty")
+                    .0
+                    .clone();
+                self.read(&id).await;
+            }
+            _ => self.status().await,
+        }
+    }
+
+    async fn register(&mut self, id: &str, stop: i64) {
+        let value = json!({"dataset_id": id, "def": format!("range({stop})")});
+        self.history
+            .record(&self.process, Kind::Invoke, "register", value.clone());
+        let options = RegisterOptions {
+            dataset_id: Some(id.to_string()),
+            ..RegisterOptions::default()
+        };
+        let result = self
+            .ops
+            .register_dataset(&Dataset::range(stop), &options)
+            .await;
+        let first = !self.tried.iter().any(|(t, _)| t == id);
+        match result {
+            Ok(_) => {
+                self.history
+                    .record(&self.process, Kind::Ok, "register", value);
+                if first {
+                    self.tried.push((id.to_string(), true));
+                }
+            }
+            Err(e) => {
+                let mut value = value;
+                value["error"] = json!(e.to_string());
+                self.history
+                    .record(&self.process, classify(&e), "register", value);
+                if first {
+                    self.tried.push((id.to_string(), false));
+                }
+            }
+        }
+    }
+
+    async fn read(&mut self, id: &str) {
+        let value = json!({"dataset_id": id});
+        self.history
+            .record(&self.process, Kind::Invoke, "read", value.clone());
+        let result = self
+            .ops
+            .call("get_dataset", Duration::ZERO, |mut c, timeout| {
+                let mut request = tonic::Request::new(pb::GetDatasetRequest {
+                    dataset_id: id.to_string(),
+                });
+                request.set_timeout(timeout);
+                async move { c.get_dataset(request).await }
+            })
+            .await;
+        match result {
+            Ok(_) => self.history.record(
+                &self.process,
+                Kind::Ok,
+                "read",
+                json!({"dataset_id": id, "found": true}),
+            ),
+            Err(ClientError::NotFound(_)) => self.history.record(
+                &self.process,
+                Kind::Ok,
+                "read",
+                json!({"dataset_id": id, "found": false}),
+            ),
+            Err(e) => self.history.record(
+                &self.process,
+                Kind::Info,
+                "read",
+                json!({"dataset_id": id, "error": e.to_string()}),
+            ),
+        }
+    }
+
+    async fn status(&mut self) {
+        let addrs: Vec<String> = self
+            .config
+            .dispatchers
+            .split(',')
+            .map(str::to_string)
+            .collect();
+        let node = self.rng.random_range(0..addrs.len());
+        let value = json!({"addr": addrs[node]});
+        self.history
+            .record(&self.process, Kind::Invoke, "status", value.clone());
+        let one = DispatcherClient::with_retry(
+            &addrs[node],
+            RetryConfig {
+                rpc_timeout: Duration::from_millis(500),
+                retry_timeout: Duration::from_millis(500),
+                ..RetryConfig::default()
+            },
+        );
+        let result = match one {
+            Ok(one) => {
+                one.call("get_status", Duration::ZERO, |mut c, timeout| {
+                    let mut request = tonic::Request::new(pb::GetStatusRequest {});
+                    request.set_timeout(timeout);
+                    async move { c.get_status(request).await }
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match result.map(|r| serde_json::from_str::<serde_json::Value>(&r.json)) {
+            Ok(Ok(s)) => self.history.record(
+                &self.process,
+                Kind::Ok,
+                "status",
+                json!({"addr": addrs[node], "node": s["node"], "state": s["state"],
+                       "term": s["term"], "applied_index": s["applied_index"]}),
+            ),
+            Ok(Err(e)) => {
+                let mut value = value;
+                value["error"] = json!(e.to_string());
+                self.history
+                    .record(&self.process, Kind::Info, "status", value);
+            }
+            Err(e) => {
+                let mut value = value;
+                value["error"] = json!(e.to_string());
+                self.history
+                    .record(&self.process, Kind::Info, "status", value);
+            }
+        }
+    }
+
+    /// Reads one epoch of job `job`. Returns the number of elements received and whether the
+    /// epoch completed.
+    pub async fn epoch(&self, job: &str, cancel: &CancellationToken) -> (u64, bool) {
+        let splits = self.config.splits;
+        self.history.record(
+            &self.process,
+            Kind::Invoke,
+            "epoch",
+            json!({"job": job, "splits": splits}),
+        );
+        let mut count = 0u64;
+        let started = Instant::now();
+        let deadline = started + self.config.epoch_timeout;
+        let read = async {
+            let options = DistributeOptions {
+                job_name: Some(job.to_string()),
+                max_outstanding_requests: Some(64),
+                ..DistributeOptions::default()
+            };
+            let service = self
+                .epochs
+                .distribute(
+                    &Dataset::range(splits as i64),
+                    ProcessingMode::Dynamic,
+                    options,
+                )
+                .await?;
+            let mut stream = service.iter().await?;
+            while let Some(element) = stream.next().await {
+                let element = element?;
+                let split = element.as_i64();
+                self.history.record(
+                    &self.process,
+                    Kind::Ok,
+                    "element",
+                    json!({"job": job, "split": split}),
+                );
+                count += 1;
+                if self.config.rate > 0.0 {
+                    let due = started + Duration::from_secs_f64(count as f64 / self.config.rate);
+                    if due > Instant::now() + Duration::from_millis(2) {
+                        tokio::time::sleep_until(due).await;
+                    }
+                }
+            }
+            Ok::<(), ClientError>(())
+        };
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => Err("cancelled".to_string()),
+            _ = tokio::time::sleep_until(deadline) => Err("epoch timed out".to_string()),
+            result = read => result.map_err(|e| e.to_string()),
+        };
+        match outcome {
+            Ok(()) => {
+                self.history.record(
+                    &self.process,
+                    Kind::Ok,
+                    "epoch",
+                    json!({"job": job, "elements": count, "ms": started.elapsed().as_millis() as u64}),
+                );
+                (count, true)
+            }
+            Err(error) => {
+                self.history.record(
+                    &self.process,
+                    Kind::Info,
+                    "epoch",
+                    json!({"job": job, "elements": count, "error": error}),
+                );
+                (count, false)
+            }
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! `sluice bench`: measures the service's throughput and latencies on loopback, in one run.
+//!
+//! Dispatchers and workers run as child processes of this same binary (as tf.data service's
+//! figures were taken: dispatcher, worker and client in separate processes); the client runs
+//! here. Each workload prints one row; `--json` adds one JSON object on the last line with the
+//! keys of issue 6. Throughputs are elements (or MiB) per second of wall time over a whole epoch.
+
+use crate::cli::BenchArgs;
+use crate::process::SluiceProcess;
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Map, Value};
+use sluice_client::{DispatcherClient, DistributeOptions, ProcessingMode};
+use sluice_dataset::{Dataset, ExecOptions, Tensor, Transform};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const STARTUP: Duration = Duration::from_secs(30);
+/// Children log errors only: the failover workload kills a leader on purpose.
+const CHILD_LOG: &str = "error,openraft=off";
+
+/// A dispatcher quorum and workers as child processes.
+struct Cluster {
+    _dir: tempfile::TempDir,
+    dispatchers: Vec<SluiceProcess>,
+    workers: Vec<SluiceProcess>,
+    addrs: String,
+}
+
+fn free_addrs(n: usize) -> anyhow::Result<Vec<String>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.to_string()))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+impl Cluster {
+    fn start(bin: &Path, dispatchers: usize, workers: usize) -> anyhow::Result<Cluster> {
+        let dir = tempfile::tempdir()?;
+        let addrs = free_addrs(dispatchers)?;
+        let peers: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let peers = peers.join(",");
+        let mut procs = Vec::new();
+        for id in 1..=dispatchers {
+            let data = dir.path().join(format!("n{id}"));
+            let args = [
+                "--log",
+                CHILD_LOG,
+                "dispatcher",
+                "--id",
+                &id.to_string(),
+                "--data-dir",
+                data.to_str().context("utf-8 path")?,
+                "--peers",
+                &peers,
+            ]
+            .map(str::to_string);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            procs.push(SluiceProcess::spawn(bin, &args, STARTUP)?);
+        }
+        let all = addrs.join(",");
+        let workers = (0..workers)
+            .map(|_| {
+                SluiceProcess::spawn(
+                    bin,
+                    &[
+                        "--log",
+                        CHILD_LOG,
+                        "worker",
+                        "--dispatcher",
+                        &all,
+                        "--listen",
+                        "127.0.0.1:0",
+                    ],
+                    STARTUP,
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Cluster {
+            _dir: dir,
+            dispatchers: procs,
+            workers,
+            addrs: all,
+        })
+    }
+
+    fn client(&self) -> anyhow::Result<DispatcherClient> {
+        Ok(DispatcherClient::new(&self.addrs)?)
+    }
+
+    /// The id of the replica that leads (highest term among those claiming it).
+    async fn leader(&self) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut best: Option<(u64, usize)> = None;
+            for (i, addr) in self.addrs.split(',').enumerate() {
+                let retry = sluice_client::RetryConfig {
+                    retry_timeout: Duration::from_millis(300),
+                    ..Default::default()
+                };
+                let client = DispatcherClient::with_retry(addr, retry)?;
+                let status = client
+                    .call("get_status", Duration::ZERO, |mut c, _| async move {
+                        c.get_status(sluice_proto::dispatcher::GetStatusRequest {})
+                            .await
+                    })
+                    .await;
+                if let Ok(status) = status {
+                    let v: Value = serde_json::from_str(&status.json)?;
+                    let term = v["term"].as_u64().unwrap_or(0);
+                    if v["state"] == "Leader" && best.is_none_or(|(t, _)| term > t) {
+                        best = Some((term, i));
+                    }
+                }
+            }
+            if let Some((_, i)) = best {
+                return Ok(i);
+            }
+            if Instant::now() > deadline {
+                bail!("no leader within 20 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Resident set size of a process, in MiB (Linux `/proc`).
+fn rss_mib(pid: &str) -> anyhow::Result<f64> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).context("read /proc status")?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmRSS in /proc status")?;
+    Ok(kib / 1024.0)
+}
+
+/// What one epoch measured.
+struct Epoch {
+    elements: u64,
+    bytes: u64,
+    seconds: f64,
+    first_element: Duration,
+    /// From the last element to the end of input.
+    end_of_epoch: Duration,
+}
+
+async fn read_epoch(
+    client: &DispatcherClient,
+    dataset: &Dataset,
+    mode: ProcessingMode,
+    options: DistributeOptions,
+    count_rows: bool,
+    mut on_element: impl FnMut(u64),
+) -> anyhow::Result<Epoch> {
+    let started = Instant::now();
+    let service = client.distribute(dataset, mode, options).await?;
+    let mut epoch = service.iter().await?;
+    let (mut elements, mut bytes) = (0u64, 0u64);
+    let mut first_element = None;
+    let mut last = Instant::now();
+    let end_of_epoch;
+    loop {
+        let next = epoch.next().await;
+        let now = Instant::now();
+        let Some(element) = next else {
+            end_of_epoch = now - last;
+            break;
+        };
+        let element = element?;
+        first_element.get_or_insert(now - started);
+        last = now;
+        bytes += element.byte_size() as u64;
+        elements += if count_rows { rows(&element) } else { 1 };
+        on_element(elements);
+    }
+    Ok(Epoch {
+        elements,
+        bytes,
+        seconds: started.elapsed().as_secs_f64(),
+        first_element: first_element.unwrap_or_default(),
+        end_of_epoch,
+    })
+}
+
+/// Rows of a batched element (its first dimension), 1 for a scalar.
+fn rows(element: &sluice_dataset::Element) -> u64 {
+    match element {
+        sluice_dataset::Element::Tensor(t) => t.shape().first().copied().unwrap_or(1) as u64,
+        _ => 1,
+    }
+}
+
+fn progress(total: u64, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>24} {bar:30.cyan/blue} {pos:>9}/{len:9} {per_sec:>14}")
+            .expect("a valid progress template"),
+    );
+    bar.set_message(label.to_string());
+    bar
+}
+
+fn options(outstanding: u32) -> DistributeOptions {
+    DistributeOptions {
+        max_outstanding_requests: Some(outstanding),
+        ..DistributeOptions::default()
+    }
+}
+
+fn uncompressed(outstanding: u32) -> DistributeOptions {
+    DistributeOptions {
+        compression: sluice_client::Compression::None,
+        ..options(outstanding)
+    }
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let bin: PathBuf = std::env::current_exe().context("locate the sluice binary")?;
+    let n = args.elements;
+    let mut results = Map::new();
+    let mut put = |key: &str, value: f64, unit: &str| {
+        println!("{key:<24} {value:>14.1} {unit}");
+        results.insert(key.to_string(), json!((value * 10.0).round() / 10.0));
+    };
+
+    // The local executor alone: the ceiling for the service.
+    let started = Instant::now();
+    let mut local = 0u64;
+    for element in sluice_dataset::iterate(Dataset::range(n as i64).def(), &ExecOptions::default())?
+    {
+        element?;
+        local += 1;
+    }
+    put(
+        "tiny_local_eps",
+        local as f64 / started.elapsed().as_secs_f64(),
+        "elements/s",
+    );
+
+    {
+        let cluster = Cluster::start(&bin, 1, 2)?;
+        let client = cluster.client()?;
+        // Warm up: registration, channels, worker tasks.
+        read_epoch(
+            &client,
+            &Dataset::range(1000),
+            ProcessingMode::Off,
+            options(1024),
+            false,
+            |_| {},
+        )
+        .await?;
+
+        let bar = progress(2 * n, "tiny, 2 workers");
+        let epoch = read_epoch(
+            &client,
+            &Dataset::range(n as i64),
+            ProcessingMode::Off,
+            uncompressed(4096),
+            false,
+            |e| bar.set_position(e),
+        )
+        .await?;
+        bar.finish_and_clear();
+        put(
+            "tiny_service_eps_2w",
+            epoch.elements as f64 / epoch.seconds,
+            "elements/s",
+        );
+        results_rss(&mut put, &cluster)?;
+    }
+    {
+        let cluster = Cluster::start(&bin, 1, 1)?;
+        let client = cluster.client()?;
+        read_epoch(
+            &client,
+            &Dataset::range(1000),
+            ProcessingMode::Off,
+            options(1024),
+            false,
+            |_| {},
+        )
+        .await?;
+
+        let bar = progress(n, "tiny, 1 worker");
+        let epoch = read_epoch(
+            &client,
+            &Dataset::range(n as i64),
+            ProcessingMode::Off,
+            uncompressed(4096),
+            false,
+            |e| bar.set_position(e),
+        )
+        .await?;
+        bar.finish_and_clear();
+        put(
+            "tiny_service_eps_1w",
+            epoch.elements as f64 / epoch.seconds,
+            "elements/s",
+        );
+
+        let batched_n = n * 20;
+        let bar = progress(batched_n, "batched, 1 worker");
+        let dataset = Dataset::range(batched_n as i64).batch(1024);
+        let epoch = read_epoch(
+            &client,
+            &dataset,
+            ProcessingMode::Off,
+            uncompressed(64),
+            true,
+            |e| bar.set_position(e),
+        )
+        .await?;
+        bar.finish_and_clear();
+        put(
+            "batched_service_eps_1w",
+            epoch.elements as f64 / epoch.seconds,
+            "elements/s",
+        );
+
+        let large = args.large_mib;
+        let floats = vec![0.5f32; 262_144];
+        let dataset =
+            Dataset::from_slices(Tensor::from_f32s(vec![1, floats.len()], &floats)?).repeat(large);
+        let bar = progress(large, "1 MiB float32");
+        let epoch = read_epoch(
+            &client,
+            &dataset,
+            ProcessingMode::Off,
+            uncompressed(16),
+            false,
+            |e| bar.set_position(e),
+        )
+        .await?;
+        bar.finish_and_clear();
+        put(
+            "large_mib_s",
+            epoch.bytes as f64 / (1024.0 * 1024.0) / epoch.seconds,
+            "MiB/s",
+        );
+
+        // Latencies of a fresh job: registration to first element, last element to end of input.
+        let mut first = Vec::new();
+        let mut end = Vec::new();
+        for i in 0..5 {
+            let epoch = read_epoch(
+                &client,
+                &Dataset::range(100 + i),
+                ProcessingMode::Dynamic,
+                options(64),
+                false,
+                |_| {},
+            )
+            .await?;
+            first.push(epoch.first_element.as_secs_f64() * 1000.0);
+            end.push(epoch.end_of_epoch.as_secs_f64() * 1000.0);
+        }
+        put("first_element_ms", median(&mut first), "ms (median of 5)");
+        put("end_of_epoch_ms", median(&mut end), "ms (median of 5)");
+    }
+    {
+        let mut cluster = Cluster::start(&bin, 3, 2)?;
+        let client = cluster.client()?;
+        read_epoch(
+            &client,
+            &Dataset::range(1000),
+            ProcessingMode::Dynamic,
+            options(1024),
+            false,
+            |_| {},
+        )
+        .await?;
+        let bar = progress(n, "dynamic, 3-node quorum");
+        let epoch = read_epoch(
+            &client,
+            &Dataset::range(n as i64),
+            ProcessingMode::Dynamic,
+            uncompressed(4096),
+            false,
+            |e| bar.set_position(e),
+        )
+        .await?;
+        bar.finish_and_clear();
+        put(
+            "dynamic_eps_quorum",
+            epoch.elements as f64 / epoch.seconds,
+            "elements/s",
+        );
+
+        // Failover: read at a limited rate, SIGKILL the leader a second in.
+        let leader = cluster.leader().await?;
+        let total = 60_000u64;
+        let service = client
+            .distribute(
+                &Dataset::range(total as i64),
+                ProcessingMode::Dynamic,
+                options(64),
+            )
+            .await?;
+        let mut stream = service.iter().await?;
+        let started = Instant::now();
+        let (mut received, mut longest) = (0u64, Duration::ZERO);
+        let mut last = Instant::now();
+        let mut killed = false;
+        while let Some(element) = stream.next().await {
+            element?;
+            received += 1;
+            longest = longest.max(last.elapsed());
+            if !killed && started.elapsed() > Duration::from_secs(1) {
+                cluster.dispatchers[leader].kill();
+                killed = true;
+            }
+            // 20,000 elements/s: the reader needs the service to keep up, not to race it.
+            let due = started + Duration::from_secs_f64(received as f64 / 20_000.0);
+            if due > Instant::now() + Duration::from_millis(1) {
+                tokio::time::sleep_until(due.into()).await;
+            }
+            last = Instant::now();
+        }
+        anyhow::ensure!(
+            received == total,
+            "failover epoch: {received} of {total} elements"
+        );
+        put(
+            "failover_stall_ms",
+            longest.as_secs_f64() * 1000.0,
+            "ms (longest client stall, leader SIGKILLed)",
+        );
+    }
+    put("client_rss_mib", rss_mib("self")?, "MiB (this process)");
+    if args.json {
+        println!("{}", Value::Object(results));
+    }
+    Ok(())
+}
+
+fn results_rss(put: &mut impl FnMut(&str, f64, &str), cluster: &Cluster) -> anyhow::Result<()> {
+    let pid = cluster.workers[0].pid().context("worker pid")?;
+    put(
+        "worker_rss_mib",
+        rss_mib(&pid.to_string())?,
+        "MiB (a worker after the tiny epochs)",
+    );
+    Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
