@@ -208,6 +208,9 @@ pub struct BenchArgs {
     /// 1 MiB elements of the large-element workload.
     #[arg(long, default_value_t = 2048)]
     pub large_mib: u64,
+    /// Also sweep element sizes (64 B to 4 MiB) and write an SVG plot of throughput here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
