@@ -200,6 +200,39 @@ fn rows(element: &sluice_dataset::Element) -> u64 {
     }
 }
 
+/// One small epoch, so registration, channels and worker tasks are warm before a measurement.
+async fn warm_up(client: &DispatcherClient, mode: ProcessingMode) -> anyhow::Result<()> {
+    read_epoch(
+        client,
+        &Dataset::range(1000),
+        mode,
+        options(1024),
+        false,
+        |_| {},
+    )
+    .await
+    .map(|_| ())
+}
+
+/// An epoch read with a progress bar of `total` elements.
+async fn measured(
+    client: &DispatcherClient,
+    dataset: &Dataset,
+    mode: ProcessingMode,
+    options: DistributeOptions,
+    count_rows: bool,
+    total: u64,
+    label: &str,
+) -> anyhow::Result<Epoch> {
+    let bar = progress(total, label);
+    let epoch = read_epoch(client, dataset, mode, options, count_rows, |e| {
+        bar.set_position(e)
+    })
+    .await;
+    bar.finish_and_clear();
+    epoch
+}
+
 fn progress(total: u64, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(total);
     bar.set_style(
@@ -251,27 +284,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let cluster = Cluster::start(&bin, 1, 2)?;
         let client = cluster.client()?;
         // Warm up: registration, channels, worker tasks.
-        read_epoch(
-            &client,
-            &Dataset::range(1000),
-            ProcessingMode::Off,
-            options(1024),
-            false,
-            |_| {},
-        )
-        .await?;
+        warm_up(&client, ProcessingMode::Off).await?;
 
-        let bar = progress(2 * n, "tiny, 2 workers");
-        let epoch = read_epoch(
+        let epoch = measured(
             &client,
             &Dataset::range(n as i64),
             ProcessingMode::Off,
             uncompressed(4096),
             false,
-            |e| bar.set_position(e),
+            2 * n,
+            "tiny, 2 workers",
         )
         .await?;
-        bar.finish_and_clear();
         put(
             "tiny_service_eps_2w",
             epoch.elements as f64 / epoch.seconds,
@@ -282,27 +306,18 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     {
         let cluster = Cluster::start(&bin, 1, 1)?;
         let client = cluster.client()?;
-        read_epoch(
-            &client,
-            &Dataset::range(1000),
-            ProcessingMode::Off,
-            options(1024),
-            false,
-            |_| {},
-        )
-        .await?;
+        warm_up(&client, ProcessingMode::Off).await?;
 
-        let bar = progress(n, "tiny, 1 worker");
-        let epoch = read_epoch(
+        let epoch = measured(
             &client,
             &Dataset::range(n as i64),
             ProcessingMode::Off,
             uncompressed(4096),
             false,
-            |e| bar.set_position(e),
+            n,
+            "tiny, 1 worker",
         )
         .await?;
-        bar.finish_and_clear();
         put(
             "tiny_service_eps_1w",
             epoch.elements as f64 / epoch.seconds,
@@ -310,18 +325,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
 
         let batched_n = n * 20;
-        let bar = progress(batched_n, "batched, 1 worker");
         let dataset = Dataset::range(batched_n as i64).batch(1024);
-        let epoch = read_epoch(
+        let epoch = measured(
             &client,
             &dataset,
             ProcessingMode::Off,
             uncompressed(64),
             true,
-            |e| bar.set_position(e),
+            batched_n,
+            "batched, 1 worker",
         )
         .await?;
-        bar.finish_and_clear();
         put(
             "batched_service_eps_1w",
             epoch.elements as f64 / epoch.seconds,
@@ -332,17 +346,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let floats = vec![0.5f32; 262_144];
         let dataset =
             Dataset::from_slices(Tensor::from_f32s(vec![1, floats.len()], &floats)?).repeat(large);
-        let bar = progress(large, "1 MiB float32");
-        let epoch = read_epoch(
+        let epoch = measured(
             &client,
             &dataset,
             ProcessingMode::Off,
             uncompressed(16),
             false,
-            |e| bar.set_position(e),
+            large,
+            "1 MiB float32",
         )
         .await?;
-        bar.finish_and_clear();
         put(
             "large_mib_s",
             epoch.bytes as f64 / (1024.0 * 1024.0) / epoch.seconds,
@@ -371,26 +384,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     {
         let mut cluster = Cluster::start(&bin, 3, 2)?;
         let client = cluster.client()?;
-        read_epoch(
-            &client,
-            &Dataset::range(1000),
-            ProcessingMode::Dynamic,
-            options(1024),
-            false,
-            |_| {},
-        )
-        .await?;
-        let bar = progress(n, "dynamic, 3-node quorum");
-        let epoch = read_epoch(
+        warm_up(&client, ProcessingMode::Dynamic).await?;
+        let epoch = measured(
             &client,
             &Dataset::range(n as i64),
             ProcessingMode::Dynamic,
             uncompressed(4096),
             false,
-            |e| bar.set_position(e),
+            n,
+            "dynamic, 3-node quorum",
         )
         .await?;
-        bar.finish_and_clear();
         put(
             "dynamic_eps_quorum",
             epoch.elements as f64 / epoch.seconds,

@@ -2,8 +2,6 @@
 //! mid-epoch and the epoch completes with every element exactly once.
 
 use crate::assert_exactly_once;
-use sluice_client::{DistributeOptions, ProcessingMode};
-use sluice_dataset::Dataset;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::info;
@@ -12,15 +10,7 @@ use tracing::info;
 async fn killing_the_leader_mid_epoch_loses_and_duplicates_nothing() -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(3, 2).await?;
     let n = 20_000;
-    let options = DistributeOptions {
-        max_outstanding_requests: Some(16),
-        ..DistributeOptions::default()
-    };
-    let service = cluster
-        .client()
-        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
-        .await?;
-    let mut epoch = service.iter().await?;
+    let mut epoch = crate::dynamic_range_epoch(&cluster, n, 16).await?;
     let mut got = Vec::new();
     let mut longest_stall = Duration::ZERO;
     let mut last = Instant::now();
@@ -57,15 +47,7 @@ async fn killing_the_leader_mid_epoch_loses_and_duplicates_nothing() -> anyhow::
 async fn an_isolated_leader_is_replaced_and_rejoins_after_the_heal() -> anyhow::Result<()> {
     let cluster = sluice_tests::start_cluster(3, 2).await?;
     let n = 20_000;
-    let options = DistributeOptions {
-        max_outstanding_requests: Some(16),
-        ..DistributeOptions::default()
-    };
-    let service = cluster
-        .client()
-        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
-        .await?;
-    let mut epoch = service.iter().await?;
+    let mut epoch = crate::dynamic_range_epoch(&cluster, n, 16).await?;
     let mut got = Vec::new();
     let old_leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
     while let Some(element) = tokio::time::timeout(Duration::from_secs(60), epoch.next()).await? {

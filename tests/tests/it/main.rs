@@ -9,8 +9,9 @@ mod quorum;
 mod restart;
 mod workers;
 
-use sluice_client::ServiceDataset;
+use sluice_client::{DistributeOptions, ElementStream, ProcessingMode, ServiceDataset};
 use sluice_dataset::Element;
+use sluice_tests::TestCluster;
 use std::time::Duration;
 
 /// Reads one epoch to its end, failing the test past `timeout`.
@@ -53,4 +54,39 @@ pub fn assert_exactly_once(got: &[i64], n: i64) {
         "{} elements for 0..{n}; duplicates (value, count): {duplicates:?}; missing: {missing:?}",
         got.len()
     );
+}
+
+/// Starts a distributed epoch of `range(n)` with at most `outstanding` elements requested.
+pub async fn dynamic_range_epoch(
+    cluster: &TestCluster,
+    n: i64,
+    outstanding: u32,
+) -> anyhow::Result<ElementStream> {
+    let options = DistributeOptions {
+        max_outstanding_requests: Some(outstanding),
+        ..DistributeOptions::default()
+    };
+    let dataset = sluice_dataset::Dataset::range(n);
+    let service = cluster
+        .client()
+        .distribute(&dataset, ProcessingMode::Dynamic, options)
+        .await?;
+    Ok(service.iter().await?)
+}
+
+/// Reads the next `k` elements, scalar integers, of an epoch that has at least that many left.
+pub async fn read_ints(epoch: &mut ElementStream, k: usize) -> anyhow::Result<Vec<i64>> {
+    let mut got = Vec::with_capacity(k);
+    while got.len() < k {
+        let element = epoch
+            .next()
+            .await
+            .ok_or_else(|| anyhow::anyhow!("the epoch ended after {} elements", got.len()))??;
+        got.push(
+            element
+                .as_i64()
+                .ok_or_else(|| anyhow::anyhow!("not an integer: {}", element.to_json()))?,
+        );
+    }
+    Ok(got)
 }

@@ -85,26 +85,8 @@ async fn a_replica_down_during_many_writes_catches_up_by_snapshot_install() -> a
 async fn with_two_of_three_replicas_down_everyone_waits_and_work_resumes() -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(3, 2).await?;
     let n = 5000;
-    let options = DistributeOptions {
-        max_outstanding_requests: Some(8),
-        ..DistributeOptions::default()
-    };
-    let service = cluster
-        .client()
-        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
-        .await?;
-    let mut epoch = service.iter().await?;
-    let mut got = Vec::new();
-    while got.len() < 500 {
-        got.push(
-            epoch
-                .next()
-                .await
-                .expect("not over")?
-                .as_i64()
-                .expect("int"),
-        );
-    }
+    let mut epoch = crate::dynamic_range_epoch(&cluster, n, 8).await?;
+    let mut got = crate::read_ints(&mut epoch, 500).await?;
     let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
     let survivor = (1..=3).find(|id| *id != leader).expect("a follower");
     let down: Vec<u64> = (1..=3).filter(|id| *id != survivor).collect();

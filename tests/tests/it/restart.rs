@@ -23,11 +23,7 @@ async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow
     let mut epoch = service.iter().await?;
 
     info!("--- read part of the epoch, then kill the dispatcher");
-    let mut seen = Vec::new();
-    while seen.len() < 500 {
-        let element = epoch.next().await.expect("the epoch is not over")?;
-        seen.push(element.as_i64().expect("int"));
-    }
+    let mut seen = crate::read_ints(&mut epoch, 500).await?;
     // The state as the replica applied it when it died: everything in it was committed.
     let handle = cluster.replica(1).expect("running").state().clone();
     cluster.kill(1).await?;

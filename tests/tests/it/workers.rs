@@ -1,8 +1,6 @@
 //! Workers joining, dying and returning mid-epoch.
 
 use crate::sorted_ints;
-use sluice_client::{DistributeOptions, ProcessingMode};
-use sluice_dataset::Dataset;
 use std::collections::HashSet;
 use std::time::Duration;
 use tracing::info;
@@ -11,26 +9,8 @@ use tracing::info;
 async fn a_dead_worker_is_removed_and_the_epoch_still_ends() -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(1, 2).await?;
     let n = 20_000;
-    let options = DistributeOptions {
-        max_outstanding_requests: Some(8),
-        ..DistributeOptions::default()
-    };
-    let service = cluster
-        .client()
-        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
-        .await?;
-    let mut epoch = service.iter().await?;
-    let mut got = Vec::new();
-    while got.len() < 2000 {
-        got.push(
-            epoch
-                .next()
-                .await
-                .expect("not over")?
-                .as_i64()
-                .expect("int"),
-        );
-    }
+    let mut epoch = crate::dynamic_range_epoch(&cluster, n, 8).await?;
+    let mut got = crate::read_ints(&mut epoch, 2000).await?;
     info!("--- killing worker 1 for good");
     cluster.kill_worker(1).await?;
     // tf.data would wait forever for the dead worker's task; here the leader removes the worker
@@ -64,26 +44,8 @@ async fn a_dead_worker_is_removed_and_the_epoch_still_ends() -> anyhow::Result<(
 async fn a_worker_added_mid_epoch_takes_part_and_a_restarted_one_rejoins() -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(1, 1).await?;
     let n = 30_000;
-    let options = DistributeOptions {
-        max_outstanding_requests: Some(8),
-        ..DistributeOptions::default()
-    };
-    let service = cluster
-        .client()
-        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
-        .await?;
-    let mut epoch = service.iter().await?;
-    let mut got = Vec::new();
-    while got.len() < 1000 {
-        got.push(
-            epoch
-                .next()
-                .await
-                .expect("not over")?
-                .as_i64()
-                .expect("int"),
-        );
-    }
+    let mut epoch = crate::dynamic_range_epoch(&cluster, n, 8).await?;
+    let mut got = crate::read_ints(&mut epoch, 1000).await?;
     info!("--- adding a worker");
     let added = cluster.add_worker().await?;
     sluice_tests::wait_until(
@@ -100,13 +62,7 @@ async fn a_worker_added_mid_epoch_takes_part_and_a_restarted_one_rejoins() -> an
     .await?;
     let rest = tokio::time::timeout(Duration::from_secs(60), epoch.collect()).await??;
     got.extend(sorted_ints(&rest));
-    crate::assert_exactly_once(&sorted_ints_of(&got), n);
+    crate::assert_exactly_once(&got, n);
     cluster.shutdown().await;
     Ok(())
-}
-
-fn sorted_ints_of(values: &[i64]) -> Vec<i64> {
-    let mut v = values.to_vec();
-    v.sort_unstable();
-    v
 }
