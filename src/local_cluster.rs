@@ -8,6 +8,7 @@ use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
 use sluice_dispatcher::ids::NodeId;
 use sluice_dispatcher::network_faults::NetworkFaults;
+use sluice_dispatcher::state::DispatcherState;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::collections::BTreeMap;
@@ -244,6 +245,13 @@ impl LocalCluster {
     pub fn heal(&self) {
         info!("--- healing the network");
         self.faults.heal();
+    }
+
+    /// A copy of the state replica `id` has applied, if it is running.
+    pub fn state_of(&self, id: NodeId) -> Option<DispatcherState> {
+        let handle = self.replica(id)?;
+        let applied = handle.state().read().expect("state lock poisoned");
+        Some(applied.state.clone())
     }
 
     /// Applied log index of a running replica.

@@ -41,14 +41,7 @@ async fn distributed_epoch_over_a_range_yields_every_element_exactly_once() -> a
     let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
     crate::assert_exactly_once(&got, n);
     // Both workers took part (splits are leased first-come-first-served, in growing ranges).
-    let status = cluster
-        .replica(1)
-        .expect("running")
-        .state()
-        .read()
-        .expect("lock")
-        .state
-        .clone();
+    let status = cluster.state_of(1).expect("running");
     let tasks: Vec<_> = status
         .iterations()
         .flat_map(|it| it.tasks.clone())

@@ -64,17 +64,7 @@ async fn a_replica_down_during_many_writes_catches_up_by_snapshot_install() -> a
         snapshot > lagging_last,
         "the follower installed a snapshot (snapshot index {snapshot})"
     );
-    let datasets = |id| {
-        cluster
-            .replica(id)
-            .expect("running")
-            .state()
-            .read()
-            .expect("lock")
-            .state
-            .datasets()
-            .count()
-    };
+    let datasets = |id| cluster.state_of(id).expect("running").datasets().count();
     assert_eq!(datasets(lagging), 300);
     assert_eq!(datasets(lagging), datasets(leader));
     cluster.shutdown().await;
@@ -158,14 +148,7 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
         "adding a voter again changes nothing"
     );
     cluster.wait_caught_up(new, Duration::from_secs(20)).await?;
-    let state = cluster
-        .replica(new)
-        .expect("running")
-        .state()
-        .read()
-        .expect("lock")
-        .state
-        .clone();
+    let state = cluster.state_of(new).expect("running");
     assert!(
         state
             .dataset(&sluice_dispatcher::ids::DatasetId("before".into()))

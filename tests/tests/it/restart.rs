@@ -32,14 +32,7 @@ async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow
     info!("--- the client keeps reading what the workers hold, then waits; restart");
     cluster.restart(1).await?;
     cluster.wait_for_leader(Duration::from_secs(20)).await?;
-    let after = cluster
-        .replica(1)
-        .expect("running")
-        .state()
-        .read()
-        .expect("lock")
-        .state
-        .clone();
+    let after = cluster.state_of(1).expect("running");
     assert_eq!(after.datasets().count(), before.datasets().count());
     assert_eq!(after.jobs().count(), before.jobs().count());
     for (a, b) in after.iterations().zip(before.iterations()) {

@@ -24,14 +24,7 @@ async fn a_dead_worker_is_removed_and_the_epoch_still_ends() -> anyhow::Result<(
         "the surviving worker finished the epoch ({} elements)",
         got.len()
     );
-    let state = cluster
-        .replica(1)
-        .expect("running")
-        .state()
-        .read()
-        .expect("lock")
-        .state
-        .clone();
+    let state = cluster.state_of(1).expect("running");
     assert!(
         state.worker(cluster.worker_addr(1)).is_none(),
         "the dead worker was removed"
