@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .bytes(".sluice.worker.v1.ElementBatch.elements")
+        .bytes(".sluice.worker.v1.ElementBatch.packed")
         .bytes(".sluice.worker.v1.ElementBatch.payloads")
         .bytes(".sluice.worker.v1.GetElementResponse.element")
         .compile_fds(fds)?;

@@ -17,7 +17,7 @@
 //! round, and the task's result becomes a skip.
 
 use crate::dispatcher_client::DispatcherClient;
-use crate::element_stream::{Delivered, Delivery};
+use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, ClientError};
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::dispatcher as pb;
@@ -119,7 +119,7 @@ pub(crate) async fn run(
                 match reply? {
                     Reply::Element(bytes) => {
                         let element = sluice_dataset::decode_element_bytes(bytes)?;
-                        let delivered = Delivered { elements: vec![element], permit: Some(permit) };
+                        let delivered = Delivered { elements: Elements::one(element), permit: Some(permit) };
                         if out.send_async(Ok(delivered)).await.is_err() {
                             return Ok(()); // the consumer went away
                         }

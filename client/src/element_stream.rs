@@ -21,7 +21,7 @@ use crate::error::ClientError;
 use crate::local_workers::LocalWorkers;
 use crate::options::{DistributeOptions, TargetWorkers};
 use crate::task_stream::{self, TaskStreamConfig};
-use sluice_dataset::{pb as dpb, Element, ElementIter, ExecOptions};
+use sluice_dataset::{pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder};
 use sluice_proto::dispatcher as pb;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -33,8 +33,41 @@ use tracing::debug;
 /// Elements of one message from a worker, with the permits that account for them (released
 /// when the caller has taken the last of them).
 pub(crate) struct Delivered {
-    pub elements: Vec<Element>,
+    pub elements: Elements,
     pub permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The elements of one delivery, front first: decoded already, or packed as the worker sent
+/// them and decoded as the caller takes them. Decoding on the caller's thread means a small
+/// element's allocation is made and freed by the same thread, and nothing per element is
+/// shared between threads.
+pub(crate) enum Elements {
+    Decoded(std::vec::IntoIter<Element>),
+    Packed(PackedDecoder),
+}
+
+impl Elements {
+    pub fn one(element: Element) -> Elements {
+        Elements::Decoded(vec![element].into_iter())
+    }
+
+    fn remaining(&self) -> usize {
+        match self {
+            Elements::Decoded(elements) => elements.len(),
+            Elements::Packed(elements) => elements.remaining(),
+        }
+    }
+}
+
+impl Iterator for Elements {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Elements::Decoded(elements) => elements.next().map(Ok),
+            Elements::Packed(elements) => elements.next(),
+        }
+    }
 }
 
 /// What the iteration loop hands to the caller: elements, or the error that ended the epoch.
@@ -44,7 +77,7 @@ pub(crate) type Delivery = Result<Delivered, ClientError>;
 pub struct ElementStream {
     rx: flume::Receiver<Delivery>,
     /// The batch being handed out, front first, and its permits.
-    current: std::vec::IntoIter<Element>,
+    current: Elements,
     current_permit: Option<OwnedSemaphorePermit>,
     /// Elements taken from the current batch whose permits were not released yet.
     taken: usize,
@@ -95,7 +128,7 @@ impl ElementStream {
         };
         Ok(ElementStream {
             rx,
-            current: Vec::new().into_iter(),
+            current: Elements::Decoded(Vec::new().into_iter()),
             current_permit: None,
             taken: 0,
             cancel,
@@ -106,7 +139,7 @@ impl ElementStream {
     pub async fn next(&mut self) -> Option<Result<Element, ClientError>> {
         loop {
             if let Some(element) = self.take() {
-                return Some(Ok(element));
+                return Some(element);
             }
             let delivery = self.rx.recv_async().await.ok()?;
             if let Some(e) = self.accept(delivery) {
@@ -119,7 +152,7 @@ impl ElementStream {
     pub fn next_blocking(&mut self) -> Option<Result<Element, ClientError>> {
         loop {
             if let Some(element) = self.take() {
-                return Some(Ok(element));
+                return Some(element);
             }
             let delivery = self.rx.recv().ok()?;
             if let Some(e) = self.accept(delivery) {
@@ -132,10 +165,22 @@ impl ElementStream {
     /// a group of `RELEASE_EVERY` (or with the batch's last element), so the worker may be
     /// granted credits again: one semaphore operation per element was a measurable share of a
     /// tiny element's cost, and holding a few permits a little longer only tightens the bound.
-    fn take(&mut self) -> Option<Element> {
-        let element = self.current.next()?;
+    /// An element that does not decode ends the epoch.
+    fn take(&mut self) -> Option<Result<Element, ClientError>> {
+        let element = match self.current.next()? {
+            Ok(element) => element,
+            Err(e) => {
+                self.cancel.cancel();
+                // Nothing more is handed out: the next call finds the channel closed.
+                self.current = Elements::Decoded(Vec::new().into_iter());
+                self.current_permit = None;
+                let (_, closed) = flume::bounded(0);
+                self.rx = closed;
+                return Some(Err(e.into()));
+            }
+        };
         self.taken += 1;
-        if self.taken >= RELEASE_EVERY || self.current.len() == 0 {
+        if self.taken >= RELEASE_EVERY || self.current.remaining() == 0 {
             if let Some(permit) = &mut self.current_permit {
                 if permit.num_permits() > self.taken {
                     drop(permit.split(self.taken));
@@ -145,14 +190,14 @@ impl ElementStream {
             }
             self.taken = 0;
         }
-        Some(element)
+        Some(Ok(element))
     }
 
     /// Makes a delivered batch current (releasing the previous batch's permits).
     fn accept(&mut self, delivery: Delivery) -> Option<ClientError> {
         match delivery {
             Ok(batch) => {
-                self.current = batch.elements.into_iter();
+                self.current = batch.elements;
                 self.current_permit = batch.permit;
                 self.taken = 0;
                 None
@@ -372,13 +417,13 @@ fn run_local_ops(
 ) -> Result<flume::Receiver<Delivery>, ClientError> {
     let service_error: Arc<Mutex<Option<ClientError>>> = Arc::new(Mutex::new(None));
     let error_slot = service_error.clone();
-    let mut batch = Vec::new().into_iter();
+    let mut batch = Elements::Decoded(Vec::new().into_iter());
     let source: ElementIter = Box::new(std::iter::from_fn(move || loop {
         if let Some(element) = batch.next() {
-            return Some(Ok(element));
+            return Some(element);
         }
         match input.recv() {
-            Ok(Ok(delivered)) => batch = delivered.elements.into_iter(),
+            Ok(Ok(delivered)) => batch = delivered.elements,
             Ok(Err(e)) => {
                 *error_slot.lock().expect("error slot lock poisoned") = Some(e);
                 return None;
@@ -397,7 +442,7 @@ fn run_local_ops(
                 }
                 let delivery = item
                     .map(|e| Delivered {
-                        elements: vec![e],
+                        elements: Elements::one(e),
                         permit: None,
                     })
                     .map_err(ClientError::from);

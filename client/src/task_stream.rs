@@ -6,7 +6,7 @@
 //! with backoff until the worker serves the task again, or until the iteration is finished, at
 //! which point a task that cannot be reached has nothing left for this client.
 
-use crate::element_stream::{Delivered, Delivery};
+use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, ClientError};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::FetchRequest;
@@ -217,46 +217,31 @@ async fn fetch(
                 message: batch.error,
             }));
         }
-        if !batch.elements.is_empty() {
-            let permit = held.take(batch.elements.len()).ok_or_else(|| {
+        let elements = sluice_dataset::Packed::from_wire(
+            batch.packed,
+            batch.lengths,
+            batch.each_length,
+            batch.payloads,
+        )
+        .map_err(|e| {
+            FetchError::Fatal(ClientError::Worker {
+                address: config.address.clone(),
+                message: format!("a malformed message: {e}"),
+            })
+        })?;
+        if !elements.is_empty() {
+            let permit = held.take(elements.len()).ok_or_else(|| {
                 FetchError::Fatal(ClientError::Worker {
                     address: config.address.clone(),
                     message: "the worker sent more elements than it was granted credits for".into(),
                 })
             })?;
-            let elements = if batch.payloads.is_empty() {
-                batch
-                    .elements
-                    .into_iter()
-                    .map(sluice_dataset::decode_element_bytes)
-                    .collect::<Result<Vec<_>, _>>()
-            } else if batch.payloads.len() == batch.elements.len() {
-                // Large tensors came as a header and their data (see worker.proto).
-                batch
-                    .elements
-                    .into_iter()
-                    .zip(batch.payloads)
-                    .map(|(head, payload)| sluice_dataset::decode_element_parts(head, payload))
-                    .collect::<Result<Vec<_>, _>>()
-            } else {
-                return Err(FetchError::Fatal(ClientError::Worker {
-                    address: config.address.clone(),
-                    message: format!(
-                        "a message with {} elements and {} payloads",
-                        batch.elements.len(),
-                        batch.payloads.len()
-                    ),
-                }));
-            }
-            .map_err(|e| FetchError::Fatal(e.into()))?;
-            if out
-                .send_async(Ok(Delivered {
-                    elements,
-                    permit: Some(permit),
-                }))
-                .await
-                .is_err()
-            {
+            // Decoded as the caller takes them (see `Elements`).
+            let delivered = Delivered {
+                elements: Elements::Packed(elements.into_decoder()),
+                permit: Some(permit),
+            };
+            if out.send_async(Ok(delivered)).await.is_err() {
                 return Ok(()); // the consumer went away
             }
         }

@@ -37,7 +37,7 @@ const TAG_DICT: u8 = 2;
 const MAX_DEPTH: usize = 64;
 const MAX_RANK: u64 = 64;
 /// Tensors with at least this many bytes of data are encoded as two parts (see
-/// `encode_element_parts`).
+/// `encode_element_append`).
 pub const PART_MIN: usize = 64 << 10;
 /// Bodies smaller than this are never worth compressing.
 const MIN_COMPRESS_LEN: usize = 64;
@@ -97,58 +97,60 @@ impl TryFrom<sluice_proto::dispatcher::Compression> for Compression {
     }
 }
 
-/// Encodes one element (see the module docs for the format).
+/// Encodes one element (see the module docs for the format) in one buffer.
 pub fn encode_element(el: &Element, compression: Compression) -> Bytes {
     let mut out = BytesMut::with_capacity(1 + encoded_len_hint(el));
-    encode_element_to(el, compression, &mut out)
+    match encode_element_append(el, compression, &mut out) {
+        None => out.freeze(),
+        Some(payload) => {
+            out.extend_from_slice(&payload);
+            out.freeze()
+        }
+    }
 }
 
-/// Encodes one element at the end of `arena` and splits it off: consecutive elements share the
-/// arena's allocation, so a pipeline of tiny elements makes one allocation per many elements
-/// instead of one each (and frees them the same way, on whichever thread drops the last).
-pub fn encode_element_to(el: &Element, compression: Compression, arena: &mut BytesMut) -> Bytes {
-    // Everything before was split off already: the arena is empty, with spare capacity.
-    debug_assert!(arena.is_empty());
-    arena.reserve(1 + encoded_len_hint(el));
-    arena.put_u8(VERSION);
-    encode_into(el, arena);
-    if compression == Compression::Auto && arena.len() > MIN_COMPRESS_LEN {
-        let body = &arena[1..];
-        let mut compressed = vec![0u8; 1 + snap::raw::max_compress_len(body.len())];
-        if let Ok(n) = snap::raw::Encoder::new().compress(body, &mut compressed[1..]) {
-            if n * 10 <= body.len() * 9 {
-                compressed[0] = VERSION | COMPRESSED;
-                compressed.truncate(1 + n);
-                arena.clear();
-                return Bytes::from(compressed);
+/// Appends one element's encoding to `out`, so many elements can sit back to back in one buffer
+/// (see `Packed`). A numeric tensor of at least `PART_MIN` bytes sent uncompressed is appended as
+/// its encoding up to the data, and the data comes back, shared with the tensor: the element's
+/// encoding is the two concatenated, and no copy of the data is made. Otherwise `None`.
+pub fn encode_element_append(
+    el: &Element,
+    compression: Compression,
+    out: &mut BytesMut,
+) -> Option<Bytes> {
+    if let (Compression::None, Element::Tensor(t)) = (compression, el) {
+        if let Some(raw) = t.raw_data().filter(|raw| raw.len() >= PART_MIN) {
+            out.reserve(3 + 10 * (t.rank() + 1));
+            out.put_u8(VERSION);
+            encode_tensor_header(t, out);
+            return Some(raw.clone());
+        }
+    }
+    if let Some(scalar) = encode_scalar(el) {
+        // A fixed-size copy and a truncation: cheaper than a copy of a variable length.
+        out.extend_from_slice(&scalar.bytes);
+        out.truncate(out.len() - (scalar.bytes.len() - scalar.len));
+        return None;
+    }
+    let start = out.len();
+    out.reserve(1 + encoded_len_hint(el));
+    out.put_u8(VERSION);
+    encode_into(el, out);
+    let body_len = out.len() - start - 1;
+    if compression == Compression::Auto && body_len > MIN_COMPRESS_LEN {
+        let mut compressed = vec![0u8; snap::raw::max_compress_len(body_len)];
+        if let Ok(n) = snap::raw::Encoder::new().compress(&out[start + 1..], &mut compressed) {
+            if n * 10 <= body_len * 9 {
+                out.truncate(start);
+                out.put_u8(VERSION | COMPRESSED);
+                out.put_slice(&compressed[..n]);
             }
         }
     }
-    arena.split().freeze()
+    None
 }
 
-/// Like [`encode_element_to`], but a numeric tensor of at least `PART_MIN` bytes (uncompressed)
-/// comes back as two parts, its encoding up to the data and the data itself, shared with the
-/// tensor: the element's encoding is the two concatenated, and no copy of the data is made.
-/// Otherwise the second part is `None`.
-pub fn encode_element_parts(
-    el: &Element,
-    compression: Compression,
-    arena: &mut BytesMut,
-) -> (Bytes, Option<Bytes>) {
-    if let (Compression::None, Element::Tensor(t)) = (compression, el) {
-        if let Some(raw) = t.raw_data().filter(|raw| raw.len() >= PART_MIN) {
-            debug_assert!(arena.is_empty());
-            arena.reserve(3 + 10 * (t.rank() + 1));
-            arena.put_u8(VERSION);
-            encode_tensor_header(t, arena);
-            return (arena.split().freeze(), Some(raw.clone()));
-        }
-    }
-    (encode_element_to(el, compression, arena), None)
-}
-
-/// Decodes an element sent as two parts by [`encode_element_parts`] (an empty `payload`: the
+/// Decodes an element sent as two parts by [`encode_element_append`] (an empty `payload`: the
 /// element is whole in `head`). The payload becomes the tensor's data without a copy.
 pub fn decode_element_parts(head: Bytes, payload: Bytes) -> Result<Element, DatasetError> {
     if payload.is_empty() {
@@ -188,6 +190,9 @@ fn decode(buf: &[u8], owner: Option<&Bytes>) -> Result<Element, DatasetError> {
         return Err(codec_error(format!("unsupported format version {version}")));
     }
     if header & COMPRESSED == 0 {
+        if let Some(scalar) = decode_scalar(buf) {
+            return Ok(scalar);
+        }
         return Reader {
             buf,
             owner,
@@ -217,6 +222,58 @@ fn decode(buf: &[u8], owner: Option<&Bytes>) -> Result<Element, DatasetError> {
         payload: None,
     }
     .finish()
+}
+
+/// A numeric scalar's whole encoding (see `encode_scalar`).
+struct ScalarEncoding {
+    bytes: [u8; 12],
+    len: usize,
+}
+
+/// The fast path for the commonest tiny element, a numeric scalar: its encoding built with
+/// fixed-size copies (the general path costs a few calls per element). `None` for anything
+/// else.
+fn encode_scalar(el: &Element) -> Option<ScalarEncoding> {
+    let Element::Tensor(t) = el else {
+        return None;
+    };
+    let raw = t.raw_data().filter(|_| t.rank() == 0)?;
+    let mut bytes = [
+        VERSION,
+        TAG_TENSOR,
+        pb::DType::from(t.dtype()) as i32 as u8,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
+    match raw.len() {
+        8 => bytes[4..12].copy_from_slice(raw),
+        4 => bytes[4..8].copy_from_slice(raw),
+        2 => bytes[4..6].copy_from_slice(raw),
+        1 => bytes[4] = raw[0],
+        _ => return None,
+    }
+    Some(ScalarEncoding {
+        bytes,
+        len: 4 + raw.len(),
+    })
+}
+
+/// The fast path for the commonest tiny element, a numeric scalar (`[version, tensor tag, dtype,
+/// rank 0, data]`), whose data is copied into its own allocation; `None` for anything else.
+fn decode_scalar(buf: &[u8]) -> Option<Element> {
+    let [VERSION, TAG_TENSOR, code, 0, data @ ..] = buf else {
+        return None;
+    };
+    let dtype = DType::from_code(*code)?;
+    (dtype.size() == Some(data.len()))
+        .then(|| Tensor::scalar_raw(dtype, Bytes::copy_from_slice(data)).into())
 }
 
 fn codec_error(message: impl Into<String>) -> DatasetError {
@@ -403,8 +460,12 @@ impl Reader<'_> {
     }
 
     fn tensor(&mut self) -> Result<Tensor, DatasetError> {
-        let dtype =
-            DType::try_from(i32::from(self.u8()?)).map_err(|e| codec_error(e.to_string()))?;
+        let code = self.u8()?;
+        // The table lookup; the conversion only to say what is wrong.
+        let dtype = DType::from_code(code).map_or_else(
+            || DType::try_from(i32::from(code)).map_err(|e| codec_error(e.to_string())),
+            Ok,
+        )?;
         let rank = self.varint()?;
         if rank > MAX_RANK {
             return Err(codec_error(format!("rank {rank} is too large")));

@@ -44,6 +44,13 @@ impl DType {
         DType::String,
     ];
 
+    /// The dtype whose proto number is `code` (how the element codec writes it); a table lookup,
+    /// for decoding tiny elements.
+    pub fn from_code(code: u8) -> Option<DType> {
+        // `ALL` is in proto order, numbered from 1 (checked by the tests).
+        DType::ALL.get(usize::from(code).checked_sub(1)?).copied()
+    }
+
     /// Bytes per element, `None` for `String` (variable length).
     pub fn size(self) -> Option<usize> {
         match self {
@@ -182,5 +189,15 @@ mod tests {
         assert_eq!(DType::Int64.to_string(), "int64");
         assert!(DType::try_from(pb::DType::DtypeUnspecified).is_err());
         assert!(DType::try_from(99).is_err());
+    }
+
+    #[test]
+    fn from_code_agrees_with_the_proto_numbers() {
+        for code in 0..=u8::MAX {
+            assert_eq!(
+                DType::from_code(code),
+                DType::try_from(i32::from(code)).ok()
+            );
+        }
     }
 }

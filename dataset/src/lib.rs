@@ -39,6 +39,7 @@ mod executor;
 mod files;
 mod lexer;
 mod ops;
+mod packed;
 mod parser;
 mod registry;
 mod sources;
@@ -51,7 +52,7 @@ pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINI
 pub use autoshard::{auto_shard, AutoShardPolicy};
 pub use codec::{
     decode_element, decode_element_bytes, decode_element_parts, encode_element,
-    encode_element_parts, encode_element_to, Compression,
+    encode_element_append, Compression,
 };
 pub use dataset::{render_def, render_ops, Dataset, FilesBuilder, Transform};
 pub use dtype::DType;
@@ -59,6 +60,7 @@ pub use element::Element;
 pub use error::DatasetError;
 pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
 pub use files::expand_files;
+pub use packed::{Packed, PackedBuilder, PackedDecoder};
 pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use spec::ElementSpec;

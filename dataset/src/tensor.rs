@@ -111,6 +111,16 @@ impl Tensor {
         }
     }
 
+    /// A rank-0 numeric tensor over `data`, which the caller checked is `dtype.size()` bytes.
+    pub(crate) fn scalar_raw(dtype: DType, data: Bytes) -> Tensor {
+        debug_assert_eq!(dtype.size(), Some(data.len()));
+        Tensor {
+            dtype,
+            shape: Vec::new(),
+            data: Data::Raw(data),
+        }
+    }
+
     /// A tensor of `shape` from row-major values; the count must match the shape.
     pub fn from_values<T: TensorValue>(
         shape: Vec<usize>,

@@ -16,7 +16,7 @@
 //! is then not an end of sequence: readers are told the task stopped, and retry elsewhere.
 //! Nothing here is replicated: a restarted worker starts the task, and its window, from scratch.
 
-use crate::task_buffer::{Taken, TaskBuffer};
+use crate::task_buffer::{contiguous, Taken, TaskBuffer};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -47,11 +47,12 @@ pub type CacheResult = Result<Bytes, CacheError>;
 /// or why there is none.
 fn next_of(taken: Taken) -> Result<Bytes, CacheError> {
     match taken {
-        Taken::Elements(elements) => Ok(elements
-            .into_iter()
-            .next()
-            .expect("a take of one returns one element")
-            .into_contiguous()),
+        Taken::Elements(elements) => Ok(contiguous(
+            elements
+                .encoded()
+                .next()
+                .expect("a take of one returns one element"),
+        )),
         Taken::End => Err(CacheError::Failed(END_OF_SEQUENCE.into())),
         Taken::Error(error) => Err(CacheError::Failed(error)),
         Taken::Stopped => Err(CacheError::Stopped),
@@ -203,7 +204,7 @@ mod tests {
     fn input(n: u8, size: usize) -> Arc<TaskBuffer> {
         let buffer = buffer();
         for v in 0..n {
-            assert!(buffer.push(Bytes::from(vec![v; size]).into()));
+            assert!(buffer.push(&vec![v; size], Bytes::new()));
         }
         buffer // never finished: never ends
     }
@@ -251,7 +252,7 @@ mod tests {
                 tokio::spawn(async move { cache.get(t).await })
             })
             .collect();
-        assert!(tx.push(Bytes::from_static(b"x").into()));
+        assert!(tx.push(b"x", Bytes::new()));
         for reader in readers {
             assert_eq!(reader.await.unwrap(), Ok(Bytes::from_static(b"x")));
         }
@@ -265,7 +266,7 @@ mod tests {
         let rx = tx.clone();
         let cache = new_cache(1 << 20, rx);
         assert!(cache.try_get("a").is_none());
-        assert!(tx.push(Bytes::from_static(b"1").into()));
+        assert!(tx.push(b"1", Bytes::new()));
         assert_eq!(cache.try_get("a"), Some(Ok(Bytes::from_static(b"1"))));
         assert_eq!(cache.try_get("b"), Some(Ok(Bytes::from_static(b"1"))));
         assert!(cache.try_get("b").is_none());
@@ -285,7 +286,7 @@ mod tests {
 
         let tx = buffer();
         let rx = tx.clone();
-        assert!(tx.push(Bytes::from_static(b"last").into()));
+        assert!(tx.push(b"last", Bytes::new()));
         tx.finish(Ok(()));
         let cache = new_cache(100, rx);
         assert_eq!(read(&cache, "a", 1).await, vec![b'l']);

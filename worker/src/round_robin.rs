@@ -15,7 +15,7 @@
 //!
 //! The task's input must be infinite: its end is an error for every later request.
 
-use crate::task_buffer::{Taken, TaskBuffer};
+use crate::task_buffer::{contiguous, Taken, TaskBuffer};
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -227,9 +227,9 @@ impl RoundRobin {
             let mut rounds = self.rounds();
             match next {
                 // A round serves one buffer per element (a large tensor's two parts are joined).
-                Taken::Elements(elements) => rounds
-                    .buffer
-                    .extend(elements.into_iter().map(|e| e.into_contiguous())),
+                Taken::Elements(elements) => {
+                    rounds.buffer.extend(elements.encoded().map(contiguous))
+                }
                 Taken::Error(error) => {
                     rounds.error = Some(error);
                     return false;
@@ -260,7 +260,7 @@ mod tests {
     fn input(values: std::ops::Range<u8>) -> Arc<TaskBuffer> {
         let buffer = Arc::new(TaskBuffer::new(1024, usize::MAX));
         for v in values {
-            assert!(buffer.push(Bytes::from(vec![v]).into()));
+            assert!(buffer.push(&[v], Bytes::new()));
         }
         buffer
     }
@@ -311,7 +311,7 @@ mod tests {
     #[tokio::test]
     async fn the_end_of_the_input_is_an_error() {
         let rx = Arc::new(TaskBuffer::new(1024, usize::MAX));
-        assert!(rx.push(Bytes::from_static(b"x").into()));
+        assert!(rx.push(b"x", Bytes::new()));
         rx.finish(Ok(()));
         let rr = RoundRobin::new(1, rx);
         assert_eq!(rr.get(0, 0, false, false).await, element(b'x'));

@@ -5,10 +5,11 @@
 
 use crate::cross_trainer_cache::{CacheError, CrossTrainerCache, EMPTY_TRAINER_ID};
 use crate::round_robin::{RoundError, RoundReply};
-use crate::task_buffer::{Encoded, Taken};
+use crate::task_buffer::Taken;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
 use bytes::Bytes;
+use sluice_dataset::{Packed, PackedBuilder};
 use sluice_proto::worker::worker_server::Worker;
 use sluice_proto::worker::{
     ElementBatch, FetchRequest, GetElementRequest, GetElementResponse, GetWorkerTasksRequest,
@@ -43,16 +44,16 @@ fn end_of_sequence() -> ElementBatch {
     }
 }
 
-/// Appends an element to a message: its head to `elements`, and its data (large tensors travel
-/// as a header and their data) to `payloads`, which line up with `elements` once one element has
-/// data.
-fn add(batch: &mut ElementBatch, element: Encoded) {
-    if !element.payload.is_empty() || !batch.payloads.is_empty() {
-        // Whole elements before the first split one get empty payloads.
-        batch.payloads.resize(batch.elements.len(), Bytes::new());
-        batch.payloads.push(element.payload);
+/// A message carrying `elements` (see worker.proto).
+fn batch_of(elements: Packed) -> ElementBatch {
+    let (packed, lengths, each_length, payloads) = elements.into_wire();
+    ElementBatch {
+        packed,
+        lengths,
+        each_length,
+        payloads,
+        ..Default::default()
     }
-    batch.elements.push(element.head);
 }
 
 #[tonic::async_trait]
@@ -204,32 +205,32 @@ async fn serve_buffer(
                 return;
             }
         };
-        let mut batch = ElementBatch::default();
+        // Chunks joined into one message at the end (one copy each).
+        let mut chunks: Vec<Packed> = Vec::new();
         let mut bytes = 0usize;
+        let (mut error, mut end_of_sequence) = (String::new(), false);
         let mut next = Some(first);
         // One message: what is ready now, up to the credits and the byte bound.
         while let Some(taken) = next.take() {
             match taken {
-                Taken::Elements(elements) => {
-                    credits -= elements.len() as u64;
-                    for element in elements {
-                        bytes += element.len();
-                        add(&mut batch, element);
-                    }
+                Taken::Elements(chunk) => {
+                    credits -= chunk.len() as u64;
+                    bytes += chunk.byte_len();
+                    chunks.push(chunk);
                 }
-                Taken::Error(error) => {
-                    runner.set_error(error.clone());
-                    batch.error = error;
+                Taken::Error(e) => {
+                    runner.set_error(e.clone());
+                    error = e;
                     break;
                 }
                 Taken::Stopped => {
-                    if !batch.elements.is_empty() {
-                        let _ = tx.send(Ok(batch)).await;
+                    if !chunks.is_empty() {
+                        let _ = tx.send(Ok(batch_of(Packed::concat(chunks)))).await;
                     }
                     return;
                 }
                 Taken::End => {
-                    batch.end_of_sequence = true;
+                    end_of_sequence = true;
                     break;
                 }
             }
@@ -237,6 +238,11 @@ async fn serve_buffer(
                 next = buffer.try_take(credits.min(usize::MAX as u64) as usize);
             }
         }
+        let batch = ElementBatch {
+            error,
+            end_of_sequence,
+            ..batch_of(Packed::concat(chunks))
+        };
         let last = batch.end_of_sequence || !batch.error.is_empty();
         if batch.end_of_sequence {
             state.complete(task_id);
@@ -271,61 +277,38 @@ async fn serve_cache(
                 return;
             }
         };
-        let mut batch = ElementBatch::default();
-        let mut bytes = 0usize;
+        let mut elements = PackedBuilder::default();
+        let mut error = String::new();
         let mut next = Some(first);
         while let Some(item) = next {
             match item {
                 Ok(element) => {
-                    bytes += element.len();
-                    batch.elements.push(element);
+                    elements.push_encoded(&element, Bytes::new());
                     credits -= 1;
                 }
-                Err(CacheError::Failed(error)) => {
-                    batch.error = error;
+                Err(CacheError::Failed(e)) => {
+                    error = e;
                     break;
                 }
                 Err(CacheError::Stopped) => {
-                    if !batch.elements.is_empty() {
-                        let _ = tx.send(Ok(batch)).await;
+                    if !elements.is_empty() {
+                        let _ = tx.send(Ok(batch_of(elements.finish()))).await;
                     }
                     return;
                 }
             }
-            if credits == 0 || bytes >= MAX_BATCH_BYTES {
+            if credits == 0 || elements.byte_len() >= MAX_BATCH_BYTES {
                 break;
             }
             next = cache.try_get(&trainer);
         }
+        let batch = ElementBatch {
+            error,
+            ..batch_of(elements.finish())
+        };
         let failed = !batch.error.is_empty();
         if tx.send(Ok(batch)).await.is_err() || failed {
             return;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn encoded(head: &'static [u8], payload: &'static [u8]) -> Encoded {
-        Encoded {
-            head: Bytes::from_static(head),
-            payload: Bytes::from_static(payload),
-        }
-    }
-
-    #[test]
-    fn payloads_line_up_with_elements_once_one_element_has_one() {
-        let mut batch = ElementBatch::default();
-        add(&mut batch, encoded(b"a", b""));
-        assert!(
-            batch.payloads.is_empty(),
-            "whole elements carry no payloads"
-        );
-        add(&mut batch, encoded(b"b", b"B"));
-        add(&mut batch, encoded(b"c", b""));
-        assert_eq!(batch.elements, [&b"a"[..], b"b", b"c"]);
-        assert_eq!(batch.payloads, [&b""[..], b"B", b""]);
     }
 }

@@ -19,7 +19,8 @@
 //! larger element still goes in alone); the pipeline thread blocks while the buffer is full.
 //! The end of the pipeline (or its error) is seen by readers after every buffered element.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use sluice_dataset::{encode_element_append, Compression, Element, Packed, PackedBuilder};
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -31,50 +32,26 @@ pub const CHUNK_ELEMENTS: usize = 4096;
 pub const CHUNK_BYTES: usize = 1 << 20;
 /// How long an element may wait in an open chunk for more to join it.
 pub const LINGER: Duration = Duration::from_micros(500);
+/// Elements with less data than this are encoded under the buffer's lock (see `push_element`).
+const ENCODE_IN_PLACE_BELOW: usize = 4096;
 /// Elements pushed between two reads of the clock.
 const CLOCK_EVERY: usize = 32;
 
-/// One encoded element: `head`, followed by `payload` when a large tensor's data travels as a
-/// separate part (`sluice_dataset::encode_element_parts`); `payload` is empty otherwise.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Encoded {
-    pub head: Bytes,
-    pub payload: Bytes,
-}
-
-impl Encoded {
-    pub fn len(&self) -> usize {
-        self.head.len() + self.payload.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The element's encoding in one buffer (a copy when it is in two parts).
-    pub fn into_contiguous(self) -> Bytes {
-        if self.payload.is_empty() {
-            self.head
-        } else {
-            [&self.head[..], &self.payload[..]].concat().into()
-        }
-    }
-}
-
-impl From<Bytes> for Encoded {
-    fn from(head: Bytes) -> Self {
-        Encoded {
-            head,
-            payload: Bytes::new(),
-        }
+/// An element's encoding in one buffer, from its (head, payload) parts (a copy when a large
+/// tensor's data travels apart).
+pub fn contiguous((head, payload): (Bytes, Bytes)) -> Bytes {
+    if payload.is_empty() {
+        head
+    } else {
+        [&head[..], &payload[..]].concat().into()
     }
 }
 
 /// What a reader gets.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Taken {
-    /// One or more elements, in pipeline order.
-    Elements(Vec<Encoded>),
+    /// One or more elements, in pipeline order, packed in one buffer.
+    Elements(Packed),
     /// The pipeline reached its end and every element was taken.
     End,
     /// The task was stopped (deleted, or its worker shutting down) and every element was taken:
@@ -86,8 +63,9 @@ pub enum Taken {
 
 #[derive(Default)]
 struct Inner {
-    sealed: VecDeque<Vec<Encoded>>,
-    open: Vec<Encoded>,
+    sealed: VecDeque<Packed>,
+    /// The open chunk: elements are encoded straight into its buffer.
+    open: PackedBuilder,
     open_bytes: usize,
     /// When the open chunk got its first element.
     open_since: Option<Instant>,
@@ -104,7 +82,7 @@ struct Inner {
 impl Inner {
     fn seal(&mut self) {
         if !self.open.is_empty() {
-            let chunk = std::mem::take(&mut self.open);
+            let chunk = self.open.finish();
             self.sealed.push_back(chunk);
             self.open_bytes = 0;
             self.open_since = None;
@@ -112,16 +90,15 @@ impl Inner {
     }
 
     /// Takes up to `max` elements of the oldest sealed chunk (the rest stays in front).
-    fn take_sealed(&mut self, max: usize) -> Option<Vec<Encoded>> {
+    fn take_sealed(&mut self, max: usize) -> Option<Packed> {
         let chunk = self.sealed.front_mut()?;
         let taken = if chunk.len() <= max {
             self.sealed.pop_front().expect("a front chunk")
         } else {
-            let rest = chunk.split_off(max);
-            std::mem::replace(chunk, rest)
+            chunk.split_to(max)
         };
         self.elements -= taken.len();
-        self.bytes -= taken.iter().map(Encoded::len).sum::<usize>();
+        self.bytes -= taken.byte_len();
         Some(taken)
     }
 }
@@ -152,9 +129,33 @@ impl TaskBuffer {
         self.inner.lock().expect("task buffer lock poisoned")
     }
 
-    /// The pipeline thread: appends one element, blocking while the buffer is full. `false`
-    /// when the buffer was closed (every reader is gone): the pipeline should stop.
-    pub fn push(&self, element: Encoded) -> bool {
+    /// The pipeline thread: appends one element, given as its encoding (`head`, then `payload`,
+    /// empty unless a large tensor's data travels apart), blocking while the buffer is full.
+    /// `false` when the buffer was closed (every reader is gone): the pipeline should stop.
+    pub fn push(&self, head: &[u8], payload: Bytes) -> bool {
+        self.push_with(|open| open.push_encoded(head, payload))
+    }
+
+    /// The pipeline thread: appends one element, blocking while the buffer is full; `false` when
+    /// the buffer was closed. A small element is encoded straight into the open chunk, under the
+    /// lock (a few bytes written, no copy); a larger one is encoded into `scratch` first, so the
+    /// lock is not held while a large element is encoded or compressed.
+    pub fn push_element(
+        &self,
+        element: &Element,
+        compression: Compression,
+        scratch: &mut BytesMut,
+    ) -> bool {
+        if element.byte_size() < ENCODE_IN_PLACE_BELOW {
+            return self.push_with(|open| open.push(element, compression));
+        }
+        scratch.clear();
+        let payload = encode_element_append(element, compression, scratch);
+        self.push(scratch, payload.unwrap_or_default())
+    }
+
+    /// Appends the element `add` puts into the open chunk (returning its encoded size).
+    fn push_with(&self, add: impl FnOnce(&mut PackedBuilder) -> usize) -> bool {
         let mut inner = self.lock();
         while !inner.closed
             && inner.elements > 0
@@ -184,10 +185,10 @@ impl TaskBuffer {
             let since = *inner.open_since.get_or_insert(now);
             old = now.duration_since(since) >= LINGER;
         }
+        let len = add(&mut inner.open);
         inner.elements += 1;
-        inner.bytes += element.len();
-        inner.open_bytes += element.len();
-        inner.open.push(element);
+        inner.bytes += len;
+        inner.open_bytes += len;
         if slow || old || inner.open.len() >= CHUNK_ELEMENTS || inner.open_bytes >= CHUNK_BYTES {
             inner.seal();
             drop(inner);
@@ -280,13 +281,14 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    fn b(v: u8) -> Encoded {
-        Bytes::from(vec![v]).into()
+    /// Pushes a one-byte element.
+    fn push(buffer: &TaskBuffer, v: u8) -> bool {
+        buffer.push(&[v], Bytes::new())
     }
 
     fn values(taken: Taken) -> Vec<u8> {
         match taken {
-            Taken::Elements(e) => e.iter().map(|b| b.head[0]).collect(),
+            Taken::Elements(e) => e.encoded().map(|(head, _)| head[0]).collect(),
             other => panic!("expected elements, got {other:?}"),
         }
     }
@@ -296,7 +298,7 @@ mod tests {
         let buffer = TaskBuffer::new(4 * CHUNK_ELEMENTS, usize::MAX);
         let n = CHUNK_ELEMENTS + 3;
         for i in 0..n {
-            assert!(buffer.push(Bytes::from((i as u32).to_le_bytes().to_vec()).into()));
+            assert!(buffer.push(&(i as u32).to_le_bytes(), Bytes::new()));
         }
         buffer.finish(Ok(()));
         // A fast pipeline fills whole chunks; a slow machine may seal some early (500 us), so
@@ -307,8 +309,8 @@ mod tests {
             match buffer.take(usize::MAX).await {
                 Taken::Elements(elements) => {
                     assert!(elements.len() <= CHUNK_ELEMENTS);
-                    for e in elements {
-                        assert_eq!(u32::from_le_bytes(e.head[..].try_into().unwrap()), next);
+                    for (head, _) in elements.encoded() {
+                        assert_eq!(u32::from_le_bytes(head[..].try_into().unwrap()), next);
                         next += 1;
                     }
                     chunks += 1;
@@ -327,7 +329,7 @@ mod tests {
     async fn a_reader_takes_no_more_than_it_asks_and_order_is_kept() {
         let buffer = TaskBuffer::new(100, usize::MAX);
         for i in 0..5 {
-            buffer.push(b(i));
+            push(&buffer, i);
         }
         buffer.finish(Err("boom".into()));
         assert_eq!(values(buffer.take(2).await), vec![0, 1]);
@@ -339,7 +341,7 @@ mod tests {
     #[tokio::test]
     async fn an_element_left_open_is_taken_after_the_linger() {
         let buffer = TaskBuffer::new(100, usize::MAX);
-        buffer.push(b(7));
+        push(&buffer, 7);
         // The pipeline has not ended and pushes nothing more: the reader still gets the element.
         let started = Instant::now();
         let taken = tokio::time::timeout(Duration::from_secs(5), buffer.take(10))
@@ -353,11 +355,11 @@ mod tests {
     #[tokio::test]
     async fn a_slow_pipeline_seals_each_element_at_once() {
         let buffer = TaskBuffer::new(100, usize::MAX);
-        buffer.push(b(1));
+        push(&buffer, 1);
         std::thread::sleep(LINGER * 2);
         // The gap since the previous element marks the pipeline slow: this one is sealed at
         // once, together with the one that was waiting.
-        buffer.push(b(2));
+        push(&buffer, 2);
         assert_eq!(values(buffer.try_take_now()), vec![1, 2]);
     }
 
@@ -371,9 +373,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn elements_small_and_large_come_out_as_they_went_in() {
+        use sluice_dataset::Tensor;
+        let floats = vec![0.5f32; 1 << 16];
+        let elements: Vec<Element> = vec![
+            Tensor::scalar_i64(3).into(),
+            Tensor::from_f32s(vec![floats.len()], &floats)
+                .unwrap()
+                .into(),
+            Tensor::scalar_string("s").into(),
+        ];
+        for compression in [Compression::None, Compression::Auto] {
+            let buffer = TaskBuffer::new(100, usize::MAX);
+            let mut scratch = BytesMut::new();
+            for e in &elements {
+                assert!(buffer.push_element(e, compression, &mut scratch));
+            }
+            buffer.finish(Ok(()));
+            // A slow push (compressing the large one) may seal a chunk early.
+            let mut decoded = Vec::new();
+            while let Taken::Elements(packed) = buffer.take(100).await {
+                decoded.extend(packed.into_decoder().map(Result::unwrap));
+            }
+            assert_eq!(decoded.len(), elements.len());
+            for (i, (d, e)) in decoded.iter().zip(&elements).enumerate() {
+                assert!(
+                    d == e,
+                    "{compression}: element {i}: {:?} {:?}",
+                    d.spec(),
+                    e.spec()
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn a_closed_buffer_reports_stopped_after_its_elements_not_end() {
         let buffer = TaskBuffer::new(16, usize::MAX);
-        assert!(buffer.push(Bytes::from_static(b"x").into()));
+        assert!(push(&buffer, b'x'));
         buffer.close();
         buffer.finish(Ok(()));
         assert!(matches!(buffer.take(16).await, Taken::Elements(e) if e.len() == 1));
@@ -384,11 +421,11 @@ mod tests {
     fn the_pipeline_blocks_while_full_and_stops_when_closed() {
         let buffer = Arc::new(TaskBuffer::new(3, usize::MAX));
         for i in 0..3 {
-            assert!(buffer.push(b(i)));
+            assert!(push(&buffer, i));
         }
         let pusher = {
             let buffer = buffer.clone();
-            std::thread::spawn(move || buffer.push(b(3)))
+            std::thread::spawn(move || push(&buffer, 3))
         };
         // Full: the pusher waits until a reader makes room.
         std::thread::sleep(Duration::from_millis(20));
@@ -397,28 +434,28 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        assert_eq!(rt.block_on(buffer.take(1)), Taken::Elements(vec![b(0)]));
+        assert_eq!(values(rt.block_on(buffer.take(1))), vec![0]);
         assert!(pusher.join().unwrap());
         // Full again (1, 2, 3). Closed: a blocked (or later) push says stop.
         let blocked = {
             let buffer = buffer.clone();
-            std::thread::spawn(move || buffer.push(b(99)))
+            std::thread::spawn(move || push(&buffer, 99))
         };
         std::thread::sleep(Duration::from_millis(20));
         buffer.close();
         assert!(!blocked.join().unwrap());
-        assert!(!buffer.push(b(100)));
+        assert!(!push(&buffer, 100));
     }
 
     #[test]
     fn the_byte_bound_holds_but_a_large_element_still_goes_alone() {
         let buffer = TaskBuffer::new(100, 10);
-        assert!(buffer.push(Bytes::from(vec![0u8; 64]).into()));
+        assert!(buffer.push(&[0u8; 64], Bytes::new()));
         let pusher = {
             let buffer = Arc::new(buffer);
             let b2 = buffer.clone();
             (
-                std::thread::spawn(move || b2.push(Bytes::from(vec![1u8; 4]).into())),
+                std::thread::spawn(move || b2.push(&[1u8; 4], Bytes::new())),
                 buffer,
             )
         };
@@ -432,7 +469,7 @@ mod tests {
             .build()
             .unwrap();
         match rt.block_on(pusher.1.take(10)) {
-            Taken::Elements(e) => assert_eq!(e[0].len(), 64),
+            Taken::Elements(e) => assert_eq!(e.byte_len(), 64),
             other => panic!("{other:?}"),
         }
         assert!(pusher.0.join().unwrap());

@@ -16,7 +16,7 @@ use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::CrossTrainerCache;
 use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
-use crate::task_buffer::{Encoded, TaskBuffer};
+use crate::task_buffer::TaskBuffer;
 use bytes::BytesMut;
 use sluice_client::DispatcherClient;
 use sluice_dataset::{pb as dpb, AutoShardPolicy, Compression, ExecOptions, SplitSupplier};
@@ -159,11 +159,6 @@ impl TaskRunner {
     }
 }
 
-/// Size of a fresh encoding arena, and the spare room below which a new one is started (a
-/// larger element reserves room of its own size).
-const ARENA_BYTES: usize = 64 << 10;
-const ARENA_MIN_SPARE: usize = 1 << 10;
-
 impl Drop for TaskRunner {
     /// The last reference (deleted task, every reader gone): the pipeline thread stops.
     fn drop(&mut self) {
@@ -203,24 +198,15 @@ fn run_pipeline(
     };
     let elements = sluice_dataset::iterate(&dataset, &options).map_err(|e| e.to_string())?;
     let mut produced = 0u64;
-    // Elements are encoded into shared arenas of `ARENA_BYTES` (see `encode_element_to`).
-    let mut arena = BytesMut::new();
+    // Room to encode large elements outside the buffer's lock (see `push_element`).
+    let mut scratch = BytesMut::new();
     for element in elements {
         if cancelled.load(Ordering::Relaxed) {
             debug!(task = task_id, produced, "task cancelled");
             return Ok(());
         }
-        if arena.capacity() < ARENA_MIN_SPARE {
-            arena = BytesMut::with_capacity(ARENA_BYTES);
-        }
         let element = element.map_err(|e| e.to_string())?;
-        let (head, payload) =
-            sluice_dataset::encode_element_parts(&element, compression, &mut arena);
-        let encoded = Encoded {
-            head,
-            payload: payload.unwrap_or_default(),
-        };
-        if !tx.push(encoded) {
+        if !tx.push_element(&element, compression, &mut scratch) {
             debug!(task = task_id, produced, "every reader is gone");
             return Ok(()); // the task was deleted
         }

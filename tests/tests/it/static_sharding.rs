@@ -177,8 +177,14 @@ async fn fetch_task(address: &str, task_id: u64) -> anyhow::Result<Result<Vec<El
         if !batch.error.is_empty() {
             return Ok(Err(batch.error));
         }
-        for bytes in batch.elements {
-            elements.push(sluice_dataset::decode_element_bytes(bytes)?);
+        let packed = sluice_dataset::Packed::from_wire(
+            batch.packed,
+            batch.lengths,
+            batch.each_length,
+            batch.payloads,
+        )?;
+        for element in packed.into_decoder() {
+            elements.push(element?);
         }
         if batch.end_of_sequence {
             drop(tx); // the request stream stays open until the end, as a reader's does
