@@ -22,6 +22,8 @@
 //! - `service_dataset`: `ServiceDataset` and `distribute` / `register_dataset` / `from_dataset_id`.
 //! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh, local ops.
 //! - `task_stream`: one task's fetch stream with credit-based flow control.
+//! - `raw_fetch`: that stream's connection to the worker, without gRPC.
+//! - `raw_frame`: the raw fetch protocol's wire format, shared with the worker.
 //! - `coordinated`: coordinated reads, consumers in lockstep rounds over the tasks.
 //! - `local_workers`: `LocalWorkers`, the workers running in this process (target workers).
 //! - `read_params`: checks made when an epoch starts (cross-trainer cache, local reads).
@@ -34,6 +36,8 @@ pub mod element_stream;
 pub mod error;
 pub mod local_workers;
 pub mod options;
+pub mod raw_fetch;
+pub mod raw_frame;
 mod read_params;
 pub mod service_dataset;
 mod task_stream;

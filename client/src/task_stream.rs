@@ -1,4 +1,5 @@
-//! Reading one task: a `Fetch` stream to its worker with credit-based flow control.
+//! Reading one task: a `Fetch` stream to its worker with credit-based flow control, over the
+//! raw fetch transport (`raw_fetch`; its failures read as the gRPC stream's statuses would).
 //!
 //! The stream never asks for more elements than it holds permits for (one permit per element,
 //! from the epoch's shared semaphore), and hands each arriving element to the caller together
@@ -8,19 +9,12 @@
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, ClientError};
-use sluice_proto::worker::worker_client::WorkerClient;
+use crate::raw_fetch;
 use sluice_proto::worker::FetchRequest;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
-
-/// HTTP/2 frame size this client accepts (the largest the protocol allows is 16 MiB - 1).
-const FRAME_BYTES: u32 = 1 << 20;
-/// HTTP/2 stream and connection receive windows.
-const WINDOW_BYTES: u32 = 64 << 20;
 
 pub(crate) struct TaskStreamConfig {
     pub task_id: u64,
@@ -142,45 +136,31 @@ async fn fetch(
     permits: &Arc<Semaphore>,
     out: &flume::Sender<Delivery>,
 ) -> Result<(), FetchError> {
-    let endpoint = Endpoint::from_shared(format!("http://{}", config.address))
-        .map_err(|e| {
-            FetchError::Fatal(ClientError::InvalidArgument(format!(
-                "worker address {}: {e}",
-                config.address
-            )))
-        })?
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true)
-        // HTTP/2 defaults (16 KiB frames, a 2 MiB stream window) cut a 1 MiB element into 64
-        // frames and let only two be in flight before a window update. Credits already bound
-        // what the worker sends, so larger windows add no memory beyond that bound.
-        .max_frame_size(FRAME_BYTES)
-        .initial_stream_window_size(WINDOW_BYTES)
-        .initial_connection_window_size(WINDOW_BYTES);
-    let channel = endpoint
-        .connect()
+    // The raw fetch stream (see `raw_frame`): the worker's `Fetch` without gRPC, so a large
+    // tensor's bytes are not copied through a protobuf encoding and decode buffer on the way.
+    let socket = raw_fetch::connect(&config.address)
         .await
-        .map_err(|e| FetchError::Retry(e.to_string()))?;
-    let mut worker = WorkerClient::new(channel).max_decoding_message_size(usize::MAX);
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => FetchError::Fatal(ClientError::InvalidArgument(
+                format!("worker address {}: {e}", config.address),
+            )),
+            _ => FetchError::Retry(e.to_string()),
+        })?;
 
     // Permits held = credits granted to the worker and not yet used.
     let mut held = Held { permit: None };
     let granted = held.top_up(permits, config.max_credits, true).await;
-    let (credits_tx, credits_rx) = mpsc::channel(16);
-    credits_tx
-        .send(FetchRequest {
-            task_id: config.task_id,
-            credits: granted,
-            client_id: config.client_id,
-            trainer_id: config.trainer_id.clone(),
-        })
+    let first = FetchRequest {
+        task_id: config.task_id,
+        credits: granted,
+        client_id: config.client_id,
+        trainer_id: config.trainer_id.clone(),
+    };
+    // Whether the worker serves the task is the stream's first message (as a status it would
+    // have answered the gRPC call with).
+    let (credits_tx, mut stream) = raw_fetch::open(socket, first, config.max_credits)
         .await
-        .map_err(|_| FetchError::Retry("request stream closed".into()))?;
-    let mut stream = worker
-        .fetch(ReceiverStream::new(credits_rx))
-        .await
-        .map_err(|s| classify(&config.address, s))?
-        .into_inner();
+        .map_err(|e| FetchError::Retry(e.to_string()))?;
     // Grants are at least this large (except the first), so the worker's messages stay large.
     let half = (config.max_credits / 2).max(1);
     loop {
@@ -248,5 +228,29 @@ async fn fetch(
         if batch.end_of_sequence {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A raw fetch stream's status frames become the gRPC statuses the worker would have failed
+    /// the call with; classifying them must not depend on the transport.
+    #[test]
+    fn a_missing_task_is_retried_and_a_deleted_one_fails_the_epoch() {
+        let missing = classify("w:1", tonic::Status::unavailable("Task 7 not found"));
+        assert!(matches!(missing, FetchError::Retry(m) if m == "Task 7 not found"));
+        let deleted = classify(
+            "w:1",
+            tonic::Status::failed_precondition(
+                "Got request for local task 7 of worker w:1, which has been deleted.",
+            ),
+        );
+        assert!(matches!(
+            deleted,
+            FetchError::Fatal(ClientError::Worker { address, message })
+                if address == "w:1" && message.contains("which has been deleted")
+        ));
     }
 }

@@ -10,12 +10,15 @@
 //! - `round_robin`: coordinated reads, one element per consumer per round.
 //! - `cross_trainer_cache`: a sliding window of a task's elements shared by trainers.
 //! - `split_leaser`: split ranges leased from the dispatcher for distributed_epoch tasks.
-//! - `service`: the gRPC `Fetch` stream with credit-based flow control.
+//! - `service`: the `Fetch` stream with credit-based flow control (gRPC, and `open_fetch` for
+//!   both transports).
+//! - `raw_fetch`: the worker's port shared by gRPC and raw fetch streams (no protobuf copies).
 //! - `error`: `WorkerError`.
 
 pub mod config;
 pub mod cross_trainer_cache;
 pub mod error;
+mod raw_fetch;
 pub mod round_robin;
 pub mod service;
 pub mod split_leaser;

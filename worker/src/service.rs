@@ -2,6 +2,10 @@
 //! the reader's granted credits, many elements per message. A task's elements come from its
 //! shared buffer (first come, first served) or, for cross-trainer cache jobs, from the task's
 //! window at the cursor of the stream's trainer id.
+//!
+//! Serving a fetch stream does not depend on its transport: `open_fetch` takes the requests and
+//! gives the batches to send, for the gRPC `Fetch` here and for raw fetch connections
+//! (`raw_fetch`) alike.
 
 use crate::cross_trainer_cache::{CacheError, CrossTrainerCache, EMPTY_TRAINER_ID};
 use crate::round_robin::{RoundError, RoundReply};
@@ -19,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 /// Bytes of elements per message at most (a single larger element still goes alone).
@@ -64,44 +68,8 @@ impl Worker for WorkerService {
         &self,
         request: Request<Streaming<FetchRequest>>,
     ) -> Result<Response<BatchStream>, Status> {
-        let mut requests = request.into_inner();
-        let first = requests.message().await?.ok_or_else(|| {
-            Status::invalid_argument("a fetch stream must start with a request naming the task")
-        })?;
-        let task_id = first.task_id;
-        let Some(runner) = self.state.get(task_id) else {
-            if self.state.is_deleted(task_id) {
-                return Err(Status::failed_precondition(format!(
-                    "Got request for local task {task_id} of worker {}, which has been deleted. \
-                     You may be creating a duplicate iteration which has already finished. To \
-                     fix this, make sure to create your dataset only once, as opposed to \
-                     re-creating it repeatedly inside a loop.",
-                    self.state.address
-                )));
-            }
-            if self.state.is_finished(task_id) {
-                let done = tokio_stream::once(Ok(end_of_sequence()));
-                return Ok(Response::new(Box::pin(done)));
-            }
-            // Not assigned here yet (or the worker restarted): the reader retries.
-            return Err(Status::unavailable(format!("Task {task_id} not found")));
-        };
-        let (tx, rx) = mpsc::channel(2);
-        let credits = u64::from(first.credits);
-        match runner.cross_trainer_cache() {
-            Some(cache) => {
-                if first.trainer_id.is_empty() {
-                    return Err(Status::invalid_argument(EMPTY_TRAINER_ID));
-                }
-                let trainer = first.trainer_id;
-                tokio::spawn(serve_cache(cache, trainer, credits, requests, tx));
-            }
-            None => {
-                let state = self.state.clone();
-                tokio::spawn(serve_buffer(runner, state, credits, requests, tx));
-            }
-        }
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let batches = open_fetch(&self.state, FetchRequests::new(request.into_inner())).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(batches))))
     }
 
     /// Coordinated reads: one element of one round (see `round_robin`).
@@ -159,6 +127,72 @@ impl Worker for WorkerService {
 
 type Batches = mpsc::Sender<Result<ElementBatch, Status>>;
 
+/// A fetch stream's requests, whichever transport carries them: a gRPC `Fetch` call's request
+/// stream, or a raw fetch connection's (see `raw_fetch`).
+pub(crate) struct FetchRequests(Pin<Box<dyn Stream<Item = Result<FetchRequest, Status>> + Send>>);
+
+impl FetchRequests {
+    pub(crate) fn new(
+        requests: impl Stream<Item = Result<FetchRequest, Status>> + Send + 'static,
+    ) -> Self {
+        FetchRequests(Box::pin(requests))
+    }
+
+    /// The next request, `None` once the reader closed its side. Cancel-safe (as
+    /// `Streaming::message`), which the serving loops' `select!`s rely on.
+    async fn message(&mut self) -> Result<Option<FetchRequest>, Status> {
+        self.0.next().await.transpose()
+    }
+}
+
+/// Opens a fetch stream, whatever its transport: reads the first request (which names the
+/// task), and starts serving it. The batches to send come out of the receiver, which closes
+/// after the last one; a refusal (task not here yet, deleted, a bad request) is the `Status`
+/// the stream fails with.
+pub(crate) async fn open_fetch(
+    state: &Arc<WorkerState>,
+    mut requests: FetchRequests,
+) -> Result<mpsc::Receiver<Result<ElementBatch, Status>>, Status> {
+    let first = requests.message().await?.ok_or_else(|| {
+        Status::invalid_argument("a fetch stream must start with a request naming the task")
+    })?;
+    let task_id = first.task_id;
+    let Some(runner) = state.get(task_id) else {
+        if state.is_deleted(task_id) {
+            return Err(Status::failed_precondition(format!(
+                "Got request for local task {task_id} of worker {}, which has been deleted. \
+                 You may be creating a duplicate iteration which has already finished. To \
+                 fix this, make sure to create your dataset only once, as opposed to \
+                 re-creating it repeatedly inside a loop.",
+                state.address
+            )));
+        }
+        if state.is_finished(task_id) {
+            let (tx, rx) = mpsc::channel(1);
+            tx.try_send(Ok(end_of_sequence()))
+                .expect("a fresh channel has room for one batch");
+            return Ok(rx);
+        }
+        // Not assigned here yet (or the worker restarted): the reader retries.
+        return Err(Status::unavailable(format!("Task {task_id} not found")));
+    };
+    let (tx, rx) = mpsc::channel(2);
+    let credits = u64::from(first.credits);
+    match runner.cross_trainer_cache() {
+        Some(cache) => {
+            if first.trainer_id.is_empty() {
+                return Err(Status::invalid_argument(EMPTY_TRAINER_ID));
+            }
+            let trainer = first.trainer_id;
+            tokio::spawn(serve_cache(cache, trainer, credits, requests, tx));
+        }
+        None => {
+            tokio::spawn(serve_buffer(runner, state.clone(), credits, requests, tx));
+        }
+    }
+    Ok(rx)
+}
+
 /// Adds the credits of the reader's next request; false when the reader went away.
 fn add_credits(credits: &mut u64, more: Result<Option<FetchRequest>, Status>) -> bool {
     match more {
@@ -175,7 +209,7 @@ async fn serve_buffer(
     runner: Arc<TaskRunner>,
     state: Arc<WorkerState>,
     mut credits: u64,
-    mut requests: Streaming<FetchRequest>,
+    mut requests: FetchRequests,
     tx: Batches,
 ) {
     let task_id = runner.task_id();
@@ -260,7 +294,7 @@ async fn serve_cache(
     cache: Arc<CrossTrainerCache>,
     trainer: String,
     mut credits: u64,
-    mut requests: Streaming<FetchRequest>,
+    mut requests: FetchRequests,
     tx: Batches,
 ) {
     loop {

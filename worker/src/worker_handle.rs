@@ -5,6 +5,7 @@
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
+use crate::raw_fetch;
 use crate::service::WorkerService;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tracing::{debug, info, warn};
 
 /// A running worker.
@@ -83,17 +84,22 @@ impl WorkerHandle {
         })?;
 
         let mut tasks = JoinSet::new();
+        // One port for gRPC and raw fetch streams: `raw_fetch::accept` takes the connections
+        // (setting TCP_NODELAY on each) and passes tonic the ones that are not raw.
+        let (grpc_tx, grpc_rx) = mpsc::channel(64);
+        tasks.spawn(raw_fetch::accept(
+            listener,
+            grpc_tx,
+            state.clone(),
+            cancel.clone(),
+        ));
         let server = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .add_service(
                 WorkerServer::new(WorkerService::new(state.clone()))
                     .max_encoding_message_size(usize::MAX),
             )
             .serve_with_incoming_shutdown(
-                // Accepted sockets need TCP_NODELAY set here: the builder's `tcp_nodelay` only
-                // reaches sockets tonic binds itself. Without it, Nagle held the tail of each
-                // message until the peer's delayed ACK (~40 ms a message).
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                ReceiverStream::new(grpc_rx),
                 cancel.clone().cancelled_owned(),
             );
         tasks.spawn(async move {

@@ -1,0 +1,369 @@
+//! The raw fetch protocol: a worker's `Fetch` stream over a plain TCP connection, without gRPC, so
+//! that large tensors go from the worker's buffers to the socket and from the socket into the
+//! client's buffers without being copied into and out of a protobuf encoding on the way.
+//!
+//! It runs on the worker's gRPC port: the worker tells the two apart by the first bytes of a
+//! connection (an HTTP/2 client starts with `PRI * HTTP/2.0`).
+//!
+//! ```text
+//! client -> worker:  MAGIC ("SLUICE\0\x01"), then requests: [u32 LE length][FetchRequest]...
+//! worker -> client:  frames: [u32 LE header length][ElementBatch header][payload 0][payload 1]...
+//! ```
+//!
+//! - Requests are the gRPC `Fetch` stream's messages: the first names the task (and the trainer,
+//!   for cross-trainer cache jobs), every one may grant credits. The client closes its side when
+//!   it stops reading.
+//! - A frame is one `ElementBatch` of the gRPC stream (see worker.proto) with its `payloads` moved
+//!   out: their lengths go into `payload_lengths` and their bytes follow the header, in order.
+//!   The reader puts them back, so a batch reads as the gRPC stream would deliver it.
+//! - A header with a non-zero `status_code` is a status frame: the stream ends with the
+//!   `tonic::Status` (code and message) that a gRPC `Fetch` would have ended with, so callers
+//!   classify both transports' failures alike. The connection closes after it.
+//! - The worker closes the connection after the batch that ends the stream (end of sequence, a
+//!   pipeline error) or a status frame. A connection closed at any other point is a broken stream
+//!   (as a gRPC stream ending early), to be retried.
+//!
+//! Limits, so that a garbage or hostile peer gets an error and never a panic or an allocation
+//! out of proportion to the bytes it actually sent: a request is at most `MAX_REQUEST_BYTES`; a
+//! frame has at most as many payloads as the reader could have granted credits for; a payload is
+//! at most `MAX_PART_BYTES` (a gRPC message's own bound); and no buffer is allocated more than
+//! `PREALLOC_BYTES` ahead of the bytes received. A header has no bound of its own beyond its u32
+//! length: whole elements (tuples, compressed ones) travel inside it and may be large.
+//!
+//! Wire parsing works on any `AsyncRead`/`AsyncWrite` (tests use byte slices); the sockets are
+//! the client's (`raw_fetch`) and the worker's (`sluice_worker::raw_fetch`).
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures::stream::{self, BoxStream, StreamExt};
+use prost::Message;
+use sluice_proto::worker::{ElementBatch, FetchRequest};
+use std::io::{self, IoSlice};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tonic::{Code, Status};
+
+/// The first bytes a raw fetch client sends; the last byte is the protocol version.
+pub const MAGIC: [u8; 8] = *b"SLUICE\x00\x01";
+/// A request's encoding at most.
+pub const MAX_REQUEST_BYTES: usize = 64 << 10;
+/// One payload at most.
+pub const MAX_PART_BYTES: u64 = u32::MAX as u64;
+/// Bytes of a buffer allocated ahead of the bytes that fill it at most: a larger part is read
+/// into a buffer that grows as its bytes arrive.
+pub const PREALLOC_BYTES: usize = 64 << 20;
+/// Bytes read at once while looking for the next frame's header: enough for the header of a
+/// batch of large elements, small enough that copying the payload bytes read along with it out
+/// of the staging buffer costs little.
+const READ_AHEAD: usize = 4 << 10;
+/// Slices handed to one vectored write at most (Linux takes 1024).
+const MAX_SLICES: usize = 64;
+
+/// One frame, ready to be written: the length-prefixed header, then the payloads as they are.
+#[derive(Debug)]
+pub struct Frame {
+    header: Vec<u8>,
+    payloads: Vec<Bytes>,
+}
+
+impl Frame {
+    /// A batch's frame: its payloads leave the header and are written from their own buffers.
+    pub fn batch(mut batch: ElementBatch) -> Result<Frame, Status> {
+        let payloads = std::mem::take(&mut batch.payloads);
+        batch.payload_lengths = payloads.iter().map(|p| p.len() as u64).collect();
+        if let Some(len) = batch
+            .payload_lengths
+            .iter()
+            .find(|&&len| len > MAX_PART_BYTES)
+        {
+            return Err(Status::internal(format!(
+                "an element part of {len} bytes exceeds the raw fetch stream's {MAX_PART_BYTES}"
+            )));
+        }
+        Ok(Frame {
+            header: length_prefixed(&batch)?,
+            payloads,
+        })
+    }
+
+    /// The frame that ends a stream with `status`.
+    pub fn status(status: &Status) -> Frame {
+        // Code 0 (Ok) would read as a batch: an "Ok" error is sent as Unknown.
+        let code = match status.code() {
+            Code::Ok => Code::Unknown,
+            code => code,
+        };
+        let header = ElementBatch {
+            status_code: code as i32,
+            status_message: status.message().to_string(),
+            ..Default::default()
+        };
+        Frame {
+            header: length_prefixed(&header).expect("a status message fits a frame header"),
+            payloads: Vec::new(),
+        }
+    }
+
+    /// Writes the frame with vectored writes straight from the payloads' buffers, however many
+    /// writes that takes.
+    pub async fn write_to<W: AsyncWrite + Unpin>(&self, writer: &mut W) -> io::Result<()> {
+        let parts: Vec<&[u8]> = std::iter::once(&self.header[..])
+            .chain(self.payloads.iter().map(|p| &p[..]))
+            .filter(|p| !p.is_empty())
+            .collect();
+        // Written so far: all of `parts[..next]` and `offset` bytes of `parts[next]`.
+        let (mut next, mut offset) = (0, 0);
+        while next < parts.len() {
+            let slices: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&parts[next][offset..]))
+                .chain(
+                    parts[next + 1..]
+                        .iter()
+                        .take(MAX_SLICES - 1)
+                        .map(|p| IoSlice::new(p)),
+                )
+                .collect();
+            let mut written = writer.write_vectored(&slices).await?;
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            while written > 0 {
+                let left = parts[next].len() - offset;
+                if written >= left {
+                    written -= left;
+                    next += 1;
+                    offset = 0;
+                } else {
+                    offset += written;
+                    written = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `message` behind its u32 LE length.
+fn length_prefixed(message: &impl Message) -> Result<Vec<u8>, Status> {
+    let len = message.encoded_len();
+    let prefix = u32::try_from(len)
+        .map_err(|_| Status::internal(format!("a frame header of {len} bytes")))?;
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend_from_slice(&prefix.to_le_bytes());
+    message
+        .encode(&mut out)
+        .expect("a Vec grows to fit the message");
+    Ok(out)
+}
+
+/// A request as the client writes it.
+pub fn request_bytes(request: &FetchRequest) -> Vec<u8> {
+    length_prefixed(request).expect("a fetch request fits a frame")
+}
+
+/// The requests the worker reads off a connection (after the magic), as a stream that is
+/// cancel-safe to poll (the read in progress lives in the stream) and ends after an error.
+pub fn requests<R>(reader: R) -> BoxStream<'static, Result<FetchRequest, Status>>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    stream::unfold(Some(reader), |reader| async move {
+        let mut reader = reader?;
+        match read_request(&mut reader).await {
+            Ok(Some(request)) => Some((Ok(request), Some(reader))),
+            Ok(None) => None,
+            Err(status) => Some((Err(status), None)),
+        }
+    })
+    .fuse()
+    .boxed()
+}
+
+/// The next request; `None` when the client closed its side between requests.
+async fn read_request<R: AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<FetchRequest>, Status> {
+    let mut prefix = [0u8; 4];
+    let mut got = 0;
+    while got < prefix.len() {
+        let n = reader.read(&mut prefix[got..]).await.map_err(io_status)?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(closed_mid_message())
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > MAX_REQUEST_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "a fetch request of {len} bytes (at most {MAX_REQUEST_BYTES})"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).await.map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            closed_mid_message()
+        } else {
+            io_status(e)
+        }
+    })?;
+    FetchRequest::decode(&body[..])
+        .map(Some)
+        .map_err(|e| Status::invalid_argument(format!("malformed fetch request: {e}")))
+}
+
+/// Reads frames off the worker's side of a connection.
+pub struct FrameReader<R> {
+    reader: R,
+    /// Bytes read and not yet used: the next header, and often the first bytes of a payload.
+    staging: BytesMut,
+    /// Payloads a frame may carry at most: the credits the reader grants at most.
+    max_parts: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(reader: R, max_parts: usize) -> FrameReader<R> {
+        FrameReader {
+            reader,
+            staging: BytesMut::new(),
+            max_parts,
+        }
+    }
+
+    /// The next batch with its payloads back in place; `None` when the worker closed the
+    /// connection between frames; the status of a status frame, or of a broken or malformed
+    /// stream (`Unavailable` for I/O, `Internal` for bytes that are not this protocol).
+    pub async fn next(&mut self) -> Result<Option<ElementBatch>, Status> {
+        while self.staging.len() < 4 {
+            self.staging.reserve(READ_AHEAD);
+            let n = (&mut self.reader)
+                .take(READ_AHEAD as u64)
+                .read_buf(&mut self.staging)
+                .await
+                .map_err(io_status)?;
+            if n == 0 {
+                return if self.staging.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(closed_mid_message())
+                };
+            }
+        }
+        let header_len = self.staging.get_u32_le() as usize;
+        fill(&mut self.reader, &mut self.staging, header_len).await?;
+        let header = self.staging.split_to(header_len).freeze();
+        // Decoding from `Bytes` slices the elements out of the header without copying them.
+        let mut batch = ElementBatch::decode(header)
+            .map_err(|e| Status::internal(format!("malformed raw fetch frame header: {e}")))?;
+        if batch.status_code != 0 {
+            return Err(Status::new(
+                Code::from(batch.status_code),
+                batch.status_message,
+            ));
+        }
+        if !batch.payloads.is_empty() {
+            return Err(Status::internal(
+                "a raw fetch frame header carries payloads inline",
+            ));
+        }
+        let lengths = std::mem::take(&mut batch.payload_lengths);
+        if lengths.len() > self.max_parts {
+            return Err(Status::internal(format!(
+                "a raw fetch frame with {} payloads, more than the {} credits this stream grants",
+                lengths.len(),
+                self.max_parts
+            )));
+        }
+        let mut payloads = Vec::with_capacity(lengths.len());
+        for len in lengths {
+            if len > MAX_PART_BYTES {
+                return Err(Status::internal(format!(
+                    "a raw fetch payload of {len} bytes (at most {MAX_PART_BYTES})"
+                )));
+            }
+            payloads.push(self.read_payload(len as usize).await?);
+        }
+        batch.payloads = payloads;
+        Ok(Some(batch))
+    }
+
+    /// A payload in a buffer of its own, read into from the socket directly: only the bytes
+    /// that came along with the header are copied.
+    async fn read_payload(&mut self, len: usize) -> Result<Bytes, Status> {
+        if self.staging.len() >= len {
+            return Ok(self.staging.split_to(len).freeze());
+        }
+        let mut payload = BytesMut::with_capacity(len.min(PREALLOC_BYTES));
+        payload.extend_from_slice(&self.staging);
+        self.staging.clear();
+        fill(&mut self.reader, &mut payload, len).await?;
+        Ok(payload.freeze())
+    }
+
+    /// The batches to come, as a stream that is cancel-safe to poll (the read in progress lives
+    /// in the stream) and ends after the first error.
+    pub fn into_batches(self) -> Batches
+    where
+        R: Send + 'static,
+    {
+        let batches = stream::unfold(Some(self), |reader| async move {
+            let mut reader = reader?;
+            match reader.next().await {
+                Ok(Some(batch)) => Some((Ok(batch), Some(reader))),
+                Ok(None) => None,
+                Err(status) => Some((Err(status), None)),
+            }
+        });
+        Batches {
+            inner: batches.fuse().boxed(),
+        }
+    }
+}
+
+/// A raw fetch stream's batches, read as a gRPC `Streaming<ElementBatch>` is.
+pub struct Batches {
+    inner: BoxStream<'static, Result<ElementBatch, Status>>,
+}
+
+impl Batches {
+    /// The next batch; `None` when the worker closed the stream. Cancel-safe.
+    pub async fn message(&mut self) -> Result<Option<ElementBatch>, Status> {
+        self.inner.next().await.transpose()
+    }
+}
+
+/// Reads into `buf` until it holds `len` bytes, never past them. The buffer's capacity grows to
+/// `len` at once up to `PREALLOC_BYTES`, and past that as its bytes arrive.
+async fn fill<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    len: usize,
+) -> Result<(), Status> {
+    while buf.len() < len {
+        if buf.capacity() == buf.len() {
+            let missing = len - buf.len();
+            buf.reserve(missing.min(PREALLOC_BYTES.max(buf.len())));
+        }
+        let n = (&mut *reader)
+            .take((len - buf.len()) as u64)
+            .read_buf(buf)
+            .await
+            .map_err(io_status)?;
+        if n == 0 {
+            return Err(closed_mid_message());
+        }
+    }
+    Ok(())
+}
+
+fn io_status(e: io::Error) -> Status {
+    Status::unavailable(format!("raw fetch stream: {e}"))
+}
+
+fn closed_mid_message() -> Status {
+    Status::unavailable("raw fetch stream: the peer closed the connection mid-message")
+}
+
+#[cfg(test)]
+#[path = "raw_frame_tests.rs"]
+mod tests;

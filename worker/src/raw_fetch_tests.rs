@@ -1,0 +1,329 @@
+//! A worker's port with gRPC and raw fetch clients on it: tasks run in this process (no
+//! dispatcher: they are added to the worker's state directly), served as `WorkerHandle` serves.
+
+use super::*;
+use crate::config::WorkerConfig;
+use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
+use crate::service::WorkerService;
+use crate::task_runner::TaskRunner;
+use sluice_client::raw_fetch;
+use sluice_client::DispatcherClient;
+use sluice_dataset::{Dataset, Element, Tensor, Transform};
+use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
+use sluice_proto::worker::worker_client::WorkerClient;
+use sluice_proto::worker::worker_server::WorkerServer;
+use sluice_proto::worker::{ElementBatch, GetWorkerTasksRequest};
+use std::net::SocketAddr;
+use tonic::Code;
+use tracing::info;
+
+/// Long enough for a loaded machine; tests wait on their conditions, never this long.
+const DEADLINE: Duration = Duration::from_secs(20);
+/// Rows of the large-element task, 256 KiB of float32 each (large enough to travel as payloads).
+const LARGE_ROWS: usize = 6;
+const LARGE_FLOATS: usize = 65_536;
+
+struct Worker {
+    addr: SocketAddr,
+    state: Arc<WorkerState>,
+    cancel: CancellationToken,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.state.cancel_all();
+    }
+}
+
+fn task(task_id: u64, dataset: Dataset) -> TaskDef {
+    TaskDef {
+        task_id,
+        dataset: Some(dataset.into_def()),
+        sharding_policy: ShardingPolicy::Off as i32,
+        compression: Compression::None as i32,
+        ..Default::default()
+    }
+}
+
+fn large_tensor() -> Tensor {
+    let floats: Vec<f32> = (0..LARGE_ROWS * LARGE_FLOATS).map(|i| i as f32).collect();
+    Tensor::from_f32s(vec![LARGE_ROWS, LARGE_FLOATS], &floats).expect("a valid tensor")
+}
+
+/// A worker on 127.0.0.1 port 0 holding `tasks`.
+async fn start(tasks: Vec<TaskDef>) -> Worker {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("bound");
+    let (completed, _) = mpsc::unbounded_channel();
+    let state = Arc::new(WorkerState::new(addr.to_string(), completed));
+    // Never called: the tasks run in mode OFF, with their definitions given.
+    let dispatcher = DispatcherClient::new("127.0.0.1:1").expect("a valid address");
+    for def in tasks {
+        state.add(TaskRunner::new(
+            def,
+            dispatcher.clone(),
+            tokio::runtime::Handle::current(),
+            WorkerConfig::default(),
+            addr.to_string(),
+        ));
+    }
+    let cancel = CancellationToken::new();
+    let (grpc_tx, grpc_rx) = mpsc::channel(8);
+    tokio::spawn(accept(listener, grpc_tx, state.clone(), cancel.clone()));
+    let server = tonic::transport::Server::builder()
+        .add_service(WorkerServer::new(WorkerService::new(state.clone())))
+        .serve_with_incoming_shutdown(
+            ReceiverStream::new(grpc_rx),
+            cancel.clone().cancelled_owned(),
+        );
+    tokio::spawn(server);
+    Worker {
+        addr,
+        state,
+        cancel,
+    }
+}
+
+fn request(task_id: u64, credits: u32) -> FetchRequest {
+    FetchRequest {
+        task_id,
+        credits,
+        client_id: 1,
+        ..Default::default()
+    }
+}
+
+/// The elements a message carries, still encoded.
+fn packed(batch: &ElementBatch) -> sluice_dataset::Packed {
+    sluice_dataset::Packed::from_wire(
+        batch.packed.clone(),
+        batch.lengths.clone(),
+        batch.each_length,
+        batch.payloads.clone(),
+    )
+    .expect("well-formed elements")
+}
+
+fn decode(batch: ElementBatch) -> Vec<Element> {
+    packed(&batch)
+        .into_decoder()
+        .map(|e| e.expect("an element"))
+        .collect()
+}
+
+/// Reads a task to its end over a raw fetch stream, granting back each batch's credits; the
+/// status the stream ends with otherwise.
+async fn read_raw(addr: SocketAddr, task_id: u64, credits: u32) -> Result<Vec<Element>, Status> {
+    let socket = raw_fetch::connect(&addr.to_string())
+        .await
+        .expect("connect");
+    let (requests, mut batches) = raw_fetch::open(socket, request(task_id, credits), credits)
+        .await
+        .expect("open");
+    let mut elements = Vec::new();
+    loop {
+        let batch = tokio::time::timeout(DEADLINE, batches.message())
+            .await
+            .expect("a batch in time")?
+            .expect("no end before the end of sequence");
+        assert!(batch.error.is_empty(), "{}", batch.error);
+        let n = packed(&batch).len();
+        assert!(n <= credits as usize, "{n} elements for {credits} credits");
+        let end = batch.end_of_sequence;
+        elements.extend(decode(batch));
+        if end {
+            return Ok(elements);
+        }
+        requests
+            .send(request(task_id, n as u32))
+            .await
+            .expect("the stream is open");
+    }
+}
+
+/// The same over gRPC `Fetch`, with all credits at once.
+async fn read_grpc(addr: SocketAddr, task_id: u64) -> Result<Vec<Element>, Status> {
+    let mut worker = WorkerClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(request(task_id, 1 << 20)).await.expect("open");
+    let mut stream = worker.fetch(ReceiverStream::new(rx)).await?.into_inner();
+    let mut elements = Vec::new();
+    loop {
+        let batch = tokio::time::timeout(DEADLINE, stream.message())
+            .await
+            .expect("a batch in time")?
+            .expect("no end before the end of sequence");
+        let end = batch.end_of_sequence;
+        elements.extend(decode(batch));
+        if end {
+            return Ok(elements);
+        }
+    }
+}
+
+fn ints(elements: &[Element]) -> Vec<i64> {
+    elements
+        .iter()
+        .map(|e| e.as_i64().expect("an integer"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_and_raw_clients_share_the_port() {
+    let worker = start(vec![
+        task(1, Dataset::range(50)),
+        task(2, Dataset::from_slices(large_tensor())),
+        task(3, Dataset::range(3000)),
+    ])
+    .await;
+
+    info!("--- a silent connection holds up no one");
+    let _silent = TcpStream::connect(worker.addr).await.expect("connect");
+
+    info!("--- gRPC calls and raw streams at once");
+    let mut grpc = WorkerClient::connect(format!("http://{}", worker.addr))
+        .await
+        .expect("connect");
+    let tasks = grpc
+        .get_worker_tasks(GetWorkerTasksRequest {})
+        .await
+        .expect("served")
+        .into_inner()
+        .task_ids;
+    assert_eq!(tasks, [1, 2, 3]);
+    let (over_grpc, large, tiny) = tokio::join!(
+        read_grpc(worker.addr, 1),
+        read_raw(worker.addr, 2, 2),
+        read_raw(worker.addr, 3, 64),
+    );
+    assert_eq!(ints(&over_grpc.expect("read")), (0..50).collect::<Vec<_>>());
+    assert_eq!(ints(&tiny.expect("read")), (0..3000).collect::<Vec<_>>());
+    let large = large.expect("read");
+    let want: Vec<Element> = (0..LARGE_ROWS)
+        .map(|i| Element::Tensor(large_tensor().slice(i).expect("a row")))
+        .collect();
+    assert!(large == want, "the large rows arrive intact");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_read_as_the_same_status_on_both_transports() {
+    let worker = start(vec![
+        task(5, Dataset::range(10)),
+        TaskDef {
+            use_cross_trainer_cache: true,
+            ..task(7, Dataset::range(10).repeat_forever())
+        },
+    ])
+    .await;
+    worker.state.delete_local(5); // a client in this process went away: later reads fail
+    worker.state.delete(6); // the dispatcher deleted it: finished
+
+    info!("--- not found, deleted, a bad first request: the same status either way");
+    for (task_id, code) in [
+        (999, Code::Unavailable),
+        (5, Code::FailedPrecondition),
+        (7, Code::InvalidArgument),
+    ] {
+        let raw = read_raw(worker.addr, task_id, 4).await.unwrap_err();
+        let grpc = read_grpc(worker.addr, task_id).await.unwrap_err();
+        assert_eq!((raw.code(), raw.message()), (code, grpc.message()));
+        assert_eq!(grpc.code(), code);
+    }
+    let deleted = read_raw(worker.addr, 5, 4).await.unwrap_err();
+    assert_eq!(
+        deleted.message(),
+        format!(
+            "Got request for local task 5 of worker {}, which has been deleted. You may be \
+             creating a duplicate iteration which has already finished. To fix this, make sure \
+             to create your dataset only once, as opposed to re-creating it repeatedly inside a \
+             loop.",
+            worker.addr
+        )
+    );
+    assert_eq!(
+        read_raw(worker.addr, 999, 4).await.unwrap_err().message(),
+        "Task 999 not found"
+    );
+    assert_eq!(
+        read_raw(worker.addr, 7, 4).await.unwrap_err().message(),
+        EMPTY_TRAINER_ID
+    );
+
+    info!("--- a finished task: just the end of sequence");
+    assert_eq!(read_raw(worker.addr, 6, 4).await.expect("the end"), vec![]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_peer_is_cut_off_and_the_port_keeps_serving() {
+    let worker = start(vec![task(1, Dataset::range(100))]).await;
+
+    info!("--- the magic, then a request length past the bound: a status frame");
+    let mut socket = TcpStream::connect(worker.addr).await.expect("connect");
+    socket.write_all(&MAGIC).await.expect("write");
+    socket
+        .write_all(&u32::MAX.to_le_bytes())
+        .await
+        .expect("write");
+    let mut frames = raw_frame::FrameReader::new(socket, 4);
+    let status = tokio::time::timeout(DEADLINE, frames.next())
+        .await
+        .expect("an answer in time")
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+
+    info!("--- a near-miss of the magic: dropped");
+    let mut socket = TcpStream::connect(worker.addr).await.expect("connect");
+    socket.write_all(b"SLUICE\x00\x02").await.expect("write");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(DEADLINE, socket.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the worker closes the connection");
+
+    info!("--- both transports still serve");
+    assert_eq!(
+        ints(&read_raw(worker.addr, 1, 8).await.expect("read")).len(),
+        100
+    );
+    let mut grpc = WorkerClient::connect(format!("http://{}", worker.addr))
+        .await
+        .expect("connect");
+    grpc.get_worker_tasks(GetWorkerTasksRequest {})
+        .await
+        .expect("served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cuts_open_raw_streams() {
+    let worker = start(vec![task(1, Dataset::range(10).repeat_forever())]).await;
+    let socket = raw_fetch::connect(&worker.addr.to_string())
+        .await
+        .expect("connect");
+    let (_requests, mut batches) = raw_fetch::open(socket, request(1, 4), 4)
+        .await
+        .expect("open");
+    let first = tokio::time::timeout(DEADLINE, batches.message())
+        .await
+        .expect("a batch in time")
+        .expect("a batch")
+        .expect("open");
+    assert!(!packed(&first).is_empty());
+
+    info!("--- the worker stops: the stream ends without its end of sequence");
+    worker.cancel.cancel();
+    let mut elements = packed(&first).len();
+    // Batches already on their way may still arrive, within the credits granted; then the
+    // stream ends (closed or broken).
+    while let Ok(Some(batch)) = tokio::time::timeout(DEADLINE, batches.message())
+        .await
+        .expect("cut in time")
+    {
+        assert!(!batch.end_of_sequence, "an infinite task has no end");
+        elements += packed(&batch).len();
+        assert!(elements <= 4, "{elements} elements for 4 credits");
+    }
+}
