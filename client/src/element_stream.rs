@@ -24,7 +24,10 @@ use crate::task_stream::{self, TaskStreamConfig};
 use sluice_dataset::{pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder};
 use sluice_proto::dispatcher as pb;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -51,10 +54,27 @@ impl Elements {
         Elements::Decoded(vec![element].into_iter())
     }
 
+    #[inline]
     fn remaining(&self) -> usize {
         match self {
             Elements::Decoded(elements) => elements.len(),
             Elements::Packed(elements) => elements.remaining(),
+        }
+    }
+
+    /// The next element; `None` at the end or when it does not decode (`take_error` says why).
+    #[inline]
+    fn next_element(&mut self) -> Option<Element> {
+        match self {
+            Elements::Decoded(elements) => elements.next(),
+            Elements::Packed(elements) => elements.next_element(),
+        }
+    }
+
+    fn take_error(&mut self) -> Option<DatasetError> {
+        match self {
+            Elements::Decoded(_) => None,
+            Elements::Packed(elements) => elements.take_error(),
         }
     }
 }
@@ -63,9 +83,9 @@ impl Iterator for Elements {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            Elements::Decoded(elements) => elements.next().map(Ok),
-            Elements::Packed(elements) => elements.next(),
+        match self.next_element() {
+            Some(element) => Some(Ok(element)),
+            None => self.take_error().map(Err),
         }
     }
 }
@@ -81,6 +101,10 @@ pub struct ElementStream {
     current_permit: Option<OwnedSemaphorePermit>,
     /// Elements taken from the current batch whose permits were not released yet.
     taken: usize,
+    /// The wait for the next delivery, kept between polls.
+    waiting: Option<flume::r#async::RecvFut<'static, Delivery>>,
+    /// Set when an element failed to decode: nothing more is handed out.
+    ended: bool,
     cancel: CancellationToken,
 }
 
@@ -131,28 +155,33 @@ impl ElementStream {
             current: Elements::Decoded(Vec::new().into_iter()),
             current_permit: None,
             taken: 0,
+            waiting: None,
+            ended: false,
             cancel,
         })
     }
 
     /// The next element; `None` at the end of the epoch. After an error the stream ends.
-    pub async fn next(&mut self) -> Option<Result<Element, ClientError>> {
-        loop {
-            if let Some(element) = self.take() {
-                return Some(element);
-            }
-            let delivery = self.rx.recv_async().await.ok()?;
-            if let Some(e) = self.accept(delivery) {
-                return Some(Err(e));
-            }
-        }
+    ///
+    /// Cancel-safe: a delivery that arrives while the returned future is pending is kept by the
+    /// stream, so dropping the future loses nothing.
+    // Not `async fn`: the future's `poll` is inlined into the caller's loop (see `poll_element`).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> impl Future<Output = Option<Result<Element, ClientError>>> + '_ {
+        Next(self)
     }
 
     /// Like [`ElementStream::next`], for callers outside async code.
     pub fn next_blocking(&mut self) -> Option<Result<Element, ClientError>> {
         loop {
             if let Some(element) = self.take() {
-                return Some(element);
+                return Some(Ok(element));
+            }
+            if let Some(e) = self.current.take_error() {
+                return Some(Err(self.fail(e)));
+            }
+            if self.ended {
+                return None;
             }
             let delivery = self.rx.recv().ok()?;
             if let Some(e) = self.accept(delivery) {
@@ -161,36 +190,88 @@ impl ElementStream {
         }
     }
 
-    /// The next element of the current batch. Its permit goes back to the epoch's semaphore in
-    /// a group of `RELEASE_EVERY` (or with the batch's last element), so the worker may be
-    /// granted credits again: one semaphore operation per element was a measurable share of a
-    /// tiny element's cost, and holding a few permits a little longer only tightens the bound.
-    /// An element that does not decode ends the epoch.
-    fn take(&mut self) -> Option<Result<Element, ClientError>> {
-        let element = match self.current.next()? {
-            Ok(element) => element,
-            Err(e) => {
-                self.cancel.cancel();
-                // Nothing more is handed out: the next call finds the channel closed.
-                self.current = Elements::Decoded(Vec::new().into_iter());
-                self.current_permit = None;
-                let (_, closed) = flume::bounded(0);
-                self.rx = closed;
-                return Some(Err(e.into()));
+    /// The element of the current batch when there is one: no more than a decode, inlined into
+    /// the caller's loop with everything under it, so the element is built where the caller
+    /// reads it (each function boundary it crossed by value cost a few ns in moves); otherwise
+    /// waits for a delivery.
+    #[inline]
+    fn poll_element(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Element, ClientError>>> {
+        match self.take() {
+            Some(element) => Poll::Ready(Some(Ok(element))),
+            None => self.poll_refill(cx),
+        }
+    }
+
+    /// The current batch has no element left (or one that does not decode): the error, or the
+    /// first element of the next delivery, or the end.
+    #[inline(never)]
+    fn poll_refill(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Element, ClientError>>> {
+        loop {
+            if let Some(e) = self.current.take_error() {
+                return Poll::Ready(Some(Err(self.fail(e))));
             }
-        };
+            let Some(delivery) = ready!(self.poll_delivery(cx)) else {
+                return Poll::Ready(None);
+            };
+            if let Some(e) = self.accept(delivery) {
+                return Poll::Ready(Some(Err(e)));
+            }
+            if let Some(element) = self.take() {
+                return Poll::Ready(Some(Ok(element)));
+            }
+        }
+    }
+
+    /// Waits for the next delivery; `None` once the epoch ended.
+    fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let rx = &self.rx;
+        let waiting = self
+            .waiting
+            .get_or_insert_with(|| rx.clone().into_recv_async());
+        let delivery = ready!(Pin::new(waiting).poll(cx));
+        self.waiting = None;
+        Poll::Ready(delivery.ok())
+    }
+
+    /// The next element of the current batch; `None` when it has none left or its next element
+    /// does not decode (which ends the epoch: see `fail`). Its permit goes back to the epoch's
+    /// semaphore in a group of `RELEASE_EVERY` (or with the batch's last element), so the worker
+    /// may be granted credits again: one semaphore operation per element was a measurable share
+    /// of a tiny element's cost, and holding a few permits a little longer only tightens the
+    /// bound.
+    #[inline]
+    fn take(&mut self) -> Option<Element> {
+        let element = self.current.next_element()?;
         self.taken += 1;
         if self.taken >= RELEASE_EVERY || self.current.remaining() == 0 {
-            if let Some(permit) = &mut self.current_permit {
-                if permit.num_permits() > self.taken {
-                    drop(permit.split(self.taken));
-                } else {
-                    self.current_permit = None;
-                }
-            }
-            self.taken = 0;
+            self.release_taken();
         }
-        Some(Ok(element))
+        Some(element)
+    }
+
+    /// Releases the permits of the elements taken since the last release.
+    fn release_taken(&mut self) {
+        if let Some(permit) = &mut self.current_permit {
+            if permit.num_permits() > self.taken {
+                drop(permit.split(self.taken));
+            } else {
+                self.current_permit = None;
+            }
+        }
+        self.taken = 0;
+    }
+
+    /// An element did not decode: the epoch ends here.
+    #[cold]
+    fn fail(&mut self, e: DatasetError) -> ClientError {
+        self.cancel.cancel();
+        self.current = Elements::Decoded(Vec::new().into_iter());
+        self.current_permit = None;
+        self.ended = true;
+        e.into()
     }
 
     /// Makes a delivered batch current (releasing the previous batch's permits).
@@ -213,6 +294,27 @@ impl ElementStream {
             out.push(element?);
         }
         Ok(out)
+    }
+}
+
+/// The future of [`ElementStream::next`].
+struct Next<'a>(&'a mut ElementStream);
+
+impl Future for Next<'_> {
+    type Output = Option<Result<Element, ClientError>>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().0.poll_element(cx)
+    }
+}
+
+/// The same elements as [`ElementStream::next`], for stream combinators.
+impl futures::Stream for ElementStream {
+    type Item = Result<Element, ClientError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_element(cx)
     }
 }
 

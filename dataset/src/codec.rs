@@ -267,7 +267,8 @@ fn encode_scalar(el: &Element) -> Option<ScalarEncoding> {
 
 /// The fast path for the commonest tiny element, a numeric scalar (`[version, tensor tag, dtype,
 /// rank 0, data]`), whose data is copied into its own allocation; `None` for anything else.
-fn decode_scalar(buf: &[u8]) -> Option<Element> {
+#[inline]
+pub(crate) fn decode_scalar(buf: &[u8]) -> Option<Element> {
     let [VERSION, TAG_TENSOR, code, 0, data @ ..] = buf else {
         return None;
     };

@@ -205,8 +205,10 @@ fn run_pipeline(
             debug!(task = task_id, produced, "task cancelled");
             return Ok(());
         }
-        let element = element.map_err(|e| e.to_string())?;
-        if !tx.push_element(&element, compression, &mut scratch) {
+        // Borrowed where the pipeline put it: moving it out of the `Result` cost as much as
+        // encoding a tiny element.
+        let element = element.as_ref().map_err(|e| e.to_string())?;
+        if !tx.push_element(element, compression, &mut scratch) {
             debug!(task = task_id, produced, "every reader is gone");
             return Ok(()); // the task was deleted
         }

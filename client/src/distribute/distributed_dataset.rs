@@ -133,7 +133,7 @@ impl DistributedDataset {
             DistributedInput::Local(d) => {
                 Feed::local(sluice_dataset::iterate(d.def(), &ExecOptions::default())?)?
             }
-            DistributedInput::Service(s) => Feed::Service(s.iter().await?),
+            DistributedInput::Service(s) => Feed::Service(Box::new(s.iter().await?)),
         };
         Ok(DistributedIterator::new(
             feed,

@@ -30,7 +30,7 @@ pub(crate) enum Steps {
 /// Where elements come from.
 pub(crate) enum Feed {
     Local(flume::Receiver<Result<Element, DatasetError>>),
-    Service(ElementStream),
+    Service(Box<ElementStream>),
 }
 
 /// Elements a local pipeline may run ahead of the caller.
