@@ -19,9 +19,11 @@ pub enum ClientError {
     /// A worker failed to produce elements for a task.
     #[error("Failed to get element from worker {address}: {message}")]
     Worker { address: String, message: String },
-    /// The dataset definition or an element was bad (parse, unknown function, codec).
+    /// The dataset definition or an element was bad (parse, unknown function, codec). Boxed, so
+    /// a `Result<Element, ClientError>` is no larger than an element: the result is built in
+    /// place rather than moved into a wider layout, once per element.
     #[error(transparent)]
-    Dataset(#[from] DatasetError),
+    Dataset(Box<DatasetError>),
     /// The end of the input was reached where an element was required (a distributed
     /// iterator's `get_next`; tf raises `OutOfRangeError` there).
     #[error("{0}")]
@@ -29,6 +31,12 @@ pub enum ClientError {
     /// Any other gRPC failure.
     #[error("{code}: {message}")]
     Rpc { code: tonic::Code, message: String },
+}
+
+impl From<DatasetError> for ClientError {
+    fn from(e: DatasetError) -> ClientError {
+        ClientError::Dataset(Box::new(e))
+    }
 }
 
 impl ClientError {
