@@ -565,3 +565,7 @@ fn run_local_ops(
         })?;
     Ok(rx)
 }
+
+#[cfg(test)]
+#[path = "element_stream_tests.rs"]
+mod tests;

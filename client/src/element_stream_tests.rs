@@ -1,0 +1,66 @@
+use super::*;
+use bytes::Bytes;
+use futures::FutureExt;
+use sluice_dataset::{Compression, PackedBuilder, Tensor};
+
+fn scalar(v: i64) -> Element {
+    Tensor::scalar_i64(v).into()
+}
+
+/// A stream over `rx` alone, without an iteration loop behind it.
+fn stream(rx: flume::Receiver<Delivery>) -> ElementStream {
+    ElementStream {
+        rx,
+        current: Elements::Decoded(Vec::new().into_iter()),
+        current_permit: None,
+        taken: 0,
+        waiting: None,
+        ended: false,
+        cancel: CancellationToken::new(),
+    }
+}
+
+fn delivered(elements: Elements) -> Delivery {
+    Ok(Delivered {
+        elements,
+        permit: None,
+    })
+}
+
+#[tokio::test]
+async fn an_element_that_does_not_decode_ends_the_epoch_after_the_ones_before_it() {
+    let (tx, rx) = flume::unbounded();
+    let mut run = PackedBuilder::default();
+    run.push(&scalar(7), Compression::None);
+    run.push_encoded(&[1, 0, 9], Bytes::new()); // not an element
+    run.push(&scalar(8), Compression::None);
+    tx.send(delivered(Elements::Packed(run.finish().into_decoder())))
+        .unwrap();
+    tx.send(delivered(Elements::one(scalar(9)))).unwrap();
+    let mut epoch = stream(rx);
+
+    assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(7));
+    assert!(matches!(
+        epoch.next().await,
+        Some(Err(ClientError::Dataset(_)))
+    ));
+    assert!(epoch.cancel.is_cancelled(), "the iteration loop is stopped");
+    // Nothing after the error, though more was delivered; the blocking path agrees.
+    assert!(epoch.next().await.is_none());
+    assert!(epoch.next_blocking().is_none());
+}
+
+#[tokio::test]
+async fn a_dropped_next_loses_no_delivery() {
+    let (tx, rx) = flume::unbounded();
+    let mut epoch = stream(rx);
+    // Polled once with nothing delivered, then dropped.
+    assert!(epoch.next().now_or_never().is_none());
+    tx.send(delivered(Elements::one(scalar(1)))).unwrap();
+    drop(tx);
+    let mut seen = Vec::new();
+    while let Some(element) = epoch.next().await {
+        seen.push(element.unwrap());
+    }
+    assert_eq!(seen, vec![scalar(1)]);
+}
