@@ -150,7 +150,12 @@ impl ElementStream {
         } else {
             run_local_ops(rx, &local_ops, cancel.clone())?
         };
-        Ok(ElementStream {
+        Ok(ElementStream::over(rx, cancel))
+    }
+
+    /// A stream of what arrives on `rx`; `cancel` is cancelled when it is dropped.
+    fn over(rx: flume::Receiver<Delivery>, cancel: CancellationToken) -> ElementStream {
+        ElementStream {
             rx,
             current: Elements::Decoded(Vec::new().into_iter()),
             current_permit: None,
@@ -158,7 +163,7 @@ impl ElementStream {
             waiting: None,
             ended: false,
             cancel,
-        })
+        }
     }
 
     /// The next element; `None` at the end of the epoch. After an error the stream ends.

@@ -9,15 +9,7 @@ fn scalar(v: i64) -> Element {
 
 /// A stream over `rx` alone, without an iteration loop behind it.
 fn stream(rx: flume::Receiver<Delivery>) -> ElementStream {
-    ElementStream {
-        rx,
-        current: Elements::Decoded(Vec::new().into_iter()),
-        current_permit: None,
-        taken: 0,
-        waiting: None,
-        ended: false,
-        cancel: CancellationToken::new(),
-    }
+    ElementStream::over(rx, CancellationToken::new())
 }
 
 fn delivered(elements: Elements) -> Delivery {
