@@ -191,6 +191,7 @@ impl CrossTrainerCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_buffer::Producer;
 
     fn new_cache(max_bytes: u64, input: Arc<TaskBuffer>) -> CrossTrainerCache {
         CrossTrainerCache::new(max_bytes, input)
@@ -200,17 +201,18 @@ mod tests {
         Err(CacheError::Failed(message.into()))
     }
 
-    /// An infinite-looking input holding `0..n`, each element `size` bytes long.
-    fn input(n: u8, size: usize) -> Arc<TaskBuffer> {
-        let buffer = buffer();
+    /// An infinite-looking input holding `0..n`, each element `size` bytes long: never
+    /// finished, it never ends while its producer lives.
+    fn input(n: u8, size: usize) -> (Producer, Arc<TaskBuffer>) {
+        let (mut tx, buffer) = buffer();
         for v in 0..n {
-            assert!(buffer.push(&vec![v; size], Bytes::new()));
+            assert!(tx.push(&vec![v; size], Bytes::new()));
         }
-        buffer // never finished: never ends
+        (tx, buffer)
     }
 
-    fn buffer() -> Arc<TaskBuffer> {
-        Arc::new(TaskBuffer::new(1024, usize::MAX))
+    fn buffer() -> (Producer, Arc<TaskBuffer>) {
+        TaskBuffer::channel(1024, usize::MAX)
     }
 
     async fn read(cache: &CrossTrainerCache, trainer: &str, k: usize) -> Vec<u8> {
@@ -223,7 +225,8 @@ mod tests {
 
     #[tokio::test]
     async fn trainers_read_the_same_sequence_and_one_trainer_id_shares_a_cursor() {
-        let cache = new_cache(1 << 20, input(20, 1));
+        let (_tx, rx) = input(20, 1);
+        let cache = new_cache(1 << 20, rx);
         assert_eq!(read(&cache, "a", 5).await, vec![0, 1, 2, 3, 4]);
         assert_eq!(read(&cache, "b", 7).await, vec![0, 1, 2, 3, 4, 5, 6]);
         assert_eq!(read(&cache, "a", 3).await, vec![5, 6, 7]);
@@ -234,7 +237,8 @@ mod tests {
     #[tokio::test]
     async fn a_trainer_behind_the_window_skips_evicted_elements() {
         // Room for three 10-byte elements.
-        let cache = new_cache(35, input(20, 10));
+        let (_tx, rx) = input(20, 10);
+        let cache = new_cache(35, rx);
         assert_eq!(read(&cache, "fast", 10).await, (0..10).collect::<Vec<_>>());
         assert_eq!(read(&cache, "slow", 4).await, vec![7, 8, 9, 10]);
         assert_eq!(read(&cache, "fast", 1).await, vec![10]);
@@ -242,8 +246,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_trainers_at_the_end_consume_one_element() {
-        let tx = buffer();
-        let rx = tx.clone();
+        let (mut tx, rx) = buffer();
         let cache = Arc::new(new_cache(1 << 20, rx));
         let readers: Vec<_> = ["a", "b", "c"]
             .into_iter()
@@ -262,8 +265,7 @@ mod tests {
 
     #[tokio::test]
     async fn try_get_never_waits() {
-        let tx = buffer();
-        let rx = tx.clone();
+        let (mut tx, rx) = buffer();
         let cache = new_cache(1 << 20, rx);
         assert!(cache.try_get("a").is_none());
         assert!(tx.push(b"1", Bytes::new()));
@@ -274,7 +276,8 @@ mod tests {
 
     #[tokio::test]
     async fn errors_have_tf_data_texts() {
-        let cache = new_cache(4, input(3, 5));
+        let (_tx, rx) = input(3, 5);
+        let cache = new_cache(4, rx);
         assert_eq!(cache.get("").await, failed(EMPTY_TRAINER_ID));
         assert_eq!(
             cache.get("a").await,
@@ -284,8 +287,7 @@ mod tests {
             )
         );
 
-        let tx = buffer();
-        let rx = tx.clone();
+        let (mut tx, rx) = buffer();
         assert!(tx.push(b"last", Bytes::new()));
         tx.finish(Ok(()));
         let cache = new_cache(100, rx);
@@ -306,10 +308,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_stopped_task_is_not_an_end_of_sequence() {
-        let tx = buffer();
-        let rx = tx.clone();
-        let cache = CrossTrainerCache::new(100, rx);
-        tx.close();
+        let (tx, rx) = buffer();
+        let cache = CrossTrainerCache::new(100, rx.clone());
+        rx.close();
         tx.finish(Ok(()));
         assert_eq!(cache.get("a").await, Err(CacheError::Stopped));
     }

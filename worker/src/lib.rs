@@ -7,6 +7,7 @@
 //! - `worker_state`: the tasks held, shared by the heartbeat loop and the service.
 //! - `task_runner`: one task's pipeline thread and its shared buffer (first-come-first-served).
 //! - `task_buffer`: that buffer, handed over to readers in chunks of many elements.
+//! - `membarrier`: the process-wide barrier that lets the pipeline append without a lock.
 //! - `round_robin`: coordinated reads, one element per consumer per round.
 //! - `cross_trainer_cache`: a sliding window of a task's elements shared by trainers.
 //! - `split_leaser`: split ranges leased from the dispatcher for distributed_epoch tasks.
@@ -18,6 +19,7 @@
 pub mod config;
 pub mod cross_trainer_cache;
 pub mod error;
+mod membarrier;
 mod raw_fetch;
 pub mod round_robin;
 pub mod service;

@@ -255,14 +255,15 @@ impl RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task_buffer::Producer;
 
-    /// An infinite input that has nothing more yet than `values`.
-    fn input(values: std::ops::Range<u8>) -> Arc<TaskBuffer> {
-        let buffer = Arc::new(TaskBuffer::new(1024, usize::MAX));
+    /// An infinite input that has nothing more yet than `values`, while its producer lives.
+    fn input(values: std::ops::Range<u8>) -> (Producer, Arc<TaskBuffer>) {
+        let (mut tx, buffer) = TaskBuffer::channel(1024, usize::MAX);
         for v in values {
-            assert!(buffer.push(&[v], Bytes::new()));
+            assert!(tx.push(&[v], Bytes::new()));
         }
-        buffer
+        (tx, buffer)
     }
 
     fn element(v: u8) -> RoundResult {
@@ -271,7 +272,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_round_is_served_when_every_consumer_asked() {
-        let rr = RoundRobin::new(2, input(0..10));
+        let (_tx, rx) = input(0..10);
+        let rr = RoundRobin::new(2, rx);
         let (a, b) = tokio::join!(rr.get(1, 0, true, false), rr.get(0, 0, true, false));
         assert_eq!((a, b), (element(1), element(0)));
         let (a, b) = tokio::join!(rr.get(0, 1, true, false), rr.get(1, 1, true, false));
@@ -280,7 +282,8 @@ mod tests {
 
     #[tokio::test]
     async fn rounds_only_move_forward() {
-        let rr = RoundRobin::new(1, input(0..10));
+        let (_tx, rx) = input(0..10);
+        let rr = RoundRobin::new(1, rx);
         assert_eq!(rr.get(0, 3, true, false).await, element(0));
         assert_eq!(
             rr.get(0, 2, true, false).await,
@@ -303,16 +306,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_round_without_enough_elements_is_skipped_without_consuming() {
-        let rr = RoundRobin::new(2, input(0..1));
+        let (_tx, rx) = input(0..1);
+        let rr = RoundRobin::new(2, rx);
         let (a, b) = tokio::join!(rr.get(0, 0, true, false), rr.get(1, 0, true, false));
         assert_eq!((a, b), (Ok(RoundReply::Skip), Ok(RoundReply::Skip)));
     }
 
     #[tokio::test]
     async fn the_end_of_the_input_is_an_error() {
-        let rx = Arc::new(TaskBuffer::new(1024, usize::MAX));
-        assert!(rx.push(b"x", Bytes::new()));
-        rx.finish(Ok(()));
+        let (mut tx, rx) = TaskBuffer::channel(1024, usize::MAX);
+        assert!(tx.push(b"x", Bytes::new()));
+        tx.finish(Ok(()));
         let rr = RoundRobin::new(1, rx);
         assert_eq!(rr.get(0, 0, false, false).await, element(b'x'));
         let error = rr.get(0, 1, false, false).await.unwrap_err().to_string();
@@ -321,7 +325,8 @@ mod tests {
 
     #[tokio::test]
     async fn stopping_fails_waiting_requests_as_retryable() {
-        let rr = RoundRobin::new(2, input(0..10));
+        let (_tx, rx) = input(0..10);
+        let rr = RoundRobin::new(2, rx);
         let waiting = {
             let rr = rr.clone();
             tokio::spawn(async move { rr.get(0, 0, true, false).await })
@@ -337,7 +342,8 @@ mod tests {
     #[tokio::test]
     async fn a_fresh_runner_serves_a_partial_round_to_laggards() {
         // Consumer 0 got round 4 from the previous instance; consumer 1 did not.
-        let rr = RoundRobin::new(2, input(0..10));
+        let (_tx, rx) = input(0..10);
+        let rr = RoundRobin::new(2, rx);
         let ahead = {
             let rr = rr.clone();
             tokio::spawn(async move { rr.get(0, 5, true, false).await })

@@ -4,8 +4,8 @@
 //! Why chunks: with one element per hand-over, every element cost a cross-thread wake-up (the
 //! reader woke for each element, the pipeline thread woke for each freed slot), which on this
 //! class of machine costs microseconds and capped tiny elements near 0.2 M/s with the CPUs
-//! mostly idle. Here the pipeline appends to an open chunk under a mutex and only a sealed chunk
-//! wakes a reader, so wake-ups are per chunk.
+//! mostly idle. Here the pipeline appends to an open chunk and only a sealed chunk wakes a
+//! reader, so wake-ups are per chunk.
 //!
 //! When a chunk is sealed decides latency: when it is full (`CHUNK_ELEMENTS` or `CHUNK_BYTES`),
 //! at once when the pipeline is slow (the gap since its previous element is at least `LINGER`:
@@ -13,16 +13,41 @@
 //! old. Because the open chunk is shared, a reader that has waited `LINGER` takes it as it is,
 //! so an element waits at most about `LINGER` even when the pipeline blocks right after it (a
 //! rule on the pipeline side alone cannot see that: an earlier attempt sealed whenever the
-//! buffer was empty, which the fast reader made always, and chunks stayed at one element).
+//! buffer was empty, which the fast reader made always, and chunks stayed at one element). The
+//! first element of a chunk wakes readers waiting on an empty buffer, so they start that wait.
 //!
 //! Bounds: at most `max_elements` elements and about `max_bytes` bytes are buffered (a single
 //! larger element still goes in alone); the pipeline thread blocks while the buffer is full.
 //! The end of the pipeline (or its error) is seen by readers after every buffered element.
+//!
+//! ## The open chunk without a lock per element
+//!
+//! At tens of millions of tiny elements a second, a lock and an unlock per element (two atomic
+//! read-modify-writes, each waiting for the store buffer to drain) were half of the pipeline
+//! thread's time. Readers seldom need the open chunk (once it is `LINGER` old, or to top up a
+//! message), so it belongs to the pipeline until a reader takes it back: a biased lock, with
+//! the asymmetric Dekker handshake of user-space RCU and Folly's `asymmetricHeavyBarrier`.
+//! - The pipeline sets `appending`, then reads `revoked`; only if it is clear does it touch the
+//!   open chunk, and then clears `appending`. Between the two there is only a compiler fence.
+//! - A reader that wants the open chunk holds the lock, sets `revoked`, issues a process-wide
+//!   barrier (`membarrier(2)`: a full fence on every running thread of the process),
+//!   then waits while `appending` is set. After the barrier either the reader sees the
+//!   pipeline's `appending`, or the pipeline's next read sees `revoked`: the store-then-load
+//!   order the fast path leaves out is forced on it by the barrier.
+//! - A revoked pipeline appends under the lock, and clears `revoked` there. Only readers set it
+//!   and only the pipeline clears it, both under the lock.
+//!
+//! So the open chunk is touched by the pipeline while it owns it, by the pipeline under the
+//! lock, or by a reader under the lock after revoking: never by two threads at once. The one
+//! pipeline is a `Producer`, which is not `Clone` and pushes through `&mut self`. Where
+//! `membarrier(2)` is missing, both sides fence (see `membarrier`).
 
 use bytes::{Bytes, BytesMut};
 use sluice_dataset::{encode_element_append, Compression, Element, Packed, PackedBuilder};
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -32,7 +57,8 @@ pub const CHUNK_ELEMENTS: usize = 4096;
 pub const CHUNK_BYTES: usize = 1 << 20;
 /// How long an element may wait in an open chunk for more to join it.
 pub const LINGER: Duration = Duration::from_micros(500);
-/// Elements with less data than this are encoded under the buffer's lock (see `push_element`).
+/// Elements with less data than this are encoded straight into the open chunk (see
+/// `push_element`).
 const ENCODE_IN_PLACE_BELOW: usize = 4096;
 /// Elements pushed between two reads of the clock.
 const CLOCK_EVERY: usize = 32;
@@ -61,175 +87,207 @@ pub enum Taken {
     Error(String),
 }
 
+/// The open chunk: elements are encoded straight into its buffer. Who may touch it when is in
+/// the module header.
+#[derive(Default)]
+struct Open {
+    builder: PackedBuilder,
+    bytes: usize,
+    /// When it got its first element.
+    since: Option<Instant>,
+}
+
+impl Open {
+    fn is_empty(&self) -> bool {
+        self.builder.is_empty()
+    }
+
+    /// Appends the element `add` puts into the chunk; `true` when the chunk should be sealed.
+    fn append(
+        &mut self,
+        add: impl FnOnce(&mut PackedBuilder) -> usize,
+        last_push: &mut Option<Instant>,
+    ) -> bool {
+        // The clock is read for a chunk's first two elements and every `CLOCK_EVERY` elements
+        // after (a clock read per element was a measurable share of a tiny element's cost):
+        // enough to see a slow pipeline (whose chunks hold one or two elements) and a chunk past
+        // its linger.
+        let (mut slow, mut old) = (false, false);
+        let len = self.builder.len();
+        if len < 2 || len.is_multiple_of(CLOCK_EVERY) {
+            let now = Instant::now();
+            slow = last_push.is_some_and(|last| now.duration_since(last) >= LINGER);
+            *last_push = Some(now);
+            let since = *self.since.get_or_insert(now);
+            old = now.duration_since(since) >= LINGER;
+        }
+        self.bytes += add(&mut self.builder);
+        slow || old || self.builder.len() >= CHUNK_ELEMENTS || self.bytes >= CHUNK_BYTES
+    }
+}
+
+/// What the lock guards.
 #[derive(Default)]
 struct Inner {
     sealed: VecDeque<Packed>,
-    /// The open chunk: elements are encoded straight into its buffer.
-    open: PackedBuilder,
-    open_bytes: usize,
-    /// When the open chunk got its first element.
+    /// When the open chunk got its first element, `None` while it is empty: readers decide
+    /// from this whether to wait for the open chunk, without touching it.
     open_since: Option<Instant>,
-    /// When the pipeline last read the clock while pushing (see `CLOCK_EVERY`).
-    last_push: Option<Instant>,
-    elements: usize,
-    bytes: usize,
     /// `Some` once the pipeline ended: `Ok` at its end, `Err` with its error.
     end: Option<Result<(), String>>,
-    /// Readers are gone for good (the task was deleted): the pipeline stops.
-    closed: bool,
-}
-
-impl Inner {
-    fn seal(&mut self) {
-        if !self.open.is_empty() {
-            let chunk = self.open.finish();
-            self.sealed.push_back(chunk);
-            self.open_bytes = 0;
-            self.open_since = None;
-        }
-    }
-
-    /// Takes up to `max` elements of the oldest sealed chunk (the rest stays in front).
-    fn take_sealed(&mut self, max: usize) -> Option<Packed> {
-        let chunk = self.sealed.front_mut()?;
-        let taken = if chunk.len() <= max {
-            self.sealed.pop_front().expect("a front chunk")
-        } else {
-            chunk.split_to(max)
-        };
-        self.elements -= taken.len();
-        self.bytes -= taken.byte_len();
-        Some(taken)
-    }
 }
 
 pub struct TaskBuffer {
     /// A std mutex: held for a few instructions, never across `.await`.
     inner: Mutex<Inner>,
+    /// The open chunk, outside the lock (see the module header).
+    open: UnsafeCell<Open>,
+    /// The pipeline is touching the open chunk without the lock.
+    appending: AtomicBool,
+    /// A reader took the open chunk back: the pipeline's next element goes under the lock.
+    revoked: AtomicBool,
+    /// Readers are gone for good (the task was deleted): the pipeline stops. Set under the lock,
+    /// so a pipeline waiting for room cannot miss it.
+    closed: AtomicBool,
+    /// Elements and bytes in sealed chunks: changed under the lock, read without it by the
+    /// pipeline to see whether the buffer is full.
+    sealed_elements: AtomicUsize,
+    sealed_bytes: AtomicUsize,
     /// The pipeline thread waits here for room.
     room: Condvar,
-    /// Readers wait here for a sealed chunk or the end.
+    /// Readers wait here for a sealed chunk, a first open element, or the end.
     readable: Notify,
     max_elements: usize,
     max_bytes: usize,
 }
 
+// SAFETY: every field but `open` is `Sync`. `open` is touched by one thread at a time: by the
+// one `Producer` while it owns the chunk or holds the lock, by a reader only under the lock
+// after `revoke` (module header).
+unsafe impl Sync for TaskBuffer {}
+
 impl TaskBuffer {
-    pub fn new(max_elements: usize, max_bytes: usize) -> TaskBuffer {
-        TaskBuffer {
+    /// A buffer and the one producer that fills it.
+    pub fn channel(max_elements: usize, max_bytes: usize) -> (Producer, Arc<TaskBuffer>) {
+        let buffer = Arc::new(TaskBuffer {
             inner: Mutex::new(Inner::default()),
+            open: UnsafeCell::new(Open::default()),
+            appending: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            sealed_elements: AtomicUsize::new(0),
+            sealed_bytes: AtomicUsize::new(0),
             room: Condvar::new(),
             readable: Notify::new(),
             max_elements: max_elements.max(1),
             max_bytes: max_bytes.max(1),
-        }
+        });
+        let producer = Producer {
+            buffer: buffer.clone(),
+            last_push: None,
+            finished: false,
+        };
+        (producer, buffer)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().expect("task buffer lock poisoned")
     }
 
-    /// The pipeline thread: appends one element, given as its encoding (`head`, then `payload`,
-    /// empty unless a large tensor's data travels apart), blocking while the buffer is full.
-    /// `false` when the buffer was closed (every reader is gone): the pipeline should stop.
-    pub fn push(&self, head: &[u8], payload: Bytes) -> bool {
-        self.push_with(|open| open.push_encoded(head, payload))
+    /// Whether `elements` and `bytes` (sealed and open) leave no room for another element.
+    fn full(&self, open: &Open) -> bool {
+        let elements = self.sealed_elements.load(Ordering::Relaxed) + open.builder.len();
+        let bytes = self.sealed_bytes.load(Ordering::Relaxed) + open.bytes;
+        elements > 0 && (elements >= self.max_elements || bytes >= self.max_bytes)
     }
 
-    /// The pipeline thread: appends one element, blocking while the buffer is full; `false` when
-    /// the buffer was closed. A small element is encoded straight into the open chunk, under the
-    /// lock (a few bytes written, no copy); a larger one is encoded into `scratch` first, so the
-    /// lock is not held while a large element is encoded or compressed.
-    pub fn push_element(
-        &self,
-        element: &Element,
-        compression: Compression,
-        scratch: &mut BytesMut,
-    ) -> bool {
-        if element.byte_size() < ENCODE_IN_PLACE_BELOW {
-            return self.push_with(|open| open.push(element, compression));
+    /// Moves the open chunk, if it has elements, to the back of the sealed ones.
+    fn seal(&self, inner: &mut Inner, open: &mut Open) {
+        if open.is_empty() {
+            return;
         }
-        scratch.clear();
-        let payload = encode_element_append(element, compression, scratch);
-        self.push(scratch, payload.unwrap_or_default())
+        let chunk = open.builder.finish();
+        self.sealed_elements
+            .fetch_add(chunk.len(), Ordering::Relaxed);
+        self.sealed_bytes.fetch_add(open.bytes, Ordering::Relaxed);
+        inner.sealed.push_back(chunk);
+        open.bytes = 0;
+        open.since = None;
+        inner.open_since = None;
     }
 
-    /// Appends the element `add` puts into the open chunk (returning its encoded size).
-    fn push_with(&self, add: impl FnOnce(&mut PackedBuilder) -> usize) -> bool {
-        let mut inner = self.lock();
-        while !inner.closed
-            && inner.elements > 0
-            && (inner.elements >= self.max_elements || inner.bytes >= self.max_bytes)
-        {
-            // Full: whatever is open becomes takeable, then wait for a reader to make room.
-            if !inner.open.is_empty() {
-                inner.seal();
-                self.readable.notify_waiters();
+    /// Takes up to `max` elements of the oldest sealed chunk (the rest stays in front).
+    fn take_sealed(&self, inner: &mut Inner, max: usize) -> Option<Packed> {
+        let chunk = inner.sealed.front_mut()?;
+        let taken = if chunk.len() <= max {
+            inner.sealed.pop_front().expect("a front chunk")
+        } else {
+            chunk.split_to(max)
+        };
+        self.sealed_elements
+            .fetch_sub(taken.len(), Ordering::Relaxed);
+        self.sealed_bytes
+            .fetch_sub(taken.byte_len(), Ordering::Relaxed);
+        Some(taken)
+    }
+
+    /// A reader takes the open chunk back from the pipeline (the handshake in the module
+    /// header). The lock, held through `guard`, keeps out the pipeline's locked path and other
+    /// readers.
+    fn revoke<'a>(&'a self, guard: &'a mut MutexGuard<'_, Inner>) -> (&'a mut Inner, &'a mut Open) {
+        // Already set: a reader issued the barrier after setting it, and only the pipeline
+        // clears it, under the lock this reader holds.
+        if !self.revoked.load(Ordering::Relaxed) {
+            self.revoked.store(true, Ordering::Relaxed);
+            crate::membarrier::heavy();
+        }
+        // The pipeline is mid-append (a few instructions), or saw `revoked` and is leaving.
+        let mut spins = 0u32;
+        while self.appending.load(Ordering::Acquire) {
+            if spins < 100 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
             }
-            inner = self.room.wait(inner).expect("task buffer lock poisoned");
         }
-        if inner.closed {
-            return false;
-        }
-        // The clock is read for a chunk's first two elements and every `CLOCK_EVERY` elements
-        // after (a clock read per element was a measurable share of a tiny element's cost):
-        // enough to see a slow pipeline (whose chunks hold one or two elements) and a chunk past
-        // its linger.
-        let (mut slow, mut old) = (false, false);
-        if inner.open.len() < 2 || inner.open.len().is_multiple_of(CLOCK_EVERY) {
-            let now = Instant::now();
-            slow = inner
-                .last_push
-                .is_some_and(|last| now.duration_since(last) >= LINGER);
-            inner.last_push = Some(now);
-            let since = *inner.open_since.get_or_insert(now);
-            old = now.duration_since(since) >= LINGER;
-        }
-        let len = add(&mut inner.open);
-        inner.elements += 1;
-        inner.bytes += len;
-        inner.open_bytes += len;
-        if slow || old || inner.open.len() >= CHUNK_ELEMENTS || inner.open_bytes >= CHUNK_BYTES {
-            inner.seal();
-            drop(inner);
-            self.readable.notify_waiters();
-        }
-        true
-    }
-
-    /// The pipeline thread: the pipeline ended (`Ok`) or failed. Later calls change nothing.
-    pub fn finish(&self, end: Result<(), String>) {
-        let mut inner = self.lock();
-        if inner.end.is_none() {
-            inner.end = Some(end);
-        }
-        inner.seal();
-        drop(inner);
-        self.readable.notify_waiters();
+        // SAFETY: the pipeline's fast path sees `revoked` before it touches the chunk, or its
+        // append is complete (the `Acquire` load above read its `Release` store); its locked
+        // path and every other reader wait for the lock held through `guard`.
+        let open = unsafe { &mut *self.open.get() };
+        (&mut **guard, open)
     }
 
     /// Every reader is gone for good: the pipeline thread stops at its next element.
     pub fn close(&self) {
-        self.lock().closed = true;
+        let _inner = self.lock();
+        self.closed.store(true, Ordering::Relaxed);
         self.room.notify_all();
     }
 
     /// Up to `max` (at least 1) elements without waiting: a sealed chunk, or the open one when
     /// `open_too`; `None` when there is nothing to take yet.
-    fn try_take_locked(&self, inner: &mut Inner, max: usize, open_too: bool) -> Option<Taken> {
-        if let Some(elements) = inner.take_sealed(max) {
+    fn try_take_locked(
+        &self,
+        guard: &mut MutexGuard<'_, Inner>,
+        max: usize,
+        open_too: bool,
+    ) -> Option<Taken> {
+        if let Some(elements) = self.take_sealed(guard, max) {
             self.room.notify_one();
             return Some(Taken::Elements(elements));
         }
-        let ended = inner.end.is_some();
-        if !inner.open.is_empty() && (open_too || ended) {
-            inner.seal();
-            let elements = inner.take_sealed(max).expect("just sealed");
+        // The pipeline seals what is open before it records its end, so an open chunk means
+        // the pipeline is still going.
+        if open_too && guard.open_since.is_some() {
+            let (inner, open) = self.revoke(guard);
+            self.seal(inner, open);
+            let elements = self.take_sealed(inner, max).expect("just sealed");
             self.room.notify_one();
             return Some(Taken::Elements(elements));
         }
-        match &inner.end {
-            Some(Ok(())) if inner.closed => Some(Taken::Stopped),
+        match &guard.end {
+            Some(Ok(())) if self.closed.load(Ordering::Relaxed) => Some(Taken::Stopped),
             Some(Ok(())) => Some(Taken::End),
             Some(Err(error)) => Some(Taken::Error(error.clone())),
             None => None,
@@ -270,208 +328,164 @@ impl TaskBuffer {
                         waited_for_open = true;
                     }
                 }
+                // Nothing is open: the pipeline's next element wakes this reader.
                 None => notified.await,
             }
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
+/// The pipeline's side of a `TaskBuffer`. There is one per buffer and it pushes through
+/// `&mut self`, so the open chunk has one writer. Dropped without `finish` (the pipeline thread
+/// panicked), it ends the buffer with an error, so readers do not wait forever.
+pub struct Producer {
+    buffer: Arc<TaskBuffer>,
+    /// When the pipeline last read the clock while pushing (see `CLOCK_EVERY`).
+    last_push: Option<Instant>,
+    finished: bool,
+}
 
-    /// Pushes a one-byte element.
-    fn push(buffer: &TaskBuffer, v: u8) -> bool {
-        buffer.push(&[v], Bytes::new())
+impl Producer {
+    /// Appends one element, given as its encoding (`head`, then `payload`, empty unless a large
+    /// tensor's data travels apart), blocking while the buffer is full. `false` when the buffer
+    /// was closed (every reader is gone): the pipeline should stop.
+    pub fn push(&mut self, head: &[u8], payload: Bytes) -> bool {
+        self.push_with(|open| open.push_encoded(head, payload))
     }
 
-    fn values(taken: Taken) -> Vec<u8> {
-        match taken {
-            Taken::Elements(e) => e.encoded().map(|(head, _)| head[0]).collect(),
-            other => panic!("expected elements, got {other:?}"),
+    /// Appends one element, blocking while the buffer is full; `false` when the buffer was
+    /// closed. A small element is encoded straight into the open chunk (a few bytes written, no
+    /// copy); a larger one is encoded into `scratch` first, so a reader revoking the open chunk
+    /// never waits while a large element is encoded or compressed.
+    pub fn push_element(
+        &mut self,
+        element: &Element,
+        compression: Compression,
+        scratch: &mut BytesMut,
+    ) -> bool {
+        if element.byte_size() < ENCODE_IN_PLACE_BELOW {
+            return self.push_with(|open| open.push(element, compression));
         }
+        scratch.clear();
+        let payload = encode_element_append(element, compression, scratch);
+        self.push(scratch, payload.unwrap_or_default())
     }
 
-    #[tokio::test]
-    async fn chunks_hold_at_most_chunk_elements_in_pipeline_order() {
-        let buffer = TaskBuffer::new(4 * CHUNK_ELEMENTS, usize::MAX);
-        let n = CHUNK_ELEMENTS + 3;
-        for i in 0..n {
-            assert!(buffer.push(&(i as u32).to_le_bytes(), Bytes::new()));
+    /// Appends the element `add` puts into the open chunk (returning its encoded size): without
+    /// the lock while the pipeline owns a chunk that has room, under it otherwise.
+    fn push_with(&mut self, add: impl FnOnce(&mut PackedBuilder) -> usize) -> bool {
+        let buffer = &*self.buffer;
+        if buffer.closed.load(Ordering::Relaxed) {
+            return false;
         }
-        buffer.finish(Ok(()));
-        // A fast pipeline fills whole chunks; a slow machine may seal some early (500 us), so
-        // only the bound and the order are certain.
-        let mut next = 0u32;
-        let mut chunks = 0;
-        loop {
-            match buffer.take(usize::MAX).await {
-                Taken::Elements(elements) => {
-                    assert!(elements.len() <= CHUNK_ELEMENTS);
-                    for (head, _) in elements.encoded() {
-                        assert_eq!(u32::from_le_bytes(head[..].try_into().unwrap()), next);
-                        next += 1;
-                    }
-                    chunks += 1;
+        buffer.appending.store(true, Ordering::Relaxed);
+        crate::membarrier::light();
+        if !buffer.revoked.load(Ordering::Acquire) {
+            // SAFETY: owned: `appending` is set and no reader has revoked the chunk; a reader
+            // revoking now waits until `appending` is clear (module header).
+            let open = unsafe { &mut *buffer.open.get() };
+            // A chunk's first element goes under the lock, to tell readers it is there.
+            if !open.is_empty() && !buffer.full(open) {
+                let seal = open.append(add, &mut self.last_push);
+                buffer.appending.store(false, Ordering::Release);
+                if seal {
+                    self.seal();
                 }
-                Taken::End => break,
-                Taken::Error(e) => panic!("{e}"),
-                Taken::Stopped => panic!("never closed"),
+                return true;
             }
         }
-        assert_eq!(next as usize, n);
-        assert!(chunks >= 2);
-        assert_eq!(buffer.take(1).await, Taken::End, "the end stays");
+        buffer.appending.store(false, Ordering::Release);
+        self.push_locked(add)
     }
 
-    #[tokio::test]
-    async fn a_reader_takes_no_more_than_it_asks_and_order_is_kept() {
-        let buffer = TaskBuffer::new(100, usize::MAX);
-        for i in 0..5 {
-            push(&buffer, i);
-        }
-        buffer.finish(Err("boom".into()));
-        assert_eq!(values(buffer.take(2).await), vec![0, 1]);
-        assert_eq!(values(buffer.take(2).await), vec![2, 3]);
-        assert_eq!(values(buffer.take(2).await), vec![4]);
-        assert_eq!(buffer.take(2).await, Taken::Error("boom".into()));
-    }
-
-    #[tokio::test]
-    async fn an_element_left_open_is_taken_after_the_linger() {
-        let buffer = TaskBuffer::new(100, usize::MAX);
-        push(&buffer, 7);
-        // The pipeline has not ended and pushes nothing more: the reader still gets the element.
-        let started = Instant::now();
-        let taken = tokio::time::timeout(Duration::from_secs(5), buffer.take(10))
-            .await
-            .expect("the open element within the linger");
-        assert_eq!(values(taken), vec![7]);
-        assert!(started.elapsed() >= LINGER / 2);
-        assert_eq!(buffer.try_take(10), None);
-    }
-
-    #[tokio::test]
-    async fn a_slow_pipeline_seals_each_element_at_once() {
-        let buffer = TaskBuffer::new(100, usize::MAX);
-        push(&buffer, 1);
-        std::thread::sleep(LINGER * 2);
-        // The gap since the previous element marks the pipeline slow: this one is sealed at
-        // once, together with the one that was waiting.
-        push(&buffer, 2);
-        assert_eq!(values(buffer.try_take_now()), vec![1, 2]);
-    }
-
-    impl TaskBuffer {
-        /// A sealed chunk only (what a reader gets without any linger).
-        fn try_take_now(&self) -> Taken {
-            let mut inner = self.lock();
-            self.try_take_locked(&mut inner, usize::MAX, false)
-                .expect("a sealed chunk")
-        }
-    }
-
-    #[tokio::test]
-    async fn elements_small_and_large_come_out_as_they_went_in() {
-        use sluice_dataset::Tensor;
-        let floats = vec![0.5f32; 1 << 16];
-        let elements: Vec<Element> = vec![
-            Tensor::scalar_i64(3).into(),
-            Tensor::from_f32s(vec![floats.len()], &floats)
-                .unwrap()
-                .into(),
-            Tensor::scalar_string("s").into(),
-        ];
-        for compression in [Compression::None, Compression::Auto] {
-            let buffer = TaskBuffer::new(100, usize::MAX);
-            let mut scratch = BytesMut::new();
-            for e in &elements {
-                assert!(buffer.push_element(e, compression, &mut scratch));
+    /// `push_with` under the lock: waits for room, owns the open chunk again, and wakes
+    /// readers for a chunk's first element or a sealed chunk.
+    fn push_locked(&mut self, add: impl FnOnce(&mut PackedBuilder) -> usize) -> bool {
+        let buffer = &*self.buffer;
+        let mut guard = buffer.lock();
+        loop {
+            if buffer.closed.load(Ordering::Relaxed) {
+                return false;
             }
-            buffer.finish(Ok(()));
-            // A slow push (compressing the large one) may seal a chunk early.
-            let mut decoded = Vec::new();
-            while let Taken::Elements(packed) = buffer.take(100).await {
-                decoded.extend(packed.into_decoder().map(Result::unwrap));
+            let (inner, open) = self.locked(&mut guard);
+            if !buffer.full(open) {
+                break;
             }
-            assert_eq!(decoded.len(), elements.len());
-            for (i, (d, e)) in decoded.iter().zip(&elements).enumerate() {
-                assert!(
-                    d == e,
-                    "{compression}: element {i}: {:?} {:?}",
-                    d.spec(),
-                    e.spec()
-                );
+            // Full: whatever is open becomes takeable, then wait for a reader to make room.
+            if !open.is_empty() {
+                buffer.seal(inner, open);
+                buffer.readable.notify_waiters();
             }
+            guard = buffer.room.wait(guard).expect("task buffer lock poisoned");
         }
+        // No reader touches the open chunk while the lock is held: the pipeline owns it again.
+        buffer.revoked.store(false, Ordering::Relaxed);
+        let (inner, open) = self.locked(&mut guard);
+        let first = open.is_empty();
+        let seal = open.append(add, &mut self.last_push);
+        if seal {
+            buffer.seal(inner, open);
+        } else if first {
+            inner.open_since = open.since;
+        }
+        drop(guard);
+        if first || seal {
+            buffer.readable.notify_waiters();
+        }
+        true
     }
 
-    #[tokio::test]
-    async fn a_closed_buffer_reports_stopped_after_its_elements_not_end() {
-        let buffer = TaskBuffer::new(16, usize::MAX);
-        assert!(push(&buffer, b'x'));
-        buffer.close();
-        buffer.finish(Ok(()));
-        assert!(matches!(buffer.take(16).await, Taken::Elements(e) if e.len() == 1));
-        assert_eq!(buffer.take(16).await, Taken::Stopped);
+    /// Seals the open chunk (full, old, or the pipeline is slow) and wakes readers.
+    fn seal(&self) {
+        let buffer = &*self.buffer;
+        let mut guard = buffer.lock();
+        let (inner, open) = self.locked(&mut guard);
+        buffer.seal(inner, open);
+        drop(guard);
+        buffer.readable.notify_waiters();
     }
 
-    #[test]
-    fn the_pipeline_blocks_while_full_and_stops_when_closed() {
-        let buffer = Arc::new(TaskBuffer::new(3, usize::MAX));
-        for i in 0..3 {
-            assert!(push(&buffer, i));
-        }
-        let pusher = {
-            let buffer = buffer.clone();
-            std::thread::spawn(move || push(&buffer, 3))
+    /// The lock's data and the open chunk, for the producer holding the lock.
+    fn locked<'a>(&self, guard: &'a mut MutexGuard<'_, Inner>) -> (&'a mut Inner, &'a mut Open) {
+        // SAFETY: the one producer (this), with the lock held through `guard`; readers touch
+        // the chunk only under the lock.
+        let open = unsafe { &mut *self.buffer.open.get() };
+        (&mut **guard, open)
+    }
+
+    /// The pipeline ended (`Ok`) or failed: readers see it after every element pushed.
+    pub fn finish(mut self, end: Result<(), String>) {
+        self.end(end);
+    }
+
+    fn end(&mut self, end: Result<(), String>) {
+        self.finished = true;
+        let buffer = &*self.buffer;
+        // Poisoned: a panic under the lock, which readers see as a panic of their own.
+        let Ok(mut guard) = buffer.inner.lock() else {
+            return;
         };
-        // Full: the pusher waits until a reader makes room.
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(!pusher.is_finished());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        assert_eq!(values(rt.block_on(buffer.take(1))), vec![0]);
-        assert!(pusher.join().unwrap());
-        // Full again (1, 2, 3). Closed: a blocked (or later) push says stop.
-        let blocked = {
-            let buffer = buffer.clone();
-            std::thread::spawn(move || push(&buffer, 99))
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        buffer.close();
-        assert!(!blocked.join().unwrap());
-        assert!(!push(&buffer, 100));
-    }
-
-    #[test]
-    fn the_byte_bound_holds_but_a_large_element_still_goes_alone() {
-        let buffer = TaskBuffer::new(100, 10);
-        assert!(buffer.push(&[0u8; 64], Bytes::new()));
-        let pusher = {
-            let buffer = Arc::new(buffer);
-            let b2 = buffer.clone();
-            (
-                std::thread::spawn(move || b2.push(&[1u8; 4], Bytes::new())),
-                buffer,
-            )
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(
-            !pusher.0.is_finished(),
-            "over the byte bound: the pipeline waits"
-        );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        match rt.block_on(pusher.1.take(10)) {
-            Taken::Elements(e) => assert_eq!(e.byte_len(), 64),
-            other => panic!("{other:?}"),
-        }
-        assert!(pusher.0.join().unwrap());
+        let (inner, open) = self.locked(&mut guard);
+        buffer.seal(inner, open);
+        inner.end.get_or_insert(end);
+        drop(guard);
+        buffer.readable.notify_waiters();
     }
 }
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if !self.finished {
+            let why = if std::thread::panicking() {
+                "the task's pipeline thread panicked"
+            } else {
+                "the task's pipeline stopped without an end"
+            };
+            self.end(Err(why.to_string()));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "task_buffer_tests.rs"]
+mod tests;

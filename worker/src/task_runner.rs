@@ -16,7 +16,7 @@ use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::CrossTrainerCache;
 use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
-use crate::task_buffer::TaskBuffer;
+use crate::task_buffer::{Producer, TaskBuffer};
 use bytes::BytesMut;
 use sluice_client::DispatcherClient;
 use sluice_dataset::{pb as dpb, AutoShardPolicy, Compression, ExecOptions, SplitSupplier};
@@ -123,11 +123,8 @@ impl TaskRunner {
     }
 
     fn start(&self) -> Arc<TaskBuffer> {
-        let buffer = Arc::new(TaskBuffer::new(
-            self.config.task_buffer,
-            self.config.task_buffer_bytes,
-        ));
-        let tx = buffer.clone();
+        let (tx, buffer) =
+            TaskBuffer::channel(self.config.task_buffer, self.config.task_buffer_bytes);
         let def = self.def.clone();
         let dynamic = def.sharding_policy == pb::ShardingPolicy::Dynamic as i32;
         let splits: Option<Arc<dyn SplitSupplier>> = dynamic.then(|| {
@@ -173,10 +170,10 @@ fn produce(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
     compression: Compression,
-    tx: Arc<TaskBuffer>,
+    mut tx: Producer,
     cancelled: Arc<AtomicBool>,
 ) {
-    let end = run_pipeline(def, splits, compression, &tx, &cancelled);
+    let end = run_pipeline(def, splits, compression, &mut tx, &cancelled);
     tx.finish(end);
 }
 
@@ -184,7 +181,7 @@ fn run_pipeline(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
     compression: Compression,
-    tx: &TaskBuffer,
+    tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), String> {
     let task_id = def.task_id;
@@ -196,18 +193,23 @@ fn run_pipeline(
         splits,
         ..ExecOptions::default()
     };
-    let elements = sluice_dataset::iterate(&dataset, &options).map_err(|e| e.to_string())?;
+    let mut elements = sluice_dataset::iterate(&dataset, &options).map_err(|e| e.to_string())?;
     let mut produced = 0u64;
-    // Room to encode large elements outside the buffer's lock (see `push_element`).
+    // Room to encode large elements outside the open chunk (see `push_element`).
     let mut scratch = BytesMut::new();
-    for element in elements {
+    loop {
+        // Borrowed where the executor put it: moving a 64-byte element out of its `Option` and
+        // `Result` cost as much as encoding a tiny one (a store-forwarding stall per move).
+        let next = elements.next();
+        let element = match &next {
+            Some(Ok(element)) => element,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => break,
+        };
         if cancelled.load(Ordering::Relaxed) {
             debug!(task = task_id, produced, "task cancelled");
             return Ok(());
         }
-        // Borrowed where the pipeline put it: moving it out of the `Result` cost as much as
-        // encoding a tiny element.
-        let element = element.as_ref().map_err(|e| e.to_string())?;
         if !tx.push_element(element, compression, &mut scratch) {
             debug!(task = task_id, produced, "every reader is gone");
             return Ok(()); // the task was deleted

@@ -1,0 +1,304 @@
+use super::*;
+
+/// Pushes a one-byte element.
+fn push(tx: &mut Producer, v: u8) -> bool {
+    tx.push(&[v], Bytes::new())
+}
+
+fn values(taken: Taken) -> Vec<u8> {
+    match taken {
+        Taken::Elements(e) => e.encoded().map(|(head, _)| head[0]).collect(),
+        other => panic!("expected elements, got {other:?}"),
+    }
+}
+
+/// The numbers of elements pushed as little-endian `u32`s.
+fn numbers(elements: &Packed) -> impl Iterator<Item = u32> + '_ {
+    elements
+        .encoded()
+        .map(|(head, _)| u32::from_le_bytes(head[..].try_into().expect("four bytes")))
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
+impl TaskBuffer {
+    /// A sealed chunk only (what a reader gets without any linger).
+    fn try_take_now(&self) -> Taken {
+        let mut inner = self.lock();
+        self.try_take_locked(&mut inner, usize::MAX, false)
+            .expect("a sealed chunk")
+    }
+}
+
+#[tokio::test]
+async fn chunks_hold_at_most_chunk_elements_in_pipeline_order() {
+    let (mut tx, buffer) = TaskBuffer::channel(4 * CHUNK_ELEMENTS, usize::MAX);
+    let n = CHUNK_ELEMENTS + 3;
+    for i in 0..n {
+        assert!(tx.push(&(i as u32).to_le_bytes(), Bytes::new()));
+    }
+    tx.finish(Ok(()));
+    // A fast pipeline fills whole chunks; a slow machine may seal some early (500 us), so
+    // only the bound and the order are certain.
+    let mut next = 0u32;
+    let mut chunks = 0;
+    loop {
+        match buffer.take(usize::MAX).await {
+            Taken::Elements(elements) => {
+                assert!(elements.len() <= CHUNK_ELEMENTS);
+                for number in numbers(&elements) {
+                    assert_eq!(number, next);
+                    next += 1;
+                }
+                chunks += 1;
+            }
+            Taken::End => break,
+            Taken::Error(e) => panic!("{e}"),
+            Taken::Stopped => panic!("never closed"),
+        }
+    }
+    assert_eq!(next as usize, n);
+    assert!(chunks >= 2);
+    assert_eq!(buffer.take(1).await, Taken::End, "the end stays");
+}
+
+#[tokio::test]
+async fn a_reader_takes_no_more_than_it_asks_and_order_is_kept() {
+    let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
+    for i in 0..5 {
+        push(&mut tx, i);
+    }
+    tx.finish(Err("boom".into()));
+    assert_eq!(values(buffer.take(2).await), vec![0, 1]);
+    assert_eq!(values(buffer.take(2).await), vec![2, 3]);
+    assert_eq!(values(buffer.take(2).await), vec![4]);
+    assert_eq!(buffer.take(2).await, Taken::Error("boom".into()));
+}
+
+#[tokio::test]
+async fn an_element_left_open_is_taken_after_the_linger() {
+    let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
+    push(&mut tx, 7);
+    // The pipeline has not ended and pushes nothing more: the reader still gets the element.
+    let started = Instant::now();
+    let taken = tokio::time::timeout(Duration::from_secs(5), buffer.take(10))
+        .await
+        .expect("the open element within the linger");
+    assert_eq!(values(taken), vec![7]);
+    assert!(started.elapsed() >= LINGER / 2);
+    assert_eq!(buffer.try_take(10), None);
+    // The pipeline goes on after a reader took its open chunk.
+    push(&mut tx, 8);
+    push(&mut tx, 9);
+    tx.finish(Ok(()));
+    // (8 came after a long gap, so it was sealed alone, at once.)
+    let mut rest = Vec::new();
+    loop {
+        match buffer.take(10).await {
+            Taken::Elements(e) => rest.extend(values(Taken::Elements(e))),
+            Taken::End => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(rest, vec![8, 9]);
+}
+
+#[tokio::test]
+async fn an_element_pushed_while_a_reader_waits_is_taken_within_the_linger() {
+    let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
+    let reader = {
+        let buffer = buffer.clone();
+        tokio::spawn(async move { buffer.take(10).await })
+    };
+    // The reader waits on an empty buffer when the pipeline pushes one element and then
+    // blocks (pushes nothing more, does not end). On this current-thread runtime, yielding
+    // runs the reader until it waits.
+    tokio::task::yield_now().await;
+    assert!(!reader.is_finished(), "nothing to take yet");
+    push(&mut tx, 9);
+    let taken = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .expect("the element within the linger, not when the pipeline next pushes")
+        .expect("the reader");
+    assert_eq!(values(taken), vec![9]);
+}
+
+#[tokio::test]
+async fn a_slow_pipeline_seals_each_element_at_once() {
+    let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
+    push(&mut tx, 1);
+    std::thread::sleep(LINGER * 2);
+    // The gap since the previous element marks the pipeline slow: this one is sealed at
+    // once, together with the one that was waiting.
+    push(&mut tx, 2);
+    assert_eq!(values(buffer.try_take_now()), vec![1, 2]);
+}
+
+#[tokio::test]
+async fn elements_small_and_large_come_out_as_they_went_in() {
+    use sluice_dataset::Tensor;
+    let floats = vec![0.5f32; 1 << 16];
+    let elements: Vec<Element> = vec![
+        Tensor::scalar_i64(3).into(),
+        Tensor::from_f32s(vec![floats.len()], &floats)
+            .unwrap()
+            .into(),
+        Tensor::scalar_string("s").into(),
+    ];
+    for compression in [Compression::None, Compression::Auto] {
+        let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
+        let mut scratch = BytesMut::new();
+        for e in &elements {
+            assert!(tx.push_element(e, compression, &mut scratch));
+        }
+        tx.finish(Ok(()));
+        // A slow push (compressing the large one) may seal a chunk early.
+        let mut decoded = Vec::new();
+        while let Taken::Elements(packed) = buffer.take(100).await {
+            decoded.extend(packed.into_decoder().map(Result::unwrap));
+        }
+        assert_eq!(decoded.len(), elements.len());
+        for (i, (d, e)) in decoded.iter().zip(&elements).enumerate() {
+            assert!(
+                d == e,
+                "{compression}: element {i}: {:?} {:?}",
+                d.spec(),
+                e.spec()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_closed_buffer_reports_stopped_after_its_elements_not_end() {
+    let (mut tx, buffer) = TaskBuffer::channel(16, usize::MAX);
+    assert!(push(&mut tx, b'x'));
+    buffer.close();
+    assert!(!push(&mut tx, b'y'), "closed: the pipeline stops");
+    tx.finish(Ok(()));
+    assert!(matches!(buffer.take(16).await, Taken::Elements(e) if e.len() == 1));
+    assert_eq!(buffer.take(16).await, Taken::Stopped);
+}
+
+#[tokio::test]
+async fn a_pipeline_thread_that_panics_ends_the_buffer_with_an_error() {
+    let (mut tx, buffer) = TaskBuffer::channel(16, usize::MAX);
+    let pipeline = std::thread::spawn(move || {
+        push(&mut tx, 1);
+        panic!("a bug in the pipeline");
+    });
+    assert!(pipeline.join().is_err());
+    assert_eq!(values(buffer.take(16).await), vec![1]);
+    assert_eq!(
+        buffer.take(16).await,
+        Taken::Error("the task's pipeline thread panicked".into())
+    );
+}
+
+#[test]
+fn the_pipeline_blocks_while_full_and_stops_when_closed() {
+    let (mut tx, buffer) = TaskBuffer::channel(3, usize::MAX);
+    for i in 0..3 {
+        assert!(push(&mut tx, i));
+    }
+    let pusher = std::thread::spawn(move || {
+        let pushed = push(&mut tx, 3);
+        (tx, pushed)
+    });
+    // Full: the pusher waits until a reader makes room.
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!pusher.is_finished());
+    let rt = current_thread();
+    assert_eq!(values(rt.block_on(buffer.take(1))), vec![0]);
+    let (mut tx, pushed) = pusher.join().unwrap();
+    assert!(pushed);
+    // Full again (1, 2, 3). Closed: a blocked (or later) push says stop.
+    let blocked = std::thread::spawn(move || {
+        let pushed = push(&mut tx, 99);
+        (tx, pushed)
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    buffer.close();
+    let (mut tx, pushed) = blocked.join().unwrap();
+    assert!(!pushed);
+    assert!(!push(&mut tx, 100));
+}
+
+#[test]
+fn the_byte_bound_holds_but_a_large_element_still_goes_alone() {
+    let (mut tx, buffer) = TaskBuffer::channel(100, 10);
+    assert!(tx.push(&[0u8; 64], Bytes::new()));
+    let pusher = std::thread::spawn(move || tx.push(&[1u8; 4], Bytes::new()));
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !pusher.is_finished(),
+        "over the byte bound: the pipeline waits"
+    );
+    match current_thread().block_on(buffer.take(10)) {
+        Taken::Elements(e) => assert_eq!(e.byte_len(), 64),
+        other => panic!("{other:?}"),
+    }
+    assert!(pusher.join().unwrap());
+}
+
+/// Readers that take the open chunk back as often as they can, while the pipeline appends as
+/// fast as it can: each element arrives once, and each reader sees them in order. This is the
+/// handshake of the module header under load (the revocations are counted, so the test fails
+/// if none happened).
+#[test]
+fn readers_taking_the_open_chunk_back_lose_and_repeat_nothing() {
+    const N: u32 = 400_000;
+    for max_elements in [1 << 16, 64] {
+        let (mut tx, buffer) = TaskBuffer::channel(max_elements, usize::MAX);
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let buffer = buffer.clone();
+                std::thread::spawn(move || {
+                    let (mut seen, mut partial) = (Vec::new(), 0usize);
+                    loop {
+                        match buffer.try_take(usize::MAX) {
+                            Some(Taken::Elements(elements)) => {
+                                partial += usize::from(elements.len() < CHUNK_ELEMENTS);
+                                seen.extend(numbers(&elements));
+                            }
+                            Some(Taken::End) => return (seen, partial),
+                            Some(other) => panic!("{other:?}"),
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for i in 0..N {
+            assert!(tx.push(&i.to_le_bytes(), Bytes::new()));
+        }
+        tx.finish(Ok(()));
+        let mut all = Vec::new();
+        let mut partial = 0;
+        for reader in readers {
+            let (seen, chunks) = reader.join().expect("a reader");
+            assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order per reader");
+            all.extend(seen);
+            partial += chunks;
+        }
+        all.sort_unstable();
+        assert_eq!(
+            all.len(),
+            N as usize,
+            "max {max_elements}: none lost or repeated"
+        );
+        assert!(
+            all.iter().copied().eq(0..N),
+            "max {max_elements}: every element"
+        );
+        assert!(
+            partial > 10,
+            "max {max_elements}: readers took open chunks ({partial})"
+        );
+    }
+}
