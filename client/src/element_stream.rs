@@ -189,10 +189,10 @@ impl ElementStream {
     }
 
     /// The element of the current batch when there is one: no more than a decode, inlined into
-    /// the caller's loop with everything under it, so the element is built where the caller
-    /// reads it (each function boundary it crossed by value cost a few ns in moves); otherwise
-    /// waits for a delivery.
-    #[inline]
+    /// the caller's loop (with `Next::poll`; forced, as LLVM kept both out of line), so the
+    /// element is built close to where the caller reads it (each function boundary it crossed
+    /// by value cost a few ns in moves); otherwise waits for a delivery.
+    #[inline(always)]
     fn poll_element(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Element, ClientError>>> {
         match self.take() {
             Some(element) => Poll::Ready(Some(Ok(element))),
@@ -305,7 +305,7 @@ struct Next<'a>(&'a mut ElementStream);
 impl Future for Next<'_> {
     type Output = Option<Result<Element, ClientError>>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.get_mut().0.poll_element(cx)
     }

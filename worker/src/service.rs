@@ -269,7 +269,7 @@ async fn serve_buffer(
                 }
             }
             if credits > 0 && bytes < MAX_BATCH_BYTES {
-                next = buffer.try_take(credits.min(usize::MAX as u64) as usize);
+                next = buffer.try_take_sealed(credits.min(usize::MAX as u64) as usize);
             }
         }
         let batch = ElementBatch {

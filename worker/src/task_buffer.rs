@@ -295,10 +295,19 @@ impl TaskBuffer {
     }
 
     /// Up to `max` elements that are ready now (sealed, or open ones), or the end; `None` when
-    /// nothing is buffered. For topping up a message that already has elements.
+    /// nothing is buffered.
     pub fn try_take(&self, max: usize) -> Option<Taken> {
         let mut inner = self.lock();
         self.try_take_locked(&mut inner, max.max(1), true)
+    }
+
+    /// Up to `max` elements of sealed chunks, or the end; `None` when no chunk is sealed. For
+    /// topping up a message that already has elements: what is still open stays with the
+    /// pipeline to fill (a reader waiting in `take` gets it at its linger), so a fast pipeline
+    /// is not made to start a new chunk for every message.
+    pub fn try_take_sealed(&self, max: usize) -> Option<Taken> {
+        let mut inner = self.lock();
+        self.try_take_locked(&mut inner, max.max(1), false)
     }
 
     /// Up to `max` elements, waiting for at least one, or the end. Cancel-safe: nothing is

@@ -26,15 +26,6 @@ fn current_thread() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
-impl TaskBuffer {
-    /// A sealed chunk only (what a reader gets without any linger).
-    fn try_take_now(&self) -> Taken {
-        let mut inner = self.lock();
-        self.try_take_locked(&mut inner, usize::MAX, false)
-            .expect("a sealed chunk")
-    }
-}
-
 #[tokio::test]
 async fn chunks_hold_at_most_chunk_elements_in_pipeline_order() {
     let (mut tx, buffer) = TaskBuffer::channel(4 * CHUNK_ELEMENTS, usize::MAX);
@@ -136,7 +127,8 @@ async fn a_slow_pipeline_seals_each_element_at_once() {
     // The gap since the previous element marks the pipeline slow: this one is sealed at
     // once, together with the one that was waiting.
     push(&mut tx, 2);
-    assert_eq!(values(buffer.try_take_now()), vec![1, 2]);
+    let sealed = buffer.try_take_sealed(usize::MAX).expect("a sealed chunk");
+    assert_eq!(values(sealed), vec![1, 2]);
 }
 
 #[tokio::test]
