@@ -194,7 +194,7 @@ impl TaskBuffer {
         self.inner.lock().expect("task buffer lock poisoned")
     }
 
-    /// Whether `elements` and `bytes` (sealed and open) leave no room for another element.
+    /// Whether the buffer (its sealed chunks and `open`) has no room for another element.
     fn full(&self, open: &Open) -> bool {
         let elements = self.sealed_elements.load(Ordering::Relaxed) + open.builder.len();
         let bytes = self.sealed_bytes.load(Ordering::Relaxed) + open.bytes;
