@@ -54,6 +54,14 @@ impl Elements {
         Elements::Decoded(vec![element].into_iter())
     }
 
+    #[inline]
+    fn remaining(&self) -> usize {
+        match self {
+            Elements::Decoded(elements) => elements.len(),
+            Elements::Packed(elements) => elements.remaining(),
+        }
+    }
+
     /// The next element; `None` at the end or when it does not decode (`take_error` says why).
     #[inline]
     fn next_element(&mut self) -> Option<Element> {
@@ -180,7 +188,6 @@ impl ElementStream {
             if self.ended {
                 return None;
             }
-            self.release_taken();
             let delivery = self.rx.recv().ok()?;
             if let Some(e) = self.accept(delivery) {
                 return Some(Err(e));
@@ -204,8 +211,6 @@ impl ElementStream {
     /// first element of the next delivery, or the end.
     #[inline(never)]
     fn poll_refill(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Element, ClientError>>> {
-        // The batch is spent: its permits go back before waiting for the next one.
-        self.release_taken();
         loop {
             if let Some(e) = self.current.take_error() {
                 return Poll::Ready(Some(Err(self.fail(e))));
@@ -237,21 +242,23 @@ impl ElementStream {
     }
 
     /// The next element of the current batch; `None` when it has none left or its next element
-    /// does not decode (which ends the epoch: see `fail`). Permits go back to the epoch's
-    /// semaphore in groups of `RELEASE_EVERY`, and the rest when the batch runs out (see
-    /// `poll_refill`), so the worker may be granted credits again: one semaphore operation per
-    /// element was a measurable share of a tiny element's cost, and holding a few permits a
-    /// little longer only tightens the bound. The release comes before the decode, so nothing
-    /// stands between the decode and the caller's slot (a call there made the element take a
-    /// detour through the stack, at a store-forwarding stall).
+    /// does not decode (which ends the epoch: see `fail`). Its permit goes back to the epoch's
+    /// semaphore in a group of `RELEASE_EVERY`, or with the batch's last element, so the worker
+    /// may be granted credits again while the caller works on it (with
+    /// `max_outstanding_requests` 1, that is all the overlap there is): one semaphore operation
+    /// per element was a measurable share of a tiny element's cost, and holding a few permits a
+    /// little longer only tightens the bound. The element is counted, and the group released,
+    /// before the decode, so nothing stands between the decode and the caller's slot (a call
+    /// there made the element take a detour through the stack, at a store-forwarding stall).
+    /// Counting one that is not there (the batch is spent) is harmless: the whole permit has
+    /// gone back with the batch's last element.
     #[inline]
     fn take(&mut self) -> Option<Element> {
-        if self.taken >= RELEASE_EVERY {
+        self.taken += 1;
+        if self.taken >= RELEASE_EVERY || self.current.remaining() <= 1 {
             self.release_taken();
         }
-        let element = self.current.next_element()?;
-        self.taken += 1;
-        Some(element)
+        self.current.next_element()
     }
 
     /// Releases the permits of the elements taken since the last release.

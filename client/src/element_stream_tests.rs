@@ -56,3 +56,49 @@ async fn a_dropped_next_loses_no_delivery() {
     }
     assert_eq!(seen, vec![scalar(1)]);
 }
+
+#[tokio::test]
+async fn a_batch_gives_its_permits_back_with_its_last_element() {
+    // With one permit (`max_outstanding_requests` 1), the worker can send the next batch only
+    // once the caller has the last element of this one, not when it asks for the next.
+    let permits = Arc::new(Semaphore::new(1));
+    let permit = permits.clone().try_acquire_many_owned(1).unwrap();
+    let (tx, rx) = flume::unbounded();
+    tx.send(Ok(Delivered {
+        elements: Elements::one(scalar(1)),
+        permit: Some(permit),
+    }))
+    .unwrap();
+    let mut epoch = stream(rx);
+    assert_eq!(permits.available_permits(), 0);
+    assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(1));
+    assert_eq!(
+        permits.available_permits(),
+        1,
+        "released with the last element"
+    );
+
+    // A batch of many gives them back in groups, and the rest with its last element.
+    let n = 2 * RELEASE_EVERY + 5;
+    permits.add_permits(n - 1);
+    let permit = permits.clone().try_acquire_many_owned(n as u32).unwrap();
+    let mut run = PackedBuilder::default();
+    for v in 0..n {
+        run.push(&scalar(v as i64), Compression::None);
+    }
+    tx.send(Ok(Delivered {
+        elements: Elements::Packed(run.finish().into_decoder()),
+        permit: Some(permit),
+    }))
+    .unwrap();
+    for v in 0..n {
+        assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(v as i64));
+        let taken = v + 1;
+        let released = permits.available_permits();
+        assert!(
+            released <= taken && taken - released < RELEASE_EVERY,
+            "{taken} taken, {released} released"
+        );
+    }
+    assert_eq!(permits.available_permits(), n);
+}
