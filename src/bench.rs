@@ -194,9 +194,9 @@ async fn read_epoch(
         };
         // Looked at where `next` put it: moving a 64-byte element out of the `Option` and the
         // `Result` costs more than reading a tiny one (store-forwarding stalls).
-        let element = match &next {
-            Some(Ok(element)) => element,
-            Some(Err(_)) => return Err(next.expect("some").expect_err("an error").into()),
+        let element = match next {
+            Some(Ok(ref element)) => element,
+            Some(Err(e)) => return Err(e.into()),
             None => {
                 end_of_epoch = now - last;
                 break;
@@ -286,7 +286,10 @@ const TINY_OUTSTANDING: u32 = 65_536;
 /// issue's tf.data figures are medians of 5. An epoch is about half a second, which a busy
 /// neighbour on a shared machine moves by a fifth.
 const TINY_EPOCHS: usize = 5;
-const TINY_UNIT: &str = "elements/s (median of 5 epochs)";
+
+fn tiny_unit() -> String {
+    format!("elements/s (median of {TINY_EPOCHS} epochs)")
+}
 
 /// The median rate of `TINY_EPOCHS` epochs of `range(n)` (each a new job) read from `workers`
 /// workers, each of which produces the whole range (no sharding).
@@ -361,7 +364,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
             rates.push(local as f64 / started.elapsed().as_secs_f64());
         }
-        put("tiny_local_eps", median(&mut rates), TINY_UNIT);
+        put("tiny_local_eps", median(&mut rates), &tiny_unit());
     }
 
     if want("tiny2w") {
@@ -371,7 +374,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         warm_up(&client, ProcessingMode::Off).await?;
 
         let rate = tiny_rate(&client, n, 2, "tiny, 2 workers").await?;
-        put("tiny_service_eps_2w", rate, TINY_UNIT);
+        put("tiny_service_eps_2w", rate, &tiny_unit());
         results_rss(&mut put, &cluster)?;
     }
     if ["tiny1w", "batched", "large", "latency"]
@@ -384,7 +387,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
         if want("tiny1w") {
             let rate = tiny_rate(&client, n, 1, "tiny, 1 worker").await?;
-            put("tiny_service_eps_1w", rate, TINY_UNIT);
+            put("tiny_service_eps_1w", rate, &tiny_unit());
         }
 
         if want("batched") {
