@@ -3,7 +3,7 @@
 //! Dispatchers and workers run as child processes of this same binary (as tf.data service's
 //! figures were taken: dispatcher, worker and client in separate processes); the client runs
 //! here. Each workload prints one row; `--json` adds one JSON object on the last line with the
-//! keys of issue 6. Throughputs are elements (or MiB) per second of wall time over a whole epoch.
+//! keys the benchmark history in BENCHMARKS.md uses. Throughputs are elements (or MiB) per second of wall time over a whole epoch.
 
 use crate::cli::BenchArgs;
 use crate::process::SluiceProcess;

@@ -1,4 +1,4 @@
-//! The `sluice` command line (ARCHITECTURE.md §4): parses arguments, sets up tracing, and calls
+//! The `sluice` command line: parses arguments, sets up tracing, and calls
 //! one library function per subcommand.
 
 use clap::Parser;

@@ -73,7 +73,7 @@ impl ReadParams<'_> {
                 self.cardinality
             )));
         }
-        // tf.data's check is `> 1`: a dataset object's first two epochs pass (SEMANTICS K14).
+        // tf.data's check is `> 1`: a dataset object's first two epochs pass.
         if self.repetition > 1 {
             return Err(ClientError::InvalidArgument(format!(
                 "Cross-trainer caching requires infinite datasets and disallows multiple \

@@ -1,7 +1,7 @@
 //! Starting and stopping one dispatcher replica: journal, Raft, proposer, and the gRPC server
 //! that carries both the dispatcher service and the Raft peer service on one address.
 //!
-//! Bootstrap (ARCHITECTURE.md §2): every replica gets the same peer list; on first start the
+//! Bootstrap: every replica gets the same peer list; on first start the
 //! replica with the lowest id initializes the cluster once. A restarted replica recovers from
 //! its own data dir alone (its journal knows the membership).
 

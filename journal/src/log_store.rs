@@ -1,7 +1,7 @@
 //! `LogStore`: openraft's `RaftLogStorage` (log entries, vote, committed, last purged) on the
 //! journal's sled trees `raft_log` and `raft_meta`.
 //!
-//! Durability rules (RAFT_NOTES §1.9): `save_vote`, `truncate` and `purge` flush before they
+//! Durability rules: `save_vote`, `truncate` and `purge` flush before they
 //! return; `append` writes one sled batch, which makes the entries readable, and calls the
 //! `LogFlushed` callback only after the flush that makes them durable (with the real error if
 //! the flush fails). A sled flush covers every tree, so one flush per operation is enough.

@@ -1,5 +1,5 @@
 //! Multi-process tests of the `sluice` binary: dispatchers, workers and readers as separate
-//! processes on loopback, driven only through the CLI contract of ARCHITECTURE.md §4.
+//! processes on loopback, driven only through the command line, as a user drives them.
 
 mod bad_input;
 mod failover;

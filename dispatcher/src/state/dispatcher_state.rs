@@ -311,7 +311,7 @@ impl DispatcherState {
                         job.options.target_workers, options.target_workers
                     );
                 }
-                // tf.data ignores a different number of consumers (its K6); rounds of another
+                // tf.data ignores a different number of consumers; rounds of another
                 // size cannot be shared, so Sluice rejects it.
                 if job.options.num_consumers != options.num_consumers {
                     let show = |n: Option<u32>| n.map_or("none".to_string(), |n| n.to_string());
@@ -323,7 +323,7 @@ impl DispatcherState {
                 }
                 // Consumers of a shared job each register the dataset (and get their own id),
                 // so datasets are compared by definition; another definition is another
-                // dataset (tf.data silently serves the first one: its K6).
+                // dataset (tf.data silently serves the first one).
                 if self.datasets[&job.dataset_id].def != self.datasets[dataset_id].def {
                     diff += &format!(
                         "Existing dataset: {}; got {}, whose definition differs. ",
@@ -472,7 +472,7 @@ impl DispatcherState {
     }
 
     /// Unknown ids and ids of other workers are ignored one by one (tf.data aborts the whole
-    /// report on the first unknown id, which wedges the worker: its K3).
+    /// report on the first unknown id, which wedges the worker: tensorflow#52252).
     fn finish_tasks(&mut self, worker: &str, task_ids: &[TaskId]) {
         for task_id in task_ids {
             let Some(task) = self.tasks.get_mut(task_id) else {

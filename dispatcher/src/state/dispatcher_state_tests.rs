@@ -485,7 +485,7 @@ fn remove_task(task: u64) -> Update {
 }
 
 /// The pending-task protocol of coordinated reads (tf.data's `DI.h` header comment), with the
-/// round estimate kept per iteration (tf.data keys it by client and reads it by iteration: K4).
+/// round estimate kept per iteration (tf.data keys it by client and reads it by iteration, so its first target round is always rejected).
 #[test]
 fn coordinated_reads_table() {
     // Two consumers (clients 3000 and 3001) read job "rr" of iteration 2000; w1 runs task 4000.

@@ -1,5 +1,5 @@
 //! `WorkerIndexResolver`: the fixed worker list of static sharding, and each worker's index in
-//! it (tf.data's `WorkerIndexResolver`, SEMANTICS.md §7.3).
+//! it (tf.data's `WorkerIndexResolver`).
 //!
 //! The list comes from the dispatcher's configuration (`worker_addresses`). Entries are
 //! `host:port`, or a host without port, or `host:%port%` / `host:%port_name%` (any port). A

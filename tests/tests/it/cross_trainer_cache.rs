@@ -1,4 +1,4 @@
-//! The cross-trainer cache (SEMANTICS.md §7.7, tf.data's `cross_trainer_cache_test.py` and
+//! The cross-trainer cache (tf.data's `cross_trainer_cache_test.py` and
 //! `cross_trainer_cache_ft_test.py`): trainers reading one named job share its elements, each
 //! trainer id with its own cursor into a sliding window per task. Every test runs on a
 //! three-replica quorum and reads `range(N).repeat()`.
@@ -180,7 +180,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
         "{message}"
     );
 
-    info!("--- the checks of an iterator's creation (SEMANTICS.md §5.4)");
+    info!("--- the checks of an iterator's creation");
     cluster.wait_caught_up(1, Duration::from_secs(20)).await?;
     let jobs_before = cluster.state_of(1).expect("running").jobs().count();
     let anonymous = DistributeOptions {
@@ -231,7 +231,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
         "tf.data service cross-trainer cache requires a non-empty trainer ID."
     );
 
-    info!("--- one dataset object: two epochs pass, the third is refused (K14)");
+    info!("--- one dataset object: two epochs pass, the third is refused (tf.data's check is `repetition > 1`)");
     let service = client
         .distribute(&infinite(), ProcessingMode::Off, trainer("epochs", "T"))
         .await?;

@@ -1,4 +1,4 @@
-//! Cross-crate tests of Sluice (ARCHITECTURE.md §6, tier 3): a dispatcher quorum and workers in
+//! Cross-crate tests of Sluice: a dispatcher quorum and workers in
 //! this process over real gRPC, read through the client library. One test binary, modules by
 //! topic.
 

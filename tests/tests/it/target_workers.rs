@@ -1,4 +1,4 @@
-//! Target workers, worker tags and local workers (SEMANTICS.md §7.8, tf.data's
+//! Target workers, worker tags and local workers (tf.data's
 //! `local_workers_test.py`). Every worker of a test runs in the test process; the ones started
 //! with `local: false` are not in the process's local-worker registry, so the client treats
 //! them exactly as workers on another host.
@@ -164,7 +164,7 @@ async fn local_reads_need_a_worker_in_this_process() -> anyhow::Result<()> {
 async fn a_local_readers_task_is_deleted_when_it_goes_away() -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(3, 0).await?;
     let local = cluster.add_worker().await?;
-    // A remote worker's task is never read with LOCAL, so the iteration never finishes (K17):
+    // A remote worker's task is never read with LOCAL, so the iteration never finishes, as in tf.data:
     // a later reader of it reaches the deleted local task instead of an ended iteration.
     cluster
         .add_worker_with(|config| config.local = false)
