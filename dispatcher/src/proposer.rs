@@ -74,7 +74,7 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<(Request, Reply)>) {
         }
         let (requests, replies): (Vec<Request>, Vec<Reply>) = batch.into_iter().unzip();
         debug!(requests = requests.len(), "propose");
-        let written = raft.client_write_ff(Proposal(requests)).await;
+        let written = raft.client_write_ff(Proposal { time_micros: now_micros(), requests }).await;
         tokio::spawn(async move {
             let result = match written {
                 Ok(receiver) => receiver
@@ -125,4 +125,12 @@ fn answer(result: WriteResult, replies: Vec<Reply>) {
             }
         }
     }
+}
+
+/// The leader's wall clock in microseconds since the Unix epoch: the time stamped on each entry.
+pub fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }

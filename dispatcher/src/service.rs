@@ -23,7 +23,7 @@ use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::Instant;
 use tonic::{Request as GrpcRequest, Response, Status};
 
@@ -174,13 +174,6 @@ fn voters(membership: Option<openraft::Membership<NodeId, NodeInfo>>) -> Vec<u64
 
 fn poll_deadline(poll_timeout_ms: u64) -> Instant {
     Instant::now() + Duration::from_millis(poll_timeout_ms).min(MAX_POLL)
-}
-
-fn now_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 fn unexpected(outcome: Outcome) -> Status {
@@ -351,7 +344,6 @@ impl Dispatcher for DispatcherService {
         let req = request.into_inner();
         let update = Update::ReleaseIterationClient {
             client_id: ClientId(req.iteration_client_id),
-            time_micros: now_micros(),
         };
         self.propose(req.request_id, update).await?;
         Ok(Response::new(pb::ReleaseIterationClientResponse {}))

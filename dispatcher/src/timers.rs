@@ -12,7 +12,7 @@ use crate::proposer::ProposerHandle;
 use crate::state::{Request, ShardingPolicy, Update};
 use crate::types::{Raft, StateHandle};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -24,13 +24,6 @@ pub struct Timers {
     pub proposer: ProposerHandle,
     pub liveness: Arc<Liveness>,
     pub config: DispatcherConfig,
-}
-
-fn now_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 impl Timers {
@@ -84,7 +77,7 @@ impl Timers {
     /// The updates the timers want now (pure apart from reading clocks and soft state).
     fn decide(&self, grace_start: Instant) -> Vec<Update> {
         let now = Instant::now();
-        let wall = now_micros();
+        let wall = crate::proposer::now_micros();
         let applied = self.state.read().expect("state lock poisoned");
         let state = &applied.state;
         self.liveness.retain(
@@ -103,10 +96,7 @@ impl Timers {
         for (client_id, _) in state.active_clients() {
             let last = self.liveness.client_last_seen(client_id.0, grace_start);
             if now.duration_since(last) > self.config.client_timeout {
-                updates.push(Update::ReleaseIterationClient {
-                    client_id,
-                    time_micros: wall,
-                });
+                updates.push(Update::ReleaseIterationClient { client_id });
             }
         }
         if let Some(gc_timeout) = self.config.job_gc_timeout {
