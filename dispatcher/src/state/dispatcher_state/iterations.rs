@@ -90,7 +90,10 @@ impl DispatcherState {
         }
     }
 
-    pub(super) fn garbage_collect(&mut self, iteration_id: IterationId) -> Result<Outcome, Rejection> {
+    pub(super) fn garbage_collect(
+        &mut self,
+        iteration_id: IterationId,
+    ) -> Result<Outcome, Rejection> {
         let iteration = self
             .iterations
             .get(&iteration_id)

@@ -78,7 +78,11 @@ impl DispatcherState {
 
     /// A task for a worker joining a coordinated iteration: its worker runs it at once, but
     /// consumers read it only from the round they all agree on (see `client_rounds`).
-    pub(super) fn create_pending_task(&mut self, iteration_id: IterationId, worker: &str) -> TaskId {
+    pub(super) fn create_pending_task(
+        &mut self,
+        iteration_id: IterationId,
+        worker: &str,
+    ) -> TaskId {
         let iteration = &self.iterations[&iteration_id];
         let target_round = iteration.round_estimate + 1;
         let id = self.new_task(iteration_id, worker, target_round);

@@ -49,7 +49,12 @@ impl DispatcherState {
         id
     }
 
-    pub(super) fn new_task(&mut self, iteration_id: IterationId, worker: &str, starting_round: u64) -> TaskId {
+    pub(super) fn new_task(
+        &mut self,
+        iteration_id: IterationId,
+        worker: &str,
+        starting_round: u64,
+    ) -> TaskId {
         let id = TaskId(self.next_task_id);
         self.next_task_id += 1;
         self.tasks.insert(
