@@ -13,8 +13,9 @@
 //! - `config`: `DispatcherConfig`.
 //! - `dispatcher_handle`: starting and stopping a replica.
 //! - `proposer`: group commit of concurrent requests into one log entry.
-//! - `liveness`, `timers`: leader-local heartbeat times and the timers that propose worker
-//!   expiry, client timeouts and iteration garbage collection.
+//! - `liveness`, `timers`: leader-local heartbeat times, and the timers' pure `decide` (worker
+//!   expiry, client timeouts, iteration garbage collection) with the thin loop that proposes
+//!   what it decides.
 //! - `service`: the gRPC dispatcher service (thin handlers: decode, delegate, map).
 //! - `registration`: the leader's preparation of a dataset registration (file expansion, split
 //!   counts, element spec).

@@ -257,3 +257,7 @@ impl Dispatcher for DispatcherService {
         }))
     }
 }
+
+#[cfg(test)]
+#[path = "service_tests.rs"]
+mod tests;
