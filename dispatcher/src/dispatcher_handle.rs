@@ -10,11 +10,12 @@ use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
+use crate::raft_error::raft_error;
 use crate::raft_network::PeerNetwork;
 use crate::raft_service::RaftPeerService;
 use crate::service::DispatcherService;
 use crate::state::DispatcherState;
-use crate::timers::Timers;
+use crate::timers::{TimerLoop, Timers};
 use crate::types::{NodeInfo, Raft, StateHandle, TypeConfig};
 use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
@@ -89,7 +90,7 @@ impl DispatcherHandle {
             state_machine,
         )
         .await
-        .map_err(|e| DispatcherError::RaftStopped(e.to_string()))?;
+        .map_err(raft_error)?;
 
         let proposer = ProposerHandle::spawn(raft.clone());
         let liveness = Arc::new(Liveness::default());
@@ -101,13 +102,13 @@ impl DispatcherHandle {
             liveness.clone(),
         );
         let shutdown = CancellationToken::new();
-        let timers = Timers {
+        let timers = TimerLoop {
             id: config.id,
             raft: raft.clone(),
             state: state.clone(),
             proposer,
             liveness,
-            config: config.clone(),
+            timers: Timers::new(&config),
         };
         tokio::spawn(timers.run(shutdown.clone()));
         let server = tonic::transport::Server::builder()
@@ -211,10 +212,7 @@ async fn bootstrap(
     if id != lowest {
         return Ok(());
     }
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|e| DispatcherError::RaftStopped(e.to_string()))?;
+    let initialized = raft.is_initialized().await.map_err(raft_error)?;
     if initialized {
         return Ok(());
     }

@@ -1,4 +1,7 @@
 //! `DispatcherError`, the dispatcher crate's one error type, and its one mapping to gRPC status.
+//!
+//! Every `tonic::Status` the crate sends is built here (the dispatcher service and the Raft
+//! peer service alike): the match has no catch-all arm, so a new variant must choose its code.
 
 use crate::state::Rejection;
 use sluice_proto::LEADER_METADATA_KEY;
@@ -26,6 +29,13 @@ pub enum DispatcherError {
     /// Starting the node failed (bind, config).
     #[error("{0}")]
     Startup(String),
+    /// `apply` answered an update with an outcome of another kind: a bug, not a condition a
+    /// caller can handle.
+    #[error("update {update} got the outcome of another kind: {outcome}")]
+    UnexpectedOutcome {
+        update: &'static str,
+        outcome: String,
+    },
 }
 
 impl DispatcherError {
@@ -39,6 +49,7 @@ impl DispatcherError {
             DispatcherError::InvalidArgument(_) => false,
             DispatcherError::Journal(_) => false,
             DispatcherError::Startup(_) => false,
+            DispatcherError::UnexpectedOutcome { .. } => false,
         }
     }
 }
@@ -66,6 +77,11 @@ impl From<DispatcherError> for tonic::Status {
             DispatcherError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             DispatcherError::Journal(_) => tonic::Status::internal(message),
             DispatcherError::Startup(_) => tonic::Status::internal(message),
+            DispatcherError::UnexpectedOutcome { .. } => tonic::Status::internal(message),
         }
     }
 }
+
+#[cfg(test)]
+#[path = "error_tests.rs"]
+mod tests;

@@ -13,9 +13,16 @@
 //! - `config`: `DispatcherConfig`.
 //! - `dispatcher_handle`: starting and stopping a replica.
 //! - `proposer`: group commit of concurrent requests into one log entry.
-//! - `liveness`, `timers`: leader-local heartbeat times and the timers that propose worker
-//!   expiry, client timeouts and iteration garbage collection.
-//! - `service`: the gRPC dispatcher service (thin handlers).
+//! - `liveness`, `timers`: leader-local heartbeat times, and the timers' pure `decide` (worker
+//!   expiry, client timeouts, iteration garbage collection) with the thin loop that proposes
+//!   what it decides.
+//! - `service`: the gRPC dispatcher service (thin handlers: decode, delegate, map).
+//! - `registration`: the leader's preparation of a dataset registration (file expansion, split
+//!   counts, element spec).
+//! - `state_reader`: linearizable reads of the applied state and long polls on it.
+//! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
+//! - `membership`: adding and removing replicas.
+//! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
 //! - `network_faults`: cut Raft links, for partition tests.
@@ -27,14 +34,19 @@ pub mod config;
 pub mod convert;
 pub mod dispatcher_handle;
 pub mod error;
+pub mod heartbeats;
 pub mod ids;
 pub mod liveness;
+pub mod membership;
 pub mod network_faults;
 pub mod proposer;
+pub mod raft_error;
 pub mod raft_network;
 pub mod raft_service;
+pub mod registration;
 pub mod service;
 pub mod state;
+pub mod state_reader;
 pub mod status;
 pub mod task_remover;
 pub mod timers;

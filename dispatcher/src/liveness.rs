@@ -23,21 +23,28 @@ struct Seen {
 
 impl Liveness {
     pub fn worker_seen(&self, address: &str) {
-        let now = Instant::now();
+        self.worker_seen_at(address, Instant::now());
+    }
+
+    pub fn client_seen(&self, client_id: u64) {
+        self.client_seen_at(client_id, Instant::now());
+    }
+
+    /// Records a worker's contact at `at` (the timers' tests pass their own times).
+    pub fn worker_seen_at(&self, address: &str, at: Instant) {
         self.seen
             .lock()
             .expect("liveness lock poisoned")
             .workers
-            .insert(address.to_string(), now);
+            .insert(address.to_string(), at);
     }
 
-    pub fn client_seen(&self, client_id: u64) {
-        let now = Instant::now();
+    pub fn client_seen_at(&self, client_id: u64, at: Instant) {
         self.seen
             .lock()
             .expect("liveness lock poisoned")
             .clients
-            .insert(client_id, now);
+            .insert(client_id, at);
     }
 
     /// Last contact with a worker, or `grace_start` if later or never heard from.

@@ -3,42 +3,124 @@
 //! openraft 0.9 appends (and fsyncs) one client write at a time, so one entry per request would
 //! cap the dispatcher at one request per fsync. The proposer instead takes every request queued
 //! while earlier entries are in flight and proposes them as one `Proposal`; at most
-//! `MAX_IN_FLIGHT` entries are outstanding, which is what makes requests queue up and batch.
-//! Each caller gets the outcome of its own request, after the entry committed and applied.
+//! `max_in_flight` entries are outstanding, which is what makes requests queue up and batch. An
+//! entry holds at most `max_requests` requests and, once it has one, grows no further past
+//! `max_bytes` (estimated): a request that would cross the bound opens the next entry.
+//!
+//! Invariants: each caller gets the outcome of its own request, after the entry committed and
+//! applied; an entry that fails fails every request in it with the same error; the entry is
+//! stamped with the leader's wall clock once, here (`now_micros`), which is the only time
+//! `apply` sees.
+//!
+//! Typed replies: each kind of update has one method that proposes it and turns its outcome
+//! into the reply callers want (`lease_splits` gives a `SplitLease`). The mapping of outcome
+//! variants to replies lives in those methods and nowhere else; a rejection becomes
+//! `DispatcherError::Rejected`, an outcome of another kind `DispatcherError::UnexpectedOutcome`.
 
 use crate::error::DispatcherError;
-use crate::state::{Outcome, Proposal, Request};
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::raft_error::{raft_error, RaftFailure};
+use crate::registration::Registration;
+use crate::state::{
+    JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, ShardingPolicy, SplitLease, Update,
+};
 use crate::types::{Raft, TypeConfig};
-use openraft::error::ClientWriteError;
+use openraft::raft::responder::{OneshotResponder, Responder};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::debug;
 
 /// How long a caller waits for its entry to commit before hearing `Unavailable`.
-const COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Requests per log entry at most.
-const MAX_BATCH: usize = 1024;
-/// Entries proposed and not yet answered at most.
-const MAX_IN_FLIGHT: usize = 2;
+/// The bounds of group commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Requests per log entry at most.
+    pub max_requests: usize,
+    /// Estimated bytes per log entry past which no further request joins it (a single larger
+    /// request still gets an entry of its own). Well below the gRPC message bound, since one
+    /// append to a follower may carry several entries.
+    pub max_bytes: usize,
+    /// Entries proposed and not yet answered at most.
+    pub max_in_flight: usize,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits {
+            max_requests: 1024,
+            max_bytes: 16 * 1024 * 1024,
+            max_in_flight: 2,
+        }
+    }
+}
+
+/// Where the proposer's entries go: the Raft log in production, a fake in tests.
+pub trait LogWriter: Send + 'static {
+    /// Resolves when the entry is committed and applied, with one outcome per request.
+    type Committed: Future<Output = Result<Outcomes, RaftFailure>> + Send + 'static;
+
+    /// Hands one entry to the log. Entries are submitted in order; waiting for the commit is
+    /// the returned future's part, so the next entry can be submitted meanwhile.
+    fn submit(
+        &self,
+        proposal: Proposal,
+    ) -> impl Future<Output = Result<Self::Committed, RaftFailure>> + Send;
+}
+
+impl LogWriter for Raft {
+    type Committed = RaftCommit;
+
+    async fn submit(&self, proposal: Proposal) -> Result<RaftCommit, RaftFailure> {
+        Ok(RaftCommit(self.client_write_ff(proposal).await?))
+    }
+}
+
+/// openraft's answer to one submitted entry, reduced to its outcomes.
+pub struct RaftCommit(<OneshotResponder<TypeConfig> as Responder<TypeConfig>>::Receiver);
+
+impl Future for RaftCommit {
+    type Output = Result<Outcomes, RaftFailure>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|received| match received {
+                Ok(Ok(response)) => Ok(response.data),
+                Ok(Err(e)) => Err(e.into()),
+                Err(_) => Err(RaftFailure::Stopped("raft dropped the write".into())),
+            })
+    }
+}
 
 type Reply = oneshot::Sender<Result<Outcome, DispatcherError>>;
+type Queued = (Request, Reply);
 
 /// Clone-able handle to the proposer task.
 #[derive(Clone)]
 pub struct ProposerHandle {
-    tx: mpsc::UnboundedSender<(Request, Reply)>,
+    tx: mpsc::UnboundedSender<Queued>,
 }
 
 impl ProposerHandle {
-    /// Starts the proposer task; it ends when every handle is dropped.
+    /// Starts the proposer task on the Raft log; it ends when every handle is dropped.
     pub fn spawn(raft: Raft) -> ProposerHandle {
+        Self::spawn_with(raft, BatchLimits::default())
+    }
+
+    /// Starts the proposer task on any log, with the given bounds.
+    pub fn spawn_with(writer: impl LogWriter, limits: BatchLimits) -> ProposerHandle {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, rx));
+        tokio::spawn(run(writer, rx, limits));
         ProposerHandle { tx }
     }
 
-    /// Proposes one request and waits for its outcome.
+    /// Proposes one request and waits for its outcome (a rejection is an `Ok` outcome here).
     pub async fn propose(&self, request: Request) -> Result<Outcome, DispatcherError> {
         let (reply, outcome) = oneshot::channel();
         self.tx
@@ -54,33 +136,214 @@ impl ProposerHandle {
             ))),
         }
     }
+
+    /// Proposes one update; a rejection is an error.
+    async fn accepted(
+        &self,
+        id: Option<RequestId>,
+        update: Update,
+    ) -> Result<(&'static str, Outcome), DispatcherError> {
+        let kind = update.kind();
+        match self.propose(Request { id, update }).await? {
+            Outcome::Rejected(rejection) => Err(rejection.into()),
+            outcome => Ok((kind, outcome)),
+        }
+    }
+
+    pub async fn register_dataset(
+        &self,
+        id: Option<RequestId>,
+        registration: Registration,
+    ) -> Result<DatasetId, DispatcherError> {
+        match self.accepted(id, registration.into_update()).await? {
+            (_, Outcome::DatasetRegistered { dataset_id }) => Ok(dataset_id),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    /// Registers (or re-registers) a worker; the tasks it got are in the state.
+    pub async fn register_worker(
+        &self,
+        id: Option<RequestId>,
+        address: String,
+        tags: Vec<String>,
+        worker_addresses: Vec<String>,
+    ) -> Result<Vec<TaskId>, DispatcherError> {
+        let update = Update::RegisterWorker {
+            address,
+            tags,
+            worker_addresses,
+        };
+        match self.accepted(id, update).await? {
+            (_, Outcome::WorkerRegistered { tasks }) => Ok(tasks),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    pub async fn get_or_create_job(
+        &self,
+        id: Option<RequestId>,
+        dataset_id: DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<String>,
+        anonymous_suffix: u64,
+        options: JobOptions,
+    ) -> Result<JobId, DispatcherError> {
+        let update = Update::GetOrCreateJob {
+            dataset_id,
+            sharding,
+            job_name,
+            anonymous_suffix,
+            options,
+        };
+        match self.accepted(id, update).await? {
+            (_, Outcome::Job { job_id }) => Ok(job_id),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    /// The iteration and the new iteration client attached to it.
+    pub async fn get_or_create_iteration(
+        &self,
+        id: Option<RequestId>,
+        job_id: JobId,
+        repetition: u64,
+    ) -> Result<(IterationId, ClientId), DispatcherError> {
+        let update = Update::GetOrCreateIteration { job_id, repetition };
+        match self.accepted(id, update).await? {
+            (
+                _,
+                Outcome::Iteration {
+                    iteration_id,
+                    client_id,
+                },
+            ) => Ok((iteration_id, client_id)),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    pub async fn lease_splits(
+        &self,
+        id: Option<RequestId>,
+        iteration_id: IterationId,
+        provider: u32,
+        repetition: u64,
+        max: u64,
+        task_id: TaskId,
+    ) -> Result<SplitLease, DispatcherError> {
+        let update = Update::LeaseSplits {
+            iteration_id,
+            provider,
+            repetition,
+            max,
+            task_id,
+        };
+        match self.accepted(id, update).await? {
+            (_, Outcome::Splits(lease)) => Ok(lease),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    pub async fn release_iteration_client(
+        &self,
+        id: Option<RequestId>,
+        client_id: ClientId,
+    ) -> Result<(), DispatcherError> {
+        let update = Update::ReleaseIterationClient { client_id };
+        match self.accepted(id, update).await? {
+            (_, Outcome::ClientReleased) => Ok(()),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    pub async fn finish_tasks(
+        &self,
+        id: Option<RequestId>,
+        worker: String,
+        task_ids: Vec<TaskId>,
+    ) -> Result<(), DispatcherError> {
+        let update = Update::FinishTasks { worker, task_ids };
+        match self.accepted(id, update).await? {
+            (_, Outcome::TasksFinished) => Ok(()),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    /// The pending task's target round after the update (`None`: no task is pending).
+    pub async fn client_rounds(
+        &self,
+        client_id: ClientId,
+        current_round: u64,
+        blocked_round: Option<u64>,
+    ) -> Result<Option<u64>, DispatcherError> {
+        let update = Update::ClientRounds {
+            client_id,
+            current_round,
+            blocked_round,
+        };
+        match self.accepted(None, update).await? {
+            (_, Outcome::Rounds { block_round }) => Ok(block_round),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    pub async fn remove_task(&self, task_id: TaskId) -> Result<(), DispatcherError> {
+        match self.accepted(None, Update::RemoveTask { task_id }).await? {
+            (_, Outcome::TaskRemoved) => Ok(()),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<(Request, Reply)>) {
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+/// An outcome of another kind than the update's: a bug in `apply`, reported as such.
+fn unexpected(update: &'static str, outcome: Outcome) -> DispatcherError {
+    DispatcherError::UnexpectedOutcome {
+        update,
+        outcome: format!("{outcome:?}"),
+    }
+}
+
+async fn run(writer: impl LogWriter, mut rx: mpsc::UnboundedReceiver<Queued>, limits: BatchLimits) {
+    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
+    // A request that would have crossed the byte bound of the previous entry opens the next.
+    let mut carried: Option<Queued> = None;
+    loop {
+        let first = match carried.take() {
+            Some(first) => first,
+            None => match rx.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
         let permit = in_flight
             .clone()
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
         // Everything that queued while we waited for a free slot goes into this entry.
+        let mut bytes = approx_bytes(&first.0.update);
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
+        while batch.len() < limits.max_requests {
+            let Ok(item) = rx.try_recv() else { break };
+            bytes += approx_bytes(&item.0.update);
+            if bytes > limits.max_bytes {
+                carried = Some(item);
+                break;
             }
+            batch.push(item);
         }
         let (requests, replies): (Vec<Request>, Vec<Reply>) = batch.into_iter().unzip();
-        debug!(requests = requests.len(), "propose");
-        let written = raft.client_write_ff(Proposal(requests)).await;
+        debug!(requests = requests.len(), bytes, "propose");
+        let submitted = writer
+            .submit(Proposal {
+                time_micros: now_micros(),
+                requests,
+            })
+            .await;
         tokio::spawn(async move {
-            let result = match written {
-                Ok(receiver) => receiver
-                    .await
-                    .map_err(|_| DispatcherError::RaftStopped("raft dropped the write".into())),
-                Err(fatal) => Err(DispatcherError::RaftStopped(fatal.to_string())),
+            let result = match submitted {
+                Ok(committed) => committed.await,
+                Err(failure) => Err(failure),
             };
             drop(permit);
             answer(result, replies);
@@ -88,41 +351,66 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<(Request, Reply)>) {
     }
 }
 
-type WriteResult = Result<
-    Result<
-        openraft::raft::ClientWriteResponse<TypeConfig>,
-        ClientWriteError<u64, crate::types::NodeInfo>,
-    >,
-    DispatcherError,
->;
-
-fn answer(result: WriteResult, replies: Vec<Reply>) {
+fn answer(result: Result<Outcomes, RaftFailure>, replies: Vec<Reply>) {
     match result {
-        Ok(Ok(response)) => {
-            let outcomes = response.data.0;
+        Ok(Outcomes(outcomes)) => {
             debug_assert_eq!(outcomes.len(), replies.len());
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
             }
         }
-        Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
-            let leader = forward.leader_node.map(|n| n.addr);
+        Err(failure) => {
             for reply in replies {
-                let _ = reply.send(Err(DispatcherError::NotLeader {
-                    leader: leader.clone(),
-                }));
-            }
-        }
-        Ok(Err(ClientWriteError::ChangeMembershipError(e))) => {
-            for reply in replies {
-                let _ = reply.send(Err(DispatcherError::QuorumUnavailable(e.to_string())));
-            }
-        }
-        Err(err) => {
-            let message = err.to_string();
-            for reply in replies {
-                let _ = reply.send(Err(DispatcherError::RaftStopped(message.clone())));
+                let _ = reply.send(Err(raft_error(failure.clone())));
             }
         }
     }
 }
+
+/// A cheap estimate of a request's size in the log (no encoding): its variable-length fields
+/// plus a constant for the rest.
+fn approx_bytes(update: &Update) -> usize {
+    const FIXED: usize = 64;
+    let strings = |s: &[String]| s.iter().map(String::len).sum::<usize>();
+    FIXED
+        + match update {
+            Update::RegisterDataset {
+                dataset_id,
+                def,
+                metadata,
+                num_splits,
+            } => {
+                dataset_id.as_ref().map_or(0, |d| d.0.len())
+                    + def.len()
+                    + metadata.element_spec.len()
+                    + 8 * num_splits.len()
+            }
+            Update::RegisterWorker {
+                address,
+                tags,
+                worker_addresses,
+            } => address.len() + strings(tags) + strings(worker_addresses),
+            Update::GetOrCreateJob { job_name, .. } => job_name.as_ref().map_or(0, String::len),
+            Update::FinishTasks { worker, task_ids } => worker.len() + 8 * task_ids.len(),
+            Update::RemoveWorker { address } => address.len(),
+            Update::GetOrCreateIteration { .. }
+            | Update::LeaseSplits { .. }
+            | Update::ReleaseIterationClient { .. }
+            | Update::GarbageCollectIteration { .. }
+            | Update::ClientRounds { .. }
+            | Update::RemoveTask { .. } => 0,
+        }
+}
+
+/// The leader's wall clock in microseconds since the Unix epoch: the time stamped on each
+/// entry, and the time the timers compare replicated timestamps with.
+pub fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+#[path = "proposer_tests.rs"]
+mod tests;

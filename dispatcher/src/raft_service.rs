@@ -1,6 +1,8 @@
 //! The Raft peer service: decodes openraft requests from other replicas, hands them to the local
-//! `Raft`, and returns the whole `Result` encoded (see `raft_network`).
+//! `Raft`, and returns the whole `Result` encoded (see `raft_network`). An undecodable request is
+//! the one error of its own; it leaves through `DispatcherError`'s map like every other.
 
+use crate::error::DispatcherError;
 use crate::types::Raft;
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
@@ -19,8 +21,9 @@ impl RaftPeerService {
 }
 
 fn decode<T: DeserializeOwned>(request: Request<RaftPayload>) -> Result<T, Status> {
-    codec::decode(&request.into_inner().payload)
-        .map_err(|e| Status::invalid_argument(format!("undecodable raft payload: {e}")))
+    codec::decode(&request.into_inner().payload).map_err(|e| {
+        DispatcherError::InvalidArgument(format!("undecodable raft payload: {e}")).into()
+    })
 }
 
 fn reply<T: serde::Serialize>(result: T) -> Result<Response<RaftPayload>, Status> {

@@ -6,7 +6,11 @@
 //! stay in lockstep. Each caller waits (up to `WAIT`) for the others. The barrier is leader-local
 //! soft state, as in tf.data: after a leader change the consumers simply ask again.
 
+use crate::error::DispatcherError;
 use crate::ids::TaskId;
+use crate::proposer::ProposerHandle;
+use crate::state::Rejection;
+use crate::state_reader::StateReader;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -40,6 +44,44 @@ pub enum Decision {
 }
 
 impl TaskRemover {
+    /// One consumer's `MaybeRemoveTask`: looks up the task's coordinated job, votes, and
+    /// proposes the removal when this request completed the vote. True when the task is (being)
+    /// removed.
+    pub async fn maybe_remove(
+        &self,
+        reader: &StateReader,
+        proposer: &ProposerHandle,
+        task_id: TaskId,
+        consumer: u32,
+        round: u64,
+    ) -> Result<bool, DispatcherError> {
+        reader.linearizable().await?;
+        let num_consumers = reader.read(|s| {
+            let task = s.task(task_id)?;
+            let iteration = s.iteration(task.iteration_id)?;
+            Some(s.job(iteration.job_id)?.options.num_consumers)
+        });
+        let num_consumers = match num_consumers {
+            None => return Err(Rejection::NotFound(format!("Task {task_id} not found")).into()),
+            Some(None) => {
+                return Err(Rejection::FailedPrecondition(
+                    "MaybeRemoveTask called on a non-round-robin task.".into(),
+                )
+                .into())
+            }
+            Some(Some(n)) => n,
+        };
+        match self.request(task_id, consumer, round, num_consumers).await {
+            Decision::Remove => {
+                reader.check_quorum()?;
+                proposer.remove_task(task_id).await?;
+                Ok(true)
+            }
+            Decision::Agreed => Ok(true),
+            Decision::Keep => Ok(false),
+        }
+    }
+
     pub async fn request(
         &self,
         task: TaskId,

@@ -1,45 +1,64 @@
 //! Leader-only timers: worker expiry, client timeout and iteration garbage collection.
 //!
-//! Every `check_interval` the replica checks whether it leads; if so, it compares the state
-//! with its `Liveness` and the clock, and *proposes* updates (`RemoveWorker`,
-//! `ReleaseIterationClient`, `GarbageCollectIteration`). The decision is the leader's; the change
-//! is replicated like any other, so every replica agrees on it and it survives failover.
+//! The decision is pure: [`Timers::decide`] takes the time (read by the caller), the applied
+//! state and the leader's `Liveness`, and returns the updates to propose (`RemoveWorker`,
+//! `ReleaseIterationClient`, `GarbageCollectIteration`). [`TimerLoop`] is the thin shell around
+//! it: every check interval it checks whether this replica leads, reads the clocks once, and
+//! proposes what `decide` returned. The change is replicated like any other, so every replica
+//! agrees on it and it survives failover.
+//!
+//! The grace period: a new leader has heard from nobody, so the moment it became leader counts
+//! as everyone's last contact; nobody is expired before a full timeout of silence towards it.
 
 use crate::config::DispatcherConfig;
-use crate::ids::{IterationId, NodeId};
+use crate::ids::{ClientId, IterationId, NodeId};
 use crate::liveness::Liveness;
-use crate::proposer::ProposerHandle;
-use crate::state::{Request, ShardingPolicy, Update};
+use crate::proposer::{now_micros, ProposerHandle};
+use crate::state::{DispatcherState, Request, ShardingPolicy, Update};
 use crate::types::{Raft, StateHandle};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-pub struct Timers {
-    pub id: NodeId,
-    pub raft: Raft,
-    pub state: StateHandle,
-    pub proposer: ProposerHandle,
-    pub liveness: Arc<Liveness>,
-    pub config: DispatcherConfig,
+/// One reading of the leader's clocks, taken by the caller of [`Timers::decide`].
+#[derive(Clone, Copy, Debug)]
+pub struct Now {
+    /// Monotonic time, compared with the contacts `Liveness` recorded.
+    pub instant: Instant,
+    /// Wall clock in microseconds since the Unix epoch, compared with replicated timestamps
+    /// (when an iteration lost its last client).
+    pub wall_micros: u64,
 }
 
-fn now_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+/// The timeouts the leader enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timers {
+    pub worker_timeout: Duration,
+    pub client_timeout: Duration,
+    /// `None`: iterations are never collected.
+    pub job_gc_timeout: Option<Duration>,
+    /// Whether distributed_epoch iterations are collected too.
+    pub gc_dynamic_jobs: bool,
 }
 
 impl Timers {
+    pub fn new(config: &DispatcherConfig) -> Self {
+        Timers {
+            worker_timeout: config.worker_timeout,
+            client_timeout: config.client_timeout,
+            job_gc_timeout: config.job_gc_timeout,
+            gc_dynamic_jobs: config.gc_dynamic_jobs,
+        }
+    }
+
     /// How often the timers look: a quarter of the shortest timeout, within [50 ms, 1 s].
-    fn check_interval(&self) -> Duration {
+    pub fn check_interval(&self) -> Duration {
         let shortest = [
-            Some(self.config.worker_timeout),
-            Some(self.config.client_timeout),
-            self.config.job_gc_timeout,
+            Some(self.worker_timeout),
+            Some(self.client_timeout),
+            self.job_gc_timeout,
         ]
         .into_iter()
         .flatten()
@@ -48,9 +67,76 @@ impl Timers {
         (shortest / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
     }
 
+    /// The updates the timers want at `now`, for a leader elected at `leader_since`. Reads no
+    /// clock: everything time-dependent comes in through `now`.
+    pub fn decide(
+        &self,
+        now: Now,
+        leader_since: Instant,
+        state: &DispatcherState,
+        liveness: &Liveness,
+    ) -> Vec<Update> {
+        let silent = |last: Instant, timeout: Duration| {
+            now.instant.saturating_duration_since(last) > timeout
+        };
+        let mut updates = Vec::new();
+        for worker in state.workers() {
+            if silent(
+                liveness.worker_last_seen(&worker.address, leader_since),
+                self.worker_timeout,
+            ) {
+                updates.push(Update::RemoveWorker {
+                    address: worker.address.clone(),
+                });
+            }
+        }
+        for (client_id, _) in state.active_clients() {
+            if silent(
+                liveness.client_last_seen(client_id.0, leader_since),
+                self.client_timeout,
+            ) {
+                updates.push(Update::ReleaseIterationClient { client_id });
+            }
+        }
+        if let Some(gc_timeout) = self.job_gc_timeout {
+            let idle: Vec<IterationId> = state
+                .iterations()
+                .filter(|it| !it.finished && it.num_clients == 0)
+                .filter(|it| {
+                    state.job(it.job_id).is_some_and(|j| {
+                        j.sharding != ShardingPolicy::Dynamic || self.gc_dynamic_jobs
+                    })
+                })
+                .filter(|it| {
+                    it.last_client_released_micros.is_some_and(|released| {
+                        now.wall_micros >= released.saturating_add(gc_timeout.as_micros() as u64)
+                    })
+                })
+                .map(|it| it.id)
+                .collect();
+            updates.extend(
+                idle.into_iter()
+                    .map(|iteration_id| Update::GarbageCollectIteration { iteration_id }),
+            );
+        }
+        updates
+    }
+}
+
+/// The leader's timer task: reads the clocks, asks [`Timers::decide`], proposes.
+pub struct TimerLoop {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub state: StateHandle,
+    pub proposer: ProposerHandle,
+    pub liveness: Arc<Liveness>,
+    pub timers: Timers,
+}
+
+impl TimerLoop {
     pub async fn run(self, stop: CancellationToken) {
         let mut leader_since: Option<Instant> = None;
-        let mut ticker = tokio::time::interval(self.check_interval());
+        let mut ticker = tokio::time::interval(self.timers.check_interval());
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -65,8 +151,21 @@ impl Timers {
                 leader_since = None;
                 continue;
             }
-            let grace_start = *leader_since.get_or_insert_with(Instant::now);
-            for update in self.decide(grace_start) {
+            let now = Now {
+                instant: Instant::now(),
+                wall_micros: now_micros(),
+            };
+            let leader_since = *leader_since.get_or_insert(now.instant);
+            let updates = {
+                let applied = self.state.read().expect("state lock poisoned");
+                let state = &applied.state;
+                self.liveness.retain(
+                    |w| state.worker(w).is_some(),
+                    |c| state.client_iteration(ClientId(c)).is_some(),
+                );
+                self.timers.decide(now, leader_since, state, &self.liveness)
+            };
+            for update in updates {
                 info!(
                     node = self.id,
                     update = update.kind(),
@@ -80,56 +179,8 @@ impl Timers {
             }
         }
     }
-
-    /// The updates the timers want now (pure apart from reading clocks and soft state).
-    fn decide(&self, grace_start: Instant) -> Vec<Update> {
-        let now = Instant::now();
-        let wall = now_micros();
-        let applied = self.state.read().expect("state lock poisoned");
-        let state = &applied.state;
-        self.liveness.retain(
-            |w| state.worker(w).is_some(),
-            |c| state.client_iteration(crate::ids::ClientId(c)).is_some(),
-        );
-        let mut updates = Vec::new();
-        for worker in state.workers() {
-            let last = self.liveness.worker_last_seen(&worker.address, grace_start);
-            if now.duration_since(last) > self.config.worker_timeout {
-                updates.push(Update::RemoveWorker {
-                    address: worker.address.clone(),
-                });
-            }
-        }
-        for (client_id, _) in state.active_clients() {
-            let last = self.liveness.client_last_seen(client_id.0, grace_start);
-            if now.duration_since(last) > self.config.client_timeout {
-                updates.push(Update::ReleaseIterationClient {
-                    client_id,
-                    time_micros: wall,
-                });
-            }
-        }
-        if let Some(gc_timeout) = self.config.job_gc_timeout {
-            let idle: Vec<IterationId> = state
-                .iterations()
-                .filter(|it| !it.finished && it.num_clients == 0)
-                .filter(|it| {
-                    state.job(it.job_id).is_some_and(|j| {
-                        j.sharding != ShardingPolicy::Dynamic || self.config.gc_dynamic_jobs
-                    })
-                })
-                .filter(|it| {
-                    it.last_client_released_micros.is_some_and(|released| {
-                        wall >= released.saturating_add(gc_timeout.as_micros() as u64)
-                    })
-                })
-                .map(|it| it.id)
-                .collect();
-            updates.extend(
-                idle.into_iter()
-                    .map(|iteration_id| Update::GarbageCollectIteration { iteration_id }),
-            );
-        }
-        updates
-    }
 }
+
+#[cfg(test)]
+#[path = "timers_tests.rs"]
+mod tests;

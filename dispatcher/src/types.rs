@@ -37,10 +37,11 @@ impl sluice_journal::ReplicatedState<TypeConfig> for DispatcherState {
     fn apply(&mut self, log_id: &openraft::LogId<NodeId>, proposal: &Proposal) -> Outcomes {
         let ctx = ApplyContext {
             log_index: log_id.index,
+            time_micros: proposal.time_micros,
         };
         Outcomes(
             proposal
-                .0
+                .requests
                 .iter()
                 .map(|request| DispatcherState::apply(self, ctx, request))
                 .collect(),

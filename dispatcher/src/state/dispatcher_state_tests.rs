@@ -64,7 +64,6 @@ fn finish(worker: &str, tasks: &[u64]) -> Update {
 fn release(client: u64) -> Update {
     Update::ReleaseIterationClient {
         client_id: ClientId(client),
-        time_micros: 99,
     }
 }
 

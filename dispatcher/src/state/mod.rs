@@ -10,7 +10,9 @@
 //! - `entities`: datasets, workers, jobs, iterations, tasks as stored in the state.
 //! - `split_cursor`: the per-provider cursor of a distributed_epoch iteration.
 //! - `worker_index_resolver`: the static-sharding worker list and each worker's index in it.
-//! - `dispatcher_state`: `DispatcherState`, `apply` and the read-only queries.
+//! - `dispatcher_state`: `DispatcherState` and `apply`, with the handling of each update in one
+//!   file per entity beside it (datasets, workers, jobs, iterations, tasks, splits, rounds) and
+//!   the read-only queries.
 
 pub mod dispatcher_state;
 pub mod entities;

@@ -3,8 +3,9 @@
 //! A log entry carries a [`Proposal`]: the requests the leader's proposer batched into one entry
 //! (group commit). Each [`Request`] is one [`Update`] plus, for requests that may be retried, the
 //! requester's [`RequestId`]. Everything an update needs that is not derivable from the state
-//! (timestamps, random name suffixes, expanded file lists, split counts) is chosen by the leader
-//! before proposing and travels inside the update, so `apply` stays pure.
+//! (random name suffixes, expanded file lists, split counts) is chosen by the leader before
+//! proposing and travels inside the update, and the entry carries the leader's time, so
+//! `apply` stays pure.
 
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use serde::{Deserialize, Serialize};
@@ -98,9 +99,14 @@ pub struct Request {
     pub update: Update,
 }
 
-/// The payload of one normal log entry: every request the proposer gathered for it.
+/// The payload of one normal log entry: every request the proposer gathered for it, and the
+/// proposing leader's wall clock, stamped once for the whole entry.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Proposal(pub Vec<Request>);
+pub struct Proposal {
+    /// Microseconds since the Unix epoch on the leader when it proposed the entry.
+    pub time_micros: u64,
+    pub requests: Vec<Request>,
+}
 
 /// The responses to a [`Proposal`], in the same order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -148,11 +154,9 @@ pub enum Update {
         max: u64,
         task_id: TaskId,
     },
-    /// Detaches a client from its iteration; `time_micros` is the leader's wall clock.
-    ReleaseIterationClient {
-        client_id: ClientId,
-        time_micros: u64,
-    },
+    /// Detaches a client from its iteration; the entry's time is recorded as the moment the
+    /// iteration lost the client (for garbage collection).
+    ReleaseIterationClient { client_id: ClientId },
     /// A worker finished these tasks (its pipeline reached the end and a consumer saw it).
     FinishTasks {
         worker: String,

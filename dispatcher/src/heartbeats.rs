@@ -1,0 +1,176 @@
+//! `Heartbeats`: what a worker's and a client's heartbeat do on the leader.
+//!
+//! Both record the caller's liveness (leader-local), make the read current, propose what the
+//! heartbeat implies (a worker's (re)registration, a coordinated reader's rounds), and then long
+//! poll: the reply waits, up to the caller's poll timeout, until there is something new to tell.
+//! A worker's poll is bounded by half the worker timeout, so a polling worker is never expired.
+
+use crate::config::DispatcherConfig;
+use crate::convert::{request_id, task_def, task_info};
+use crate::error::DispatcherError;
+use crate::ids::ClientId;
+use crate::liveness::Liveness;
+use crate::proposer::ProposerHandle;
+use crate::state::{DispatcherState, Rejection};
+use crate::state_reader::StateReader;
+use sluice_proto::dispatcher as pb;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Longest long poll a caller may ask for.
+const MAX_POLL: Duration = Duration::from_secs(10);
+
+pub struct Heartbeats {
+    reader: StateReader,
+    proposer: ProposerHandle,
+    liveness: Arc<Liveness>,
+    /// Longest worker long poll: half the worker timeout.
+    max_worker_poll: Duration,
+    /// The configured static-sharding worker list, put into every `RegisterWorker` this
+    /// replica proposes (the state records it and checks that every leader has the same).
+    worker_addresses: Vec<String>,
+}
+
+impl Heartbeats {
+    pub fn new(
+        config: &DispatcherConfig,
+        reader: StateReader,
+        proposer: ProposerHandle,
+        liveness: Arc<Liveness>,
+    ) -> Self {
+        Heartbeats {
+            reader,
+            proposer,
+            liveness,
+            max_worker_poll: config.worker_timeout / 2,
+            worker_addresses: config.worker_addresses.clone(),
+        }
+    }
+
+    pub async fn client(
+        &self,
+        req: pb::ClientHeartbeatRequest,
+    ) -> Result<pb::ClientHeartbeatResponse, DispatcherError> {
+        let client_id = ClientId(req.iteration_client_id);
+        self.liveness.client_seen(client_id.0);
+        let deadline = poll_deadline(Duration::from_millis(req.poll_timeout_ms));
+        self.reader.linearizable().await?;
+        // A coordinated reader's rounds matter while a task waits to join its iteration.
+        let pending = self.reader.read(|s| {
+            s.client_iteration(client_id)
+                .is_some_and(|it| !it.pending_tasks.is_empty())
+        });
+        if let (true, Some(current_round)) = (pending, req.current_round) {
+            self.reader.check_quorum()?;
+            self.proposer
+                .client_rounds(client_id, current_round, req.blocked_round)
+                .await?;
+        }
+        self.reader
+            .long_poll(deadline, |s| client_view(s, client_id, req.known_tasks))
+            .await
+    }
+
+    pub async fn worker(
+        &self,
+        req: pb::WorkerHeartbeatRequest,
+    ) -> Result<pb::WorkerHeartbeatResponse, DispatcherError> {
+        if req.worker_address.is_empty() {
+            return Err(DispatcherError::InvalidArgument(
+                "`worker_address` is required".into(),
+            ));
+        }
+        self.liveness.worker_seen(&req.worker_address);
+        let poll = Duration::from_millis(req.poll_timeout_ms).min(self.max_worker_poll);
+        let deadline = poll_deadline(poll);
+        self.reader.linearizable().await?;
+        let register = self.reader.read(|s| {
+            s.worker(&req.worker_address).is_none()
+                || s.worker_lacks_coordinated_task(&req.worker_address)
+        });
+        if register {
+            self.reader.check_quorum()?;
+            self.proposer
+                .register_worker(
+                    request_id(req.request_id),
+                    req.worker_address.clone(),
+                    req.tags.clone(),
+                    self.worker_addresses.clone(),
+                )
+                .await?;
+        }
+        let current: BTreeSet<u64> = req.current_tasks.iter().copied().collect();
+        self.reader
+            .long_poll(deadline, |s| {
+                let response = worker_view(s, &req.worker_address, &current);
+                let changed =
+                    !response.new_tasks.is_empty() || !response.tasks_to_delete.is_empty();
+                Ok((response, changed))
+            })
+            .await
+    }
+}
+
+fn poll_deadline(poll: Duration) -> Instant {
+    Instant::now() + poll.min(MAX_POLL)
+}
+
+/// A client's tasks and its iteration's progress, and whether that is news to a client that
+/// knows `known_tasks` tasks (a blocked round is always news: it needs the consumer's answer).
+fn client_view(
+    state: &DispatcherState,
+    client_id: ClientId,
+    known_tasks: u32,
+) -> Result<(pb::ClientHeartbeatResponse, bool), DispatcherError> {
+    let iteration = state.client_iteration(client_id).ok_or_else(|| {
+        Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
+    })?;
+    let tasks: Vec<pb::TaskInfo> = state
+        .tasks_of_iteration(iteration)
+        .into_iter()
+        .map(|t| task_info(state, t))
+        .collect();
+    let response = pb::ClientHeartbeatResponse {
+        iteration_finished: iteration.finished,
+        block_round: iteration.pending_tasks.front().map(|p| p.target_round),
+        tasks,
+    };
+    let changed = response.iteration_finished
+        || response.block_round.is_some()
+        || response.tasks.len() as u32 != known_tasks;
+    Ok((response, changed))
+}
+
+/// What a worker should start (assigned, unfinished, not running) and stop (running, no longer
+/// assigned or finished).
+fn worker_view(
+    state: &DispatcherState,
+    worker: &str,
+    current: &BTreeSet<u64>,
+) -> pb::WorkerHeartbeatResponse {
+    let active: Vec<_> = state.active_tasks_of_worker(worker).collect();
+    let active_ids: BTreeSet<u64> = active.iter().map(|t| t.id.0).collect();
+    let new_tasks = active
+        .iter()
+        .filter(|t| !current.contains(&t.id.0))
+        .filter_map(|t| {
+            let iteration = state.iteration(t.iteration_id)?;
+            let job = state.job(iteration.job_id)?;
+            let dataset = state.dataset(&job.dataset_id)?;
+            Some(task_def(
+                t,
+                job,
+                dataset,
+                state.worker_index(worker),
+                state.static_workers(),
+            ))
+        })
+        .collect();
+    let tasks_to_delete = current.difference(&active_ids).copied().collect();
+    pb::WorkerHeartbeatResponse {
+        new_tasks,
+        tasks_to_delete,
+    }
+}

@@ -1,0 +1,91 @@
+//! Preparing a dataset registration on the leader, before it is proposed.
+//!
+//! `apply` must not read files or run the dataset analysis (every replica would have to reach
+//! the same files and the same registry), so the leader does that work once and the results
+//! travel in the update: the file pattern expanded into a sorted file list, the number of splits
+//! of each split provider, the element spec (computed unless the caller sent one) and the
+//! cardinality. The definition is stored with its file list expanded, so a worker on any
+//! replica's watch reads exactly the files counted here.
+
+use crate::convert;
+use crate::error::DispatcherError;
+use crate::ids::DatasetId;
+use crate::state::{DatasetMetadata, Update};
+use prost::Message;
+use sluice_dataset::{DatasetError, FunctionRegistry};
+use sluice_proto::dataset as dpb;
+use sluice_proto::dispatcher as pb;
+
+/// A registration ready to propose: what `Update::RegisterDataset` carries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Registration {
+    /// The caller's explicit id, if any (an empty id is none).
+    pub dataset_id: Option<DatasetId>,
+    /// The definition with its file list expanded.
+    pub def: dpb::DatasetDef,
+    pub metadata: DatasetMetadata,
+    /// Splits of each split provider.
+    pub num_splits: Vec<u64>,
+}
+
+impl Registration {
+    /// Prepares a `RegisterDataset` request: a missing or unanalysable definition and an
+    /// unknown compression are `InvalidArgument`.
+    pub fn prepare(request: pb::RegisterDatasetRequest) -> Result<Registration, DispatcherError> {
+        Self::prepare_with(request, &FunctionRegistry::global())
+    }
+
+    /// Like [`Registration::prepare`], resolving functions in `registry`.
+    pub fn prepare_with(
+        request: pb::RegisterDatasetRequest,
+        registry: &FunctionRegistry,
+    ) -> Result<Registration, DispatcherError> {
+        let mut def = request
+            .dataset
+            .ok_or_else(|| DispatcherError::InvalidArgument("`dataset` is required".into()))?;
+        sluice_dataset::expand_files(&mut def).map_err(invalid)?;
+        let num_splits = (0..sluice_dataset::num_split_providers(&def))
+            .map(|p| sluice_dataset::num_splits(&def, p))
+            .collect::<Result<Vec<u64>, _>>()
+            .map_err(invalid)?;
+        let given = request.metadata.unwrap_or_default();
+        let element_spec = match given.element_spec {
+            Some(spec) => spec,
+            None => sluice_dataset::element_spec(&def, registry)
+                .map_err(invalid)?
+                .to_proto(),
+        };
+        let metadata = DatasetMetadata {
+            element_spec: element_spec.encode_to_vec(),
+            cardinality: sluice_dataset::cardinality(&def),
+            compression: convert::compression_from_proto(given.compression)?,
+        };
+        Ok(Registration {
+            dataset_id: request
+                .dataset_id
+                .filter(|id| !id.is_empty())
+                .map(DatasetId),
+            def,
+            metadata,
+            num_splits,
+        })
+    }
+
+    /// The update that registers the dataset.
+    pub fn into_update(self) -> Update {
+        Update::RegisterDataset {
+            dataset_id: self.dataset_id,
+            def: self.def.encode_to_vec(),
+            metadata: self.metadata,
+            num_splits: self.num_splits,
+        }
+    }
+}
+
+fn invalid(e: DatasetError) -> DispatcherError {
+    DispatcherError::InvalidArgument(e.to_string())
+}
+
+#[cfg(test)]
+#[path = "registration_tests.rs"]
+mod tests;

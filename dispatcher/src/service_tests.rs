@@ -1,0 +1,234 @@
+//! The handlers' mapping of errors to gRPC codes, end to end over gRPC on real replicas (port
+//! 0, temp dirs): each bad request gets the code and message its error chose, and a follower
+//! answers `Unavailable` with the leader's address in `x-sluice-leader`.
+
+use crate::{DispatcherConfig, DispatcherHandle};
+use sluice_proto::dispatcher as pb;
+use sluice_proto::dispatcher::dispatcher_client::DispatcherClient;
+use sluice_proto::LEADER_METADATA_KEY;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn client(handle: &DispatcherHandle) -> DispatcherClient<Channel> {
+    DispatcherClient::connect(format!("http://{}", handle.addr()))
+        .await
+        .expect("connect to the dispatcher")
+}
+
+fn config(id: u64, dir: &tempfile::TempDir) -> DispatcherConfig {
+    DispatcherConfig {
+        id,
+        data_dir: dir.path().join(format!("node-{id}")),
+        ..DispatcherConfig::default()
+    }
+}
+
+/// The code and message of a failed call.
+fn failure<T: std::fmt::Debug>(
+    result: Result<tonic::Response<T>, tonic::Status>,
+) -> (Code, String) {
+    match result {
+        Err(status) => (status.code(), status.message().to_string()),
+        Ok(response) => panic!("expected an error, got {response:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_bad_request_gets_the_code_of_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let handle = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    handle.wait_for_leader(WAIT).await.unwrap();
+    let mut c = client(&handle).await;
+
+    let cases: Vec<(&str, (Code, String), Code, &str)> = vec![
+        (
+            "register_dataset without a dataset",
+            failure(
+                c.register_dataset(pb::RegisterDatasetRequest::default())
+                    .await,
+            ),
+            Code::InvalidArgument,
+            "`dataset` is required",
+        ),
+        (
+            "get_dataset of an unknown id",
+            failure(
+                c.get_dataset(pb::GetDatasetRequest {
+                    dataset_id: "nope".into(),
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Dataset id nope not found",
+        ),
+        (
+            "get_or_create_job with an unknown sharding policy",
+            failure(
+                c.get_or_create_job(pb::GetOrCreateJobRequest {
+                    dataset_id: "nope".into(),
+                    sharding_policy: 99,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "sharding_policy 99",
+        ),
+        (
+            "get_or_create_job of an unknown dataset",
+            failure(
+                c.get_or_create_job(pb::GetOrCreateJobRequest {
+                    dataset_id: "nope".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Dataset id nope not found",
+        ),
+        (
+            "get_or_create_iteration of an unknown job",
+            failure(
+                c.get_or_create_iteration(pb::GetOrCreateIterationRequest {
+                    job_id: 1,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Job with id 1 not found",
+        ),
+        (
+            "client_heartbeat of an unknown client",
+            failure(
+                c.client_heartbeat(pb::ClientHeartbeatRequest {
+                    iteration_client_id: 7,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Iteration client id not found: 7",
+        ),
+        (
+            "release_iteration_client of an unknown client",
+            failure(
+                c.release_iteration_client(pb::ReleaseIterationClientRequest {
+                    iteration_client_id: 7,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Iteration client id not found: 7",
+        ),
+        (
+            "worker_heartbeat without an address",
+            failure(
+                c.worker_heartbeat(pb::WorkerHeartbeatRequest::default())
+                    .await,
+            ),
+            Code::InvalidArgument,
+            "`worker_address` is required",
+        ),
+        (
+            "lease_splits of an unknown iteration",
+            failure(
+                c.lease_splits(pb::LeaseSplitsRequest {
+                    iteration_id: 5,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Iteration id 5 not found",
+        ),
+        (
+            "maybe_remove_task of an unknown task",
+            failure(
+                c.maybe_remove_task(pb::MaybeRemoveTaskRequest {
+                    task_id: 9,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "Task 9 not found",
+        ),
+        (
+            "add_node without an address",
+            failure(
+                c.add_node(pb::AddNodeRequest {
+                    node_id: 2,
+                    addr: String::new(),
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "`addr` is required",
+        ),
+    ];
+    for (name, (code, message), expected_code, expected_message) in cases {
+        assert_eq!(code, expected_code, "{name}: {message}");
+        assert!(
+            message.contains(expected_message),
+            "{name}: {message:?} lacks {expected_message:?}"
+        );
+    }
+    handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_answers_unavailable_naming_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let listeners = [
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    ];
+    let peers: BTreeMap<u64, String> = listeners
+        .iter()
+        .zip(1..)
+        .map(|(l, id)| (id, l.local_addr().unwrap().to_string()))
+        .collect();
+    let mut handles = Vec::new();
+    for (listener, id) in listeners.into_iter().zip(1..) {
+        let config = DispatcherConfig {
+            peers: peers.clone(),
+            ..config(id, &dir)
+        };
+        handles.push(DispatcherHandle::start_on(listener, config).await.unwrap());
+    }
+    let leader = handles[0].wait_for_leader(WAIT).await.unwrap();
+    let follower = handles.iter().find(|h| h.id() != leader).unwrap();
+    // The follower must know the leader before it can name it.
+    follower
+        .raft()
+        .wait(Some(WAIT))
+        .current_leader(leader, "the follower knows the leader")
+        .await
+        .unwrap();
+    let mut c = client(follower).await;
+    let write = c
+        .lease_splits(pb::LeaseSplitsRequest::default())
+        .await
+        .expect_err("a follower does not write");
+    let read = c
+        .get_dataset(pb::GetDatasetRequest::default())
+        .await
+        .expect_err("a follower does not serve current reads");
+    for status in [write, read] {
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        let hint = status
+            .metadata()
+            .get(LEADER_METADATA_KEY)
+            .expect("the leader's address in metadata");
+        assert_eq!(hint.to_str().unwrap(), peers[&leader]);
+    }
+    for handle in handles {
+        handle.shutdown().await;
+    }
+}

@@ -1,0 +1,138 @@
+//! Iterations and their clients: get-or-create by `(job name, repetition)`, client release,
+//! the finished rule, and garbage collection of idle iterations.
+
+use super::DispatcherState;
+use crate::ids::{ClientId, IterationId, JobId};
+use crate::state::entities::Iteration;
+use crate::state::split_cursor::SplitCursor;
+use crate::state::update::{Outcome, Rejection, ShardingPolicy};
+
+impl DispatcherState {
+    pub(super) fn get_or_create_iteration(
+        &mut self,
+        job_id: JobId,
+        repetition: u64,
+    ) -> Result<Outcome, Rejection> {
+        let job = self
+            .jobs
+            .get(&job_id)
+            .ok_or_else(|| Rejection::NotFound(format!("Job with id {job_id} not found")))?;
+        let key = (job.name.clone(), repetition);
+        let iteration_id = match self.iteration_keys.get(&key) {
+            Some(id) => *id,
+            None => {
+                let cursors = match job.sharding {
+                    ShardingPolicy::Dynamic => self.datasets[&job.dataset_id]
+                        .num_splits
+                        .iter()
+                        .map(|n| SplitCursor::new(*n))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let id = IterationId(self.next_iteration_id);
+                self.next_iteration_id += 1;
+                self.iterations.insert(
+                    id,
+                    Iteration {
+                        id,
+                        job_id,
+                        repetition,
+                        tasks: Vec::new(),
+                        cursors,
+                        num_clients: 0,
+                        last_client_released_micros: None,
+                        finished: false,
+                        garbage_collected: false,
+                        pending_tasks: Default::default(),
+                        round_estimate: 0,
+                    },
+                );
+                self.iteration_keys.insert(key, id);
+                let workers: Vec<String> = self.workers.keys().cloned().collect();
+                for worker in workers {
+                    self.create_task(id, &worker, 0);
+                }
+                id
+            }
+        };
+        let client_id = ClientId(self.next_client_id);
+        self.next_client_id += 1;
+        self.clients.insert(client_id, iteration_id);
+        self.iteration_mut(iteration_id).num_clients += 1;
+        Ok(Outcome::Iteration {
+            iteration_id,
+            client_id,
+        })
+    }
+
+    pub(super) fn release_client(
+        &mut self,
+        client_id: ClientId,
+        time_micros: u64,
+    ) -> Result<Outcome, Rejection> {
+        let iteration_id = self.clients.remove(&client_id).ok_or_else(|| {
+            Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
+        })?;
+        let iteration = self.iteration_mut(iteration_id);
+        iteration.num_clients = iteration.num_clients.saturating_sub(1);
+        iteration.last_client_released_micros = Some(time_micros);
+        Ok(Outcome::ClientReleased)
+    }
+
+    /// An iteration finishes when every task is finished and at least one reached its end: an
+    /// iteration whose every worker was removed waits for a worker to come (back) instead.
+    pub(super) fn update_finished(&mut self, iteration_id: IterationId) {
+        let tasks = &self.iterations[&iteration_id].tasks;
+        let all_finished = tasks.iter().all(|t| self.tasks[t].finished);
+        let one_ended = tasks.iter().any(|t| !self.tasks[t].dropped);
+        if all_finished && one_ended {
+            self.iteration_mut(iteration_id).finished = true;
+        }
+    }
+
+    pub(super) fn garbage_collect(
+        &mut self,
+        iteration_id: IterationId,
+    ) -> Result<Outcome, Rejection> {
+        let iteration = self
+            .iterations
+            .get(&iteration_id)
+            .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
+        if iteration.finished || iteration.num_clients > 0 {
+            // Decided on an older view; finished iterations are kept, busy ones are not idle.
+            return Ok(Outcome::IterationCollected);
+        }
+        let key = (
+            self.jobs[&iteration.job_id].name.clone(),
+            iteration.repetition,
+        );
+        let pending = iteration.pending_tasks.iter().map(|p| p.task_id);
+        for task_id in iteration
+            .tasks
+            .iter()
+            .copied()
+            .chain(pending)
+            .collect::<Vec<_>>()
+        {
+            let task = self.tasks.get_mut(&task_id).expect("iteration tasks exist");
+            if !task.finished {
+                task.finished = true;
+                task.dropped = true;
+            }
+        }
+        if self.iteration_keys.get(&key) == Some(&iteration_id) {
+            self.iteration_keys.remove(&key);
+        }
+        let iteration = self.iteration_mut(iteration_id);
+        iteration.finished = true;
+        iteration.garbage_collected = true;
+        iteration.pending_tasks.clear();
+        Ok(Outcome::IterationCollected)
+    }
+
+    pub(super) fn iteration_mut(&mut self, id: IterationId) -> &mut Iteration {
+        self.iterations
+            .get_mut(&id)
+            .expect("ids stored in the state name existing iterations")
+    }
+}

@@ -1,0 +1,104 @@
+//! Jobs: get-or-create by name, where a named job requested again must ask for the same
+//! parameters.
+
+use super::DispatcherState;
+use crate::ids::{DatasetId, IterationId, JobId};
+use crate::state::entities::Job;
+use crate::state::update::{JobOptions, Outcome, Rejection, ShardingPolicy};
+
+impl DispatcherState {
+    pub(super) fn coordinated(&self, iteration_id: IterationId) -> bool {
+        let job_id = self.iterations[&iteration_id].job_id;
+        self.jobs[&job_id].options.num_consumers.is_some()
+    }
+
+    pub(super) fn get_or_create_job(
+        &mut self,
+        dataset_id: &DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<&str>,
+        anonymous_suffix: u64,
+        options: JobOptions,
+    ) -> Result<Outcome, Rejection> {
+        if !self.datasets.contains_key(dataset_id) {
+            return Err(Rejection::NotFound(format!(
+                "Dataset id {dataset_id} not found"
+            )));
+        }
+        if let Some(name) = job_name {
+            if name.is_empty() {
+                return Err(Rejection::InvalidArgument(
+                    "`job_name` must not be empty".into(),
+                ));
+            }
+            if let Some(job) = self.job_names.get(name).map(|id| &self.jobs[id]) {
+                let mut diff = String::new();
+                if job.sharding != sharding {
+                    diff += &format!(
+                        "Existing processing mode: <{}>; got <{}>. ",
+                        job.sharding, sharding
+                    );
+                }
+                let enabled = |on: bool| if on { "enabled" } else { "disabled" };
+                if job.options.use_cross_trainer_cache != options.use_cross_trainer_cache {
+                    diff += &format!(
+                        "Existing cross-trainer cache: <{}>; got <{}>. ",
+                        enabled(job.options.use_cross_trainer_cache),
+                        enabled(options.use_cross_trainer_cache)
+                    );
+                }
+                if job.options.target_workers != options.target_workers {
+                    diff += &format!(
+                        "Existing target workers: <{}>; got <{}>. ",
+                        job.options.target_workers, options.target_workers
+                    );
+                }
+                // tf.data ignores a different number of consumers; rounds of another
+                // size cannot be shared, so Sluice rejects it.
+                if job.options.num_consumers != options.num_consumers {
+                    let show = |n: Option<u32>| n.map_or("none".to_string(), |n| n.to_string());
+                    diff += &format!(
+                        "Existing number of consumers: <{}>; got <{}>. ",
+                        show(job.options.num_consumers),
+                        show(options.num_consumers)
+                    );
+                }
+                // Consumers of a shared job each register the dataset (and get their own id),
+                // so datasets are compared by definition; another definition is another
+                // dataset (tf.data silently serves the first one).
+                if self.datasets[&job.dataset_id].def != self.datasets[dataset_id].def {
+                    diff += &format!(
+                        "Existing dataset: {}; got {}, whose definition differs. ",
+                        job.dataset_id, dataset_id
+                    );
+                }
+                return if diff.is_empty() {
+                    Ok(Outcome::Job { job_id: job.id })
+                } else {
+                    Err(Rejection::InvalidArgument(format!(
+                        "Tried to create job with name {name}, but found an existing job with \
+                         different parameters: {diff}"
+                    )))
+                };
+            }
+        }
+        let id = JobId(self.next_job_id);
+        self.next_job_id += 1;
+        let name = match job_name {
+            Some(name) => name.to_string(),
+            None => format!("anonymous_job_{id}_{anonymous_suffix}"),
+        };
+        self.job_names.insert(name.clone(), id);
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                name,
+                dataset_id: dataset_id.clone(),
+                sharding,
+                options,
+            },
+        );
+        Ok(Outcome::Job { job_id: id })
+    }
+}

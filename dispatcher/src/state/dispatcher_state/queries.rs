@@ -1,0 +1,93 @@
+//! Read-only queries of the state, used by the services after a linearizable read.
+
+use super::DispatcherState;
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
+
+impl DispatcherState {
+    pub fn dataset(&self, id: &DatasetId) -> Option<&Dataset> {
+        self.datasets.get(id)
+    }
+
+    pub fn datasets(&self) -> impl Iterator<Item = &Dataset> {
+        self.datasets.values()
+    }
+
+    pub fn worker(&self, address: &str) -> Option<&Worker> {
+        self.workers.get(address)
+    }
+
+    pub fn workers(&self) -> impl Iterator<Item = &Worker> {
+        self.workers.values()
+    }
+
+    /// The worker's index in the static-sharding worker list; `None` when no list is
+    /// configured (a registered worker always has one otherwise).
+    pub fn worker_index(&self, address: &str) -> Option<u64> {
+        self.worker_indices.index(address)
+    }
+
+    /// The static-sharding worker list (placeholders replaced by registered workers).
+    pub fn static_workers(&self) -> &[String] {
+        self.worker_indices.addresses()
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    pub fn iteration(&self, id: IterationId) -> Option<&Iteration> {
+        self.iterations.get(&id)
+    }
+
+    pub fn iterations(&self) -> impl Iterator<Item = &Iteration> {
+        self.iterations.values()
+    }
+
+    pub fn task(&self, id: TaskId) -> Option<&Task> {
+        self.tasks.get(&id)
+    }
+
+    /// Clients attached to unfinished iterations (the ones whose liveness matters).
+    pub fn active_clients(&self) -> impl Iterator<Item = (ClientId, &Iteration)> {
+        self.clients
+            .iter()
+            .map(|(c, it)| (*c, &self.iterations[it]))
+            .filter(|(_, it)| !it.finished)
+    }
+
+    /// The iteration a client is attached to.
+    pub fn client_iteration(&self, client_id: ClientId) -> Option<&Iteration> {
+        self.clients.get(&client_id).map(|id| &self.iterations[id])
+    }
+
+    /// Tasks the worker should be running now: unfinished tasks assigned to it.
+    pub fn active_tasks_of_worker<'a>(
+        &'a self,
+        address: &'a str,
+    ) -> impl Iterator<Item = &'a Task> + 'a {
+        self.tasks
+            .values()
+            .filter(move |t| t.worker == address && !t.finished)
+    }
+
+    /// Whether the worker is registered but lacks a task of a coordinated iteration (its task
+    /// there was removed): its next heartbeat registers it again to get a pending task.
+    pub fn worker_lacks_coordinated_task(&self, address: &str) -> bool {
+        self.workers.contains_key(address)
+            && self
+                .iterations
+                .values()
+                .filter(|it| !it.finished && self.coordinated(it.id))
+                .any(|it| self.lacks_task(it, address))
+    }
+
+    /// The tasks of an iteration in creation order.
+    pub fn tasks_of_iteration(&self, iteration: &Iteration) -> Vec<&Task> {
+        iteration.tasks.iter().map(|t| &self.tasks[t]).collect()
+    }
+}

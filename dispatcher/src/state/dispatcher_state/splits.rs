@@ -1,0 +1,48 @@
+//! Split leases of distributed_epoch iterations: each split index of a provider and repetition
+//! is handed out at most once (the cursor only moves forward).
+
+use super::DispatcherState;
+use crate::ids::{IterationId, TaskId};
+use crate::state::update::{Outcome, Rejection, ShardingPolicy};
+
+impl DispatcherState {
+    pub(super) fn lease_splits(
+        &mut self,
+        iteration_id: IterationId,
+        provider: u32,
+        repetition: u64,
+        max: u64,
+        task_id: TaskId,
+    ) -> Result<Outcome, Rejection> {
+        let iteration = self
+            .iterations
+            .get_mut(&iteration_id)
+            .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
+        let job = &self.jobs[&iteration.job_id];
+        if job.sharding != ShardingPolicy::Dynamic {
+            return Err(Rejection::FailedPrecondition(format!(
+                "Cannot get split for iteration {iteration_id}, since it is not a \
+                 distributed_epoch iteration."
+            )));
+        }
+        match self.tasks.get(&task_id) {
+            Some(task) if task.iteration_id == iteration_id => {}
+            _ => {
+                return Err(Rejection::NotFound(format!(
+                    "Task {task_id} of iteration {iteration_id} not found"
+                )))
+            }
+        }
+        let num_providers = iteration.cursors.len();
+        let cursor = iteration
+            .cursors
+            .get_mut(provider as usize)
+            .ok_or_else(|| {
+                Rejection::InvalidArgument(format!(
+                    "split provider index {provider} out of range: iteration {iteration_id} has \
+                 {num_providers}"
+                ))
+            })?;
+        Ok(Outcome::Splits(cursor.lease(repetition, max)))
+    }
+}

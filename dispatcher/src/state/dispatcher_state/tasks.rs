@@ -1,0 +1,73 @@
+//! Tasks: creation, the finish reports of workers, and dropping a task that did not reach its
+//! end.
+
+use super::DispatcherState;
+use crate::ids::{IterationId, TaskId};
+use crate::state::entities::Task;
+
+impl DispatcherState {
+    /// Unknown ids and ids of other workers are ignored one by one (tf.data aborts the whole
+    /// report on the first unknown id, which wedges the worker: tensorflow#52252).
+    pub(super) fn finish_tasks(&mut self, worker: &str, task_ids: &[TaskId]) {
+        for task_id in task_ids {
+            let Some(task) = self.tasks.get_mut(task_id) else {
+                continue;
+            };
+            if task.worker != worker || task.finished {
+                continue;
+            }
+            task.finished = true;
+            let iteration_id = task.iteration_id;
+            self.update_finished(iteration_id);
+        }
+    }
+
+    /// Ends a task that did not reach its end: it leaves its iteration's pending queue, and its
+    /// iteration may now be finished.
+    pub(super) fn drop_task(&mut self, task_id: TaskId) {
+        let task = self
+            .tasks
+            .get_mut(&task_id)
+            .expect("callers pass stored tasks");
+        task.finished = true;
+        task.dropped = true;
+        let iteration_id = task.iteration_id;
+        self.iteration_mut(iteration_id)
+            .pending_tasks
+            .retain(|p| p.task_id != task_id);
+        self.update_finished(iteration_id);
+    }
+
+    pub(super) fn create_task(
+        &mut self,
+        iteration_id: IterationId,
+        worker: &str,
+        starting_round: u64,
+    ) -> TaskId {
+        let id = self.new_task(iteration_id, worker, starting_round);
+        self.iteration_mut(iteration_id).tasks.push(id);
+        id
+    }
+
+    pub(super) fn new_task(
+        &mut self,
+        iteration_id: IterationId,
+        worker: &str,
+        starting_round: u64,
+    ) -> TaskId {
+        let id = TaskId(self.next_task_id);
+        self.next_task_id += 1;
+        self.tasks.insert(
+            id,
+            Task {
+                id,
+                iteration_id,
+                worker: worker.to_string(),
+                starting_round,
+                finished: false,
+                dropped: false,
+            },
+        );
+        id
+    }
+}

@@ -1,0 +1,68 @@
+//! Registering and removing workers: a (re)registered worker gets a task in every unfinished
+//! iteration it lacks one in; a removed worker's unfinished tasks are dropped.
+
+use super::DispatcherState;
+use crate::ids::{IterationId, TaskId};
+use crate::state::entities::{Iteration, Worker};
+use crate::state::update::{Outcome, Rejection};
+
+impl DispatcherState {
+    pub(super) fn register_worker(
+        &mut self,
+        address: &str,
+        tags: &[String],
+        worker_addresses: &[String],
+    ) -> Result<Outcome, Rejection> {
+        self.worker_indices.record_config(worker_addresses)?;
+        self.worker_indices.add_worker(address)?;
+        self.workers.insert(
+            address.to_string(),
+            Worker {
+                address: address.to_string(),
+                tags: tags.to_vec(),
+            },
+        );
+        let needing_task: Vec<IterationId> = self
+            .iterations
+            .values()
+            .filter(|it| self.lacks_task(it, address))
+            .map(|it| it.id)
+            .collect();
+        let tasks = needing_task
+            .into_iter()
+            .map(|it| {
+                if self.coordinated(it) {
+                    self.create_pending_task(it, address)
+                } else {
+                    self.create_task(it, address, 0)
+                }
+            })
+            .collect();
+        Ok(Outcome::WorkerRegistered { tasks })
+    }
+
+    /// Whether `worker` should get a task of the iteration: it is unfinished and every task the
+    /// worker had in it was dropped (worker removed, task removed) or there was none. A task
+    /// that ended normally is not run again.
+    pub(super) fn lacks_task(&self, iteration: &Iteration, worker: &str) -> bool {
+        let pending = iteration
+            .pending_tasks
+            .iter()
+            .map(|p| p.task_id)
+            .chain(iteration.tasks.iter().copied());
+        !iteration.finished
+            && !pending
+                .map(|t| &self.tasks[&t])
+                .any(|t| t.worker == worker && !t.dropped)
+    }
+
+    pub(super) fn remove_worker(&mut self, address: &str) {
+        if self.workers.remove(address).is_none() {
+            return;
+        }
+        let dropped: Vec<TaskId> = self.active_tasks_of_worker(address).map(|t| t.id).collect();
+        for task_id in dropped {
+            self.drop_task(task_id);
+        }
+    }
+}
