@@ -274,7 +274,7 @@ fn fresh_missing_dir_is_initialised_and_reopens() -> anyhow::Result<()> {
     drop(Journal::open(&dir)?);
     assert_eq!(
         fs::read_to_string(dir.join(FORMAT_FILE))?,
-        "sluice-journal 2\n"
+        "sluice-journal 3\n"
     );
     assert!(dir.join("db").is_dir());
     let names: BTreeSet<String> = fs::read_dir(&dir)?
