@@ -79,7 +79,11 @@ async fn auto_skips_other_hosts_colocated_workers_and_any_reads_every_worker() -
     assert_eq!(crate::sorted_ints(&elements), copies_of_range(1));
     let leased = |i: usize| leases[i].lock().expect("leases lock").len();
     assert!(leased(0) > 0, "the local worker served the epoch");
-    assert_eq!(leased(1), 0, "the other host's colocated worker was not read");
+    assert_eq!(
+        leased(1),
+        0,
+        "the other host's colocated worker was not read"
+    );
     info!("--- ANY reads both workers");
     assert_eq!(
         read_range(&cluster, targeting(TargetWorkers::Any)).await?,
