@@ -137,7 +137,7 @@ async fn a_worker_added_mid_epoch_takes_part_and_a_restarted_one_rejoins() -> an
     // Leases recorded after the restart are the restarted worker's, or late replies to the
     // killed one, whose elements can no longer reach a reader: a delivered element from them
     // was produced by the restarted worker.
-    let first_leases = first_leases.lock().expect("leases lock");
+    let first_leases = first_leases.lock().expect("leases lock").clone();
     let delivered_after_restart = leased(&first_leases[before_restart..])
         .intersection(&delivered)
         .count();
