@@ -25,29 +25,98 @@ fn wait_leader(addrs: &str) -> u64 {
     }
 }
 
+/// A replica's arguments, serving at `listen`.
+fn replica_args(id: u64, dir: &std::path::Path, join: bool, listen: &str) -> Vec<String> {
+    let mut args = [
+        "dispatcher",
+        "--id",
+        &id.to_string(),
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+        "--listen",
+        listen,
+    ]
+    .map(str::to_string)
+    .to_vec();
+    if join {
+        args.push("--join".into());
+    }
+    args
+}
+
+fn spawn(args: &[String]) -> SluiceProcess {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    SluiceProcess::spawn(bin(), &args, STARTUP).expect("dispatcher started")
+}
+
+/// The voters `sluice status` reports, sorted.
+fn voters(addrs: &str) -> Vec<u64> {
+    let (ok, out, _) = sluice(&["status", "--dispatcher", addrs]);
+    let status: serde_json::Value = match ok.then(|| serde_json::from_str(&out)) {
+        Some(Ok(status)) => status,
+        _ => return Vec::new(),
+    };
+    let mut voters: Vec<u64> = status["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["voter"] == true)
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    voters.sort_unstable();
+    voters
+}
+
+/// Three replicas, each on a port the OS chose: replica 1 initializes a one-node cluster,
+/// replicas 2 and 3 start empty (`--join`) and are added with `sluice admin add-node` at the
+/// addresses their READY lines reported. No port is picked before its server binds it.
+/// Returns the replicas and their arguments (each serving at its address, for restarts).
+fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
+    let mut nodes = Vec::new();
+    let mut args = Vec::new();
+    for id in 1..=3u64 {
+        let dir = data.join(format!("n{id}"));
+        let node = spawn(&replica_args(id, &dir, id > 1, "127.0.0.1:0"));
+        // A restarted replica serves at the address it has: that is its identity.
+        args.push(replica_args(id, &dir, id > 1, &node.addr));
+        nodes.push(node);
+    }
+    for (id, node) in nodes.iter().enumerate().skip(1) {
+        let id = (id + 1).to_string();
+        let (ok, out, err) = sluice(&[
+            "admin",
+            "add-node",
+            "--dispatcher",
+            &nodes[0].addr,
+            "--id",
+            &id,
+            "--addr",
+            &node.addr,
+        ]);
+        assert!(ok, "add-node {id}: {out} {err}");
+    }
+    let all = nodes
+        .iter()
+        .map(|n| n.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while voters(&all) != [1, 2, 3] {
+        assert!(Instant::now() < deadline, "three voters within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (nodes, args)
+}
+
 #[test]
 fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
     let data = tempfile::tempdir().expect("temp dir");
-    let addrs = free_addrs(3);
-    let peers = format!("1={},2={},3={}", addrs[0], addrs[1], addrs[2]);
-    let all = addrs.join(",");
-    let mut nodes: Vec<SluiceProcess> = (1..=3)
-        .map(|id| {
-            let dir = data.path().join(format!("n{id}"));
-            let args = [
-                "dispatcher",
-                "--id",
-                &id.to_string(),
-                "--data-dir",
-                dir.to_str().expect("utf-8"),
-                "--peers",
-                &peers,
-            ]
-            .map(str::to_string);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            SluiceProcess::spawn(bin(), &args, STARTUP).expect("dispatcher started")
-        })
-        .collect();
+    let (mut nodes, args) = three_replicas(data.path());
+    let all = nodes
+        .iter()
+        .map(|n| n.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
     let _workers = workers(&all, 2);
     let first = wait_leader(&all);
 
@@ -83,8 +152,8 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
             break;
         }
         if let Some(previous) = kills.last() {
-            let node: &mut SluiceProcess = &mut nodes[*previous as usize - 1];
-            node.restart(STARTUP).expect("restarted");
+            let index = *previous as usize - 1;
+            nodes[index] = spawn(&args[index]);
         }
         let leader = if kills.is_empty() {
             first

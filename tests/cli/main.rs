@@ -78,17 +78,6 @@ pub fn workers(dispatcher: &str, n: usize) -> Vec<SluiceProcess> {
         .collect()
 }
 
-/// Free loopback ports for a peer list (bound, then released for the dispatchers to take).
-pub fn free_addrs(n: usize) -> Vec<String> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("addr").to_string())
-        .collect()
-}
-
 /// A `sluice read` running in the background; its stdout lines arrive on `lines`.
 pub struct Reader {
     child: Child,

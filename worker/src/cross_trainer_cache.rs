@@ -255,6 +255,13 @@ mod tests {
                 tokio::spawn(async move { cache.get(t).await })
             })
             .collect();
+        // On this current-thread runtime, yielding runs every reader until it waits at the end
+        // of the input.
+        tokio::task::yield_now().await;
+        assert!(
+            readers.iter().all(|r| !r.is_finished()),
+            "the trainers wait at the end"
+        );
         assert!(tx.push(b"x", Bytes::new()));
         for reader in readers {
             assert_eq!(reader.await.unwrap(), Ok(Bytes::from_static(b"x")));

@@ -63,6 +63,46 @@ const ENCODE_IN_PLACE_BELOW: usize = 4096;
 /// Elements pushed between two reads of the clock.
 const CLOCK_EVERY: usize = 32;
 
+/// The clock lingers are measured on: `Instant::now()`, except in this crate's unit tests, where
+/// a test may hold its thread's clock still and move it by hand (`test_clock`), so no test of a
+/// linger depends on how fast the machine runs it.
+#[cfg(not(test))]
+#[inline(always)]
+fn now() -> Instant {
+    Instant::now()
+}
+
+#[cfg(test)]
+fn now() -> Instant {
+    test_clock::now()
+}
+
+/// A clock per test thread, held still once `freeze` is called (until the thread ends).
+#[cfg(test)]
+pub(crate) mod test_clock {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+
+    thread_local! {
+        static FROZEN: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+
+    /// Holds this thread's clock at the present instant.
+    pub fn freeze() {
+        FROZEN.set(Some(Instant::now()));
+    }
+
+    /// Moves this thread's frozen clock forward.
+    pub fn advance(by: Duration) {
+        let frozen = FROZEN.get().expect("advance a frozen clock");
+        FROZEN.set(Some(frozen + by));
+    }
+
+    pub fn now() -> Instant {
+        FROZEN.get().unwrap_or_else(Instant::now)
+    }
+}
+
 /// An element's encoding in one buffer, from its (head, payload) parts (a copy when a large
 /// tensor's data travels apart).
 pub fn contiguous((head, payload): (Bytes, Bytes)) -> Bytes {
@@ -115,7 +155,7 @@ impl Open {
         let (mut slow, mut old) = (false, false);
         let len = self.builder.len();
         if len < 2 || len.is_multiple_of(CLOCK_EVERY) {
-            let now = Instant::now();
+            let now = now();
             slow = last_push.is_some_and(|last| now.duration_since(last) >= LINGER);
             *last_push = Some(now);
             let since = *self.since.get_or_insert(now);
@@ -135,6 +175,9 @@ struct Inner {
     open_since: Option<Instant>,
     /// `Some` once the pipeline ended: `Ok` at its end, `Err` with its error.
     end: Option<Result<(), String>>,
+    /// Pipelines waiting for room, so tests see a push block without guessing how long to wait.
+    #[cfg(test)]
+    waiting_pushers: usize,
 }
 
 pub struct TaskBuffer {
@@ -258,6 +301,12 @@ impl TaskBuffer {
         (&mut **guard, open)
     }
 
+    /// Pipelines blocked waiting for room.
+    #[cfg(test)]
+    fn waiting_pushers(&self) -> usize {
+        self.lock().waiting_pushers
+    }
+
     /// Every reader is gone for good: the pipeline thread stops at its next element.
     pub fn close(&self) {
         let _inner = self.lock();
@@ -327,7 +376,7 @@ impl TaskBuffer {
                 }
                 inner
                     .open_since
-                    .map(|since| LINGER.saturating_sub(since.elapsed()))
+                    .map(|since| LINGER.saturating_sub(now().saturating_duration_since(since)))
             };
             match open_waiting {
                 // Elements wait in the open chunk: give the pipeline until they are `LINGER`
@@ -425,7 +474,15 @@ impl Producer {
                 buffer.seal(inner, open);
                 buffer.readable.notify_waiters();
             }
+            #[cfg(test)]
+            {
+                guard.waiting_pushers += 1;
+            }
             guard = buffer.room.wait(guard).expect("task buffer lock poisoned");
+            #[cfg(test)]
+            {
+                guard.waiting_pushers -= 1;
+            }
         }
         // No reader touches the open chunk while the lock is held: the pipeline owns it again.
         buffer.revoked.store(false, Ordering::Relaxed);

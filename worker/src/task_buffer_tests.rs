@@ -1,4 +1,5 @@
 use super::*;
+use futures::FutureExt;
 
 /// Pushes a one-byte element.
 fn push(tx: &mut Producer, v: u8) -> bool {
@@ -19,6 +20,18 @@ fn numbers(elements: &Packed) -> impl Iterator<Item = u32> + '_ {
         .map(|(head, _)| u32::from_le_bytes(head[..].try_into().expect("four bytes")))
 }
 
+/// Waits, with a deadline, until `n` pipelines are blocked waiting for room in `buffer`.
+fn wait_for_waiting_pushers(buffer: &TaskBuffer, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while buffer.waiting_pushers() != n {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {n} blocked pushers"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -28,25 +41,24 @@ fn current_thread() -> tokio::runtime::Runtime {
 
 #[tokio::test]
 async fn chunks_hold_at_most_chunk_elements_in_pipeline_order() {
+    // A still clock: no chunk is sealed for its age, so only the bound splits them.
+    test_clock::freeze();
     let (mut tx, buffer) = TaskBuffer::channel(4 * CHUNK_ELEMENTS, usize::MAX);
     let n = CHUNK_ELEMENTS + 3;
     for i in 0..n {
         assert!(tx.push(&(i as u32).to_le_bytes(), Bytes::new()));
     }
     tx.finish(Ok(()));
-    // A fast pipeline fills whole chunks; a slow machine may seal some early (500 us), so
-    // only the bound and the order are certain.
     let mut next = 0u32;
-    let mut chunks = 0;
+    let mut chunks = Vec::new();
     loop {
         match buffer.take(usize::MAX).await {
             Taken::Elements(elements) => {
-                assert!(elements.len() <= CHUNK_ELEMENTS);
                 for number in numbers(&elements) {
                     assert_eq!(number, next);
                     next += 1;
                 }
-                chunks += 1;
+                chunks.push(elements.len());
             }
             Taken::End => break,
             Taken::Error(e) => panic!("{e}"),
@@ -54,7 +66,7 @@ async fn chunks_hold_at_most_chunk_elements_in_pipeline_order() {
         }
     }
     assert_eq!(next as usize, n);
-    assert!(chunks >= 2);
+    assert_eq!(chunks, vec![CHUNK_ELEMENTS, 3]);
     assert_eq!(buffer.take(1).await, Taken::End, "the end stays");
 }
 
@@ -71,23 +83,35 @@ async fn a_reader_takes_no_more_than_it_asks_and_order_is_kept() {
     assert_eq!(buffer.take(2).await, Taken::Error("boom".into()));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_element_left_open_is_taken_after_the_linger() {
+    // The buffer's clock held still, and tokio's paused: the reader's wait for the linger is
+    // measured on tokio's clock, which moves only when every task waits.
+    test_clock::freeze();
     let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
     push(&mut tx, 7);
-    // The pipeline has not ended and pushes nothing more: the reader still gets the element.
-    let started = Instant::now();
+    // The pipeline has not ended and pushes nothing more: the reader still gets the element,
+    // once it has waited the linger, and not before.
+    assert_eq!(buffer.try_take_sealed(10), None, "not sealed");
+    assert!(
+        buffer.take(10).now_or_never().is_none(),
+        "the reader waits for the linger"
+    );
+    let started = tokio::time::Instant::now();
     let taken = tokio::time::timeout(Duration::from_secs(5), buffer.take(10))
         .await
-        .expect("the open element within the linger");
+        .expect("the open element after the linger");
     assert_eq!(values(taken), vec![7]);
-    assert!(started.elapsed() >= LINGER / 2);
+    assert!(
+        started.elapsed() >= LINGER,
+        "waited {:?}",
+        started.elapsed()
+    );
     assert_eq!(buffer.try_take(10), None);
     // The pipeline goes on after a reader took its open chunk.
     push(&mut tx, 8);
     push(&mut tx, 9);
     tx.finish(Ok(()));
-    // (8 came after a long gap, so it was sealed alone, at once.)
     let mut rest = Vec::new();
     loop {
         match buffer.take(10).await {
@@ -99,8 +123,9 @@ async fn an_element_left_open_is_taken_after_the_linger() {
     assert_eq!(rest, vec![8, 9]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_element_pushed_while_a_reader_waits_is_taken_within_the_linger() {
+    test_clock::freeze();
     let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
     let reader = {
         let buffer = buffer.clone();
@@ -111,24 +136,41 @@ async fn an_element_pushed_while_a_reader_waits_is_taken_within_the_linger() {
     // runs the reader until it waits.
     tokio::task::yield_now().await;
     assert!(!reader.is_finished(), "nothing to take yet");
+    let pushed = tokio::time::Instant::now();
     push(&mut tx, 9);
     let taken = tokio::time::timeout(Duration::from_secs(5), reader)
         .await
         .expect("the element within the linger, not when the pipeline next pushes")
         .expect("the reader");
     assert_eq!(values(taken), vec![9]);
+    // Tokio's timers count whole milliseconds: a wait of `LINGER` ends within one.
+    assert!(
+        pushed.elapsed() <= LINGER.max(Duration::from_millis(1)),
+        "taken {:?} after the push",
+        pushed.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn a_slow_pipeline_seals_each_element_at_once() {
+    test_clock::freeze();
     let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
     push(&mut tx, 1);
-    std::thread::sleep(LINGER * 2);
+    assert_eq!(
+        buffer.try_take_sealed(usize::MAX),
+        None,
+        "the chunk stays open for more"
+    );
+    test_clock::advance(LINGER * 2);
     // The gap since the previous element marks the pipeline slow: this one is sealed at
     // once, together with the one that was waiting.
     push(&mut tx, 2);
     let sealed = buffer.try_take_sealed(usize::MAX).expect("a sealed chunk");
     assert_eq!(values(sealed), vec![1, 2]);
+    test_clock::advance(LINGER * 2);
+    push(&mut tx, 3);
+    let sealed = buffer.try_take_sealed(usize::MAX).expect("a sealed chunk");
+    assert_eq!(values(sealed), vec![3], "alone, at once");
 }
 
 #[tokio::test]
@@ -203,7 +245,7 @@ fn the_pipeline_blocks_while_full_and_stops_when_closed() {
         (tx, pushed)
     });
     // Full: the pusher waits until a reader makes room.
-    std::thread::sleep(Duration::from_millis(20));
+    wait_for_waiting_pushers(&buffer, 1);
     assert!(!pusher.is_finished());
     let rt = current_thread();
     assert_eq!(values(rt.block_on(buffer.take(1))), vec![0]);
@@ -214,7 +256,7 @@ fn the_pipeline_blocks_while_full_and_stops_when_closed() {
         let pushed = push(&mut tx, 99);
         (tx, pushed)
     });
-    std::thread::sleep(Duration::from_millis(20));
+    wait_for_waiting_pushers(&buffer, 1);
     buffer.close();
     let (mut tx, pushed) = blocked.join().unwrap();
     assert!(!pushed);
@@ -226,7 +268,7 @@ fn the_byte_bound_holds_but_a_large_element_still_goes_alone() {
     let (mut tx, buffer) = TaskBuffer::channel(100, 10);
     assert!(tx.push(&[0u8; 64], Bytes::new()));
     let pusher = std::thread::spawn(move || tx.push(&[1u8; 4], Bytes::new()));
-    std::thread::sleep(Duration::from_millis(20));
+    wait_for_waiting_pushers(&buffer, 1);
     assert!(
         !pusher.is_finished(),
         "over the byte bound: the pipeline waits"

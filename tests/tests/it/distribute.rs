@@ -263,7 +263,7 @@ async fn enumerate_recovers_the_order_through_the_service() -> anyhow::Result<()
     let leader = cluster.wait_for_leader(EPOCH).await?;
     let state = cluster.state_of(leader).expect("the leader runs");
     let tasks: usize = state.iterations().map(|it| it.tasks.len()).sum();
-    assert_eq!(tasks, 2, "both workers took part");
+    assert_eq!(tasks, 2, "a task on each worker");
 
     info!("--- the index is the element's position in the dataset, whichever worker made it");
     let mut pairs: Vec<(i64, i64)> = got

@@ -2,6 +2,7 @@
 //! mid-epoch and the epoch completes with every element exactly once.
 
 use crate::assert_exactly_once;
+use sluice_dispatcher::ids::NodeId;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::info;
@@ -43,23 +44,131 @@ async fn killing_the_leader_mid_epoch_loses_and_duplicates_nothing() -> anyhow::
     Ok(())
 }
 
+/// Waits until every running replica but `old` agrees on a leader other than `old`, which leads;
+/// returns it.
+async fn wait_for_leader_besides(
+    cluster: &sluice_tests::TestCluster,
+    old: NodeId,
+    ids: &[NodeId],
+) -> anyhow::Result<NodeId> {
+    let mut found = None;
+    sluice_tests::wait_until("a leader among the others", Duration::from_secs(20), || {
+        let views: Vec<_> = ids
+            .iter()
+            .filter(|id| **id != old)
+            .filter_map(|id| cluster.replica(*id))
+            .map(|r| r.raft().metrics().borrow().clone())
+            .collect();
+        found = views
+            .first()
+            .and_then(|m| m.current_leader)
+            .filter(|leader| {
+                *leader != old
+                    && views.iter().all(|m| m.current_leader == Some(*leader))
+                    && views.iter().any(|m| m.id == *leader && m.state.is_leader())
+            });
+        let done = found.is_some();
+        async move { done }
+    })
+    .await?;
+    Ok(found.expect("waited for a leader"))
+}
+
+/// Every iteration's split cursors (repetition, next split) as replica `id` applied them.
+fn cursors(cluster: &sluice_tests::TestCluster, id: NodeId) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let state = cluster.state_of(id).expect("running");
+    state
+        .iterations()
+        .map(|i| {
+            let cursors = i.cursors.iter().map(|c| (c.repetition, c.next)).collect();
+            (i.id.0, cursors)
+        })
+        .collect()
+}
+
+/// The highest log index a majority of `id`'s voters had acknowledged, as `id` saw it while it
+/// led: what it may still apply after losing its quorum.
+fn commit_bound(cluster: &sluice_tests::TestCluster, id: NodeId) -> u64 {
+    let metrics = cluster
+        .replica(id)
+        .expect("running")
+        .raft()
+        .metrics()
+        .borrow()
+        .clone();
+    let own = metrics.last_log_index.unwrap_or(0);
+    let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
+    let replication = metrics.replication.unwrap_or_default();
+    let mut matched: Vec<u64> = voters
+        .iter()
+        .map(|v| match replication.get(v) {
+            Some(log_id) => log_id.map_or(0, |l| l.index),
+            None if *v == id => own,
+            None => 0,
+        })
+        .collect();
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    matched[voters.len() / 2]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_is_replaced_and_rejoins_after_the_heal() -> anyhow::Result<()> {
     let cluster = sluice_tests::start_cluster(3, 2).await?;
+    let ids: Vec<NodeId> = vec![1, 2, 3];
     let n = 20_000;
     let mut epoch = crate::dynamic_range_epoch(&cluster, n, 16).await?;
-    let mut got = Vec::new();
     let old_leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let mut got = crate::read_ints(&mut epoch, n as usize / 3).await?;
+
+    info!(old_leader, "--- isolating the leader");
+    cluster.isolate(old_leader);
+    let new_leader = wait_for_leader_besides(&cluster, old_leader, &ids).await?;
+    assert_ne!(new_leader, old_leader, "the isolated leader was replaced");
+    // Entries the old leader committed before the cut (acknowledgements in flight at the cut
+    // included: the others have voted in a new term since) may still be applying: wait for
+    // them, then it must apply nothing more while cut off.
+    let bound = commit_bound(&cluster, old_leader);
+    sluice_tests::wait_until(
+        "the isolated leader to apply what it committed before the cut",
+        Duration::from_secs(10),
+        || {
+            let applied = cluster.applied_index(old_leader).unwrap_or(0);
+            async move { applied >= bound }
+        },
+    )
+    .await?;
+    let isolated_applied = cluster.applied_index(old_leader).unwrap_or(0);
+    let isolated_cursors = cursors(&cluster, old_leader);
+    let majority_at_cut = cluster.applied_index(new_leader).unwrap_or(0);
+
+    info!(
+        new_leader,
+        "--- reading on; clients and workers still reach the old leader"
+    );
     while let Some(element) = tokio::time::timeout(Duration::from_secs(60), epoch.next()).await? {
         got.push(element?.as_i64().expect("int"));
-        if got.len() as i64 == n / 3 {
-            // Clients and workers can still reach the old leader; it must not serve them.
-            cluster.isolate(old_leader);
-        }
     }
     assert_exactly_once(&got, n);
+    assert_eq!(
+        cluster.applied_index(old_leader),
+        Some(isolated_applied),
+        "the isolated leader applied a write while cut off"
+    );
+    assert_eq!(
+        cursors(&cluster, old_leader),
+        isolated_cursors,
+        "the isolated leader handed out splits while cut off"
+    );
+    let majority = cluster.applied_index(new_leader).unwrap_or(0);
+    assert!(
+        majority > majority_at_cut.max(isolated_applied),
+        "the majority applied the epoch's writes ({majority_at_cut} -> {majority})"
+    );
+
+    info!("--- healing");
     cluster.heal();
     let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    assert_ne!(leader, old_leader, "a replica with a stale log cannot lead");
     cluster
         .wait_caught_up(old_leader, Duration::from_secs(20))
         .await?;

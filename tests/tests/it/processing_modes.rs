@@ -40,7 +40,8 @@ async fn distributed_epoch_over_a_range_yields_every_element_exactly_once() -> a
         .await?;
     let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
     crate::assert_exactly_once(&got, n);
-    // Both workers took part (splits are leased first-come-first-served, in growing ranges).
+    // Each worker got a task (splits are leased first-come-first-served, in growing ranges, so
+    // how much each one produced is up to the race).
     let status = cluster.state_of(1).expect("running");
     let tasks: Vec<_> = status
         .iterations()
@@ -99,7 +100,6 @@ async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> a
             DistributeOptions::default(),
         )
         .await?;
-    // The registered definition (what workers run) holds the first map only.
     let registered = client
         .register_dataset(&Dataset::range(5).map("square"), &Default::default())
         .await?;
@@ -107,6 +107,17 @@ async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> a
     let local = service.clone().map("square");
     let got = sorted_ints(&read_epoch(&local, EPOCH).await?);
     assert_eq!(got, vec![0, 1, 16, 81, 256]);
+    // The definition workers run is the one registered by `distribute`: the same as
+    // `range(5).map(square)`'s, so it holds the first map only, and the map after
+    // `distribute` registered nothing.
+    let state = cluster.state_of(1).expect("running");
+    let def = |id: &str| {
+        let id = sluice_dispatcher::ids::DatasetId(id.into());
+        state.dataset(&id).map(|d| d.def.clone())
+    };
+    assert_eq!(def(service.dataset_id()), def(&registered));
+    assert!(def(&registered).is_some());
+    assert_eq!(state.datasets().count(), 2);
     // The same dataset object without the local op: a new epoch, squares only.
     let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
     assert_eq!(got, vec![0, 1, 4, 9, 16]);

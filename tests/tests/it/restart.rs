@@ -35,8 +35,11 @@ async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow
     let after = cluster.state_of(1).expect("running");
     assert_eq!(after.datasets().count(), before.datasets().count());
     assert_eq!(after.jobs().count(), before.jobs().count());
+    assert_eq!(after.iterations().count(), before.iterations().count());
+    assert!(before.iterations().count() > 0, "the epoch's iteration");
     for (a, b) in after.iterations().zip(before.iterations()) {
         // Workers may lease more right after the restart; a cursor never moves back.
+        assert_eq!(a.id, b.id);
         assert_eq!(a.cursors.len(), b.cursors.len());
         for (ca, cb) in a.cursors.iter().zip(&b.cursors) {
             assert!(

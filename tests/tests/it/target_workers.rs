@@ -7,6 +7,8 @@ use sluice_client::{ClientError, DistributeOptions, ProcessingMode, TargetWorker
 use sluice_dataset::{Dataset, Transform};
 use sluice_dispatcher::ids::TaskId;
 use sluice_tests::TestCluster;
+use sluice_worker::{LeaseEvent, LeaseObserver};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::info;
 
@@ -38,11 +40,24 @@ fn copies_of_range(copies: usize) -> Vec<i64> {
 async fn auto_skips_other_hosts_colocated_workers_and_any_reads_every_worker() -> anyhow::Result<()>
 {
     let mut cluster = sluice_tests::start_cluster(3, 0).await?;
-    cluster.add_worker().await?;
+    // Splits each worker leased: a task's pipeline leases only once a reader reads it.
+    let leases: [Arc<Mutex<Vec<LeaseEvent>>>; 2] = Default::default();
+    let observer = |i: usize| {
+        let seen = leases[i].clone();
+        LeaseObserver(Arc::new(move |lease| {
+            seen.lock().expect("leases lock").push(lease)
+        }))
+    };
+    let local_observer = observer(0);
+    cluster
+        .add_worker_with(|config| config.lease_observer = Some(local_observer))
+        .await?;
+    let colocated_observer = observer(1);
     cluster
         .add_worker_with(|config| {
             config.local = false;
             config.tags = vec!["COLOCATED".into()];
+            config.lease_observer = Some(colocated_observer);
         })
         .await?;
 
@@ -50,6 +65,24 @@ async fn auto_skips_other_hosts_colocated_workers_and_any_reads_every_worker() -
     assert_eq!(
         read_range(&cluster, targeting(TargetWorkers::Auto)).await?,
         copies_of_range(1)
+    );
+    // Which worker served shows in distributed_epoch mode, where reading a task leases splits.
+    let service = cluster
+        .client()
+        .distribute(
+            &Dataset::range(10),
+            ProcessingMode::Dynamic,
+            targeting(TargetWorkers::Auto),
+        )
+        .await?;
+    let elements = crate::read_epoch(&service, Duration::from_secs(60)).await?;
+    assert_eq!(crate::sorted_ints(&elements), copies_of_range(1));
+    let leased = |i: usize| leases[i].lock().expect("leases lock").len();
+    assert!(leased(0) > 0, "the local worker served the epoch");
+    assert_eq!(
+        leased(1),
+        0,
+        "the other host's colocated worker was not read"
     );
     info!("--- ANY reads both workers");
     assert_eq!(
