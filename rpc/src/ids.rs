@@ -1,9 +1,13 @@
-//! Identifier newtypes shared by the replicated state, the services and the logs.
+//! Identifier newtypes shared by the dispatcher's replicated state, its clients and workers, and
+//! the logs.
 //!
 //! Numbering follows tf.data service so logs read alike: datasets from "1000", iterations from
 //! 2000, iteration clients from 3000, tasks from 4000, jobs from 5000. Ids are allocated inside
-//! `DispatcherState::apply` from counters that are part of the replicated state, so every replica
-//! allocates the same id for the same log entry.
+//! the dispatcher's `DispatcherState::apply` from counters that are part of the replicated state,
+//! so every replica allocates the same id for the same log entry.
+//!
+//! The numeric ids are persisted (serde, bincode) as the bare number: their layout
+//! (`pub struct TaskId(pub u64)`) is part of the dispatcher's on-disk format.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -49,5 +53,28 @@ impl fmt::Display for DatasetId {
     }
 }
 
-/// A dispatcher replica's Raft id, as given by `--id`.
+impl From<&str> for DatasetId {
+    fn from(id: &str) -> Self {
+        DatasetId(id.to_string())
+    }
+}
+
+/// A worker, named by the address it serves and registers under (`host:port`): a worker
+/// restarted at the same address is the same worker to the dispatcher.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WorkerId(pub String);
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for WorkerId {
+    fn from(address: &str) -> Self {
+        WorkerId(address.to_string())
+    }
+}
+
+/// A dispatcher replica's Raft id, as given by `--id`. A bare number: openraft's `NodeId` type.
 pub type NodeId = u64;
