@@ -257,13 +257,14 @@ impl Dispatcher for DispatcherService {
         let req = request.into_inner();
         let update = Update::GetOrCreateJob {
             dataset_id: DatasetId(req.dataset_id),
-            sharding: ShardingPolicy::try_from(req.sharding_policy)?,
+            sharding: ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?,
             job_name: req.job_name,
             anonymous_suffix: rand::random(),
             options: JobOptions {
                 num_consumers: req.num_consumers,
                 use_cross_trainer_cache: req.use_cross_trainer_cache,
-                target_workers: TargetWorkers::try_from(req.target_workers)?,
+                target_workers: TargetWorkers::try_from(req.target_workers)
+                    .map_err(DispatcherError::from)?,
             },
         };
         match self.propose(req.request_id, update).await? {
