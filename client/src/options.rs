@@ -170,7 +170,10 @@ mod tests {
         for (target, tags, local, expected) in cases {
             let t = task(&tags);
             assert_eq!(
-                (reads_task(target, &t, local), deletes_task_when_done(target, &t)),
+                (
+                    reads_task(target, &t, local),
+                    deletes_task_when_done(target, &t)
+                ),
                 expected,
                 "{target} {tags:?} local={local}"
             );

@@ -170,6 +170,8 @@ pub trait DispatcherClientExt {
 
     /// Reads an already registered dataset. Job names are namespaced by the dataset id, as
     /// tf.data does, so the same name on another dataset is another job.
+    // tf.data's name; it reads through this client, so it takes `self`.
+    #[allow(clippy::wrong_self_convention)]
     fn from_dataset_id(
         &self,
         mode: ShardingPolicy,

@@ -257,7 +257,8 @@ impl Dispatcher for DispatcherService {
         let req = request.into_inner();
         let update = Update::GetOrCreateJob {
             dataset_id: DatasetId(req.dataset_id),
-            sharding: ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?,
+            sharding: ShardingPolicy::try_from(req.sharding_policy)
+                .map_err(DispatcherError::from)?,
             job_name: req.job_name,
             anonymous_suffix: rand::random(),
             options: JobOptions {

@@ -51,7 +51,13 @@ async fn a_non_retryable_code_is_returned_at_once() {
     leader.refuse_status(tonic::Code::PermissionDenied);
     let error = client.get_status().await.unwrap_err();
     assert!(
-        matches!(error, RpcError::Status { code: tonic::Code::PermissionDenied, .. }),
+        matches!(
+            error,
+            RpcError::Status {
+                code: tonic::Code::PermissionDenied,
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert_eq!(leader.calls("get_status"), 2);
@@ -88,7 +94,10 @@ fn addresses_are_checked_when_the_client_is_built() {
     let cases = [
         ("", "`service` must not be empty"),
         (" , ", "`service` must not be empty"),
-        ("localhost", "invalid dispatcher address 'localhost': expected HOST:PORT"),
+        (
+            "localhost",
+            "invalid dispatcher address 'localhost': expected HOST:PORT",
+        ),
         (
             "grpc+tls://h:1",
             "No credentials factory has been registered for protocol grpc+tls",

@@ -232,7 +232,11 @@ impl DispatcherClient {
     }
 
     /// Reports tasks of `worker` whose end a reader saw.
-    pub async fn worker_update(&self, worker: &WorkerId, completed: &[TaskId]) -> Result<(), RpcError> {
+    pub async fn worker_update(
+        &self,
+        worker: &WorkerId,
+        completed: &[TaskId],
+    ) -> Result<(), RpcError> {
         let request = pb::WorkerUpdateRequest {
             worker_address: worker.0.clone(),
             completed_tasks: completed.iter().map(|t| t.0).collect(),

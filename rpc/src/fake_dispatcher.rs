@@ -306,12 +306,7 @@ impl Dispatcher for Service {
         _: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         self.0.receive("get_status")?;
-        match *self
-            .0
-            .status_refusal
-            .lock()
-            .expect("refusal lock poisoned")
-        {
+        match *self.0.status_refusal.lock().expect("refusal lock poisoned") {
             Some(code) => Err(Status::new(code, "refused by the fake dispatcher")),
             None => Ok(Response::new(pb::GetStatusResponse { json: "{}".into() })),
         }

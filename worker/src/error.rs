@@ -1,7 +1,7 @@
 //! `WorkerError`: why a worker could not start or a task could not run.
 
-use sluice_rpc::RpcError;
 use sluice_dataset::DatasetError;
+use sluice_rpc::RpcError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {

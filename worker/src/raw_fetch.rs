@@ -15,8 +15,8 @@
 use crate::service::{open_fetch, FetchRequests};
 use crate::worker_state::WorkerState;
 use futures::stream::{self, BoxStream, StreamExt};
-use sluice_rpc::raw_frame::{self, Frame, MAGIC};
 use sluice_proto::worker::FetchRequest;
+use sluice_rpc::raw_frame::{self, Frame, MAGIC};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;

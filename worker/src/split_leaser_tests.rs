@@ -119,16 +119,21 @@ async fn a_lost_reply_is_retried_with_the_same_request_id_and_no_split_is_leased
     let leaser = leaser(&dispatcher, (4, 4), LEASE_TARGET);
 
     let mut splits = Vec::new();
-    loop {
-        match take(&leaser, 1).await[0] {
-            Some(split) => splits.push(split),
-            None => break,
-        }
+    while let Some(split) = take(&leaser, 1).await[0] {
+        splits.push(split);
     }
-    assert_eq!(splits, (0..10).collect::<Vec<_>>(), "every split once, in order");
+    assert_eq!(
+        splits,
+        (0..10).collect::<Vec<_>>(),
+        "every split once, in order"
+    );
 
     let requests = dispatcher.lease_requests();
-    assert_eq!(requests[..3], [requests[0]; 3], "retries reuse the request id");
+    assert_eq!(
+        requests[..3],
+        [requests[0]; 3],
+        "retries reuse the request id"
+    );
     let leases = dispatcher.granted();
     assert_eq!(
         leases

@@ -9,11 +9,11 @@ use crate::raw_fetch;
 use crate::service::WorkerService;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
+use sluice_proto::worker::worker_server::WorkerServer;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
     WorkerId,
 };
-use sluice_proto::worker::worker_server::WorkerServer;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
