@@ -230,11 +230,10 @@ async fn report_completions(
             _ = cancel.cancelled() => return,
             first = completed.recv() => match first { Some(id) => id, None => return },
         };
-        let mut task_ids = vec![first];
+        let mut task_ids = vec![TaskId(first)];
         while let Ok(id) = completed.try_recv() {
-            task_ids.push(id);
+            task_ids.push(TaskId(id));
         }
-        let task_ids: Vec<TaskId> = task_ids.into_iter().map(TaskId).collect();
         let worker = WorkerId(state.address.clone());
         loop {
             let sent = tokio::select! {
