@@ -10,7 +10,7 @@ use crate::process::SluiceProcess;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Map, Value};
-use sluice_client::{DispatcherClient, DistributeOptions, ProcessingMode};
+use sluice_client::{DispatcherClient, DispatcherClientExt, DistributeOptions, ShardingPolicy};
 use sluice_dataset::{Dataset, ExecOptions, Tensor, Transform};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -106,14 +106,8 @@ impl Cluster {
                     ..Default::default()
                 };
                 let client = DispatcherClient::with_retry(addr, retry)?;
-                let status = client
-                    .call("get_status", Duration::ZERO, |mut c, _| async move {
-                        c.get_status(sluice_proto::dispatcher::GetStatusRequest {})
-                            .await
-                    })
-                    .await;
-                if let Ok(status) = status {
-                    let v: Value = serde_json::from_str(&status.json)?;
+                if let Ok(status) = client.get_status().await {
+                    let v: Value = serde_json::from_str(&status)?;
                     let term = v["term"].as_u64().unwrap_or(0);
                     if v["state"] == "Leader" && best.is_none_or(|(t, _)| term > t) {
                         best = Some((term, i));
@@ -169,7 +163,7 @@ struct Epoch {
 async fn read_epoch(
     client: &DispatcherClient,
     dataset: &Dataset,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
     options: DistributeOptions,
     count: Count,
     mut on_element: impl FnMut(u64),
@@ -234,7 +228,7 @@ fn rows(element: &sluice_dataset::Element) -> u64 {
 }
 
 /// One small epoch, so registration, channels and worker tasks are warm before a measurement.
-async fn warm_up(client: &DispatcherClient, mode: ProcessingMode) -> anyhow::Result<()> {
+async fn warm_up(client: &DispatcherClient, mode: ShardingPolicy) -> anyhow::Result<()> {
     read_epoch(
         client,
         &Dataset::range(1000),
@@ -251,7 +245,7 @@ async fn warm_up(client: &DispatcherClient, mode: ProcessingMode) -> anyhow::Res
 async fn measured(
     client: &DispatcherClient,
     dataset: &Dataset,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
     options: DistributeOptions,
     count: Count,
     total: u64,
@@ -304,7 +298,7 @@ async fn tiny_rate(
         let epoch = measured(
             client,
             &Dataset::range(n as i64),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             uncompressed(TINY_OUTSTANDING),
             Count::Elements,
             workers * n,
@@ -371,7 +365,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let cluster = Cluster::start(&bin, 1, 2)?;
         let client = cluster.client()?;
         // Warm up: registration, channels, worker tasks.
-        warm_up(&client, ProcessingMode::Off).await?;
+        warm_up(&client, ShardingPolicy::Off).await?;
 
         let rate = tiny_rate(&client, n, 2, "tiny, 2 workers").await?;
         put("tiny_service_eps_2w", rate, &tiny_unit());
@@ -383,7 +377,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     {
         let cluster = Cluster::start(&bin, 1, 1)?;
         let client = cluster.client()?;
-        warm_up(&client, ProcessingMode::Off).await?;
+        warm_up(&client, ShardingPolicy::Off).await?;
 
         if want("tiny1w") {
             let rate = tiny_rate(&client, n, 1, "tiny, 1 worker").await?;
@@ -396,7 +390,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             let epoch = measured(
                 &client,
                 &dataset,
-                ProcessingMode::Off,
+                ShardingPolicy::Off,
                 uncompressed(64),
                 Count::Rows,
                 batched_n,
@@ -418,7 +412,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             let epoch = measured(
                 &client,
                 &dataset,
-                ProcessingMode::Off,
+                ShardingPolicy::Off,
                 uncompressed(16),
                 Count::Bytes,
                 large,
@@ -441,7 +435,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 let epoch = read_epoch(
                     &client,
                     &Dataset::range(100 + i),
-                    ProcessingMode::Dynamic,
+                    ShardingPolicy::Dynamic,
                     options(64),
                     Count::Elements,
                     |_| {},
@@ -457,12 +451,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if want("dynamic") || want("failover") {
         let mut cluster = Cluster::start(&bin, 3, 2)?;
         let client = cluster.client()?;
-        warm_up(&client, ProcessingMode::Dynamic).await?;
+        warm_up(&client, ShardingPolicy::Dynamic).await?;
         if want("dynamic") {
             let epoch = measured(
                 &client,
                 &Dataset::range(n as i64),
-                ProcessingMode::Dynamic,
+                ShardingPolicy::Dynamic,
                 uncompressed(4096),
                 Count::Elements,
                 n,
@@ -507,7 +501,7 @@ async fn failover(
     let service = client
         .distribute(
             &Dataset::range(total as i64),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             options(64),
         )
         .await?;
@@ -572,7 +566,7 @@ async fn sweep(client: &DispatcherClient) -> anyhow::Result<Vec<(u64, f64, f64)>
         let epoch = read_epoch(
             client,
             &dataset,
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             uncompressed(outstanding),
             Count::Bytes,
             |_| {},

@@ -4,8 +4,8 @@
 use crate::cli::{AdminCommand, DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs, WorkerArgs};
 use anyhow::{bail, Context};
 use sluice_client::{
-    Compression, CrossTrainerCache, DispatcherClient, DistributeOptions, ProcessingMode,
-    RegisterOptions, RetryConfig,
+    Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt, DistributeOptions,
+    RegisterOptions, RetryConfig, ShardingPolicy,
 };
 use sluice_dataset::Transform;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
@@ -105,7 +105,7 @@ fn distribute_options(
 
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     let client = DispatcherClient::new(&args.dispatcher)?;
-    let mode: ProcessingMode = args.mode.parse()?;
+    let mode: ShardingPolicy = args.mode.parse()?;
     let mut options = distribute_options(
         args.job_name,
         args.max_outstanding_requests,
@@ -191,14 +191,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             ..RetryConfig::default()
         };
         let client = DispatcherClient::with_retry(addr, retry)?;
-        let view = client
-            .call("get_status", Duration::ZERO, |mut c, timeout| {
-                let mut request =
-                    tonic::Request::new(sluice_proto::dispatcher::GetStatusRequest {});
-                request.set_timeout(timeout);
-                async move { c.get_status(request).await }
-            })
-            .await;
+        let view = client.get_status().await;
         views.push((addr.to_string(), view));
     }
     let mut nodes = Vec::new();
@@ -207,7 +200,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
         match view {
             Ok(response) => {
                 let json: serde_json::Value =
-                    serde_json::from_str(&response.json).context("status json")?;
+                    serde_json::from_str(&response).context("status json")?;
                 nodes.push(serde_json::json!({
                     "addr": addr, "node": json["node"], "state": json["state"], "term": json["term"],
                     "applied_index": json["applied_index"], "leader": json["leader"],

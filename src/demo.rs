@@ -11,7 +11,7 @@ use crate::cli::DemoArgs;
 use crate::local_cluster::LocalCluster;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use sluice_client::{DistributeOptions, ProcessingMode};
+use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
 use sluice_dataset::tfrecord::TfRecordWriter;
 use sluice_dataset::Dataset;
 use std::path::Path;
@@ -78,7 +78,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .client()
         .distribute(
             &Dataset::files(&pattern).tfrecord(),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             options,
         )
         .await?;

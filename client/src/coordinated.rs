@@ -16,13 +16,13 @@
 //! asks the dispatcher to remove the task, which happens once every consumer asked for the same
 //! round, and the task's result becomes a skip.
 
-use crate::dispatcher_client::DispatcherClient;
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, ClientError};
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
+use sluice_rpc::{ClientHeartbeat, ClientId, DispatcherClient, TaskId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,7 +36,7 @@ use tonic::transport::{Channel, Endpoint};
 const PENDING_REFRESH: Duration = Duration::from_millis(20);
 
 pub(crate) struct CoordinatedConfig {
-    pub client_id: u64,
+    pub client_id: ClientId,
     pub consumer_index: u32,
     pub max_outstanding: u32,
     pub heartbeat_poll: Duration,
@@ -236,22 +236,15 @@ impl Reader {
     ) -> impl Future<Output = Result<pb::ClientHeartbeatResponse, ClientError>> + Send + 'static
     {
         let client = self.client.clone();
-        let request = pb::ClientHeartbeatRequest {
-            iteration_client_id: self.config.client_id,
-            poll_timeout_ms: poll.as_millis() as u64,
+        let heartbeat = ClientHeartbeat {
+            client_id: self.config.client_id,
             known_tasks: self.tasks.len() as u32,
             current_round: Some(self.current_round),
             blocked_round: self.round_limit,
         };
         async move {
             tokio::time::sleep(wait).await;
-            client
-                .call("client_heartbeat", poll, |mut c, timeout| {
-                    let mut request = tonic::Request::new(request);
-                    request.set_timeout(timeout);
-                    async move { c.client_heartbeat(request).await }
-                })
-                .await
+            Ok(client.client_heartbeat(&heartbeat, poll).await?)
         }
     }
 
@@ -349,19 +342,11 @@ async fn maybe_remove_task(
     client: &DispatcherClient,
     request: &GetElementRequest,
 ) -> Result<bool, ClientError> {
-    let response = client
-        .call("maybe_remove_task", REMOVAL_WAIT, |mut c, timeout| {
-            let mut call = tonic::Request::new(pb::MaybeRemoveTaskRequest {
-                task_id: request.task_id,
-                consumer_index: request.consumer_index,
-                round: request.round_index,
-            });
-            call.set_timeout(timeout);
-            async move { c.maybe_remove_task(call).await }
-        })
-        .await?;
-    Ok(response.removed)
+    Ok(client
+        .maybe_remove_task(
+            TaskId(request.task_id),
+            request.consumer_index,
+            request.round_index,
+        )
+        .await?)
 }
-
-/// How long the dispatcher may hold a removal request while the other consumers ask.
-const REMOVAL_WAIT: Duration = Duration::from_secs(11);

@@ -16,13 +16,14 @@
 //! client (best effort; the dispatcher's client timeout covers a lost release).
 
 use crate::coordinated::{self, CoordinatedConfig};
-use crate::dispatcher_client::DispatcherClient;
 use crate::error::ClientError;
-use crate::local_workers::LocalWorkers;
-use crate::options::{DistributeOptions, TargetWorkers};
+use crate::options::{deletes_task_when_done, reads_task, DistributeOptions};
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_dataset::{pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder};
 use sluice_proto::dispatcher as pb;
+use sluice_rpc::{
+    ClientHeartbeat, ClientId, DispatcherClient, LocalWorkers, TargetWorkers, TaskId,
+};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -120,7 +121,7 @@ impl Drop for ElementStream {
 impl ElementStream {
     pub(crate) fn start(
         client: DispatcherClient,
-        client_id: u64,
+        client_id: ClientId,
         options: &DistributeOptions,
         local_ops: Vec<dpb::Op>,
     ) -> Result<ElementStream, ClientError> {
@@ -329,7 +330,7 @@ impl futures::Stream for ElementStream {
 
 struct Driver {
     client: DispatcherClient,
-    client_id: u64,
+    client_id: ClientId,
     /// Coordinated reads: this consumer's index.
     consumer_index: Option<u32>,
     /// Cross-trainer cache jobs: this trainer's id (empty otherwise).
@@ -413,7 +414,7 @@ impl Driver {
                             continue;
                         }
                         let local = LocalWorkers::global().contains(&task.worker_address);
-                        if self.target_workers.reads(&task, local) {
+                        if reads_task(self.target_workers, &task, local) {
                             new_tasks.push(task);
                         } else {
                             debug!(task = task.task_id, worker = %task.worker_address, "not a target worker: skipping its task");
@@ -427,7 +428,7 @@ impl Driver {
                         let config = TaskStreamConfig {
                             task_id: task.task_id,
                             address: task.worker_address,
-                            client_id: self.client_id,
+                            client_id: self.client_id.0,
                             trainer_id: self.trainer_id.clone(),
                             max_credits: (self.outstanding / read_tasks.max(1)).max(1),
                         };
@@ -461,37 +462,25 @@ impl Driver {
     /// stop producing (a later reader of them gets tf.data's "which has been deleted" error).
     fn delete_local_tasks(&self, opened: &[pb::TaskInfo]) {
         for task in opened {
-            if !self.target_workers.deletes_when_done(task) {
+            if !deletes_task_when_done(self.target_workers, task) {
                 continue;
             }
             if let Some(worker) = LocalWorkers::global().get(&task.worker_address) {
                 debug!(task = task.task_id, worker = %task.worker_address, "deleting local task");
-                worker.delete_local_task(task.task_id);
+                worker.delete_local_task(TaskId(task.task_id));
             }
         }
     }
 
     async fn release(&self) {
-        let request_id = self.client.next_request_id();
         let client_id = self.client_id;
-        let release = self.client.call(
-            "release_iteration_client",
-            Duration::ZERO,
-            |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::ReleaseIterationClientRequest {
-                    iteration_client_id: client_id,
-                    request_id: Some(request_id),
-                });
-                request.set_timeout(timeout);
-                async move { c.release_iteration_client(request).await }
-            },
-        );
+        let release = self.client.release_iteration_client(client_id);
         if tokio::time::timeout(Duration::from_secs(2), release)
             .await
             .is_err()
         {
             debug!(
-                client = client_id,
+                client = %client_id,
                 "release of the iteration client timed out"
             );
         }
@@ -500,23 +489,17 @@ impl Driver {
 
 async fn heartbeat(
     client: DispatcherClient,
-    client_id: u64,
+    client_id: ClientId,
     known_tasks: u32,
     poll: Duration,
 ) -> Result<pb::ClientHeartbeatResponse, ClientError> {
-    client
-        .call("client_heartbeat", poll, |mut c, timeout| {
-            let mut request = tonic::Request::new(pb::ClientHeartbeatRequest {
-                iteration_client_id: client_id,
-                poll_timeout_ms: poll.as_millis() as u64,
-                known_tasks,
-                current_round: None,
-                blocked_round: None,
-            });
-            request.set_timeout(timeout);
-            async move { c.client_heartbeat(request).await }
-        })
-        .await
+    let heartbeat = ClientHeartbeat {
+        client_id,
+        known_tasks,
+        current_round: None,
+        blocked_round: None,
+    };
+    Ok(client.client_heartbeat(&heartbeat, poll).await?)
 }
 
 /// Runs the ops chained after `distribute` on a blocking thread, between the service's

@@ -1,6 +1,7 @@
 //! `ClientError`: what the client library reports to its caller.
 
 use sluice_dataset::DatasetError;
+use sluice_rpc::{is_retryable_code, InvalidValue, RpcError};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
@@ -52,15 +53,27 @@ impl ClientError {
             ClientError::Rpc { code, .. } => is_retryable_code(*code),
         }
     }
+}
 
-    pub(crate) fn from_status(status: &tonic::Status) -> ClientError {
-        let message = status.message().to_string();
-        match status.code() {
-            tonic::Code::InvalidArgument => ClientError::InvalidArgument(message),
-            tonic::Code::NotFound => ClientError::NotFound(message),
-            tonic::Code::FailedPrecondition => ClientError::FailedPrecondition(message),
-            code => ClientError::Rpc { code, message },
+/// A dispatcher call's failure, as the client reports it.
+impl From<RpcError> for ClientError {
+    fn from(e: RpcError) -> ClientError {
+        match e {
+            RpcError::InvalidArgument(message) => ClientError::InvalidArgument(message),
+            RpcError::NotFound(message) => ClientError::NotFound(message),
+            RpcError::FailedPrecondition(message) => ClientError::FailedPrecondition(message),
+            RpcError::Unavailable { attempts, message } => {
+                ClientError::Unavailable { attempts, message }
+            }
+            RpcError::Status { code, message } => ClientError::Rpc { code, message },
         }
+    }
+}
+
+/// A value a shared enum (`ShardingPolicy`, `TargetWorkers`) does not have.
+impl From<InvalidValue> for ClientError {
+    fn from(e: InvalidValue) -> ClientError {
+        ClientError::InvalidArgument(e.0)
     }
 }
 
@@ -77,18 +90,5 @@ pub(crate) fn is_worker_refusal(code: tonic::Code) -> bool {
             | tonic::Code::Unimplemented
             | tonic::Code::PermissionDenied
             | tonic::Code::Unauthenticated
-    )
-}
-
-/// Codes after which the same request may succeed later or on another replica.
-pub(crate) fn is_retryable_code(code: tonic::Code) -> bool {
-    matches!(
-        code,
-        tonic::Code::Unavailable
-            | tonic::Code::Unknown
-            | tonic::Code::Cancelled
-            | tonic::Code::Aborted
-            | tonic::Code::DeadlineExceeded
-            | tonic::Code::ResourceExhausted
     )
 }

@@ -1,192 +1,31 @@
 //! The options of `distribute` / `from_dataset_id` / `register_dataset`, with tf.data's names,
-//! defaults and validation messages.
+//! defaults and validation messages, and which tasks a reader's `target_workers` reads (the
+//! enums themselves are `sluice_rpc`'s, shared with the dispatcher).
 
 use crate::error::ClientError;
 use sluice_proto::dispatcher as pb;
-use std::fmt;
-use std::str::FromStr;
+use sluice_rpc::{Compression, TargetWorkers};
 use std::time::Duration;
 
-/// How a job's data is divided between workers (`ShardingPolicy` in tf.data).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProcessingMode {
-    /// "parallel_epochs": each worker produces the whole dataset.
-    Off,
-    /// "distributed_epoch": each split is produced by at most one worker.
-    Dynamic,
-    File,
-    Data,
-    FileOrData,
-    Hint,
-}
-
-impl ProcessingMode {
-    pub fn to_proto(self) -> pb::ShardingPolicy {
-        match self {
-            ProcessingMode::Off => pb::ShardingPolicy::Off,
-            ProcessingMode::Dynamic => pb::ShardingPolicy::Dynamic,
-            ProcessingMode::File => pb::ShardingPolicy::File,
-            ProcessingMode::Data => pb::ShardingPolicy::Data,
-            ProcessingMode::FileOrData => pb::ShardingPolicy::FileOrData,
-            ProcessingMode::Hint => pb::ShardingPolicy::Hint,
-        }
-    }
-
-    /// FILE, DATA, FILE_OR_DATA and HINT: each worker's share is fixed by its index in the
-    /// dispatcher's worker list (tf.data's `IsStaticShard`).
-    pub fn is_static(self) -> bool {
-        match self {
-            ProcessingMode::Off | ProcessingMode::Dynamic => false,
-            ProcessingMode::File
-            | ProcessingMode::Data
-            | ProcessingMode::FileOrData
-            | ProcessingMode::Hint => true,
-        }
+/// Whether a reader that is not coordinated reads `task` (tf.data's `ShouldReadFromTask`;
+/// coordinated readers read every task). `local`: the task's worker runs in this process.
+/// `AUTO` avoids reading another host's colocated worker, which serves its own trainer.
+pub(crate) fn reads_task(target: TargetWorkers, task: &pb::TaskInfo, local: bool) -> bool {
+    match target {
+        TargetWorkers::Any => true,
+        TargetWorkers::Local => local,
+        TargetWorkers::Auto => local || !is_colocated(task),
     }
 }
 
-impl FromStr for ProcessingMode {
-    type Err = ClientError;
-
-    /// Accepts `parallel_epochs`, `distributed_epoch` and the policy names, case-insensitive.
-    fn from_str(s: &str) -> Result<Self, ClientError> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "parallel_epochs" | "off" => ProcessingMode::Off,
-            "distributed_epoch" | "dynamic" => ProcessingMode::Dynamic,
-            "file" => ProcessingMode::File,
-            "data" => ProcessingMode::Data,
-            "file_or_data" => ProcessingMode::FileOrData,
-            "hint" => ProcessingMode::Hint,
-            _ => {
-                return Err(ClientError::InvalidArgument(format!(
-                    "tf.data service processing mode should be a \
-                     `tf.data.experimental.service.ShardingPolicy`, `\"parallel_epochs\"`, or \
-                     `\"distributed_epoch\"`. Got '{s}'."
-                )))
-            }
-        })
-    }
-}
-
-impl fmt::Display for ProcessingMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProcessingMode::Off => "parallel_epochs",
-            ProcessingMode::Dynamic => "distributed_epoch",
-            ProcessingMode::File => "file",
-            ProcessingMode::Data => "data",
-            ProcessingMode::FileOrData => "file_or_data",
-            ProcessingMode::Hint => "hint",
-        })
-    }
-}
-
-/// Element compression, chosen at registration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Compression {
-    /// Snappy per element, skipped for elements that do not compress.
-    #[default]
-    Auto,
-    None,
-}
-
-impl FromStr for Compression {
-    type Err = ClientError;
-
-    fn from_str(s: &str) -> Result<Self, ClientError> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(Compression::Auto),
-            "none" => Ok(Compression::None),
-            _ => Err(ClientError::InvalidArgument(format!(
-                "Invalid `compression` argument: {s}. Must be one of ['auto', 'none']."
-            ))),
-        }
-    }
-}
-
-impl Compression {
-    pub fn to_proto(self) -> pb::Compression {
-        match self {
-            Compression::Auto => pb::Compression::Auto,
-            Compression::None => pb::Compression::None,
-        }
-    }
-
-    pub(crate) fn from_proto(value: i32) -> Compression {
-        match pb::Compression::try_from(value) {
-            Ok(pb::Compression::None) => Compression::None,
-            _ => Compression::Auto,
-        }
-    }
-}
-
-/// Which workers a client reads from (tf.data's `target_workers`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TargetWorkers {
-    /// Every worker except remote workers tagged `COLOCATED` (avoids cross-host reads).
-    #[default]
-    Auto,
-    /// Every worker.
-    Any,
-    /// Only workers running in this process.
-    Local,
-}
-
-impl FromStr for TargetWorkers {
-    type Err = ClientError;
-
-    /// `auto` (also the empty string), `any` or `local`, case-insensitive.
-    fn from_str(s: &str) -> Result<Self, ClientError> {
-        match s.to_ascii_uppercase().as_str() {
-            "" | "AUTO" => Ok(TargetWorkers::Auto),
-            "ANY" => Ok(TargetWorkers::Any),
-            "LOCAL" => Ok(TargetWorkers::Local),
-            _ => Err(ClientError::InvalidArgument(format!(
-                "Unrecognized target workers: {s}"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for TargetWorkers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TargetWorkers::Auto => "AUTO",
-            TargetWorkers::Any => "ANY",
-            TargetWorkers::Local => "LOCAL",
-        })
-    }
-}
-
-impl TargetWorkers {
-    pub fn to_proto(self) -> pb::TargetWorkers {
-        match self {
-            TargetWorkers::Auto => pb::TargetWorkers::Auto,
-            TargetWorkers::Any => pb::TargetWorkers::Any,
-            TargetWorkers::Local => pb::TargetWorkers::Local,
-        }
-    }
-
-    /// Whether a reader that is not coordinated reads `task` (tf.data's `ShouldReadFromTask`;
-    /// coordinated readers read every task). `local`: the task's worker runs in this process.
-    /// `AUTO` avoids reading another host's colocated worker, which serves its own trainer.
-    pub(crate) fn reads(self, task: &pb::TaskInfo, local: bool) -> bool {
-        match self {
-            TargetWorkers::Any => true,
-            TargetWorkers::Local => local,
-            TargetWorkers::Auto => local || !is_colocated(task),
-        }
-    }
-
-    /// Whether a reader that is not coordinated, going away, deletes `task` from its
-    /// in-process worker (tf.data's `ShouldDeleteLocalTask`): with `LOCAL`, or with `AUTO` for
-    /// a colocated worker's task, nobody else reads it.
-    pub(crate) fn deletes_when_done(self, task: &pb::TaskInfo) -> bool {
-        match self {
-            TargetWorkers::Local => true,
-            TargetWorkers::Auto => is_colocated(task),
-            TargetWorkers::Any => false,
-        }
+/// Whether a reader that is not coordinated, going away, deletes `task` from its in-process
+/// worker (tf.data's `ShouldDeleteLocalTask`): with `LOCAL`, or with `AUTO` for a colocated
+/// worker's task, nobody else reads it.
+pub(crate) fn deletes_task_when_done(target: TargetWorkers, task: &pb::TaskInfo) -> bool {
+    match target {
+        TargetWorkers::Local => true,
+        TargetWorkers::Auto => is_colocated(task),
+        TargetWorkers::Any => false,
     }
 }
 
@@ -331,25 +170,13 @@ mod tests {
         for (target, tags, local, expected) in cases {
             let t = task(&tags);
             assert_eq!(
-                (target.reads(&t, local), target.deletes_when_done(&t)),
+                (
+                    reads_task(target, &t, local),
+                    deletes_task_when_done(target, &t)
+                ),
                 expected,
                 "{target} {tags:?} local={local}"
             );
         }
-    }
-
-    #[test]
-    fn target_workers_parse_case_insensitively() {
-        assert_eq!("".parse::<TargetWorkers>().ok(), Some(TargetWorkers::Auto));
-        assert_eq!(
-            "any".parse::<TargetWorkers>().ok(),
-            Some(TargetWorkers::Any)
-        );
-        assert_eq!(
-            "Local".parse::<TargetWorkers>().ok(),
-            Some(TargetWorkers::Local)
-        );
-        let error = "remote".parse::<TargetWorkers>().unwrap_err();
-        assert_eq!(error.to_string(), "Unrecognized target workers: remote");
     }
 }

@@ -5,11 +5,10 @@
 //! the epoch's repetition, and whether this process runs a worker. The texts are tf.data's.
 
 use crate::error::ClientError;
-use crate::local_workers::LocalWorkers;
-use crate::options::{ProcessingMode, TargetWorkers};
+use sluice_rpc::{LocalWorkers, ShardingPolicy, TargetWorkers};
 
 pub(crate) struct ReadParams<'a> {
-    pub mode: ProcessingMode,
+    pub mode: ShardingPolicy,
     pub job_name: Option<&'a str>,
     pub num_consumers: Option<u32>,
     pub cross_trainer_cache: bool,
@@ -98,7 +97,7 @@ mod tests {
 
     fn cache_params() -> ReadParams<'static> {
         ReadParams {
-            mode: ProcessingMode::Off,
+            mode: ShardingPolicy::Off,
             job_name: Some("job"),
             num_consumers: None,
             cross_trainer_cache: true,
@@ -162,14 +161,14 @@ mod tests {
             ..cache_params()
         };
         assert_eq!(
-            message(local(ProcessingMode::Dynamic)).as_deref(),
+            message(local(ShardingPolicy::Dynamic)).as_deref(),
             Some(
                 "Local reads require local tf.data workers, but no local worker is found. You \
                  need to run local tf.data service workers in your training workers."
             )
         );
         assert_eq!(
-            message(local(ProcessingMode::FileOrData)).as_deref(),
+            message(local(ShardingPolicy::FileOrData)).as_deref(),
             Some(
                 "Static sharding policy <FILE_OR_DATA> requires local tf.data workers, but no \
                  local worker is found. You need to run local tf.data service workers in your \

@@ -3,24 +3,28 @@
 //!
 //! Each call of [`ServiceDataset::iter`] is a new epoch: it uses the next repetition of the job,
 //! so it reads a new iteration (tf.data's per-dataset-object repetition counter).
+//!
+//! `distribute`, `register_dataset` and `from_dataset_id` are methods of the transport's
+//! `DispatcherClient` through [`DispatcherClientExt`]: what the client library adds to the
+//! dispatcher's RPCs (definitions checked and expanded here, element specs, job namespaces).
 
-use crate::dispatcher_client::DispatcherClient;
 use crate::element_stream::ElementStream;
 use crate::error::ClientError;
-use crate::options::{Compression, DistributeOptions, ProcessingMode, RegisterOptions};
+use crate::options::{DistributeOptions, RegisterOptions};
 use crate::read_params::ReadParams;
 use sluice_dataset::{pb as dpb, Dataset, ElementSpec, FunctionRegistry, Transform};
 use sluice_proto::dispatcher as pb;
+use sluice_rpc::{Compression, DatasetId, DispatcherClient, JobRequest, ShardingPolicy};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A dataset served by the Sluice service.
 #[derive(Clone)]
 pub struct ServiceDataset {
     client: DispatcherClient,
     dataset_id: String,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
     /// `job_name` here is the name sent to the dispatcher (namespaced for `from_dataset_id`).
     options: DistributeOptions,
     /// The definition the workers run, as registered (file patterns expanded).
@@ -89,7 +93,7 @@ impl ServiceDataset {
         &self.local_ops
     }
 
-    pub fn processing_mode(&self) -> ProcessingMode {
+    pub fn processing_mode(&self) -> ShardingPolicy {
         self.mode
     }
 
@@ -120,105 +124,75 @@ impl ServiceDataset {
             repetition,
         }
         .validate()?;
-        let job = self
+        let job_id = self
             .client
-            .call("get_or_create_job", Duration::ZERO, |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::GetOrCreateJobRequest {
-                    dataset_id: self.dataset_id.clone(),
-                    sharding_policy: self.mode.to_proto() as i32,
-                    job_name: self.options.job_name.clone(),
-                    request_id: Some(self.client.next_request_id()),
-                    num_consumers: self.options.num_consumers,
-                    use_cross_trainer_cache: self.options.cross_trainer_cache.is_some(),
-                    target_workers: self.options.target_workers.to_proto() as i32,
-                });
-                request.set_timeout(timeout);
-                async move { c.get_or_create_job(request).await }
+            .get_or_create_job(&JobRequest {
+                dataset_id: DatasetId(self.dataset_id.clone()),
+                sharding: self.mode,
+                job_name: self.options.job_name.clone(),
+                num_consumers: self.options.num_consumers,
+                use_cross_trainer_cache: self.options.cross_trainer_cache.is_some(),
+                target_workers: self.options.target_workers,
             })
             .await?;
-        let request_id = self.client.next_request_id();
         let iteration = self
             .client
-            .call(
-                "get_or_create_iteration",
-                Duration::ZERO,
-                |mut c, timeout| {
-                    let mut request = tonic::Request::new(pb::GetOrCreateIterationRequest {
-                        job_id: job.job_id,
-                        repetition,
-                        request_id: Some(request_id),
-                    });
-                    request.set_timeout(timeout);
-                    async move { c.get_or_create_iteration(request).await }
-                },
-            )
+            .get_or_create_iteration(job_id, repetition)
             .await?;
         ElementStream::start(
             self.client.clone(),
-            iteration.iteration_client_id,
+            iteration.client_id,
             &self.options,
             self.local_ops.clone(),
         )
     }
 }
 
-impl DispatcherClient {
+/// The client library's calls on a [`DispatcherClient`]: tf.data's `register_dataset`,
+/// `distribute` and `from_dataset_id`.
+pub trait DispatcherClientExt {
     /// Registers `dataset` and returns its id. Functions are checked against this process's
     /// registry; file patterns are expanded here, relative to the current directory.
-    pub async fn register_dataset(
+    fn register_dataset(
+        &self,
+        dataset: &Dataset,
+        options: &RegisterOptions,
+    ) -> impl Future<Output = Result<String, ClientError>> + Send;
+
+    /// Registers `dataset` and reads it through the service (tf.data's `distribute`). The job
+    /// name, if any, is global: every consumer using it shares the job.
+    fn distribute(
+        &self,
+        dataset: &Dataset,
+        mode: ShardingPolicy,
+        options: DistributeOptions,
+    ) -> impl Future<Output = Result<ServiceDataset, ClientError>> + Send;
+
+    /// Reads an already registered dataset. Job names are namespaced by the dataset id, as
+    /// tf.data does, so the same name on another dataset is another job.
+    // tf.data's name; it reads through this client, so it takes `self`.
+    #[allow(clippy::wrong_self_convention)]
+    fn from_dataset_id(
+        &self,
+        mode: ShardingPolicy,
+        dataset_id: &str,
+        options: DistributeOptions,
+    ) -> impl Future<Output = Result<ServiceDataset, ClientError>> + Send;
+}
+
+impl DispatcherClientExt for DispatcherClient {
+    async fn register_dataset(
         &self,
         dataset: &Dataset,
         options: &RegisterOptions,
     ) -> Result<String, ClientError> {
-        Ok(self.register_definition(dataset, options).await?.0)
+        Ok(register_definition(self, dataset, options).await?.0)
     }
 
-    /// Registers `dataset`; returns its id and the definition as registered.
-    async fn register_definition(
+    async fn distribute(
         &self,
         dataset: &Dataset,
-        options: &RegisterOptions,
-    ) -> Result<(String, dpb::DatasetDef), ClientError> {
-        let registry = FunctionRegistry::global();
-        let mut def = dataset.def().clone();
-        absolutize_file_pattern(&mut def)?;
-        sluice_dataset::validate(&def, &registry)?;
-        sluice_dataset::expand_files(&mut def)?;
-        let spec = sluice_dataset::element_spec(&def, &registry)?;
-        let metadata = pb::DatasetMetadata {
-            element_spec: Some(spec.to_proto()),
-            cardinality: sluice_dataset::cardinality(&def),
-            compression: options.compression.to_proto() as i32,
-        };
-        if let Some(id) = &options.dataset_id {
-            if id.is_empty() {
-                return Err(ClientError::InvalidArgument(
-                    "`dataset_id` must not be empty".into(),
-                ));
-            }
-        }
-        let request_id = self.next_request_id();
-        let response = self
-            .call("register_dataset", Duration::ZERO, |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::RegisterDatasetRequest {
-                    dataset: Some(def.clone()),
-                    dataset_id: options.dataset_id.clone(),
-                    metadata: Some(metadata.clone()),
-                    request_id: Some(request_id),
-                });
-                request.set_timeout(timeout);
-                async move { c.register_dataset(request).await }
-            })
-            .await?;
-        Ok((response.dataset_id, def))
-    }
-
-    /// Registers `dataset` and reads it through the service (tf.data's `distribute`). The job
-    /// name, if any, is global: every consumer using it shares the job.
-    pub async fn distribute(
-        &self,
-        dataset: &Dataset,
-        mode: ProcessingMode,
+        mode: ShardingPolicy,
         options: DistributeOptions,
     ) -> Result<ServiceDataset, ClientError> {
         options.validate()?;
@@ -226,10 +200,11 @@ impl DispatcherClient {
             compression: options.compression,
             dataset_id: None,
         };
-        let (dataset_id, definition) = self.register_definition(dataset, &register).await?;
+        let (dataset_id, definition) = register_definition(self, dataset, &register).await?;
         let element_spec = sluice_dataset::element_spec(&definition, &FunctionRegistry::global())?;
         let cardinality = sluice_dataset::cardinality(&definition);
-        Ok(self.service_dataset(
+        Ok(service_dataset(
+            self,
             dataset_id,
             mode,
             options,
@@ -239,25 +214,17 @@ impl DispatcherClient {
         ))
     }
 
-    /// Reads an already registered dataset. Job names are namespaced by the dataset id, as
-    /// tf.data does, so the same name on another dataset is another job.
-    pub async fn from_dataset_id(
+    async fn from_dataset_id(
         &self,
-        mode: ProcessingMode,
+        mode: ShardingPolicy,
         dataset_id: &str,
         mut options: DistributeOptions,
     ) -> Result<ServiceDataset, ClientError> {
         options.validate()?;
         let response = self
-            .call("get_dataset", Duration::ZERO, |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::GetDatasetRequest {
-                    dataset_id: dataset_id.to_string(),
-                });
-                request.set_timeout(timeout);
-                async move { c.get_dataset(request).await }
-            })
+            .get_dataset(&DatasetId(dataset_id.to_string()))
             .await
-            .map_err(|e| match e {
+            .map_err(|e| match ClientError::from(e) {
                 ClientError::NotFound(_) => ClientError::NotFound(format!(
                     "Dataset id {dataset_id} not found. It must be registered with \
                      `register_dataset` before calling `from_dataset_id`."
@@ -276,11 +243,12 @@ impl DispatcherClient {
                     "Failed to fetch element spec for dataset id {dataset_id} from the service."
                 ))
             })?;
-        options.compression = Compression::from_proto(metadata.compression);
+        options.compression = Compression::from_proto(metadata.compression)?;
         options.job_name = options
             .job_name
             .map(|name| format!("dataset_id=/{dataset_id}/{name}"));
-        Ok(self.service_dataset(
+        Ok(service_dataset(
+            self,
             dataset_id.to_string(),
             mode,
             options,
@@ -289,28 +257,59 @@ impl DispatcherClient {
             metadata.cardinality,
         ))
     }
+}
 
-    fn service_dataset(
-        &self,
-        dataset_id: String,
-        mode: ProcessingMode,
-        options: DistributeOptions,
-        definition: dpb::DatasetDef,
-        element_spec: ElementSpec,
-        cardinality: i64,
-    ) -> ServiceDataset {
-        ServiceDataset {
-            client: self.clone(),
-            dataset_id,
-            mode,
-            compression: options.compression,
-            options,
-            definition,
-            element_spec,
-            cardinality,
-            local_ops: Vec::new(),
-            repetition: Arc::new(AtomicU64::new(0)),
+/// Registers `dataset`; returns its id and the definition as registered.
+async fn register_definition(
+    client: &DispatcherClient,
+    dataset: &Dataset,
+    options: &RegisterOptions,
+) -> Result<(String, dpb::DatasetDef), ClientError> {
+    let registry = FunctionRegistry::global();
+    let mut def = dataset.def().clone();
+    absolutize_file_pattern(&mut def)?;
+    sluice_dataset::validate(&def, &registry)?;
+    sluice_dataset::expand_files(&mut def)?;
+    let spec = sluice_dataset::element_spec(&def, &registry)?;
+    let metadata = pb::DatasetMetadata {
+        element_spec: Some(spec.to_proto()),
+        cardinality: sluice_dataset::cardinality(&def),
+        compression: options.compression.to_proto() as i32,
+    };
+    if let Some(id) = &options.dataset_id {
+        if id.is_empty() {
+            return Err(ClientError::InvalidArgument(
+                "`dataset_id` must not be empty".into(),
+            ));
         }
+    }
+    let dataset_id = options.dataset_id.clone().map(DatasetId);
+    let registered = client
+        .register_dataset_def(&def, dataset_id.as_ref(), &metadata)
+        .await?;
+    Ok((registered.0, def))
+}
+
+fn service_dataset(
+    client: &DispatcherClient,
+    dataset_id: String,
+    mode: ShardingPolicy,
+    options: DistributeOptions,
+    definition: dpb::DatasetDef,
+    element_spec: ElementSpec,
+    cardinality: i64,
+) -> ServiceDataset {
+    ServiceDataset {
+        client: client.clone(),
+        dataset_id,
+        mode,
+        compression: options.compression,
+        options,
+        definition,
+        element_spec,
+        cardinality,
+        local_ops: Vec::new(),
+        repetition: Arc::new(AtomicU64::new(0)),
     }
 }
 

@@ -9,8 +9,8 @@
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, ClientError};
-use crate::raw_fetch;
 use sluice_proto::worker::FetchRequest;
+use sluice_rpc::raw_fetch;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};

@@ -42,8 +42,11 @@ pub const PART_MIN: usize = 64 << 10;
 /// Bodies smaller than this are never worth compressing.
 const MIN_COMPRESS_LEN: usize = 64;
 
-/// Per-dataset compression of elements on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Per-dataset compression of elements on the wire, chosen at registration (tf.data's
+/// `compression` argument). The one definition: the client, the worker and the dispatcher's
+/// replicated state use this type. The serde variant order (`None`, `Auto`) is part of the
+/// dispatcher's on-disk format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Compression {
     None,
     /// Snappy, skipped per element when it does not shrink the element by at least 10%.
@@ -63,12 +66,35 @@ impl fmt::Display for Compression {
 impl FromStr for Compression {
     type Err = DatasetError;
 
+    /// `auto` or `none`, case-insensitive.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
+        match s.to_ascii_lowercase().as_str() {
             "none" => Ok(Compression::None),
             "auto" => Ok(Compression::Auto),
             _ => Err(DatasetError::invalid(format!(
-                "unknown compression '{s}'; expected auto or none"
+                "Invalid `compression` argument: {s}. Must be one of ['auto', 'none']."
+            ))),
+        }
+    }
+}
+
+impl Compression {
+    pub fn to_proto(self) -> sluice_proto::dispatcher::Compression {
+        match self {
+            Compression::None => sluice_proto::dispatcher::Compression::None,
+            Compression::Auto => sluice_proto::dispatcher::Compression::Auto,
+        }
+    }
+
+    /// A message's `compression` field. Unspecified means the default, `auto`, as in tf.data's
+    /// `register_dataset`; a number that is no compression is an error.
+    pub fn from_proto(value: i32) -> Result<Compression, DatasetError> {
+        match sluice_proto::dispatcher::Compression::try_from(value) {
+            Ok(sluice_proto::dispatcher::Compression::Unspecified)
+            | Ok(sluice_proto::dispatcher::Compression::Auto) => Ok(Compression::Auto),
+            Ok(sluice_proto::dispatcher::Compression::None) => Ok(Compression::None),
+            Err(_) => Err(DatasetError::invalid(format!(
+                "compression {value} is not a valid compression"
             ))),
         }
     }
@@ -76,24 +102,7 @@ impl FromStr for Compression {
 
 impl From<Compression> for sluice_proto::dispatcher::Compression {
     fn from(c: Compression) -> Self {
-        match c {
-            Compression::None => sluice_proto::dispatcher::Compression::None,
-            Compression::Auto => sluice_proto::dispatcher::Compression::Auto,
-        }
-    }
-}
-
-impl TryFrom<sluice_proto::dispatcher::Compression> for Compression {
-    type Error = DatasetError;
-
-    fn try_from(c: sluice_proto::dispatcher::Compression) -> Result<Self, Self::Error> {
-        match c {
-            sluice_proto::dispatcher::Compression::Unspecified => {
-                Err(DatasetError::invalid("compression is unspecified"))
-            }
-            sluice_proto::dispatcher::Compression::None => Ok(Compression::None),
-            sluice_proto::dispatcher::Compression::Auto => Ok(Compression::Auto),
-        }
+        c.to_proto()
     }
 }
 

@@ -272,3 +272,28 @@ fn a_large_tensor_travels_as_header_and_shared_data() {
     let scalar = encode_element(&Tensor::scalar_i64(5).into(), Compression::None);
     assert!(decode_element_parts(scalar, payload).is_err());
 }
+
+#[test]
+fn compression_parses_tf_data_spellings_and_refuses_anything_else() {
+    assert_eq!("AUTO".parse::<Compression>().ok(), Some(Compression::Auto));
+    assert_eq!("none".parse::<Compression>().ok(), Some(Compression::None));
+    assert_eq!(
+        "gzip".parse::<Compression>().unwrap_err().to_string(),
+        "Invalid `compression` argument: gzip. Must be one of ['auto', 'none']."
+    );
+    use sluice_proto::dispatcher::Compression as Proto;
+    // (proto value, decoded): unspecified is the default, a number that is no compression an
+    // error, never a silent default.
+    let cases = [
+        (Proto::Unspecified as i32, Some(Compression::Auto)),
+        (Proto::None as i32, Some(Compression::None)),
+        (Proto::Auto as i32, Some(Compression::Auto)),
+        (7, None),
+    ];
+    for (value, decoded) in cases {
+        assert_eq!(Compression::from_proto(value).ok(), decoded, "{value}");
+    }
+    for c in [Compression::None, Compression::Auto] {
+        assert_eq!(Compression::from_proto(c.to_proto() as i32).ok(), Some(c));
+    }
+}

@@ -1,59 +1,16 @@
 //! Conversions between protobuf messages and the dispatcher's domain types, in one place.
 
 use crate::error::DispatcherError;
-use crate::state::{
-    Compression, Dataset, DatasetMetadata, DispatcherState, Job, RequestId, ShardingPolicy,
-    TargetWorkers, Task,
-};
+use crate::state::{Compression, Dataset, DatasetMetadata, DispatcherState, Job, RequestId, Task};
 use prost::Message;
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
 
-impl TryFrom<i32> for ShardingPolicy {
-    type Error = DispatcherError;
-
-    fn try_from(value: i32) -> Result<Self, DispatcherError> {
-        Ok(match pb::ShardingPolicy::try_from(value) {
-            Ok(pb::ShardingPolicy::Off) => ShardingPolicy::Off,
-            Ok(pb::ShardingPolicy::Dynamic) => ShardingPolicy::Dynamic,
-            Ok(pb::ShardingPolicy::File) => ShardingPolicy::File,
-            Ok(pb::ShardingPolicy::Data) => ShardingPolicy::Data,
-            Ok(pb::ShardingPolicy::FileOrData) => ShardingPolicy::FileOrData,
-            Ok(pb::ShardingPolicy::Hint) => ShardingPolicy::Hint,
-            Err(_) => {
-                return Err(DispatcherError::InvalidArgument(format!(
-                    "sharding_policy {value} is not a valid sharding policy"
-                )))
-            }
-        })
-    }
-}
-
-impl From<ShardingPolicy> for pb::ShardingPolicy {
-    fn from(value: ShardingPolicy) -> Self {
-        match value {
-            ShardingPolicy::Off => pb::ShardingPolicy::Off,
-            ShardingPolicy::Dynamic => pb::ShardingPolicy::Dynamic,
-            ShardingPolicy::File => pb::ShardingPolicy::File,
-            ShardingPolicy::Data => pb::ShardingPolicy::Data,
-            ShardingPolicy::FileOrData => pb::ShardingPolicy::FileOrData,
-            ShardingPolicy::Hint => pb::ShardingPolicy::Hint,
-        }
-    }
-}
-
-impl TryFrom<i32> for TargetWorkers {
-    type Error = DispatcherError;
-
-    fn try_from(value: i32) -> Result<Self, DispatcherError> {
-        match pb::TargetWorkers::try_from(value) {
-            Ok(pb::TargetWorkers::Auto) => Ok(TargetWorkers::Auto),
-            Ok(pb::TargetWorkers::Any) => Ok(TargetWorkers::Any),
-            Ok(pb::TargetWorkers::Local) => Ok(TargetWorkers::Local),
-            Err(_) => Err(DispatcherError::InvalidArgument(format!(
-                "Unrecognized target workers: {value}"
-            ))),
-        }
+/// The shared enums' decoding (`ShardingPolicy`, `TargetWorkers`, in `sluice_rpc`) names the
+/// field and the value.
+impl From<sluice_rpc::InvalidValue> for DispatcherError {
+    fn from(e: sluice_rpc::InvalidValue) -> Self {
+        DispatcherError::InvalidArgument(e.0)
     }
 }
 

@@ -20,10 +20,10 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use sluice_client::{
-    ClientError, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions, RetryConfig,
+    ClientError, DatasetId, DispatcherClient, DispatcherClientExt, DistributeOptions,
+    RegisterOptions, RetryConfig, RpcError, ShardingPolicy,
 };
 use sluice_dataset::Dataset;
-use sluice_proto::dispatcher as pb;
 use sluice_worker::{LeaseEvent, LeaseObserver, WorkerConfig, WorkerHandle};
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,16 +234,7 @@ impl Client {
         let value = json!({"dataset_id": id});
         self.history
             .record(&self.process, Kind::Invoke, "read", value.clone());
-        let result = self
-            .ops
-            .call("get_dataset", Duration::ZERO, |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::GetDatasetRequest {
-                    dataset_id: id.to_string(),
-                });
-                request.set_timeout(timeout);
-                async move { c.get_dataset(request).await }
-            })
-            .await;
+        let result = self.ops.get_dataset(&DatasetId::from(id)).await;
         match result {
             Ok(_) => self.history.record(
                 &self.process,
@@ -251,7 +242,7 @@ impl Client {
                 "read",
                 json!({"dataset_id": id, "found": true}),
             ),
-            Err(ClientError::NotFound(_)) => self.history.record(
+            Err(RpcError::NotFound(_)) => self.history.record(
                 &self.process,
                 Kind::Ok,
                 "read",
@@ -286,17 +277,10 @@ impl Client {
             },
         );
         let result = match one {
-            Ok(one) => {
-                one.call("get_status", Duration::ZERO, |mut c, timeout| {
-                    let mut request = tonic::Request::new(pb::GetStatusRequest {});
-                    request.set_timeout(timeout);
-                    async move { c.get_status(request).await }
-                })
-                .await
-            }
+            Ok(one) => one.get_status().await,
             Err(e) => Err(e),
         };
-        match result.map(|r| serde_json::from_str::<serde_json::Value>(&r.json)) {
+        match result.map(|json| serde_json::from_str::<serde_json::Value>(&json)) {
             Ok(Ok(s)) => self.history.record(
                 &self.process,
                 Kind::Ok,
@@ -342,7 +326,7 @@ impl Client {
                 .epochs
                 .distribute(
                     &Dataset::range(splits as i64),
-                    ProcessingMode::Dynamic,
+                    ShardingPolicy::Dynamic,
                     options,
                 )
                 .await?;

@@ -1,7 +1,7 @@
 //! `WorkerError`: why a worker could not start or a task could not run.
 
-use sluice_client::ClientError;
 use sluice_dataset::DatasetError;
+use sluice_rpc::RpcError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -10,7 +10,7 @@ pub enum WorkerError {
     #[error("bind {addr}: {message}")]
     Bind { addr: String, message: String },
     #[error("dispatcher: {0}")]
-    Dispatcher(#[from] ClientError),
+    Dispatcher(#[from] RpcError),
     /// The dispatcher refused to register this worker (e.g. its address has no free entry in
     /// the static-sharding worker list); the dispatcher's message as is.
     #[error("{0}")]

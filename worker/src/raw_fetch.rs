@@ -1,5 +1,5 @@
 //! The worker's port, shared by its gRPC service and raw fetch streams (the protocol is
-//! `sluice_client::raw_frame`: a `Fetch` stream without gRPC, whose frames carry large tensors'
+//! `sluice_rpc::raw_frame`: a `Fetch` stream without gRPC, whose frames carry large tensors'
 //! bytes straight from their buffers to the socket).
 //!
 //! `accept` takes every connection off the listener and hands each to a task of its own, which
@@ -15,8 +15,8 @@
 use crate::service::{open_fetch, FetchRequests};
 use crate::worker_state::WorkerState;
 use futures::stream::{self, BoxStream, StreamExt};
-use sluice_client::raw_frame::{self, Frame, MAGIC};
 use sluice_proto::worker::FetchRequest;
+use sluice_rpc::raw_frame::{self, Frame, MAGIC};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;

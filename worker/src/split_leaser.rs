@@ -18,9 +18,8 @@
 //! at-most-once allows.
 
 use crate::config::{LeaseEvent, LeaseObserver};
-use sluice_client::{ClientError, DispatcherClient};
 use sluice_dataset::{DatasetError, SplitSupplier};
-use sluice_proto::dispatcher as pb;
+use sluice_rpc::{DispatcherClient, IterationId, LeaseRequest, RpcError, SplitLease, TaskId};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -29,7 +28,7 @@ use tokio::runtime::Handle;
 /// A lease should last at least this long before the next one doubles.
 pub const LEASE_TARGET: Duration = Duration::from_millis(100);
 
-type LeaseReply = Result<pb::LeaseSplitsResponse, ClientError>;
+type LeaseReply = Result<SplitLease, RpcError>;
 
 struct Lease {
     repetition: u64,
@@ -54,11 +53,13 @@ struct Provider {
 
 pub struct SplitLeaser {
     client: DispatcherClient,
-    iteration_id: u64,
-    task_id: u64,
+    iteration_id: IterationId,
+    task_id: TaskId,
     runtime: Handle,
     first_lease: u32,
     max_lease: u32,
+    /// The next lease doubles while a lease lasts less than this (`LEASE_TARGET`).
+    lease_target: Duration,
     /// Per provider. A std mutex held while blocking on a lease: only the task's own pipeline
     /// thread calls in.
     providers: Mutex<HashMap<u32, Provider>>,
@@ -69,8 +70,8 @@ pub struct SplitLeaser {
 impl SplitLeaser {
     pub fn new(
         client: DispatcherClient,
-        iteration_id: u64,
-        task_id: u64,
+        iteration_id: IterationId,
+        task_id: TaskId,
         runtime: Handle,
         lease: (u32, u32),
         observer: Option<(LeaseObserver, String)>,
@@ -82,34 +83,37 @@ impl SplitLeaser {
             runtime,
             first_lease: lease.0,
             max_lease: lease.1,
+            lease_target: LEASE_TARGET,
             providers: Mutex::new(HashMap::new()),
             observer,
         }
     }
 
+    /// The same leaser, growing its leases while one lasts less than `target` (tests make
+    /// growth certain, or impossible, with it).
+    pub fn with_lease_target(mut self, target: Duration) -> Self {
+        self.lease_target = target;
+        self
+    }
+
     /// Sends a lease request on the runtime; the reply arrives on the returned channel (the
-    /// observer hears of the lease as soon as it arrives, used or not).
+    /// observer hears of the lease as soon as it arrives, used or not). Retries of the request
+    /// (leader changes, lost replies) carry its one request id, so a retry gets the lease the
+    /// dispatcher recorded for it, never a second one.
     fn request(&self, provider: u32, repetition: u64, max_splits: u32) -> Pending {
-        let request = pb::LeaseSplitsRequest {
+        let request = LeaseRequest {
             iteration_id: self.iteration_id,
-            provider_index: provider,
+            task_id: self.task_id,
+            provider,
             repetition,
             max_splits,
-            task_id: self.task_id,
-            request_id: Some(self.client.next_request_id()),
         };
         let (tx, rx) = flume::bounded(1);
         let client = self.client.clone();
         let observer = self.observer.clone();
-        let (task_id, iteration_id) = (self.task_id, self.iteration_id);
+        let (task_id, iteration_id) = (self.task_id.0, self.iteration_id.0);
         self.runtime.spawn(async move {
-            let response = client
-                .call("lease_splits", Duration::ZERO, |mut c, timeout| {
-                    let mut request = tonic::Request::new(request);
-                    request.set_timeout(timeout);
-                    async move { c.lease_splits(request).await }
-                })
-                .await;
+            let response = client.lease_splits(&request).await;
             if let (Some((observer, worker)), Ok(lease)) = (&observer, &response) {
                 (observer.0)(LeaseEvent {
                     worker: worker.clone(),
@@ -129,7 +133,7 @@ impl SplitLeaser {
 
     /// Waits for a lease reply. The pipeline thread waits on a channel, so a runtime that shuts
     /// down (worker stopping) ends the wait with an error instead of a panic.
-    fn wait(pending: Pending) -> Result<pb::LeaseSplitsResponse, DatasetError> {
+    fn wait(pending: Pending) -> Result<SplitLease, DatasetError> {
         pending
             .rx
             .recv()
@@ -178,7 +182,7 @@ impl SplitSupplier for SplitLeaser {
             return Ok(None);
         }
         // Grow while leases go by faster than the target: a fast pipeline needs fewer commits.
-        if state.lease.since.elapsed() < LEASE_TARGET {
+        if state.lease.since.elapsed() < self.lease_target {
             state.size = state.size.saturating_mul(2).min(self.max_lease);
         }
         state.lease = Lease {
@@ -192,3 +196,7 @@ impl SplitSupplier for SplitLeaser {
         Ok(Some(response.start))
     }
 }
+
+#[cfg(test)]
+#[path = "split_leaser_tests.rs"]
+mod tests;

@@ -18,9 +18,9 @@ use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
 use bytes::BytesMut;
-use sluice_client::DispatcherClient;
 use sluice_dataset::{pb as dpb, AutoShardPolicy, Compression, ExecOptions, SplitSupplier};
 use sluice_proto::dispatcher::{self as pb, TaskDef};
+use sluice_rpc::{DispatcherClient, IterationId, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::runtime::Handle;
@@ -130,8 +130,8 @@ impl TaskRunner {
         let splits: Option<Arc<dyn SplitSupplier>> = dynamic.then(|| {
             Arc::new(SplitLeaser::new(
                 self.client.clone(),
-                def.iteration_id,
-                def.task_id,
+                IterationId(def.iteration_id),
+                TaskId(def.task_id),
                 self.runtime.clone(),
                 self.config.split_lease,
                 self.config
@@ -140,14 +140,10 @@ impl TaskRunner {
                     .map(|o| (o, self.worker.clone())),
             )) as Arc<dyn SplitSupplier>
         });
-        let compression = match pb::Compression::try_from(def.compression) {
-            Ok(pb::Compression::None) => Compression::None,
-            _ => Compression::Auto,
-        };
         let cancelled = self.cancelled.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-task-{}", def.task_id))
-            .spawn(move || produce(def, splits, compression, tx, cancelled));
+            .spawn(move || produce(def, splits, tx, cancelled));
         if let Err(e) = spawned {
             warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
             self.set_error(format!("could not start the pipeline thread: {e}"));
@@ -169,22 +165,23 @@ impl Drop for TaskRunner {
 fn produce(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
-    compression: Compression,
     mut tx: Producer,
     cancelled: Arc<AtomicBool>,
 ) {
-    let end = run_pipeline(def, splits, compression, &mut tx, &cancelled);
+    let end = run_pipeline(def, splits, &mut tx, &cancelled);
     tx.finish(end);
 }
 
 fn run_pipeline(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
-    compression: Compression,
     tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), String> {
     let task_id = def.task_id;
+    // A compression this worker does not know is the task's error, never a silent default.
+    let compression =
+        Compression::from_proto(def.compression).map_err(|e| format!("task {task_id}: {e}"))?;
     let Some(dataset) = def.dataset.as_ref() else {
         return Err(format!("task {task_id} has no dataset definition"));
     };

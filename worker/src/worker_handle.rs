@@ -9,9 +9,11 @@ use crate::raw_fetch;
 use crate::service::WorkerService;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
-use sluice_client::{ClientError, DispatcherClient, LocalWorker, LocalWorkers, RetryConfig};
-use sluice_proto::dispatcher as pb;
 use sluice_proto::worker::worker_server::WorkerServer;
+use sluice_rpc::{
+    DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
+    WorkerId,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +79,7 @@ impl WorkerHandle {
             config: config.clone(),
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
-            WorkerError::Dispatcher(ClientError::FailedPrecondition(message)) => {
+            WorkerError::Dispatcher(RpcError::FailedPrecondition(message)) => {
                 WorkerError::Registration(message)
             }
             other => other,
@@ -171,21 +173,12 @@ struct Heartbeat {
 impl Heartbeat {
     /// One heartbeat: report held tasks, start new ones, drop deleted ones.
     async fn beat(&self, poll: Duration) -> Result<(), WorkerError> {
-        let request = pb::WorkerHeartbeatRequest {
-            worker_address: self.state.address.clone(),
-            current_tasks: self.state.task_ids(),
-            request_id: Some(self.client.next_request_id()),
+        let heartbeat = WorkerHeartbeat {
+            worker: WorkerId(self.state.address.clone()),
+            current_tasks: self.state.task_ids().into_iter().map(TaskId).collect(),
             tags: self.config.tags.clone(),
-            poll_timeout_ms: poll.as_millis() as u64,
         };
-        let response = self
-            .client
-            .call("worker_heartbeat", poll, |mut c, timeout| {
-                let mut request = tonic::Request::new(request.clone());
-                request.set_timeout(timeout);
-                async move { c.worker_heartbeat(request).await }
-            })
-            .await?;
+        let response = self.client.worker_heartbeat(&heartbeat, poll).await?;
         for task in response.new_tasks {
             debug!(
                 task = task.task_id,
@@ -237,23 +230,15 @@ async fn report_completions(
             _ = cancel.cancelled() => return,
             first = completed.recv() => match first { Some(id) => id, None => return },
         };
-        let mut task_ids = vec![first];
+        let mut task_ids = vec![TaskId(first)];
         while let Ok(id) = completed.try_recv() {
-            task_ids.push(id);
+            task_ids.push(TaskId(id));
         }
-        let request = pb::WorkerUpdateRequest {
-            worker_address: state.address.clone(),
-            completed_tasks: task_ids,
-            request_id: Some(client.next_request_id()),
-        };
+        let worker = WorkerId(state.address.clone());
         loop {
             let sent = tokio::select! {
                 _ = cancel.cancelled() => return,
-                sent = client.call("worker_update", Duration::ZERO, |mut c, timeout| {
-                    let mut request = tonic::Request::new(request.clone());
-                    request.set_timeout(timeout);
-                    async move { c.worker_update(request).await }
-                }) => sent,
+                sent = client.worker_update(&worker, &task_ids) => sent,
             };
             match sent {
                 Ok(_) => break,

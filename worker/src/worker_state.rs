@@ -2,7 +2,7 @@
 //! and (as a [`LocalWorker`]) by clients running in the same process.
 
 use crate::task_runner::TaskRunner;
-use sluice_client::LocalWorker;
+use sluice_rpc::{LocalWorker, TaskId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -115,7 +115,7 @@ impl WorkerState {
 }
 
 impl LocalWorker for WorkerState {
-    fn delete_local_task(&self, task_id: u64) {
-        self.delete_local(task_id);
+    fn delete_local_task(&self, task_id: TaskId) {
+        self.delete_local(task_id.0);
     }
 }

@@ -9,54 +9,8 @@
 
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// How the data of a job is divided between its workers (tf.data's `ShardingPolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ShardingPolicy {
-    /// "parallel_epochs": every task produces the whole dataset.
-    Off,
-    /// "distributed_epoch": splits are leased from the dispatcher, each at most once.
-    Dynamic,
-    File,
-    Data,
-    FileOrData,
-    Hint,
-}
-
-impl fmt::Display for ShardingPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ShardingPolicy::Off => "OFF",
-            ShardingPolicy::Dynamic => "DYNAMIC",
-            ShardingPolicy::File => "FILE",
-            ShardingPolicy::Data => "DATA",
-            ShardingPolicy::FileOrData => "FILE_OR_DATA",
-            ShardingPolicy::Hint => "HINT",
-        })
-    }
-}
-
-/// Which workers a job's clients read from (tf.data's `TargetWorkers`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TargetWorkers {
-    /// Every worker except remote ones tagged `COLOCATED`.
-    #[default]
-    Auto,
-    Any,
-    /// Only workers running in the client's process.
-    Local,
-}
-
-impl fmt::Display for TargetWorkers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TargetWorkers::Auto => "AUTO",
-            TargetWorkers::Any => "ANY",
-            TargetWorkers::Local => "LOCAL",
-        })
-    }
-}
+/// The enums shared with clients and workers, defined once in `sluice_rpc`.
+pub use sluice_rpc::{Compression, ShardingPolicy, TargetWorkers};
 
 /// The parameters that make a job's identity besides its dataset and processing mode: a named
 /// job requested again must ask for the same ones.
@@ -66,13 +20,6 @@ pub struct JobOptions {
     pub num_consumers: Option<u32>,
     pub use_cross_trainer_cache: bool,
     pub target_workers: TargetWorkers,
-}
-
-/// Element compression recorded at registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Compression {
-    None,
-    Auto,
 }
 
 /// What the dispatcher knows about a dataset besides its definition.

@@ -1,6 +1,7 @@
 //! Bad input gets a clear one-line error and changes nothing.
 
-use sluice_client::{ClientError, DistributeOptions, ProcessingMode};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{ClientError, DistributeOptions, ShardingPolicy};
 use sluice_dataset::{Dataset, Transform};
 
 fn one_line(e: &impl std::fmt::Display) -> String {
@@ -24,7 +25,7 @@ async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()
     let err = client
         .distribute(
             &Dataset::range(3).map("no_such_fn"),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             DistributeOptions::default(),
         )
         .await
@@ -35,7 +36,7 @@ async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()
     );
 
     let err = client
-        .from_dataset_id(ProcessingMode::Off, "4242", DistributeOptions::default())
+        .from_dataset_id(ShardingPolicy::Off, "4242", DistributeOptions::default())
         .await
         .unwrap_err();
     assert!(matches!(err, ClientError::NotFound(_)));
@@ -44,7 +45,7 @@ async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()
         "Dataset id 4242 not found. It must be registered with `register_dataset` before calling `from_dataset_id`."
     );
 
-    let err = "sideways".parse::<ProcessingMode>().unwrap_err();
+    let err = "sideways".parse::<ShardingPolicy>().unwrap_err();
     assert_eq!(
         one_line(&err),
         "tf.data service processing mode should be a `tf.data.experimental.service.ShardingPolicy`, `\"parallel_epochs\"`, or `\"distributed_epoch\"`. Got 'sideways'."
@@ -55,7 +56,7 @@ async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()
         ..DistributeOptions::default()
     };
     let err = client
-        .distribute(&Dataset::range(3), ProcessingMode::Off, bad)
+        .distribute(&Dataset::range(3), ShardingPolicy::Off, bad)
         .await
         .unwrap_err();
     assert_eq!(
@@ -67,7 +68,7 @@ async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()
     let err = client
         .distribute(
             &missing,
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await

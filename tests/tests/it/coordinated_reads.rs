@@ -2,7 +2,8 @@
 //! rounds, workers joining through pending tasks, workers lost, and the round errors.
 
 use crate::read_ints;
-use sluice_client::{ClientError, DistributeOptions, ElementStream, ProcessingMode};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{ClientError, DistributeOptions, ElementStream, ShardingPolicy};
 use sluice_dataset::{Dataset, Transform};
 use sluice_tests::TestCluster;
 use std::time::Duration;
@@ -24,7 +25,7 @@ async fn open(
 ) -> Result<ElementStream, ClientError> {
     let service = cluster
         .client()
-        .distribute(dataset, ProcessingMode::Off, options)
+        .distribute(dataset, ShardingPolicy::Off, options)
         .await?;
     service.iter().await
 }
@@ -238,7 +239,7 @@ async fn round_errors_have_tf_data_texts() -> anyhow::Result<()> {
     drop(first);
     let service = cluster
         .client()
-        .distribute(&infinite, ProcessingMode::Off, consumer("restarted", 0, 1))
+        .distribute(&infinite, ShardingPolicy::Off, consumer("restarted", 0, 1))
         .await?;
     let mut again = service.iter().await?; // a new dataset object: repetition 0 again
     let error = again.next().await.expect("an error").unwrap_err();
@@ -285,7 +286,7 @@ async fn coordinated_read_options_are_validated() -> anyhow::Result<()> {
     for (options, want) in cases {
         let error = cluster
             .client()
-            .distribute(&dataset, ProcessingMode::Off, options)
+            .distribute(&dataset, ShardingPolicy::Off, options)
             .await
             .unwrap_err();
         assert!(
@@ -298,11 +299,11 @@ async fn coordinated_read_options_are_validated() -> anyhow::Result<()> {
     info!("--- a named job reused with another number of consumers");
     let client = cluster.client();
     let a = client
-        .distribute(&dataset, ProcessingMode::Off, consumer("sized", 0, 2))
+        .distribute(&dataset, ShardingPolicy::Off, consumer("sized", 0, 2))
         .await?;
     let _epoch = a.iter().await?;
     let b = client
-        .distribute(&dataset, ProcessingMode::Off, consumer("sized", 0, 3))
+        .distribute(&dataset, ShardingPolicy::Off, consumer("sized", 0, 3))
         .await?;
     let error = b
         .iter()

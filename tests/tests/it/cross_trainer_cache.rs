@@ -3,7 +3,8 @@
 //! trainer id with its own cursor into a sliding window per task. Every test runs on a
 //! three-replica quorum and reads `range(N).repeat()`.
 
-use sluice_client::{CrossTrainerCache, DistributeOptions, ProcessingMode};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{CrossTrainerCache, DistributeOptions, ShardingPolicy};
 use sluice_dataset::{Dataset, Transform};
 use sluice_tests::TestCluster;
 use std::collections::HashSet;
@@ -26,7 +27,7 @@ fn trainer(job: &str, trainer_id: &str) -> DistributeOptions {
 /// Reads the first `k` elements of a new epoch of `infinite()` as trainer `trainer_id`.
 async fn first_elements(
     cluster: &TestCluster,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
     options: DistributeOptions,
     k: usize,
 ) -> anyhow::Result<Vec<i64>> {
@@ -46,14 +47,14 @@ async fn trainers_share_one_sequence_and_a_trainer_id_shares_one_cursor() -> any
     info!("--- two trainers read the same elements (tf.data's testEnableCrossTrainerCache)");
     let first = first_elements(
         &cluster,
-        ProcessingMode::Off,
+        ShardingPolicy::Off,
         trainer("job", "Trainer 1"),
         50,
     );
     assert_eq!(first.await?, (0..50).collect::<Vec<_>>());
     let second = first_elements(
         &cluster,
-        ProcessingMode::Off,
+        ShardingPolicy::Off,
         trainer("job", "Trainer 2"),
         50,
     );
@@ -66,10 +67,10 @@ async fn trainers_share_one_sequence_and_a_trainer_id_shares_one_cursor() -> any
     };
     let client = cluster.client();
     let a = client
-        .distribute(&infinite(), ProcessingMode::Off, reader(2))
+        .distribute(&infinite(), ShardingPolicy::Off, reader(2))
         .await?;
     let b = client
-        .distribute(&infinite(), ProcessingMode::Off, reader(3))
+        .distribute(&infinite(), ShardingPolicy::Off, reader(3))
         .await?;
     let (mut a, mut b) = (a.iter().await?, b.iter().await?);
     let mut got = Vec::new();
@@ -85,7 +86,7 @@ async fn trainers_share_one_sequence_and_a_trainer_id_shares_one_cursor() -> any
     info!("--- another job name is another cache (testDifferentJobNames)");
     let other = first_elements(
         &cluster,
-        ProcessingMode::Off,
+        ShardingPolicy::Off,
         trainer("job2", "Trainer 1"),
         10,
     );
@@ -101,9 +102,9 @@ async fn trainers_of_a_distributed_epoch_share_each_workers_window() -> anyhow::
         max_outstanding_requests: Some(8),
         ..trainer("dynamic", id)
     };
-    let first = first_elements(&cluster, ProcessingMode::Dynamic, options("Trainer 1"), 100);
+    let first = first_elements(&cluster, ShardingPolicy::Dynamic, options("Trainer 1"), 100);
     let first = first.await?;
-    let second = first_elements(&cluster, ProcessingMode::Dynamic, options("Trainer 2"), 100);
+    let second = first_elements(&cluster, ShardingPolicy::Dynamic, options("Trainer 2"), 100);
     let second = second.await?;
     for got in [&first, &second] {
         let distinct: HashSet<i64> = got.iter().copied().collect();
@@ -133,7 +134,7 @@ async fn a_slow_trainer_skips_what_the_window_evicted() -> anyhow::Result<()> {
         .await?;
     let fast = first_elements(
         &cluster,
-        ProcessingMode::Off,
+        ShardingPolicy::Off,
         trainer("job", "Trainer 1"),
         200,
     );
@@ -142,7 +143,7 @@ async fn a_slow_trainer_skips_what_the_window_evicted() -> anyhow::Result<()> {
     // there and still reads 200 elements, since the input is infinite (testSlowClientSkipsData).
     let slow = first_elements(
         &cluster,
-        ProcessingMode::Off,
+        ShardingPolicy::Off,
         trainer("job", "Trainer 2"),
         200,
     );
@@ -162,7 +163,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
     info!("--- a job's cache setting is part of its identity (testNamedJobMismatch)");
     let cached = first_elements(
         &cluster,
-        ProcessingMode::Off,
+        ShardingPolicy::Off,
         trainer("job", "Trainer 1"),
         10,
     );
@@ -172,7 +173,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
         ..DistributeOptions::default()
     };
     let service = client
-        .distribute(&infinite(), ProcessingMode::Off, plain)
+        .distribute(&infinite(), ShardingPolicy::Off, plain)
         .await?;
     let message = crate::invalid_argument(service.iter().await);
     assert!(
@@ -188,7 +189,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
         ..trainer("unused", "Trainer 1")
     };
     let service = client
-        .distribute(&infinite(), ProcessingMode::Off, anonymous)
+        .distribute(&infinite(), ShardingPolicy::Off, anonymous)
         .await?;
     assert_eq!(
         crate::invalid_argument(service.iter().await),
@@ -197,7 +198,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
     let finite = client
         .distribute(
             &Dataset::range(10).map("square"),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             trainer("finite", "T"),
         )
         .await?;
@@ -212,7 +213,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
         ..trainer("coordinated", "T")
     };
     let coordinated = client
-        .distribute(&infinite(), ProcessingMode::Off, coordinated)
+        .distribute(&infinite(), ShardingPolicy::Off, coordinated)
         .await?;
     assert_eq!(
         crate::invalid_argument(coordinated.iter().await),
@@ -224,7 +225,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
     assert_eq!(jobs_before, jobs_after, "a refused iterator created a job");
 
     let empty = client
-        .distribute(&infinite(), ProcessingMode::Off, trainer("job", ""))
+        .distribute(&infinite(), ShardingPolicy::Off, trainer("job", ""))
         .await;
     assert_eq!(
         crate::invalid_argument(empty),
@@ -233,7 +234,7 @@ async fn cache_misuse_gets_tf_data_errors() -> anyhow::Result<()> {
 
     info!("--- one dataset object: two epochs pass, the third is refused (tf.data's check is `repetition > 1`)");
     let service = client
-        .distribute(&infinite(), ProcessingMode::Off, trainer("epochs", "T"))
+        .distribute(&infinite(), ShardingPolicy::Off, trainer("epochs", "T"))
         .await?;
     for _ in 0..2 {
         let mut epoch = service.iter().await?;
@@ -262,7 +263,7 @@ async fn a_restarted_worker_restarts_its_cache_from_the_beginning() -> anyhow::R
         .client()
         .distribute(
             &infinite(),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             trainer("job", "Trainer 1"),
         )
         .await?;

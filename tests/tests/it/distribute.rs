@@ -5,10 +5,11 @@
 
 use crate::assert_exactly_once;
 use serde_json::{json, Value};
+use sluice_client::DispatcherClientExt;
 use sluice_client::{
     distribute_datasets_from_function, AutoShardPolicy, ClientError, DispatcherClient,
     DistributeConfig, DistributeOptions, DistributedDataset, DistributedInput, InputContext,
-    PerReplica, ProcessingMode, ServiceDataset,
+    PerReplica, ServiceDataset, ShardingPolicy,
 };
 use sluice_dataset::{
     DType, Dataset, DatasetError, Element, ElementSpec, FunctionRegistry, Tensor, Transform,
@@ -148,7 +149,7 @@ async fn range_9_batch_4_over_two_replicas_locally_and_through_the_service() -> 
         .client()
         .distribute(
             &Dataset::files(pattern).lines().map("parse_int64").batch(4),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await?;
@@ -210,7 +211,7 @@ async fn tuple_and_dict_elements_split_every_component() -> anyhow::Result<()> {
         .client()
         .distribute(
             &Dataset::range(30).map("as_features").batch(4),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await?;
@@ -252,7 +253,7 @@ async fn enumerate_recovers_the_order_through_the_service() -> anyhow::Result<()
         .client()
         .distribute(
             &Dataset::range(n).map("square").enumerate(),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions {
                 max_outstanding_requests: Some(4),
                 ..DistributeOptions::default()
@@ -477,7 +478,7 @@ async fn shared_job(
     client
         .distribute(
             &dataset,
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions {
                 job_name: Some(name.to_string()),
                 ..DistributeOptions::default()
@@ -512,7 +513,7 @@ async fn a_named_job_turns_auto_sharding_off() -> anyhow::Result<()> {
         let service = client
             .distribute(
                 &Dataset::range(40),
-                ProcessingMode::Dynamic,
+                ShardingPolicy::Dynamic,
                 DistributeOptions::default(),
             )
             .await?
@@ -526,7 +527,7 @@ async fn a_named_job_turns_auto_sharding_off() -> anyhow::Result<()> {
     let anonymous = client
         .distribute(
             &Dataset::range(40).batch(4),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await?;

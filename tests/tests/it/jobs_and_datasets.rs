@@ -3,7 +3,8 @@
 //! or restarted under `parallel_epochs`.
 
 use crate::{read_epoch, read_ints, sorted_ints};
-use sluice_client::{ClientError, Compression, DistributeOptions, ProcessingMode, RegisterOptions};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{ClientError, Compression, DistributeOptions, RegisterOptions, ShardingPolicy};
 use sluice_dataset::{Dataset, ElementSpec, Transform};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,14 +28,14 @@ async fn a_consumer_after_a_finished_named_iteration_reads_an_empty_epoch() -> a
     let client = cluster.client();
     let dataset = Dataset::range(10);
     let first = client
-        .distribute(&dataset, ProcessingMode::Off, named("multi"))
+        .distribute(&dataset, ShardingPolicy::Off, named("multi"))
         .await?;
     assert_eq!(
         sorted_ints(&read_epoch(&first, EPOCH).await?),
         (0..10).collect::<Vec<_>>()
     );
     let late = client
-        .distribute(&dataset, ProcessingMode::Off, named("multi"))
+        .distribute(&dataset, ShardingPolicy::Off, named("multi"))
         .await?;
     assert_eq!(
         read_epoch(&late, EPOCH).await?.len(),
@@ -58,14 +59,14 @@ async fn from_dataset_id_namespaces_job_names_by_dataset() -> anyhow::Result<()>
     let client = cluster.client();
     let dataset = Dataset::range(20);
     let global = client
-        .distribute(&dataset, ProcessingMode::Dynamic, named("j"))
+        .distribute(&dataset, ShardingPolicy::Dynamic, named("j"))
         .await?;
     let id = global.dataset_id().to_string();
     let a = client
-        .from_dataset_id(ProcessingMode::Dynamic, &id, named("j"))
+        .from_dataset_id(ShardingPolicy::Dynamic, &id, named("j"))
         .await?;
     let b = client
-        .from_dataset_id(ProcessingMode::Dynamic, &id, named("j"))
+        .from_dataset_id(ShardingPolicy::Dynamic, &id, named("j"))
         .await?;
     assert_eq!(a.job_name(), Some(format!("dataset_id=/{id}/j").as_str()));
     // The global job reads everything on its own.
@@ -129,7 +130,7 @@ async fn explicit_dataset_ids_and_their_metadata() -> anyhow::Result<()> {
     assert_eq!(generated, "1000");
 
     let service = client
-        .from_dataset_id(ProcessingMode::Off, "squares", DistributeOptions::default())
+        .from_dataset_id(ShardingPolicy::Off, "squares", DistributeOptions::default())
         .await?;
     let want = ElementSpec::from_proto(
         &sluice_dataset::element_spec(dataset.def(), &sluice_dataset::FunctionRegistry::global())?
@@ -163,12 +164,12 @@ async fn auto_and_no_compression_read_the_same_elements() -> anyhow::Result<()> 
             ..DistributeOptions::default()
         };
         let service = client
-            .distribute(&dataset, ProcessingMode::Off, options)
+            .distribute(&dataset, ShardingPolicy::Off, options)
             .await?;
         assert_eq!(service.compression(), compression);
         let id = service.dataset_id().to_string();
         let again = client
-            .from_dataset_id(ProcessingMode::Off, &id, DistributeOptions::default())
+            .from_dataset_id(ShardingPolicy::Off, &id, DistributeOptions::default())
             .await?;
         assert_eq!(again.compression(), compression, "recorded in the metadata");
         let elements: Vec<String> = read_epoch(&service, EPOCH)
@@ -190,7 +191,7 @@ async fn auto_and_no_compression_read_the_same_elements() -> anyhow::Result<()> 
 async fn parallel_epochs_an_added_worker_produces_the_whole_dataset() -> anyhow::Result<()> {
     let n = 3000;
     let mut cluster = sluice_tests::start_cluster(3, 1).await?;
-    let mut epoch = crate::range_epoch(&cluster, ProcessingMode::Off, n, 4).await?;
+    let mut epoch = crate::range_epoch(&cluster, ShardingPolicy::Off, n, 4).await?;
     let mut got = read_ints(&mut epoch, 100).await?;
     info!("--- adding a worker mid-epoch");
     cluster.add_worker().await?;
@@ -210,7 +211,7 @@ async fn parallel_epochs_an_added_worker_produces_the_whole_dataset() -> anyhow:
 async fn parallel_epochs_restarted_worker_starts_its_task_again() -> anyhow::Result<()> {
     let n = 3000;
     let mut cluster = sluice_tests::start_cluster(3, 1).await?;
-    let mut epoch = crate::range_epoch(&cluster, ProcessingMode::Off, n, 4).await?;
+    let mut epoch = crate::range_epoch(&cluster, ShardingPolicy::Off, n, 4).await?;
     // One worker and one reader: tf.data's order is kept.
     let before = read_ints(&mut epoch, 200).await?;
     assert_eq!(before, (0..200).collect::<Vec<_>>());

@@ -15,8 +15,9 @@ mod static_sharding;
 mod target_workers;
 mod workers;
 
+use sluice_client::DispatcherClientExt;
 use sluice_client::{
-    ClientError, DistributeOptions, ElementStream, ProcessingMode, ServiceDataset,
+    ClientError, DistributeOptions, ElementStream, ServiceDataset, ShardingPolicy,
 };
 use sluice_dataset::Element;
 use sluice_tests::TestCluster;
@@ -70,13 +71,13 @@ pub async fn dynamic_range_epoch(
     n: i64,
     outstanding: u32,
 ) -> anyhow::Result<ElementStream> {
-    range_epoch(cluster, ProcessingMode::Dynamic, n, outstanding).await
+    range_epoch(cluster, ShardingPolicy::Dynamic, n, outstanding).await
 }
 
 /// Starts an epoch of `range(n)` in `mode` with at most `outstanding` elements requested.
 pub async fn range_epoch(
     cluster: &TestCluster,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
     n: i64,
     outstanding: u32,
 ) -> anyhow::Result<ElementStream> {

@@ -1,7 +1,8 @@
 //! parallel_epochs and distributed_epoch with one dispatcher and two workers.
 
 use crate::{read_epoch, sorted_ints};
-use sluice_client::{DistributeOptions, ProcessingMode};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{DistributeOptions, ShardingPolicy};
 use sluice_dataset::tfrecord::TfRecordWriter;
 use sluice_dataset::{Dataset, Transform};
 use std::time::Duration;
@@ -15,7 +16,7 @@ async fn parallel_epochs_yields_every_element_once_per_worker() -> anyhow::Resul
         .client()
         .distribute(
             &Dataset::range(10),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             DistributeOptions::default(),
         )
         .await?;
@@ -34,7 +35,7 @@ async fn distributed_epoch_over_a_range_yields_every_element_exactly_once() -> a
         .client()
         .distribute(
             &Dataset::range(n),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await?;
@@ -73,7 +74,7 @@ async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly
         .client()
         .distribute(
             &Dataset::files(&pattern).tfrecord(),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await?;
@@ -96,7 +97,7 @@ async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> a
     let service = client
         .distribute(
             &Dataset::range(5).map("square"),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             DistributeOptions::default(),
         )
         .await?;
@@ -136,12 +137,12 @@ async fn a_named_job_is_shared_and_each_iter_is_a_new_epoch() -> anyhow::Result<
     let a = client
         .distribute(
             &Dataset::range(100),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             options.clone(),
         )
         .await?;
     let b = client
-        .distribute(&Dataset::range(100), ProcessingMode::Dynamic, options)
+        .distribute(&Dataset::range(100), ShardingPolicy::Dynamic, options)
         .await?;
     // Two consumers of one job split the epoch between them.
     let (ea, eb) = (a.iter().await?, b.iter().await?);
@@ -265,7 +266,7 @@ async fn large_tensors_arrive_intact_next_to_small_ones() -> anyhow::Result<()> 
     };
     let service = cluster
         .client()
-        .distribute(&dataset, ProcessingMode::Off, options)
+        .distribute(&dataset, ShardingPolicy::Off, options)
         .await?;
     let got = read_epoch(&service, EPOCH).await?;
     assert_eq!(got.len(), 3);
@@ -289,7 +290,7 @@ async fn large_tensors_arrive_intact_next_to_small_ones() -> anyhow::Result<()> 
     };
     let service = cluster
         .client()
-        .distribute(&alone, ProcessingMode::Off, options)
+        .distribute(&alone, ShardingPolicy::Off, options)
         .await?;
     let got = read_epoch(&service, EPOCH).await?;
     let values: Vec<f32> = got

@@ -1,8 +1,9 @@
 //! Three-replica quorums: catching up by snapshot, and losing the majority for a while.
 
 use crate::assert_exactly_once;
+use sluice_client::DispatcherClientExt;
 use sluice_client::{
-    ClientError, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions, RetryConfig,
+    ClientError, DispatcherClient, DistributeOptions, RegisterOptions, RetryConfig, ShardingPolicy,
 };
 use sluice_dataset::Dataset;
 use std::time::Duration;
@@ -168,14 +169,18 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
         .client()
         .distribute(
             &Dataset::range(100),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             DistributeOptions::default(),
         )
         .await?;
     let got = crate::read_epoch(&service, Duration::from_secs(60)).await?;
     assert_exactly_once(&crate::sorted_ints(&got), 100);
 
-    let err = cluster.client().remove_node(99).await;
+    let err = cluster
+        .client()
+        .remove_node(99)
+        .await
+        .map_err(ClientError::from);
     assert!(
         err.is_ok() || matches!(err, Err(ClientError::FailedPrecondition(_))),
         "{err:?}"

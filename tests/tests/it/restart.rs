@@ -2,7 +2,8 @@
 //! cursor; workers and clients reconnect by themselves and the epoch continues without
 //! duplicates.
 
-use sluice_client::{DistributeOptions, ProcessingMode};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{DistributeOptions, ShardingPolicy};
 use sluice_dataset::Dataset;
 use std::collections::HashSet;
 use std::time::Duration;
@@ -18,7 +19,7 @@ async fn a_restarted_dispatcher_resumes_the_epoch_without_duplicates() -> anyhow
         ..DistributeOptions::default()
     };
     let service = client
-        .distribute(&Dataset::range(n), ProcessingMode::Dynamic, options)
+        .distribute(&Dataset::range(n), ShardingPolicy::Dynamic, options)
         .await?;
     let mut epoch = service.iter().await?;
 

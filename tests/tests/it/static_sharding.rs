@@ -7,14 +7,16 @@
 //! own epochs check the union and the errors.
 
 use crate::{assert_exactly_once, sorted_ints};
+use sluice_client::DispatcherClientExt;
 use sluice_client::{
-    ClientError, DispatcherClient, DistributeOptions, ProcessingMode, RegisterOptions,
+    ClientError, DatasetId, DispatcherClient, DistributeOptions, RegisterOptions, ShardingPolicy,
+    TargetWorkers,
 };
 use sluice_dataset::tfrecord::TfRecordWriter;
 use sluice_dataset::{Dataset, Element, Transform};
-use sluice_proto::dispatcher as pb;
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::FetchRequest;
+use sluice_rpc::{ClientHeartbeat, JobRequest};
 use sluice_tests::TestCluster;
 use sluice_worker::{WorkerError, WorkerHandle};
 use std::collections::BTreeMap;
@@ -46,7 +48,7 @@ async fn indices(cluster: &TestCluster) -> anyhow::Result<Vec<Option<u64>>> {
 async fn epoch(
     client: &DispatcherClient,
     dataset: &Dataset,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
 ) -> Result<Vec<Element>, ClientError> {
     let service = client
         .distribute(dataset, mode, DistributeOptions::default())
@@ -61,7 +63,7 @@ async fn epoch(
 async fn worker_error(
     client: &DispatcherClient,
     dataset: &Dataset,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
 ) -> (String, String) {
     match epoch(client, dataset, mode).await {
         Err(ClientError::Worker { address, message }) => (address, message),
@@ -74,57 +76,34 @@ async fn worker_error(
 async fn read_by_worker(
     cluster: &TestCluster,
     dataset: &Dataset,
-    mode: ProcessingMode,
+    mode: ShardingPolicy,
     num_workers: usize,
 ) -> anyhow::Result<BTreeMap<String, Result<Vec<Element>, String>>> {
     let client = cluster.client();
     let dataset_id = client
         .register_dataset(dataset, &RegisterOptions::default())
         .await?;
-    let job = client
-        .call("get_or_create_job", Duration::ZERO, |mut c, timeout| {
-            let mut request = tonic::Request::new(pb::GetOrCreateJobRequest {
-                dataset_id: dataset_id.clone(),
-                sharding_policy: mode.to_proto() as i32,
-                job_name: None,
-                request_id: Some(client.next_request_id()),
-                ..Default::default()
-            });
-            request.set_timeout(timeout);
-            async move { c.get_or_create_job(request).await }
+    let job_id = client
+        .get_or_create_job(&JobRequest {
+            dataset_id: DatasetId(dataset_id),
+            sharding: mode,
+            job_name: None,
+            num_consumers: None,
+            use_cross_trainer_cache: false,
+            target_workers: TargetWorkers::Auto,
         })
         .await?;
-    let request_id = client.next_request_id();
-    let iteration = client
-        .call(
-            "get_or_create_iteration",
-            Duration::ZERO,
-            |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::GetOrCreateIterationRequest {
-                    job_id: job.job_id,
-                    repetition: 0,
-                    request_id: Some(request_id),
-                });
-                request.set_timeout(timeout);
-                async move { c.get_or_create_iteration(request).await }
-            },
-        )
-        .await?;
+    let iteration = client.get_or_create_iteration(job_id, 0).await?;
     let deadline = tokio::time::Instant::now() + EPOCH;
     let tasks = loop {
         let poll = Duration::from_millis(500);
-        let response = client
-            .call("client_heartbeat", poll, |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::ClientHeartbeatRequest {
-                    iteration_client_id: iteration.iteration_client_id,
-                    poll_timeout_ms: poll.as_millis() as u64,
-                    known_tasks: 0,
-                    ..Default::default()
-                });
-                request.set_timeout(timeout);
-                async move { c.client_heartbeat(request).await }
-            })
-            .await?;
+        let heartbeat = ClientHeartbeat {
+            client_id: iteration.client_id,
+            known_tasks: 0,
+            current_round: None,
+            blocked_round: None,
+        };
+        let response = client.client_heartbeat(&heartbeat, poll).await?;
         if response.tasks.len() >= num_workers {
             break response.tasks;
         }
@@ -249,7 +228,7 @@ async fn file_sharding_gives_each_worker_its_files() -> anyhow::Result<()> {
     let dataset = Dataset::files(&pattern(dir.path(), "*.tfrecord")).tfrecord();
 
     info!("--- FILE: worker i reads files i, i + 3, ...");
-    let by_worker = read_by_worker(&cluster, &dataset, ProcessingMode::File, 3).await?;
+    let by_worker = read_by_worker(&cluster, &dataset, ShardingPolicy::File, 3).await?;
     let mut union = Vec::new();
     for (w, i) in index.iter().enumerate() {
         let i = i.expect("indexed") as usize;
@@ -267,7 +246,7 @@ async fn file_sharding_gives_each_worker_its_files() -> anyhow::Result<()> {
     assert_eq!(union, all, "the shards cover every record exactly once");
 
     info!("--- FILE through the client library: every record exactly once");
-    let mut got = strings(&epoch(&cluster.client(), &dataset, ProcessingMode::File).await?);
+    let mut got = strings(&epoch(&cluster.client(), &dataset, ShardingPolicy::File).await?);
     got.sort();
     assert_eq!(got, all);
 
@@ -277,7 +256,7 @@ async fn file_sharding_gives_each_worker_its_files() -> anyhow::Result<()> {
         std::fs::write(dir.path().join(format!("lines-{f}.txt")), text)?;
     }
     let lines = Dataset::files(&pattern(dir.path(), "lines-*.txt")).lines();
-    let by_worker = read_by_worker(&cluster, &lines, ProcessingMode::FileOrData, 3).await?;
+    let by_worker = read_by_worker(&cluster, &lines, ShardingPolicy::FileOrData, 3).await?;
     for (w, i) in index.iter().enumerate() {
         let i = i.expect("indexed") as usize;
         let got = strings(
@@ -296,10 +275,10 @@ async fn data_file_or_data_and_hint_shard_elements_by_worker_index() -> anyhow::
     let cluster = static_cluster(3, 3).await?;
     let index = indices(&cluster).await?;
     let cases = [
-        (Dataset::range(20), ProcessingMode::Data),
-        (Dataset::range(20), ProcessingMode::FileOrData), // a range: falls back to DATA
-        (Dataset::range(20).shard_hint(), ProcessingMode::Hint),
-        (Dataset::range(20).map("square"), ProcessingMode::Data),
+        (Dataset::range(20), ShardingPolicy::Data),
+        (Dataset::range(20), ShardingPolicy::FileOrData), // a range: falls back to DATA
+        (Dataset::range(20).shard_hint(), ShardingPolicy::Hint),
+        (Dataset::range(20).map("square"), ShardingPolicy::Data),
     ];
     for (dataset, mode) in cases {
         info!(%dataset, %mode, "--- worker i produces the elements k with k ≡ i (mod 3)");
@@ -322,7 +301,7 @@ async fn data_file_or_data_and_hint_shard_elements_by_worker_index() -> anyhow::
 
     info!("--- batches are sharded whole, as tf.data's DATA policy does");
     let batched = Dataset::range(20).batch(3);
-    let by_worker = read_by_worker(&cluster, &batched, ProcessingMode::Data, 3).await?;
+    let by_worker = read_by_worker(&cluster, &batched, ShardingPolicy::Data, 3).await?;
     for (w, i) in index.iter().enumerate() {
         let i = i.expect("indexed") as usize;
         let got: Vec<String> = by_worker[cluster.worker_addr(w)]
@@ -350,14 +329,14 @@ async fn data_file_or_data_and_hint_shard_elements_by_worker_index() -> anyhow::
     }
 
     info!("--- through the client library: the shards make the dataset, once");
-    for mode in [ProcessingMode::Data, ProcessingMode::FileOrData] {
+    for mode in [ShardingPolicy::Data, ShardingPolicy::FileOrData] {
         let got = sorted_ints(&epoch(&cluster.client(), &Dataset::range(20), mode).await?);
         assert_exactly_once(&got, 20);
     }
     let got = epoch(
         &cluster.client(),
         &Dataset::range(20).shard_hint(),
-        ProcessingMode::Hint,
+        ShardingPolicy::Hint,
     )
     .await?;
     assert_exactly_once(&sorted_ints(&got), 20);
@@ -375,7 +354,7 @@ async fn static_sharding_errors_reach_the_client_with_tf_data_texts() -> anyhow:
     let dir = tempfile::tempdir()?;
     write_tfrecords(dir.path(), 2, 3)?;
     let two_files = Dataset::files(&pattern(dir.path(), "*.tfrecord")).tfrecord();
-    for mode in [ProcessingMode::File, ProcessingMode::FileOrData] {
+    for mode in [ShardingPolicy::File, ShardingPolicy::FileOrData] {
         let (address, message) = worker_error(&client, &two_files, mode).await;
         assert!(workers.contains(&address), "{address}");
         assert_eq!(
@@ -388,19 +367,19 @@ async fn static_sharding_errors_reach_the_client_with_tf_data_texts() -> anyhow:
         );
     }
     info!("--- ... while DATA shards their records");
-    let got = epoch(&client, &two_files, ProcessingMode::Data).await?;
+    let got = epoch(&client, &two_files, ShardingPolicy::Data).await?;
     assert_eq!(got.len(), 6);
 
     info!("--- FILE on a source that is not files");
-    let (_, message) = worker_error(&client, &Dataset::range(20), ProcessingMode::File).await;
+    let (_, message) = worker_error(&client, &Dataset::range(20), ShardingPolicy::File).await;
     assert_eq!(message, "Found an unshardable source dataset: range(20)");
 
     info!("--- a SHARD_HINT placeholder under another policy");
     let hinted = Dataset::range(20).shard_hint();
     for mode in [
-        ProcessingMode::Off,
-        ProcessingMode::FileOrData,
-        ProcessingMode::Data,
+        ShardingPolicy::Off,
+        ShardingPolicy::FileOrData,
+        ShardingPolicy::Data,
     ] {
         let (_, message) = worker_error(&client, &hinted, mode).await;
         assert_eq!(
@@ -453,7 +432,7 @@ async fn more_workers_than_configured_entries_are_refused() -> anyhow::Result<()
 
     info!("--- the two registered workers still serve their shards");
     let got =
-        sorted_ints(&epoch(&cluster.client(), &Dataset::range(10), ProcessingMode::Data).await?);
+        sorted_ints(&epoch(&cluster.client(), &Dataset::range(10), ShardingPolicy::Data).await?);
     assert_exactly_once(&got, 10);
     cluster.shutdown().await;
     Ok(())
@@ -465,9 +444,9 @@ async fn an_empty_worker_list_fails_static_tasks_with_not_found() -> anyhow::Res
     let client = cluster.client();
     let workers: Vec<String> = (0..2).map(|w| cluster.worker_addr(w).to_string()).collect();
     for mode in [
-        ProcessingMode::Data,
-        ProcessingMode::FileOrData,
-        ProcessingMode::Hint,
+        ShardingPolicy::Data,
+        ShardingPolicy::FileOrData,
+        ShardingPolicy::Hint,
     ] {
         let (address, message) = worker_error(&client, &Dataset::range(20), mode).await;
         assert!(workers.contains(&address), "{address}");
@@ -481,7 +460,7 @@ async fn an_empty_worker_list_fails_static_tasks_with_not_found() -> anyhow::Res
         );
     }
     info!("--- non-static modes are unaffected");
-    let got = sorted_ints(&epoch(&client, &Dataset::range(20), ProcessingMode::Dynamic).await?);
+    let got = sorted_ints(&epoch(&client, &Dataset::range(20), ShardingPolicy::Dynamic).await?);
     assert_exactly_once(&got, 20);
     cluster.shutdown().await;
     Ok(())
@@ -531,7 +510,7 @@ async fn a_restarted_worker_keeps_its_index() -> anyhow::Result<()> {
     cluster.restart_worker(0).await?;
     assert_index_everywhere(&cluster, 0, first).await?;
     assert_index_everywhere(&cluster, 1, index[1].expect("indexed")).await?;
-    let by_worker = read_by_worker(&cluster, &Dataset::range(10), ProcessingMode::Data, 2).await?;
+    let by_worker = read_by_worker(&cluster, &Dataset::range(10), ShardingPolicy::Data, 2).await?;
     let got = ints(by_worker[&addr].as_ref().expect("no error"));
     let want: Vec<i64> = (0..10).filter(|k| *k as u64 % 2 == first).collect();
     assert_eq!(got, want);
@@ -567,7 +546,7 @@ async fn a_leader_change_does_not_change_indices() -> anyhow::Result<()> {
     }
     assert_index_everywhere(&cluster, w, free).await?;
 
-    let by_worker = read_by_worker(&cluster, &Dataset::range(30), ProcessingMode::Data, 3).await?;
+    let by_worker = read_by_worker(&cluster, &Dataset::range(30), ShardingPolicy::Data, 3).await?;
     for (w, i) in indices(&cluster).await?.iter().enumerate() {
         let i = i.expect("indexed") as i64;
         let want: Vec<i64> = (0..30).filter(|k| k % 3 == i).collect();

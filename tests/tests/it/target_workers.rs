@@ -3,7 +3,8 @@
 //! with `local: false` are not in the process's local-worker registry, so the client treats
 //! them exactly as workers on another host.
 
-use sluice_client::{ClientError, DistributeOptions, ProcessingMode, TargetWorkers};
+use sluice_client::DispatcherClientExt;
+use sluice_client::{ClientError, DistributeOptions, ShardingPolicy, TargetWorkers};
 use sluice_dataset::{Dataset, Transform};
 use sluice_dispatcher::ids::TaskId;
 use sluice_tests::TestCluster;
@@ -23,7 +24,7 @@ fn targeting(target_workers: TargetWorkers) -> DistributeOptions {
 async fn read_range(cluster: &TestCluster, options: DistributeOptions) -> anyhow::Result<Vec<i64>> {
     let service = cluster
         .client()
-        .distribute(&Dataset::range(10), ProcessingMode::Off, options)
+        .distribute(&Dataset::range(10), ShardingPolicy::Off, options)
         .await?;
     let elements = crate::read_epoch(&service, Duration::from_secs(60)).await?;
     Ok(crate::sorted_ints(&elements))
@@ -71,7 +72,7 @@ async fn auto_skips_other_hosts_colocated_workers_and_any_reads_every_worker() -
         .client()
         .distribute(
             &Dataset::range(10),
-            ProcessingMode::Dynamic,
+            ShardingPolicy::Dynamic,
             targeting(TargetWorkers::Auto),
         )
         .await?;
@@ -108,7 +109,7 @@ async fn auto_skips_other_hosts_colocated_workers_and_any_reads_every_worker() -
         .client()
         .distribute(
             &Dataset::range(10),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             named(TargetWorkers::Local),
         )
         .await?;
@@ -132,7 +133,7 @@ async fn auto_skips_other_hosts_colocated_workers_and_any_reads_every_worker() -
         .client()
         .distribute(
             &Dataset::range(10).repeat_forever(),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             coordinated,
         )
         .await?;
@@ -160,7 +161,7 @@ async fn local_reads_need_a_worker_in_this_process() -> anyhow::Result<()> {
     let local = client
         .distribute(
             &Dataset::range(10),
-            ProcessingMode::Off,
+            ShardingPolicy::Off,
             targeting(TargetWorkers::Local),
         )
         .await?;
@@ -172,7 +173,7 @@ async fn local_reads_need_a_worker_in_this_process() -> anyhow::Result<()> {
     let file = client
         .distribute(
             &Dataset::range(10),
-            ProcessingMode::File,
+            ShardingPolicy::File,
             targeting(TargetWorkers::Local),
         )
         .await?;
@@ -209,7 +210,7 @@ async fn a_local_readers_task_is_deleted_when_it_goes_away() -> anyhow::Result<(
     let infinite = Dataset::range(1_000_000).repeat_forever();
     let client = cluster.client();
     let service = client
-        .distribute(&infinite, ProcessingMode::Off, shared())
+        .distribute(&infinite, ShardingPolicy::Off, shared())
         .await?;
     let mut epoch = service.iter().await?;
     assert_eq!(
@@ -235,7 +236,7 @@ async fn a_local_readers_task_is_deleted_when_it_goes_away() -> anyhow::Result<(
 
     info!("--- a new dataset object reads the same iteration (testReadFromDeletedTask)");
     let again = client
-        .distribute(&infinite, ProcessingMode::Off, shared())
+        .distribute(&infinite, ShardingPolicy::Off, shared())
         .await?;
     let mut epoch = again.iter().await?;
     let error = tokio::time::timeout(Duration::from_secs(30), epoch.next())

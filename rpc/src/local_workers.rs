@@ -6,10 +6,12 @@
 //! are registered), and, when it goes away, to delete the tasks only it was reading straight
 //! from the worker, without a round trip through the dispatcher.
 //!
-//! The registry lives in the client crate because the worker crate depends on this one; a worker
-//! registers itself through the [`LocalWorker`] trait. It is process-wide state ([`LocalWorkers::global`]):
-//! tests that need an empty one run in their own process (cargo nextest runs each test in one).
+//! The registry lives here, below both, because worker and client do not know each other: a
+//! worker registers itself through the [`LocalWorker`] trait, a client looks it up by address.
+//! It is process-wide state ([`LocalWorkers::global`]): tests that need an empty one run in their
+//! own process (cargo nextest runs each test in one).
 
+use crate::ids::TaskId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -18,7 +20,7 @@ pub trait LocalWorker: Send + Sync {
     /// Deletes a task that only this process's client reads: the worker stops it, reports it
     /// finished to the dispatcher, and answers later readers of it with tf.data's "which has been
     /// deleted" error.
-    fn delete_local_task(&self, task_id: u64);
+    fn delete_local_task(&self, task_id: TaskId);
 }
 
 /// The registry of in-process workers; [`LocalWorkers::global`] is the process's one.
@@ -81,8 +83,8 @@ mod tests {
     struct Recorder(AtomicU64);
 
     impl LocalWorker for Recorder {
-        fn delete_local_task(&self, task_id: u64) {
-            self.0.store(task_id, Ordering::Relaxed);
+        fn delete_local_task(&self, task_id: TaskId) {
+            self.0.store(task_id.0, Ordering::Relaxed);
         }
     }
 
@@ -99,7 +101,7 @@ mod tests {
         registry
             .get("w:1")
             .expect("registered")
-            .delete_local_task(7);
+            .delete_local_task(TaskId(7));
         assert_eq!(new.0.load(Ordering::Relaxed), 7);
         registry.remove("w:1", &new_dyn);
         assert!(registry.is_empty());

@@ -9,8 +9,11 @@
 //! Mutating calls carry a `RequestId` (this client's random requester id and a sequence number)
 //! that stays the same across retries of one call, so a retry after a lost reply returns the
 //! outcome the dispatcher recorded instead of acting twice.
+//!
+//! The generic retry loop (`call`) is private to this crate: callers use the typed methods in
+//! `dispatcher_rpcs`, one per dispatcher RPC, which fill in request ids and deadlines.
 
-use crate::error::{is_retryable_code, ClientError};
+use crate::error::{is_retryable_code, RpcError};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
@@ -65,15 +68,15 @@ struct Inner {
 }
 
 /// The `host:port` of one `[protocol://]host:port` entry; only gRPC (`grpc`, `http`) is spoken.
-fn service_address(entry: &str) -> Result<String, ClientError> {
+fn service_address(entry: &str) -> Result<String, RpcError> {
     let parts: Vec<&str> = entry.split("://").collect();
     match parts.as_slice() {
         [address] => Ok(address.to_string()),
         ["grpc" | "http", address] => Ok(address.to_string()),
-        [protocol, _] => Err(ClientError::NotFound(format!(
+        [protocol, _] => Err(RpcError::NotFound(format!(
             "No credentials factory has been registered for protocol {protocol}"
         ))),
-        _ => Err(ClientError::InvalidArgument(format!(
+        _ => Err(RpcError::InvalidArgument(format!(
             "Malformed `service` string has multiple '://': {entry}."
         ))),
     }
@@ -81,14 +84,14 @@ fn service_address(entry: &str) -> Result<String, ClientError> {
 
 impl DispatcherClient {
     /// A client of the replicas at `addrs` (`host:port`, comma-separated lists accepted).
-    pub fn new(addrs: &str) -> Result<DispatcherClient, ClientError> {
+    pub fn new(addrs: &str) -> Result<DispatcherClient, RpcError> {
         Self::with_retry(addrs, RetryConfig::default())
     }
 
-    pub fn with_retry(addrs: &str, retry: RetryConfig) -> Result<DispatcherClient, ClientError> {
+    pub fn with_retry(addrs: &str, retry: RetryConfig) -> Result<DispatcherClient, RpcError> {
         // tf.data's `service` argument: `[protocol://]address`, the protocol `grpc` by default.
         if addrs.trim().is_empty() {
-            return Err(ClientError::InvalidArgument(
+            return Err(RpcError::InvalidArgument(
                 "`service` must not be empty".into(),
             ));
         }
@@ -100,7 +103,7 @@ impl DispatcherClient {
             .filter(|a| !a.is_empty())
             .collect();
         if addrs.is_empty() {
-            return Err(ClientError::InvalidArgument(
+            return Err(RpcError::InvalidArgument(
                 "`service` must not be empty".into(),
             ));
         }
@@ -110,7 +113,7 @@ impl DispatcherClient {
                 .and_then(|(_, p)| p.parse::<u16>().ok())
                 .is_none()
             {
-                return Err(ClientError::InvalidArgument(format!(
+                return Err(RpcError::InvalidArgument(format!(
                     "invalid dispatcher address '{addr}': expected HOST:PORT"
                 )));
             }
@@ -133,14 +136,14 @@ impl DispatcherClient {
     }
 
     /// A fresh id for one mutating call; reuse it for every retry of that call.
-    pub fn next_request_id(&self) -> pb::RequestId {
+    pub(crate) fn next_request_id(&self) -> pb::RequestId {
         pb::RequestId {
             requester_id: self.inner.requester_id,
             seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
         }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, ClientError> {
+    fn channel(&self, addr: &str) -> Result<Channel, RpcError> {
         let mut channels = self
             .inner
             .channels
@@ -151,7 +154,7 @@ impl DispatcherClient {
         }
         let channel = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| {
-                ClientError::InvalidArgument(format!("invalid dispatcher address '{addr}': {e}"))
+                RpcError::InvalidArgument(format!("invalid dispatcher address '{addr}': {e}"))
             })?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
@@ -183,12 +186,12 @@ impl DispatcherClient {
 
     /// Calls `rpc` on the leader, retrying retryable failures until the retry deadline.
     /// `extra_timeout` extends the per-attempt deadline (long polls).
-    pub async fn call<T, F, Fut>(
+    pub(crate) async fn call<T, F, Fut>(
         &self,
         name: &str,
         extra_timeout: Duration,
         mut rpc: F,
-    ) -> Result<T, ClientError>
+    ) -> Result<T, RpcError>
     where
         F: FnMut(RpcClient<Channel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -213,7 +216,7 @@ impl DispatcherClient {
                 }
             };
             if !is_retryable_code(status.code()) {
-                return Err(ClientError::from_status(&status));
+                return Err(RpcError::from_status(&status));
             }
             let hint = status
                 .metadata()
@@ -222,7 +225,7 @@ impl DispatcherClient {
                 .map(str::to_string)
                 .filter(|leader| *leader != addr);
             if Instant::now() + backoff > deadline {
-                return Err(ClientError::Unavailable {
+                return Err(RpcError::Unavailable {
                     attempts,
                     message: status.message().to_string(),
                 });
@@ -252,33 +255,6 @@ impl DispatcherClient {
     }
 }
 
-impl DispatcherClient {
-    /// Adds replica `node_id` at `addr` to the quorum (as a learner, then a voter). The replica
-    /// must be running with `join` set. Returns the voters after the change.
-    pub async fn add_node(&self, node_id: u64, addr: &str) -> Result<Vec<u64>, ClientError> {
-        let request = pb::AddNodeRequest {
-            node_id,
-            addr: addr.to_string(),
-        };
-        let response = self
-            .call("add_node", Duration::from_secs(30), |mut c, timeout| {
-                let mut request = tonic::Request::new(request.clone());
-                request.set_timeout(timeout);
-                async move { c.add_node(request).await }
-            })
-            .await?;
-        Ok(response.voters)
-    }
-
-    /// Removes replica `node_id` from the quorum. Returns the voters after the change.
-    pub async fn remove_node(&self, node_id: u64) -> Result<Vec<u64>, ClientError> {
-        let response = self
-            .call("remove_node", Duration::from_secs(30), |mut c, timeout| {
-                let mut request = tonic::Request::new(pb::RemoveNodeRequest { node_id });
-                request.set_timeout(timeout);
-                async move { c.remove_node(request).await }
-            })
-            .await?;
-        Ok(response.voters)
-    }
-}
+#[cfg(test)]
+#[path = "dispatcher_client_tests.rs"]
+mod tests;

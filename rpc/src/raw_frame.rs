@@ -31,7 +31,8 @@
 //! length: whole elements (tuples, compressed ones) travel inside it and may be large.
 //!
 //! Wire parsing works on any `AsyncRead`/`AsyncWrite` (tests use byte slices); the sockets are
-//! the client's (`raw_fetch`) and the worker's (`sluice_worker::raw_fetch`).
+//! the reader's (`raw_fetch`, used by the client and by the worker's tests) and the worker's
+//! (`sluice_worker::raw_fetch`).
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};

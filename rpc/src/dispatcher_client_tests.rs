@@ -1,0 +1,111 @@
+//! Leader following and retries against fake replicas on real gRPC.
+
+use super::*;
+use crate::fake_dispatcher::FakeDispatcher;
+use crate::ids::{IterationId, TaskId};
+use crate::LeaseRequest;
+
+/// Patient enough for a loaded machine; the tests finish as soon as their calls do.
+fn patient(addrs: &str) -> DispatcherClient {
+    DispatcherClient::with_retry(
+        addrs,
+        RetryConfig {
+            retry_timeout: Duration::from_secs(20),
+            ..RetryConfig::default()
+        },
+    )
+    .expect("valid addresses")
+}
+
+#[tokio::test]
+async fn a_followers_unavailable_with_a_leader_hint_reroutes_to_the_leader() {
+    let leader = FakeDispatcher::leader(0).await;
+    let follower = FakeDispatcher::follower(&leader.addr()).await;
+    // Only the follower is known: the leader is reached through its hint alone.
+    let client = patient(&follower.addr());
+
+    assert_eq!(client.get_status().await, Ok("{}".to_string()));
+    assert_eq!(follower.calls("get_status"), 1);
+    assert_eq!(leader.calls("get_status"), 1);
+
+    // The leader is remembered: the next call goes to it directly.
+    assert_eq!(client.get_status().await, Ok("{}".to_string()));
+    assert_eq!(follower.calls("get_status"), 1);
+    assert_eq!(leader.calls("get_status"), 2);
+}
+
+#[tokio::test]
+async fn a_non_retryable_code_is_returned_at_once() {
+    let leader = FakeDispatcher::leader(0).await;
+    leader.refuse_status(tonic::Code::FailedPrecondition);
+    let client = patient(&leader.addr());
+
+    let error = client.get_status().await.unwrap_err();
+    assert_eq!(
+        error,
+        RpcError::FailedPrecondition("refused by the fake dispatcher".into())
+    );
+    assert!(!error.is_retryable());
+    assert_eq!(leader.calls("get_status"), 1);
+
+    leader.refuse_status(tonic::Code::PermissionDenied);
+    let error = client.get_status().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RpcError::Status {
+                code: tonic::Code::PermissionDenied,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(leader.calls("get_status"), 2);
+}
+
+#[tokio::test]
+async fn a_lost_reply_is_retried_with_the_same_request_id_and_gets_the_recorded_lease() {
+    let leader = FakeDispatcher::leader(10).await;
+    leader.lose_lease_replies(1);
+    let client = patient(&leader.addr());
+    let request = LeaseRequest {
+        iteration_id: IterationId(2000),
+        task_id: TaskId(4000),
+        provider: 0,
+        repetition: 0,
+        max_splits: 4,
+    };
+
+    let lease = client.lease_splits(&request).await.expect("a lease");
+    assert_eq!((lease.start, lease.end, lease.end_of_splits), (0, 4, false));
+    let received = leader.lease_requests();
+    assert_eq!(received.len(), 2, "the lost reply's request and its retry");
+    assert_eq!(received[0], received[1], "the retry reuses the request id");
+    assert_eq!(leader.granted().len(), 1, "the retry leased nothing new");
+
+    // The next call is a new request: the next splits.
+    let lease = client.lease_splits(&request).await.expect("a lease");
+    assert_eq!((lease.start, lease.end), (4, 8));
+    assert_ne!(leader.lease_requests()[2], received[0]);
+}
+
+#[test]
+fn addresses_are_checked_when_the_client_is_built() {
+    let cases = [
+        ("", "`service` must not be empty"),
+        (" , ", "`service` must not be empty"),
+        (
+            "localhost",
+            "invalid dispatcher address 'localhost': expected HOST:PORT",
+        ),
+        (
+            "grpc+tls://h:1",
+            "No credentials factory has been registered for protocol grpc+tls",
+        ),
+    ];
+    for (addrs, message) in cases {
+        let error = DispatcherClient::new(addrs).err().expect("an error");
+        assert_eq!(error.to_string(), message, "{addrs:?}");
+    }
+    assert!(DispatcherClient::new("grpc://h:1,http://h:2, h:3").is_ok());
+}

@@ -1,0 +1,337 @@
+//! The dispatcher's RPCs as typed methods of [`DispatcherClient`], one per RPC.
+//!
+//! Each method builds its request once, with a fresh request id for a mutating call, and sends
+//! it through the leader-following retry loop: every retry of one call carries the same request
+//! id, so a retry after a lost reply gets the outcome the dispatcher recorded (a split lease is
+//! never handed out twice). Each attempt has a deadline; a long poll (`poll`) adds its wait to it.
+
+use crate::dispatcher_client::DispatcherClient;
+use crate::error::RpcError;
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};
+use crate::sharding_policy::ShardingPolicy;
+use crate::target_workers::TargetWorkers;
+use sluice_proto::dataset as dpb;
+use sluice_proto::dispatcher as pb;
+use std::time::Duration;
+
+/// How long the dispatcher may hold a task removal vote while the other consumers ask.
+const REMOVAL_WAIT: Duration = Duration::from_secs(11);
+/// Membership changes wait for the new replica to catch up.
+const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
+
+/// The job a client asks for (tf.data's `GetOrCreateJob`): a named job requested again must ask
+/// for the same parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRequest {
+    pub dataset_id: DatasetId,
+    pub sharding: ShardingPolicy,
+    /// Consumers with the same name share the job; `None` makes a fresh anonymous job.
+    pub job_name: Option<String>,
+    /// Coordinated reads: how many consumers read in lockstep rounds.
+    pub num_consumers: Option<u32>,
+    pub use_cross_trainer_cache: bool,
+    pub target_workers: TargetWorkers,
+}
+
+/// The iteration a client was attached to, and its id as a client of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IterationClient {
+    pub iteration_id: IterationId,
+    pub client_id: ClientId,
+}
+
+/// A client's heartbeat; `current_round` and `blocked_round` only for coordinated reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientHeartbeat {
+    pub client_id: ClientId,
+    /// Tasks the client knows of: the dispatcher answers at once when it has others.
+    pub known_tasks: u32,
+    pub current_round: Option<u64>,
+    pub blocked_round: Option<u64>,
+}
+
+/// A worker's heartbeat: the tasks it holds; the first one registers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerHeartbeat {
+    pub worker: WorkerId,
+    pub current_tasks: Vec<TaskId>,
+    pub tags: Vec<String>,
+}
+
+/// A lease request: up to `max_splits` splits of one split provider for one task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub iteration_id: IterationId,
+    pub task_id: TaskId,
+    pub provider: u32,
+    pub repetition: u64,
+    pub max_splits: u32,
+}
+
+/// A range of splits leased to one task: `[start, end)` of `repetition`, or the end of that
+/// repetition's splits. Committed at the dispatcher before it arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitLease {
+    pub repetition: u64,
+    pub start: u64,
+    pub end: u64,
+    pub end_of_splits: bool,
+}
+
+/// A request with the attempt's deadline.
+fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+impl DispatcherClient {
+    /// Registers a dataset definition (file lists already expanded) with its metadata; returns
+    /// its id, `dataset_id` when one was given.
+    pub async fn register_dataset_def(
+        &self,
+        def: &dpb::DatasetDef,
+        dataset_id: Option<&DatasetId>,
+        metadata: &pb::DatasetMetadata,
+    ) -> Result<DatasetId, RpcError> {
+        let request = pb::RegisterDatasetRequest {
+            dataset: Some(def.clone()),
+            dataset_id: dataset_id.map(|id| id.0.clone()),
+            metadata: Some(metadata.clone()),
+            request_id: Some(self.next_request_id()),
+        };
+        let response = self
+            .call("register_dataset", Duration::ZERO, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.register_dataset(request).await }
+            })
+            .await?;
+        Ok(DatasetId(response.dataset_id))
+    }
+
+    /// A registered dataset's definition and metadata.
+    pub async fn get_dataset(
+        &self,
+        dataset_id: &DatasetId,
+    ) -> Result<pb::GetDatasetResponse, RpcError> {
+        let request = pb::GetDatasetRequest {
+            dataset_id: dataset_id.0.clone(),
+        };
+        self.call("get_dataset", Duration::ZERO, |mut c, timeout| {
+            let request = timed(request.clone(), timeout);
+            async move { c.get_dataset(request).await }
+        })
+        .await
+    }
+
+    /// The job `job` names, created if absent.
+    pub async fn get_or_create_job(&self, job: &JobRequest) -> Result<JobId, RpcError> {
+        let request = pb::GetOrCreateJobRequest {
+            dataset_id: job.dataset_id.0.clone(),
+            sharding_policy: job.sharding.to_proto() as i32,
+            job_name: job.job_name.clone(),
+            request_id: Some(self.next_request_id()),
+            num_consumers: job.num_consumers,
+            use_cross_trainer_cache: job.use_cross_trainer_cache,
+            target_workers: job.target_workers.to_proto() as i32,
+        };
+        let response = self
+            .call("get_or_create_job", Duration::ZERO, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.get_or_create_job(request).await }
+            })
+            .await?;
+        Ok(JobId(response.job_id))
+    }
+
+    /// Attaches a new client to the iteration `(job_id, repetition)`, created if absent.
+    pub async fn get_or_create_iteration(
+        &self,
+        job_id: JobId,
+        repetition: u64,
+    ) -> Result<IterationClient, RpcError> {
+        let request = pb::GetOrCreateIterationRequest {
+            job_id: job_id.0,
+            repetition,
+            request_id: Some(self.next_request_id()),
+        };
+        let response = self
+            .call(
+                "get_or_create_iteration",
+                Duration::ZERO,
+                |mut c, timeout| {
+                    let request = timed(request, timeout);
+                    async move { c.get_or_create_iteration(request).await }
+                },
+            )
+            .await?;
+        Ok(IterationClient {
+            iteration_id: IterationId(response.iteration_id),
+            client_id: ClientId(response.iteration_client_id),
+        })
+    }
+
+    /// A client's heartbeat: its iteration's tasks. The dispatcher may hold it up to `poll`
+    /// while nothing changed.
+    pub async fn client_heartbeat(
+        &self,
+        heartbeat: &ClientHeartbeat,
+        poll: Duration,
+    ) -> Result<pb::ClientHeartbeatResponse, RpcError> {
+        let request = pb::ClientHeartbeatRequest {
+            iteration_client_id: heartbeat.client_id.0,
+            poll_timeout_ms: poll.as_millis() as u64,
+            known_tasks: heartbeat.known_tasks,
+            current_round: heartbeat.current_round,
+            blocked_round: heartbeat.blocked_round,
+        };
+        self.call("client_heartbeat", poll, |mut c, timeout| {
+            let request = timed(request, timeout);
+            async move { c.client_heartbeat(request).await }
+        })
+        .await
+    }
+
+    /// Detaches a client from its iteration.
+    pub async fn release_iteration_client(&self, client_id: ClientId) -> Result<(), RpcError> {
+        let request = pb::ReleaseIterationClientRequest {
+            iteration_client_id: client_id.0,
+            request_id: Some(self.next_request_id()),
+        };
+        self.call(
+            "release_iteration_client",
+            Duration::ZERO,
+            |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.release_iteration_client(request).await }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A worker's heartbeat (the first registers it): new tasks and tasks to delete. The
+    /// dispatcher may hold it up to `poll` while nothing changed.
+    pub async fn worker_heartbeat(
+        &self,
+        heartbeat: &WorkerHeartbeat,
+        poll: Duration,
+    ) -> Result<pb::WorkerHeartbeatResponse, RpcError> {
+        let request = pb::WorkerHeartbeatRequest {
+            worker_address: heartbeat.worker.0.clone(),
+            current_tasks: heartbeat.current_tasks.iter().map(|t| t.0).collect(),
+            request_id: Some(self.next_request_id()),
+            tags: heartbeat.tags.clone(),
+            poll_timeout_ms: poll.as_millis() as u64,
+        };
+        self.call("worker_heartbeat", poll, |mut c, timeout| {
+            let request = timed(request.clone(), timeout);
+            async move { c.worker_heartbeat(request).await }
+        })
+        .await
+    }
+
+    /// Reports tasks of `worker` whose end a reader saw.
+    pub async fn worker_update(
+        &self,
+        worker: &WorkerId,
+        completed: &[TaskId],
+    ) -> Result<(), RpcError> {
+        let request = pb::WorkerUpdateRequest {
+            worker_address: worker.0.clone(),
+            completed_tasks: completed.iter().map(|t| t.0).collect(),
+            request_id: Some(self.next_request_id()),
+        };
+        self.call("worker_update", Duration::ZERO, |mut c, timeout| {
+            let request = timed(request.clone(), timeout);
+            async move { c.worker_update(request).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Leases splits for a task of a distributed_epoch iteration.
+    pub async fn lease_splits(&self, lease: &LeaseRequest) -> Result<SplitLease, RpcError> {
+        let request = pb::LeaseSplitsRequest {
+            iteration_id: lease.iteration_id.0,
+            provider_index: lease.provider,
+            repetition: lease.repetition,
+            max_splits: lease.max_splits,
+            task_id: lease.task_id.0,
+            request_id: Some(self.next_request_id()),
+        };
+        let response = self
+            .call("lease_splits", Duration::ZERO, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.lease_splits(request).await }
+            })
+            .await?;
+        Ok(SplitLease {
+            repetition: response.repetition,
+            start: response.start,
+            end: response.end,
+            end_of_splits: response.end_of_splits,
+        })
+    }
+
+    /// A coordinated consumer's vote to take `task_id` out of the rounds, from `round` on;
+    /// true once every consumer voted and the task was removed.
+    pub async fn maybe_remove_task(
+        &self,
+        task_id: TaskId,
+        consumer_index: u32,
+        round: u64,
+    ) -> Result<bool, RpcError> {
+        let request = pb::MaybeRemoveTaskRequest {
+            task_id: task_id.0,
+            consumer_index,
+            round,
+        };
+        let response = self
+            .call("maybe_remove_task", REMOVAL_WAIT, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.maybe_remove_task(request).await }
+            })
+            .await?;
+        Ok(response.removed)
+    }
+
+    /// The status JSON of the replica that answers (its own view: leader, members, workers,
+    /// jobs, iterations).
+    pub async fn get_status(&self) -> Result<String, RpcError> {
+        let response = self
+            .call("get_status", Duration::ZERO, |mut c, timeout| {
+                let request = timed(pb::GetStatusRequest {}, timeout);
+                async move { c.get_status(request).await }
+            })
+            .await?;
+        Ok(response.json)
+    }
+
+    /// Adds replica `node_id` at `addr` to the quorum (as a learner, then a voter). The replica
+    /// must be running with `join` set. Returns the voters after the change.
+    pub async fn add_node(&self, node_id: NodeId, addr: &str) -> Result<Vec<NodeId>, RpcError> {
+        let request = pb::AddNodeRequest {
+            node_id,
+            addr: addr.to_string(),
+        };
+        let response = self
+            .call("add_node", MEMBERSHIP_WAIT, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.add_node(request).await }
+            })
+            .await?;
+        Ok(response.voters)
+    }
+
+    /// Removes replica `node_id` from the quorum. Returns the voters after the change.
+    pub async fn remove_node(&self, node_id: NodeId) -> Result<Vec<NodeId>, RpcError> {
+        let response = self
+            .call("remove_node", MEMBERSHIP_WAIT, |mut c, timeout| {
+                let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
+                async move { c.remove_node(request).await }
+            })
+            .await?;
+        Ok(response.voters)
+    }
+}

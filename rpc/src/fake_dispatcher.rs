@@ -1,0 +1,328 @@
+//! `FakeDispatcher`: a stand-in for one dispatcher replica, served over real gRPC on
+//! `127.0.0.1:0`, for tests of the transport (leader following) and of the worker's split
+//! leaser (prefetch, growth, lost replies).
+//!
+//! A follower answers every RPC `Unavailable` with its leader's address in `x-sluice-leader`, as
+//! a real replica that is not the leader does. A leader serves `lease_splits` with the real
+//! dispatcher's at-most-once contract: a lease is recorded before the reply leaves, and a
+//! request id seen before gets the recorded lease back. It can be told to lose replies (record
+//! the lease, answer `Unavailable`), as a reply lost in a failover is. `get_status` answers
+//! `{}`, or a chosen refusal. Every other RPC is `Unimplemented`: tests here need no more.
+
+use sluice_proto::dispatcher as pb;
+use sluice_proto::dispatcher::dispatcher_server::{Dispatcher, DispatcherServer};
+use sluice_proto::LEADER_METADATA_KEY;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Code, Request, Response, Status};
+
+/// One lease the fake handed out (recorded before its reply left).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantedLease {
+    pub request: (u64, u64),
+    pub task_id: u64,
+    pub max_splits: u32,
+    pub repetition: u64,
+    pub start: u64,
+    pub end: u64,
+    pub end_of_splits: bool,
+}
+
+#[derive(Default)]
+struct Leases {
+    /// Next split per (iteration, provider, repetition).
+    cursors: HashMap<(u64, u32, u64), u64>,
+    /// The recorded outcome per request id: a retry gets it back.
+    recorded: HashMap<(u64, u64), pb::LeaseSplitsResponse>,
+    granted: Vec<GrantedLease>,
+    /// Lease requests received, retries included, by request id.
+    received: Vec<(u64, u64)>,
+    /// Replies still to lose.
+    to_lose: u32,
+}
+
+struct Replica {
+    /// `Some(leader address)` for a follower.
+    leader: Option<String>,
+    /// Splits of each provider, per repetition.
+    num_splits: u64,
+    /// Std mutexes: held only to read or update, never across an `.await`.
+    leases: Mutex<Leases>,
+    status_refusal: Mutex<Option<Code>>,
+    /// RPCs received, by name.
+    calls: Mutex<HashMap<&'static str, u32>>,
+}
+
+/// A fake replica; it stops serving when dropped.
+pub struct FakeDispatcher {
+    addr: SocketAddr,
+    replica: Arc<Replica>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for FakeDispatcher {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl FakeDispatcher {
+    /// A leader whose split providers have `num_splits` splits per repetition.
+    pub async fn leader(num_splits: u64) -> FakeDispatcher {
+        Self::serve(None, num_splits).await
+    }
+
+    /// A follower that points every caller at `leader`.
+    pub async fn follower(leader: &str) -> FakeDispatcher {
+        Self::serve(Some(leader.to_string()), 0).await
+    }
+
+    async fn serve(leader: Option<String>, num_splits: u64) -> FakeDispatcher {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("a bound listener's address");
+        let replica = Arc::new(Replica {
+            leader,
+            num_splits,
+            leases: Mutex::default(),
+            status_refusal: Mutex::default(),
+            calls: Mutex::default(),
+        });
+        let service = DispatcherServer::new(Service(replica.clone()));
+        let server = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(TcpListenerStream::new(listener))
+                .await;
+        });
+        FakeDispatcher {
+            addr,
+            replica,
+            server,
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Loses the replies of the next `n` lease requests: each lease is recorded, its reply
+    /// replaced by `Unavailable`.
+    pub fn lose_lease_replies(&self, n: u32) {
+        self.replica.leases().to_lose = n;
+    }
+
+    /// `get_status` answers `code` from now on.
+    pub fn refuse_status(&self, code: Code) {
+        *self
+            .replica
+            .status_refusal
+            .lock()
+            .expect("refusal lock poisoned") = Some(code);
+    }
+
+    /// The leases handed out, in order (a retry that got a recorded lease back is not repeated).
+    pub fn granted(&self) -> Vec<GrantedLease> {
+        self.replica.leases().granted.clone()
+    }
+
+    /// The request ids of every lease request received, retries included, in order.
+    pub fn lease_requests(&self) -> Vec<(u64, u64)> {
+        self.replica.leases().received.clone()
+    }
+
+    /// How many times the RPC `name` (e.g. `"get_status"`) reached this replica.
+    pub fn calls(&self, name: &str) -> u32 {
+        self.replica
+            .calls
+            .lock()
+            .expect("call count lock poisoned")
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Replica {
+    fn leases(&self) -> std::sync::MutexGuard<'_, Leases> {
+        self.leases.lock().expect("lease lock poisoned")
+    }
+
+    /// Counts the call; a follower's answer is the error.
+    fn receive(&self, name: &'static str) -> Result<(), Status> {
+        *self
+            .calls
+            .lock()
+            .expect("call count lock poisoned")
+            .entry(name)
+            .or_default() += 1;
+        match &self.leader {
+            None => Ok(()),
+            Some(leader) => {
+                let mut status = Status::unavailable("this dispatcher is not the leader");
+                status.metadata_mut().insert(
+                    LEADER_METADATA_KEY,
+                    leader.parse().expect("an address is valid metadata"),
+                );
+                Err(status)
+            }
+        }
+    }
+
+    fn lease(&self, request: pb::LeaseSplitsRequest) -> Result<pb::LeaseSplitsResponse, Status> {
+        let id = request
+            .request_id
+            .map(|id| (id.requester_id, id.seq))
+            .ok_or_else(|| Status::invalid_argument("request_id is required"))?;
+        let mut leases = self.leases();
+        leases.received.push(id);
+        let response = match leases.recorded.get(&id) {
+            Some(recorded) => *recorded,
+            None => {
+                let key = (
+                    request.iteration_id,
+                    request.provider_index,
+                    request.repetition,
+                );
+                let cursor = leases.cursors.entry(key).or_default();
+                let start = *cursor;
+                let end = (start + u64::from(request.max_splits)).min(self.num_splits);
+                *cursor = end;
+                let response = pb::LeaseSplitsResponse {
+                    start,
+                    end,
+                    end_of_splits: start >= self.num_splits,
+                    repetition: request.repetition,
+                };
+                leases.recorded.insert(id, response);
+                leases.granted.push(GrantedLease {
+                    request: id,
+                    task_id: request.task_id,
+                    max_splits: request.max_splits,
+                    repetition: request.repetition,
+                    start,
+                    end,
+                    end_of_splits: response.end_of_splits,
+                });
+                response
+            }
+        };
+        if leases.to_lose > 0 {
+            leases.to_lose -= 1;
+            return Err(Status::unavailable("the reply was lost"));
+        }
+        Ok(response)
+    }
+}
+
+struct Service(Arc<Replica>);
+
+fn unimplemented<T>(replica: &Replica, name: &'static str) -> Result<Response<T>, Status> {
+    replica.receive(name)?;
+    Err(Status::unimplemented(format!(
+        "{name} is not served by the fake dispatcher"
+    )))
+}
+
+#[tonic::async_trait]
+impl Dispatcher for Service {
+    async fn register_dataset(
+        &self,
+        _: Request<pb::RegisterDatasetRequest>,
+    ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
+        unimplemented(&self.0, "register_dataset")
+    }
+
+    async fn get_dataset(
+        &self,
+        _: Request<pb::GetDatasetRequest>,
+    ) -> Result<Response<pb::GetDatasetResponse>, Status> {
+        unimplemented(&self.0, "get_dataset")
+    }
+
+    async fn get_or_create_job(
+        &self,
+        _: Request<pb::GetOrCreateJobRequest>,
+    ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
+        unimplemented(&self.0, "get_or_create_job")
+    }
+
+    async fn get_or_create_iteration(
+        &self,
+        _: Request<pb::GetOrCreateIterationRequest>,
+    ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
+        unimplemented(&self.0, "get_or_create_iteration")
+    }
+
+    async fn client_heartbeat(
+        &self,
+        _: Request<pb::ClientHeartbeatRequest>,
+    ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
+        unimplemented(&self.0, "client_heartbeat")
+    }
+
+    async fn release_iteration_client(
+        &self,
+        _: Request<pb::ReleaseIterationClientRequest>,
+    ) -> Result<Response<pb::ReleaseIterationClientResponse>, Status> {
+        unimplemented(&self.0, "release_iteration_client")
+    }
+
+    async fn worker_heartbeat(
+        &self,
+        _: Request<pb::WorkerHeartbeatRequest>,
+    ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
+        unimplemented(&self.0, "worker_heartbeat")
+    }
+
+    async fn worker_update(
+        &self,
+        _: Request<pb::WorkerUpdateRequest>,
+    ) -> Result<Response<pb::WorkerUpdateResponse>, Status> {
+        unimplemented(&self.0, "worker_update")
+    }
+
+    async fn lease_splits(
+        &self,
+        request: Request<pb::LeaseSplitsRequest>,
+    ) -> Result<Response<pb::LeaseSplitsResponse>, Status> {
+        self.0.receive("lease_splits")?;
+        self.0.lease(request.into_inner()).map(Response::new)
+    }
+
+    async fn maybe_remove_task(
+        &self,
+        _: Request<pb::MaybeRemoveTaskRequest>,
+    ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
+        unimplemented(&self.0, "maybe_remove_task")
+    }
+
+    async fn get_status(
+        &self,
+        _: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        self.0.receive("get_status")?;
+        match *self.0.status_refusal.lock().expect("refusal lock poisoned") {
+            Some(code) => Err(Status::new(code, "refused by the fake dispatcher")),
+            None => Ok(Response::new(pb::GetStatusResponse { json: "{}".into() })),
+        }
+    }
+
+    async fn add_node(
+        &self,
+        _: Request<pb::AddNodeRequest>,
+    ) -> Result<Response<pb::AddNodeResponse>, Status> {
+        unimplemented(&self.0, "add_node")
+    }
+
+    async fn remove_node(
+        &self,
+        _: Request<pb::RemoveNodeRequest>,
+    ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
+        unimplemented(&self.0, "remove_node")
+    }
+}
