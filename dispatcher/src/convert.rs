@@ -14,22 +14,9 @@ impl From<sluice_rpc::InvalidValue> for DispatcherError {
     }
 }
 
-/// `COMPRESSION_UNSPECIFIED` means the default, `auto`, as in tf.data's `register_dataset`.
+/// A message's `compression` field (unspecified means `auto`); the rule is `Compression`'s own.
 pub fn compression_from_proto(value: i32) -> Result<Compression, DispatcherError> {
-    match pb::Compression::try_from(value) {
-        Ok(pb::Compression::Unspecified) | Ok(pb::Compression::Auto) => Ok(Compression::Auto),
-        Ok(pb::Compression::None) => Ok(Compression::None),
-        Err(_) => Err(DispatcherError::InvalidArgument(format!(
-            "compression {value} is not a valid compression"
-        ))),
-    }
-}
-
-pub fn compression_to_proto(value: Compression) -> pb::Compression {
-    match value {
-        Compression::None => pb::Compression::None,
-        Compression::Auto => pb::Compression::Auto,
-    }
+    Compression::from_proto(value).map_err(|e| DispatcherError::InvalidArgument(e.to_string()))
 }
 
 pub fn request_id(id: Option<pb::RequestId>) -> Option<RequestId> {
@@ -43,7 +30,7 @@ pub fn metadata_to_proto(metadata: &DatasetMetadata) -> pb::DatasetMetadata {
     pb::DatasetMetadata {
         element_spec: dpb::ElementSpec::decode(metadata.element_spec.as_slice()).ok(),
         cardinality: metadata.cardinality,
-        compression: compression_to_proto(metadata.compression) as i32,
+        compression: metadata.compression.to_proto() as i32,
     }
 }
 
@@ -68,7 +55,7 @@ pub fn task_def(
         dataset_id: dataset.id.0.clone(),
         dataset: Some(decode_def(dataset)),
         sharding_policy: pb::ShardingPolicy::from(job.sharding) as i32,
-        compression: compression_to_proto(dataset.metadata.compression) as i32,
+        compression: dataset.metadata.compression.to_proto() as i32,
         num_split_providers: dataset.num_splits.len() as u32,
         worker_address: task.worker.clone(),
         num_consumers: job.options.num_consumers,

@@ -101,11 +101,13 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::GetOrCreateJobRequest>,
     ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
         let req = request.into_inner();
-        let sharding = ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?;
+        let sharding =
+            ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?;
         let options = JobOptions {
             num_consumers: req.num_consumers,
             use_cross_trainer_cache: req.use_cross_trainer_cache,
-            target_workers: TargetWorkers::try_from(req.target_workers).map_err(DispatcherError::from)?,
+            target_workers: TargetWorkers::try_from(req.target_workers)
+                .map_err(DispatcherError::from)?,
         };
         let job_id = self
             .writer()?

@@ -69,8 +69,9 @@ pub struct LeaseRequest {
 }
 
 /// A range of splits leased to one task: `[start, end)` of `repetition`, or the end of that
-/// repetition's splits. Committed at the dispatcher before it arrives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// repetition's splits. Committed at the dispatcher before it arrives. Also the outcome the
+/// replicated state records for a lease (hence serde).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SplitLease {
     pub repetition: u64,
     pub start: u64,

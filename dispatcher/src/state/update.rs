@@ -10,7 +10,7 @@
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use serde::{Deserialize, Serialize};
 /// The enums shared with clients and workers, defined once in `sluice_rpc`.
-pub use sluice_rpc::{Compression, ShardingPolicy, TargetWorkers};
+pub use sluice_rpc::{Compression, ShardingPolicy, SplitLease, TargetWorkers};
 
 /// The parameters that make a job's identity besides its dataset and processing mode: a named
 /// job requested again must ask for the same ones.
@@ -144,16 +144,6 @@ impl Update {
             Update::RemoveTask { .. } => "remove_task",
         }
     }
-}
-
-/// A range of splits handed to one task: `[start, end)` of `repetition`, or the end of that
-/// repetition's splits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SplitLease {
-    pub repetition: u64,
-    pub start: u64,
-    pub end: u64,
-    pub end_of_splits: bool,
 }
 
 /// The result of applying one request. Rejections are replicated results too: every replica
