@@ -1,5 +1,6 @@
 //! Argument definitions of the `sluice` CLI, kept stable: tests and the chaos harness drive it.
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,7 +39,7 @@ pub enum Command {
     /// Run the showcase: a local cluster, a distributed epoch, and a summary.
     Demo(DemoArgs),
     /// Measure throughput and latencies on loopback (servers as child processes).
-    Bench(BenchArgs),
+    Bench(sluice_bench::BenchArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -241,27 +242,6 @@ pub struct StatusArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct BenchArgs {
-    /// Print one JSON object with every figure on the last line.
-    #[arg(long)]
-    pub json: bool,
-    /// Elements of the tiny-element workloads (the batched one reads 20 times as many). At 20 M
-    /// elements/s, 2,000,000 made an epoch of 0.1 s, in which starting the job was 5%.
-    #[arg(long, default_value_t = 10_000_000)]
-    pub elements: u64,
-    /// 1 MiB elements of the large-element workload.
-    #[arg(long, default_value_t = 2048)]
-    pub large_mib: u64,
-    /// Also sweep element sizes (64 B to 4 MiB) and write an SVG plot of throughput here.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, failover. All by default.
-    #[arg(long, value_delimiter = ',')]
-    pub only: Vec<String>,
-}
-
-#[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Number of generated TFRecord files.
     #[arg(long, default_value_t = 512)]
@@ -298,7 +278,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => commands::status(args).await,
         Command::Admin(command) => commands::admin(command).await,
         Command::Demo(args) => crate::demo::run(args).await,
-        Command::Bench(args) => crate::bench::run(args).await,
+        Command::Bench(args) => {
+            let sluice = std::env::current_exe().context("locate the sluice binary")?;
+            sluice_bench::run(args, &sluice).await
+        }
     }
 }
 

@@ -8,12 +8,12 @@
 //! was delivered twice or lost.
 
 use crate::cli::DemoArgs;
-use crate::local_cluster::LocalCluster;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
 use sluice_dataset::tfrecord::TfRecordWriter;
 use sluice_dataset::Dataset;
+use sluice_testkit::LocalCluster;
 use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;

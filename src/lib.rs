@@ -1,16 +1,13 @@
 //! The `sluice` binary's library: the subcommands behind the CLI and the demo.
 //!
+//! Deliberately thin: each subcommand parses its arguments and calls the libraries. The bench
+//! lives in `sluice-bench`, and the clusters the demo runs on in `sluice-testkit`.
+//!
 //! Layout:
-//! - `cli`: argument definitions (clap) and the `run` entry point.
-//! - `commands`: `dispatcher`, `worker`, `read`, `register`, `status`.
+//! - `cli`: argument definitions (clap), tracing set-up, and the `run` entry point.
+//! - `commands`: `dispatcher`, `worker`, `read`, `register`, `status`, `admin`.
 //! - `demo`: `sluice demo`, the main job on a fresh machine.
-//! - `bench`: `sluice bench`, throughput and latency figures.
-//! - `local_cluster`: `LocalCluster`, replicas and workers in one process (demo and tests).
-//! - `process`: running `sluice` servers as child processes (bench and tests).
 
-pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod demo;
-pub mod local_cluster;
-pub mod process;

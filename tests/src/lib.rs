@@ -1,15 +1,15 @@
 //! Test support for Sluice's cross-crate tests.
 //!
 //! Layout:
-//! - `TestCluster`: the `sluice` crate's `LocalCluster` (replicas and workers in this process,
-//!   real gRPC on 127.0.0.1 port 0, a temp dir per replica, kill and restart), with tracing set up.
-//! - `process`: helpers to run the real `sluice` binary as child processes.
+//! - `TestCluster`: the test kit's `LocalCluster` (replicas and workers in this process, real
+//!   gRPC on 127.0.0.1 port 0, a temp dir per replica, kill and restart), with tracing set up.
+//! - `process`: the test kit's helpers to run the real `sluice` binary as child processes.
 //! - `wait`: waiting on conditions with deadlines (never on sleeps).
 
-pub use sluice::process;
+pub use sluice_testkit::process;
 pub mod wait;
 
-pub use sluice::local_cluster::{local_dispatcher_config, LocalCluster};
+pub use sluice_testkit::{local_dispatcher_config, LocalCluster};
 
 /// The local cluster, as the tests call it.
 pub type TestCluster = LocalCluster;

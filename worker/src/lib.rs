@@ -12,13 +12,15 @@
 //! - `cross_trainer_cache`: a sliding window of a task's elements shared by trainers.
 //! - `split_leaser`: split ranges leased from the dispatcher for distributed_epoch tasks.
 //! - `service`: the `Fetch` stream with credit-based flow control (gRPC, and `open_fetch` for
-//!   both transports).
+//!   both transports), one loop for every source of elements.
+//! - `fetch_source`: those sources: the task's buffer, and its cross-trainer cache.
 //! - `raw_fetch`: the worker's port shared by gRPC and raw fetch streams (no protobuf copies).
-//! - `error`: `WorkerError`.
+//! - `error`: `WorkerError`, and its one map to the gRPC status a reader sees.
 
 pub mod config;
 pub mod cross_trainer_cache;
 pub mod error;
+mod fetch_source;
 mod membarrier;
 mod raw_fetch;
 pub mod round_robin;

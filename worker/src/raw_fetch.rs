@@ -12,6 +12,7 @@
 //! transports. This module only moves requests in and frames out, and closes the connection
 //! without losing the last frame.
 
+use crate::error::WorkerError;
 use crate::service::{open_fetch, FetchRequests};
 use crate::worker_state::WorkerState;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -141,7 +142,8 @@ async fn serve(socket: TcpStream, state: Arc<WorkerState>) {
     let requests = FetchRequests::new(stream::iter(first).chain(ReceiverStream::new(queued)));
     let mut batches = match open_fetch(&state, requests).await {
         Ok(batches) => batches,
-        Err(status) => {
+        Err(error) => {
+            let status: Status = error.into();
             if Frame::status(&status).write_to(&mut write).await.is_ok() {
                 linger(write, incoming).await;
             }
@@ -159,9 +161,10 @@ async fn serve(socket: TcpStream, state: Arc<WorkerState>) {
                 };
                 let sender = forward.as_ref().expect("checked by the branch condition");
                 if let Err(mpsc::error::TrySendError::Full(_)) = sender.try_send(Ok(request)) {
-                    let status = Status::resource_exhausted(format!(
-                        "more than {QUEUED_REQUESTS} fetch requests waiting"
-                    ));
+                    let status: Status = WorkerError::TooManyRequests {
+                        limit: QUEUED_REQUESTS,
+                    }
+                    .into();
                     let _ = Frame::status(&status).write_to(&mut write).await;
                     break;
                 }

@@ -5,15 +5,16 @@
 //!
 //! Serving a fetch stream does not depend on its transport: `open_fetch` takes the requests and
 //! gives the batches to send, for the gRPC `Fetch` here and for raw fetch connections
-//! (`raw_fetch`) alike.
+//! (`raw_fetch`) alike. Nor does it depend on where the elements come from: `serve` is one
+//! credit loop over a `FetchSource` (the task's buffer, or its cross-trainer cache).
+//!
+//! Refusals are `WorkerError`s; `error.rs` maps them to the status a reader sees.
 
-use crate::cross_trainer_cache::{CacheError, CrossTrainerCache, EMPTY_TRAINER_ID};
-use crate::round_robin::{RoundError, RoundReply};
-use crate::task_buffer::Taken;
-use crate::task_runner::TaskRunner;
+use crate::error::WorkerError;
+use crate::fetch_source::{BufferSource, CacheSource, FetchSource, Message, Took};
+use crate::round_robin::RoundReply;
 use crate::worker_state::WorkerState;
-use bytes::Bytes;
-use sluice_dataset::{Packed, PackedBuilder};
+use sluice_dataset::Packed;
 use sluice_proto::worker::worker_server::Worker;
 use sluice_proto::worker::{
     ElementBatch, FetchRequest, GetElementRequest, GetElementResponse, GetWorkerTasksRequest,
@@ -68,7 +69,8 @@ impl Worker for WorkerService {
         &self,
         request: Request<Streaming<FetchRequest>>,
     ) -> Result<Response<BatchStream>, Status> {
-        let batches = open_fetch(&self.state, FetchRequests::new(request.into_inner())).await?;
+        let requests = FetchRequests::new(request.into_inner());
+        let batches = open_fetch(&self.state, requests).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(batches))))
     }
 
@@ -78,18 +80,14 @@ impl Worker for WorkerService {
         request: Request<GetElementRequest>,
     ) -> Result<Response<GetElementResponse>, Status> {
         let req = request.into_inner();
-        let Some(runner) = self.state.get(req.task_id) else {
-            // Not assigned here yet, or the worker restarted: the consumer retries.
-            return Err(Status::unavailable(format!(
-                "Task {} not found",
-                req.task_id
-            )));
-        };
-        let round_robin = runner.round_robin().ok_or_else(|| {
-            Status::failed_precondition(
-                "RoundRobinTaskRunner needs to know the consumer index and element index of \
-                 each request.",
-            )
+        let runner = self
+            .state
+            .get(req.task_id)
+            .ok_or(WorkerError::TaskNotHereYet {
+                task_id: req.task_id,
+            })?;
+        let round_robin = runner.round_robin().ok_or(WorkerError::NotRoundRobin {
+            task_id: req.task_id,
         })?;
         let reply = round_robin
             .get(
@@ -99,10 +97,7 @@ impl Worker for WorkerService {
                 req.skipped_previous_round,
             )
             .await
-            .map_err(|e| match e {
-                RoundError::Stopped => Status::unavailable(e.to_string()),
-                RoundError::Failed(message) => Status::failed_precondition(message),
-            })?;
+            .map_err(WorkerError::from)?;
         Ok(Response::new(match reply {
             RoundReply::Element(element) => GetElementResponse {
                 element,
@@ -147,25 +142,24 @@ impl FetchRequests {
 
 /// Opens a fetch stream, whatever its transport: reads the first request (which names the
 /// task), and starts serving it. The batches to send come out of the receiver, which closes
-/// after the last one; a refusal (task not here yet, deleted, a bad request) is the `Status`
-/// the stream fails with.
+/// after the last one; a refusal (task not here yet, deleted, a bad request) is the error the
+/// stream fails with.
 pub(crate) async fn open_fetch(
     state: &Arc<WorkerState>,
     mut requests: FetchRequests,
-) -> Result<mpsc::Receiver<Result<ElementBatch, Status>>, Status> {
-    let first = requests.message().await?.ok_or_else(|| {
-        Status::invalid_argument("a fetch stream must start with a request naming the task")
-    })?;
+) -> Result<mpsc::Receiver<Result<ElementBatch, Status>>, WorkerError> {
+    let first = requests
+        .message()
+        .await
+        .map_err(WorkerError::Reader)?
+        .ok_or(WorkerError::NoFirstRequest)?;
     let task_id = first.task_id;
     let Some(runner) = state.get(task_id) else {
         if state.is_deleted(task_id) {
-            return Err(Status::failed_precondition(format!(
-                "Got request for local task {task_id} of worker {}, which has been deleted. \
-                 You may be creating a duplicate iteration which has already finished. To \
-                 fix this, make sure to create your dataset only once, as opposed to \
-                 re-creating it repeatedly inside a loop.",
-                state.address
-            )));
+            return Err(WorkerError::TaskDeleted {
+                task_id,
+                worker: state.address.clone(),
+            });
         }
         if state.is_finished(task_id) {
             let (tx, rx) = mpsc::channel(1);
@@ -173,21 +167,21 @@ pub(crate) async fn open_fetch(
                 .expect("a fresh channel has room for one batch");
             return Ok(rx);
         }
-        // Not assigned here yet (or the worker restarted): the reader retries.
-        return Err(Status::unavailable(format!("Task {task_id} not found")));
+        return Err(WorkerError::TaskNotHereYet { task_id });
     };
     let (tx, rx) = mpsc::channel(2);
     let credits = u64::from(first.credits);
     match runner.cross_trainer_cache() {
         Some(cache) => {
             if first.trainer_id.is_empty() {
-                return Err(Status::invalid_argument(EMPTY_TRAINER_ID));
+                return Err(WorkerError::EmptyTrainerId);
             }
-            let trainer = first.trainer_id;
-            tokio::spawn(serve_cache(cache, trainer, credits, requests, tx));
+            let source = CacheSource::new(cache, first.trainer_id);
+            tokio::spawn(serve(source, credits, requests, tx));
         }
         None => {
-            tokio::spawn(serve_buffer(runner, state.clone(), credits, requests, tx));
+            let source = BufferSource::new(runner, state.clone());
+            tokio::spawn(serve(source, credits, requests, tx));
         }
     }
     Ok(rx)
@@ -204,18 +198,17 @@ fn add_credits(credits: &mut u64, more: Result<Option<FetchRequest>, Status>) ->
     }
 }
 
-/// Streams the task's shared buffer: elements go to whichever reader asks first.
-async fn serve_buffer(
-    runner: Arc<TaskRunner>,
-    state: Arc<WorkerState>,
+/// Streams `source` to one reader: never more elements than the reader granted credits for,
+/// each message what is ready when it is gathered (up to the credits and `MAX_BATCH_BYTES`),
+/// until the source ends, fails or stops, or the reader goes away.
+async fn serve<S: FetchSource>(
+    source: S,
     mut credits: u64,
     mut requests: FetchRequests,
     tx: Batches,
 ) {
-    let task_id = runner.task_id();
-    let buffer = runner.buffer();
     loop {
-        if let Some(error) = runner.error() {
+        if let Some(error) = source.failed() {
             let _ = tx
                 .send(Ok(ElementBatch {
                     error,
@@ -230,118 +223,47 @@ async fn serve_buffer(
                 return; // the reader went away
             }
         }
-        let want = credits.min(usize::MAX as u64) as usize;
+        let mut message = S::Message::default();
         // `take` is cancel-safe: when more credits win the race, nothing was taken.
         let first = tokio::select! {
-            taken = buffer.take(want) => taken,
+            took = source.take(credits, &mut message) => took,
             more = requests.message() => {
                 if add_credits(&mut credits, more) { continue; }
                 return;
             }
         };
-        // Chunks joined into one message at the end (one copy each).
-        let mut chunks: Vec<Packed> = Vec::new();
-        let mut bytes = 0usize;
         let (mut error, mut end_of_sequence) = (String::new(), false);
         let mut next = Some(first);
         // One message: what is ready now, up to the credits and the byte bound.
-        while let Some(taken) = next.take() {
-            match taken {
-                Taken::Elements(chunk) => {
-                    credits -= chunk.len() as u64;
-                    bytes += chunk.byte_len();
-                    chunks.push(chunk);
-                }
-                Taken::Error(e) => {
-                    runner.set_error(e.clone());
+        while let Some(took) = next.take() {
+            match took {
+                Took::Elements(n) => credits -= n,
+                Took::Error(e) => {
                     error = e;
                     break;
                 }
-                Taken::Stopped => {
-                    if !chunks.is_empty() {
-                        let _ = tx.send(Ok(batch_of(Packed::concat(chunks)))).await;
+                Took::Stopped => {
+                    if !message.is_empty() {
+                        let _ = tx.send(Ok(batch_of(message.finish()))).await;
                     }
                     return;
                 }
-                Taken::End => {
+                Took::End => {
                     end_of_sequence = true;
                     break;
                 }
             }
-            if credits > 0 && bytes < MAX_BATCH_BYTES {
-                next = buffer.try_take_sealed(credits.min(usize::MAX as u64) as usize);
+            if credits > 0 && message.byte_len() < MAX_BATCH_BYTES {
+                next = source.try_take(credits, &mut message);
             }
         }
+        let last = end_of_sequence || !error.is_empty();
         let batch = ElementBatch {
             error,
             end_of_sequence,
-            ..batch_of(Packed::concat(chunks))
+            ..batch_of(message.finish())
         };
-        let last = batch.end_of_sequence || !batch.error.is_empty();
-        if batch.end_of_sequence {
-            state.complete(task_id);
-        }
         if tx.send(Ok(batch)).await.is_err() || last {
-            return;
-        }
-    }
-}
-
-/// Streams a cross-trainer cache task to one reader of `trainer`: the trainer's next elements
-/// from the task's window. The task never ends (its end is an error); a task stopped here just
-/// closes the stream, as a worker that went away would.
-async fn serve_cache(
-    cache: Arc<CrossTrainerCache>,
-    trainer: String,
-    mut credits: u64,
-    mut requests: FetchRequests,
-    tx: Batches,
-) {
-    loop {
-        while credits == 0 {
-            if !add_credits(&mut credits, requests.message().await) {
-                return;
-            }
-        }
-        // `get` is cancel-safe: more credits arriving first lose no element.
-        let first = tokio::select! {
-            element = cache.get(&trainer) => element,
-            more = requests.message() => {
-                if add_credits(&mut credits, more) { continue; }
-                return;
-            }
-        };
-        let mut elements = PackedBuilder::default();
-        let mut error = String::new();
-        let mut next = Some(first);
-        while let Some(item) = next {
-            match item {
-                Ok(element) => {
-                    elements.push_encoded(&element, Bytes::new());
-                    credits -= 1;
-                }
-                Err(CacheError::Failed(e)) => {
-                    error = e;
-                    break;
-                }
-                Err(CacheError::Stopped) => {
-                    if !elements.is_empty() {
-                        let _ = tx.send(Ok(batch_of(elements.finish()))).await;
-                    }
-                    return;
-                }
-            }
-            if credits == 0 || elements.byte_len() >= MAX_BATCH_BYTES {
-                break;
-            }
-            next = cache.try_get(&trainer);
-        }
-        let batch = ElementBatch {
-            error,
-            ..batch_of(elements.finish())
-        };
-        let failed = !batch.error.is_empty();
-        if tx.send(Ok(batch)).await.is_err() || failed {
             return;
         }
     }

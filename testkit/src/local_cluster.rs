@@ -1,7 +1,7 @@
 //! `LocalCluster`: dispatcher replicas and workers in this process, each a real server on
 //! 127.0.0.1 with a port chosen by the OS, each replica with its own temp data dir. Replicas
 //! and workers can be killed and restarted at the same address (and, for replicas, from the same
-//! data dir). The demo runs on it, and the tests use it (as `LocalCluster`) to show what survives
+//! data dir). The demo runs on it, and the tests use it (as `TestCluster`) to show what survives
 //! a crash.
 
 use anyhow::Context;

@@ -1,0 +1,142 @@
+//! `Cluster`: a dispatcher quorum and workers as child processes of the `sluice` binary (as
+//! tf.data service's figures were taken: dispatcher, worker and client in separate processes),
+//! and what the bench reads of them (the leader, a process's memory).
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+use sluice_client::DispatcherClient;
+use sluice_testkit::SluiceProcess;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const STARTUP: Duration = Duration::from_secs(30);
+/// Children log errors only: the failover workload kills a leader on purpose.
+const CHILD_LOG: &str = "error,openraft=off";
+
+/// A dispatcher quorum and workers as child processes; killed when dropped.
+pub(crate) struct Cluster {
+    _dir: tempfile::TempDir,
+    pub(crate) dispatchers: Vec<SluiceProcess>,
+    pub(crate) workers: Vec<SluiceProcess>,
+    addrs: String,
+}
+
+/// Addresses of free ports, for replicas that must know each other's address before they start.
+/// The listeners are dropped before the replicas bind, so another process may take a port in
+/// between (rare on an idle machine).
+fn free_addrs(n: usize) -> anyhow::Result<Vec<String>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.to_string()))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+impl Cluster {
+    /// Starts `dispatchers` replicas of one quorum and `workers` workers of `sluice` (the
+    /// binary's path), each waited for until it prints its READY line.
+    pub(crate) fn start(
+        sluice: &Path,
+        dispatchers: usize,
+        workers: usize,
+    ) -> anyhow::Result<Cluster> {
+        let dir = tempfile::tempdir()?;
+        let addrs = free_addrs(dispatchers)?;
+        let peers: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let peers = peers.join(",");
+        let mut procs = Vec::new();
+        for id in 1..=dispatchers {
+            let data = dir.path().join(format!("n{id}"));
+            let args = [
+                "--log",
+                CHILD_LOG,
+                "dispatcher",
+                "--id",
+                &id.to_string(),
+                "--data-dir",
+                data.to_str().context("utf-8 path")?,
+                "--peers",
+                &peers,
+            ]
+            .map(str::to_string);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            procs.push(SluiceProcess::spawn(sluice, &args, STARTUP)?);
+        }
+        let all = addrs.join(",");
+        let workers = (0..workers)
+            .map(|_| {
+                SluiceProcess::spawn(
+                    sluice,
+                    &[
+                        "--log",
+                        CHILD_LOG,
+                        "worker",
+                        "--dispatcher",
+                        &all,
+                        "--listen",
+                        "127.0.0.1:0",
+                    ],
+                    STARTUP,
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Cluster {
+            _dir: dir,
+            dispatchers: procs,
+            workers,
+            addrs: all,
+        })
+    }
+
+    pub(crate) fn client(&self) -> anyhow::Result<DispatcherClient> {
+        Ok(DispatcherClient::new(&self.addrs)?)
+    }
+
+    /// The index of the replica that leads (highest term among those claiming it).
+    pub(crate) async fn leader(&self) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut best: Option<(u64, usize)> = None;
+            for (i, addr) in self.addrs.split(',').enumerate() {
+                let retry = sluice_client::RetryConfig {
+                    retry_timeout: Duration::from_millis(300),
+                    ..Default::default()
+                };
+                let client = DispatcherClient::with_retry(addr, retry)?;
+                if let Ok(status) = client.get_status().await {
+                    let v: Value = serde_json::from_str(&status)?;
+                    let term = v["term"].as_u64().unwrap_or(0);
+                    if v["state"] == "Leader" && best.is_none_or(|(t, _)| term > t) {
+                        best = Some((term, i));
+                    }
+                }
+            }
+            if let Some((_, i)) = best {
+                return Ok(i);
+            }
+            if Instant::now() > deadline {
+                bail!("no leader within 20 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Resident set size of a process, in MiB (Linux `/proc`; `self` for this one).
+pub(crate) fn rss_mib(pid: &str) -> anyhow::Result<f64> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).context("read /proc status")?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmRSS in /proc status")?;
+    Ok(kib / 1024.0)
+}

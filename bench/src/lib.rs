@@ -1,0 +1,121 @@
+//! `sluice bench`: measures the service's throughput and latencies on loopback, in one run.
+//!
+//! Dispatchers and workers run as child processes of the `sluice` binary (as tf.data service's
+//! figures were taken: dispatcher, worker and client in separate processes); the client runs in
+//! the calling process. Each workload prints one row; `--json` adds one JSON object on the last
+//! line with the keys the benchmark history in BENCHMARKS.md uses. Throughputs are elements (or
+//! MiB) per second of wall time over a whole epoch.
+//!
+//! A crate of its own, so the binary stays argument parsing and one call per subcommand.
+//!
+//! Layout:
+//! - `cluster`: `Cluster`, a dispatcher quorum and workers as child processes; the leader; RSS.
+//! - `epoch`: reading one epoch and timing it (the client side of every workload).
+//! - `workloads`: the workloads, one function each.
+//! - `sweep`: `--plot`, throughput against element size as an SVG.
+//! - `report`: `Report`, the printed rows and the JSON object.
+
+mod cluster;
+mod epoch;
+mod report;
+mod sweep;
+mod workloads;
+
+use anyhow::bail;
+use clap::Args;
+use cluster::{rss_mib, Cluster};
+use epoch::warm_up;
+use report::Report;
+use sluice_client::ShardingPolicy;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Print one JSON object with every figure on the last line.
+    #[arg(long)]
+    pub json: bool,
+    /// Elements of the tiny-element workloads (the batched one reads 20 times as many). At 20 M
+    /// elements/s, 2,000,000 made an epoch of 0.1 s, in which starting the job was 5%.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub elements: u64,
+    /// 1 MiB elements of the large-element workload.
+    #[arg(long, default_value_t = 2048)]
+    pub large_mib: u64,
+    /// Also sweep element sizes (64 B to 4 MiB) and write an SVG plot of throughput here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
+    /// latency, dynamic, failover. All by default.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+/// The workloads `--only` can name, in the order they run.
+const WORKLOADS: [&str; 8] = [
+    "local", "tiny2w", "tiny1w", "batched", "large", "latency", "dynamic", "failover",
+];
+
+/// Runs the workloads `args` selects against servers started from `sluice`, the path of the
+/// `sluice` binary, and prints the report.
+pub async fn run(args: BenchArgs, sluice: &Path) -> anyhow::Result<()> {
+    if let Some(unknown) = args.only.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+        bail!(
+            "unknown workload '{unknown}'; expected one of {}",
+            WORKLOADS.join(", ")
+        );
+    }
+    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|w| w == name);
+    let n = args.elements;
+    let mut report = Report::default();
+
+    if want("local") {
+        workloads::local(n, &mut report)?;
+    }
+    if want("tiny2w") {
+        let cluster = Cluster::start(sluice, 1, 2)?;
+        let client = cluster.client()?;
+        // Warm up: registration, channels, worker tasks.
+        warm_up(&client, ShardingPolicy::Off).await?;
+        workloads::tiny(&client, n, 2, "tiny_service_eps_2w", &mut report).await?;
+        workloads::worker_rss(&cluster, &mut report)?;
+    }
+    if ["tiny1w", "batched", "large", "latency"]
+        .iter()
+        .any(|w| want(w))
+    {
+        let cluster = Cluster::start(sluice, 1, 1)?;
+        let client = cluster.client()?;
+        warm_up(&client, ShardingPolicy::Off).await?;
+        if want("tiny1w") {
+            workloads::tiny(&client, n, 1, "tiny_service_eps_1w", &mut report).await?;
+        }
+        if want("batched") {
+            workloads::batched(&client, n, &mut report).await?;
+        }
+        if want("large") {
+            workloads::large(&client, args.large_mib, &mut report).await?;
+        }
+        if want("latency") {
+            workloads::latency(&client, &mut report).await?;
+        }
+    }
+    if want("dynamic") || want("failover") {
+        let mut cluster = Cluster::start(sluice, 3, 2)?;
+        let client = cluster.client()?;
+        warm_up(&client, ShardingPolicy::Dynamic).await?;
+        if want("dynamic") {
+            workloads::dynamic(&client, n, &mut report).await?;
+        }
+        if want("failover") {
+            workloads::failover(&mut cluster, &client, &mut report).await?;
+        }
+    }
+    report.put("client_rss_mib", rss_mib("self")?, "MiB (this process)");
+    if let Some(path) = &args.plot {
+        sweep::plot(sluice, path).await?;
+    }
+    if args.json {
+        println!("{}", report.into_json());
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! The workloads, one function each; each puts its figures in the report. Which cluster each
+//! runs on (and which share one) is `run`'s choice, in the crate root.
+
+use crate::cluster::{rss_mib, Cluster};
+use crate::epoch::{measured, options, read_epoch, uncompressed, Count};
+use crate::report::{median, Report};
+use anyhow::Context;
+use sluice_client::{DispatcherClient, DispatcherClientExt, ShardingPolicy};
+use sluice_dataset::{Dataset, ExecOptions, Tensor, Transform};
+use std::time::{Duration, Instant};
+
+/// `max_outstanding_requests` of the tiny workloads: 65,536 int64 scalars are 768 KiB on the
+/// wire. Credits are counted in elements, and with fewer, a fast stream's messages get smaller
+/// (4,096 credits: about 2,500 elements a message), which costs about a fifth of the throughput
+/// in per-message work and stalls waiting for credits.
+const TINY_OUTSTANDING: u32 = 65_536;
+
+/// Epochs read for each tiny row (the local executor's too); the row is their median, as the
+/// tf.data figures it is compared with are medians of 5. An epoch is about half a second, which a busy
+/// neighbour on a shared machine moves by a fifth.
+const TINY_EPOCHS: usize = 5;
+
+fn tiny_unit() -> String {
+    format!("elements/s (median of {TINY_EPOCHS} epochs)")
+}
+
+/// `local`: the local executor alone, `range(n)` counted in this process: the ceiling for the
+/// service.
+pub(crate) fn local(n: u64, report: &mut Report) -> anyhow::Result<()> {
+    let mut rates = Vec::new();
+    for _ in 0..TINY_EPOCHS {
+        let started = Instant::now();
+        let mut local = 0u64;
+        let dataset = Dataset::range(n as i64);
+        for element in sluice_dataset::iterate(dataset.def(), &ExecOptions::default())? {
+            element?;
+            local += 1;
+        }
+        rates.push(local as f64 / started.elapsed().as_secs_f64());
+    }
+    report.put("tiny_local_eps", median(&mut rates), &tiny_unit());
+    Ok(())
+}
+
+/// `tiny2w`, `tiny1w`: the median rate of `TINY_EPOCHS` epochs of `range(n)` (each a new job)
+/// read from `workers` workers, each of which produces the whole range (no sharding), put as
+/// `key`.
+pub(crate) async fn tiny(
+    client: &DispatcherClient,
+    n: u64,
+    workers: u64,
+    key: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let label = match workers {
+        1 => "tiny, 1 worker".to_string(),
+        _ => format!("tiny, {workers} workers"),
+    };
+    let mut rates = Vec::new();
+    for epoch in 1..=TINY_EPOCHS {
+        let epoch = measured(
+            client,
+            &Dataset::range(n as i64),
+            ShardingPolicy::Off,
+            uncompressed(TINY_OUTSTANDING),
+            Count::Elements,
+            workers * n,
+            &format!("{label} ({epoch}/{TINY_EPOCHS})"),
+        )
+        .await?;
+        rates.push(epoch.elements as f64 / epoch.seconds);
+    }
+    report.put(key, median(&mut rates), &tiny_unit());
+    Ok(())
+}
+
+/// The memory of the cluster's first worker, after the workloads it served.
+pub(crate) fn worker_rss(cluster: &Cluster, report: &mut Report) -> anyhow::Result<()> {
+    let pid = cluster.workers[0].pid().context("worker pid")?;
+    report.put(
+        "worker_rss_mib",
+        rss_mib(&pid.to_string())?,
+        "MiB (a worker after the tiny epochs)",
+    );
+    Ok(())
+}
+
+/// `batched`: `range(20 n).batch(1024)` from one worker, counted in rows.
+pub(crate) async fn batched(
+    client: &DispatcherClient,
+    n: u64,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let batched_n = n * 20;
+    let dataset = Dataset::range(batched_n as i64).batch(1024);
+    let epoch = measured(
+        client,
+        &dataset,
+        ShardingPolicy::Off,
+        uncompressed(64),
+        Count::Rows,
+        batched_n,
+        "batched, 1 worker",
+    )
+    .await?;
+    report.put(
+        "batched_service_eps_1w",
+        epoch.elements as f64 / epoch.seconds,
+        "elements/s",
+    );
+    Ok(())
+}
+
+/// `large`: `mib` elements of 1 MiB (float32) from one worker, in MiB/s.
+pub(crate) async fn large(
+    client: &DispatcherClient,
+    mib: u64,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let floats = vec![0.5f32; 262_144];
+    let dataset =
+        Dataset::from_slices(Tensor::from_f32s(vec![1, floats.len()], &floats)?).repeat(mib);
+    let epoch = measured(
+        client,
+        &dataset,
+        ShardingPolicy::Off,
+        uncompressed(16),
+        Count::Bytes,
+        mib,
+        "1 MiB float32",
+    )
+    .await?;
+    report.put(
+        "large_mib_s",
+        epoch.bytes as f64 / (1024.0 * 1024.0) / epoch.seconds,
+        "MiB/s",
+    );
+    Ok(())
+}
+
+/// `latency`: latencies of a fresh job, registration to first element and last element to end
+/// of input, medians of 5 short dynamic epochs.
+pub(crate) async fn latency(client: &DispatcherClient, report: &mut Report) -> anyhow::Result<()> {
+    let mut first = Vec::new();
+    let mut end = Vec::new();
+    for i in 0..5 {
+        let epoch = read_epoch(
+            client,
+            &Dataset::range(100 + i),
+            ShardingPolicy::Dynamic,
+            options(64),
+            Count::Elements,
+            |_| {},
+        )
+        .await?;
+        first.push(epoch.first_element.as_secs_f64() * 1000.0);
+        end.push(epoch.end_of_epoch.as_secs_f64() * 1000.0);
+    }
+    report.put("first_element_ms", median(&mut first), "ms (median of 5)");
+    report.put("end_of_epoch_ms", median(&mut end), "ms (median of 5)");
+    Ok(())
+}
+
+/// `dynamic`: `range(n)` split dynamically between the workers by a three-node quorum.
+pub(crate) async fn dynamic(
+    client: &DispatcherClient,
+    n: u64,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let epoch = measured(
+        client,
+        &Dataset::range(n as i64),
+        ShardingPolicy::Dynamic,
+        uncompressed(4096),
+        Count::Elements,
+        n,
+        "dynamic, 3-node quorum",
+    )
+    .await?;
+    report.put(
+        "dynamic_eps_quorum",
+        epoch.elements as f64 / epoch.seconds,
+        "elements/s",
+    );
+    Ok(())
+}
+
+/// `failover`: read at a limited rate, SIGKILL the leader a second in; the longest stall.
+pub(crate) async fn failover(
+    cluster: &mut Cluster,
+    client: &DispatcherClient,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let leader = cluster.leader().await?;
+    let total = 60_000u64;
+    let service = client
+        .distribute(
+            &Dataset::range(total as i64),
+            ShardingPolicy::Dynamic,
+            options(64),
+        )
+        .await?;
+    let mut stream = service.iter().await?;
+    let started = Instant::now();
+    let (mut received, mut longest) = (0u64, Duration::ZERO);
+    let mut last = Instant::now();
+    let mut killed = false;
+    while let Some(element) = stream.next().await {
+        element?;
+        received += 1;
+        longest = longest.max(last.elapsed());
+        if !killed && started.elapsed() > Duration::from_secs(1) {
+            cluster.dispatchers[leader].kill();
+            killed = true;
+        }
+        // 20,000 elements/s: the reader needs the service to keep up, not to race it.
+        let due = started + Duration::from_secs_f64(received as f64 / 20_000.0);
+        if due > Instant::now() + Duration::from_millis(1) {
+            tokio::time::sleep_until(due.into()).await;
+        }
+        last = Instant::now();
+    }
+    anyhow::ensure!(
+        received == total,
+        "failover epoch: {received} of {total} elements"
+    );
+    report.put(
+        "failover_stall_ms",
+        longest.as_secs_f64() * 1000.0,
+        "ms (longest client stall, leader SIGKILLed)",
+    );
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! Clusters to run Sluice against, shared by the `sluice demo`, the bench and the tests.
+//!
+//! It is a crate of its own so that none of them borrows it from another: the binary stays
+//! argument parsing and one call per subcommand, and the tests do not link the binary as a
+//! library. Nothing here is part of the service itself.
+//!
+//! Layout:
+//! - `local_cluster`: `LocalCluster`, dispatcher replicas and workers in this process (real gRPC
+//!   on 127.0.0.1 port 0, a temp dir per replica, kill and restart, partitions).
+//! - `process`: `SluiceProcess`, a `sluice` server as a child process (spawn, wait for its READY
+//!   line, SIGKILL, restart), and `run` for a command run to completion.
+
+pub mod local_cluster;
+pub mod process;
+
+pub use local_cluster::{bind_again, local_dispatcher_config, LocalCluster, Tune};
+pub use process::SluiceProcess;
