@@ -9,7 +9,7 @@
 //! Layout:
 //! - `ids`: identifier newtypes.
 //! - `state`: `DispatcherState` and its pure `apply` (the replicated data).
-//! - `types`: the openraft type configuration.
+//! - `raft_types`: the openraft type configuration.
 //! - `config`: `DispatcherConfig`.
 //! - `dispatcher_handle`: starting and stopping a replica.
 //! - `proposer`: group commit of concurrent requests into one log entry.
@@ -26,10 +26,11 @@
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
 //! - `network_faults`: cut Raft links, for partition tests.
-//! - `status`: the JSON of `sluice status`.
+//! - `cluster_status`: the JSON of `sluice status`.
 //! - `task_remover`: the leader's barrier for removing a task from coordinated reads.
 //! - `error`: `DispatcherError` and its mapping to gRPC status codes.
 
+pub mod cluster_status;
 pub mod config;
 pub mod convert;
 pub mod dispatcher_handle;
@@ -43,14 +44,13 @@ pub mod proposer;
 pub mod raft_error;
 pub mod raft_network;
 pub mod raft_service;
+pub mod raft_types;
 pub mod registration;
 pub mod service;
 pub mod state;
 pub mod state_reader;
-pub mod status;
 pub mod task_remover;
 pub mod timers;
-pub mod types;
 
 pub use config::DispatcherConfig;
 pub use dispatcher_handle::DispatcherHandle;

@@ -7,7 +7,7 @@
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::raft_error::raft_error;
-use crate::types::{NodeInfo, Raft};
+use crate::raft_types::{NodeInfo, Raft};
 use openraft::ChangeMembers;
 use std::collections::BTreeSet;
 

@@ -20,11 +20,11 @@
 use crate::error::DispatcherError;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::raft_error::{raft_error, RaftFailure};
+use crate::raft_types::{Raft, TypeConfig};
 use crate::registration::Registration;
 use crate::state::{
     JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, ShardingPolicy, SplitLease, Update,
 };
-use crate::types::{Raft, TypeConfig};
 use openraft::raft::responder::{OneshotResponder, Responder};
 use std::future::Future;
 use std::pin::Pin;

@@ -7,8 +7,8 @@
 
 use super::*;
 use crate::ids::JobId;
+use crate::raft_types::NodeInfo;
 use crate::state::Rejection;
-use crate::types::NodeInfo;
 use futures::future::BoxFuture;
 use futures::poll;
 use std::task::Poll;

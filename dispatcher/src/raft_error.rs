@@ -8,8 +8,8 @@
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
+use crate::raft_types::NodeInfo;
 use crate::state::Rejection;
-use crate::types::NodeInfo;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, Fatal, RaftError};
 use std::convert::Infallible;
 

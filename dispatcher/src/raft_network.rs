@@ -7,7 +7,7 @@
 
 use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
-use crate::types::{NodeInfo, TypeConfig};
+use crate::raft_types::{NodeInfo, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };

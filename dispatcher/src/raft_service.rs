@@ -3,7 +3,7 @@
 //! the one error of its own; it leaves through `DispatcherError`'s map like every other.
 
 use crate::error::DispatcherError;
-use crate::types::Raft;
+use crate::raft_types::Raft;
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_server::RaftPeer;

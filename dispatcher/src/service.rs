@@ -6,6 +6,7 @@
 //! to `TaskRemover`, dataset preparation to `Registration`, membership changes to
 //! `membership`. Every error leaves through `From<DispatcherError> for tonic::Status`.
 
+use crate::cluster_status;
 use crate::config::DispatcherConfig;
 use crate::convert::{decode_def, metadata_to_proto, request_id};
 use crate::error::DispatcherError;
@@ -14,12 +15,11 @@ use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::liveness::Liveness;
 use crate::membership;
 use crate::proposer::ProposerHandle;
+use crate::raft_types::{Raft, StateHandle};
 use crate::registration::Registration;
 use crate::state::{JobOptions, Rejection, ShardingPolicy, TargetWorkers};
 use crate::state_reader::StateReader;
-use crate::status;
 use crate::task_remover::TaskRemover;
-use crate::types::{Raft, StateHandle};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use std::sync::Arc;
@@ -253,7 +253,9 @@ impl Dispatcher for DispatcherService {
         _request: GrpcRequest<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         let metrics = self.raft.metrics().borrow().clone();
-        let json = self.reader.read(|s| status::status_json(&metrics, s));
+        let json = self
+            .reader
+            .read(|s| cluster_status::status_json(&metrics, s));
         Ok(Response::new(pb::GetStatusResponse {
             json: json.to_string(),
         }))

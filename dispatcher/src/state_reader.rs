@@ -8,8 +8,8 @@
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::raft_error::raft_error;
+use crate::raft_types::{Raft, StateHandle};
 use crate::state::DispatcherState;
-use crate::types::{Raft, StateHandle};
 use std::time::Duration;
 use tokio::time::Instant;
 

@@ -1,8 +1,8 @@
 //! The JSON document `sluice status` prints: this replica's view of the cluster and the state.
 
 use crate::ids::NodeId;
+use crate::raft_types::NodeInfo;
 use crate::state::DispatcherState;
-use crate::types::NodeInfo;
 use openraft::RaftMetrics;
 use serde_json::{json, Value};
 
