@@ -22,6 +22,24 @@ fn ready(role: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs one write to stdout. A closed stdout (the far end of a pipe has gone, as `head` does once
+/// it has its lines) is not an error: the command stops quietly, as Unix tools do. Returns
+/// whether stdout is still open.
+fn still_open(written: std::io::Result<()>) -> anyhow::Result<bool> {
+    match written {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("write to stdout")),
+    }
+}
+
+/// Prints one result line (register, status, admin).
+fn print_line(line: impl std::fmt::Display) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    still_open(writeln!(stdout, "{line}").and_then(|()| stdout.flush()))?;
+    Ok(())
+}
+
 /// A token cancelled on SIGINT or SIGTERM.
 fn stop_on_signal() -> CancellationToken {
     let stop = CancellationToken::new();
@@ -139,8 +157,8 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         let mut epoch = service.iter().await?;
         while let Some(element) = epoch.next().await {
             let element = element?;
-            if !args.count {
-                writeln!(out, "{}", element.to_json())?;
+            if !args.count && !still_open(writeln!(out, "{}", element.to_json()))? {
+                return Ok(());
             }
             count += 1;
             if args.take.is_some_and(|take| count >= take) {
@@ -151,16 +169,21 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 // would cap the rate below what was asked.
                 let due = started + Duration::from_secs_f64(count as f64 / rate);
                 if due > tokio::time::Instant::now() + Duration::from_millis(1) {
-                    out.flush()?;
+                    if !still_open(out.flush())? {
+                        return Ok(());
+                    }
                     tokio::time::sleep_until(due).await;
                 }
             }
         }
     }
     if args.count {
-        writeln!(out, "{}", serde_json::json!({ "elements": count }))?;
+        let written = writeln!(out, "{}", serde_json::json!({ "elements": count }));
+        if !still_open(written)? {
+            return Ok(());
+        }
     }
-    out.flush()?;
+    still_open(out.flush())?;
     Ok(())
 }
 
@@ -172,7 +195,7 @@ pub async fn register(args: RegisterArgs) -> anyhow::Result<()> {
         dataset_id: args.dataset_id,
     };
     let id = client.register_dataset(&dataset, &options).await?;
-    println!("{id}");
+    print_line(id)?;
     Ok(())
 }
 
@@ -227,7 +250,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
         );
     };
     status["nodes"] = serde_json::Value::Array(nodes);
-    println!("{}", serde_json::to_string_pretty(&status)?);
+    print_line(serde_json::to_string_pretty(&status)?)?;
     Ok(())
 }
 
@@ -245,6 +268,6 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 .await?
         }
     };
-    println!("{}", serde_json::json!({ "voters": voters }));
+    print_line(serde_json::json!({ "voters": voters }))?;
     Ok(())
 }

@@ -90,3 +90,36 @@ fn epochs_count_addresses_and_coordinated_consumers() {
         );
     }
 }
+
+/// Runs `sluice <args>` with stdout a pipe whose reading end is already closed, as when the
+/// command's output goes to `head` that has exited: (success, stderr).
+fn with_stdout_closed(args: &[&str]) -> (bool, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let output = std::process::Command::new(bin())
+        .args(args)
+        .stdout(writer)
+        .output()
+        .expect("run sluice");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_stdout_ends_read_status_and_register_quietly() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dispatcher = dispatcher(data.path(), &[]);
+    let addr = dispatcher.addr.clone();
+    let _workers = workers(&addr, 1);
+    for args in [
+        vec!["read", "--dispatcher", &addr, "--dataset", "range(1000000)"],
+        vec!["status", "--dispatcher", &addr],
+        vec!["register", "--dispatcher", &addr, "--dataset", "range(3)"],
+    ] {
+        let (ok, err) = with_stdout_closed(&args);
+        assert!(ok, "sluice {} failed: {err}", args[0]);
+        assert_eq!(err, "", "sluice {} printed on stderr", args[0]);
+    }
+}
