@@ -1,0 +1,222 @@
+//! Conversions between Sluice's values and Python's: elements to numpy (scalars as numpy
+//! scalars, tensors as arrays, strings as `bytes`, tuples and dicts kept), numpy data to
+//! tensors, and element specs to `sluice.data.TensorSpec` structures.
+//!
+//! A numeric tensor of at least `ZERO_COPY_MIN_BYTES` becomes an array over the received buffer,
+//! kept alive by a `TensorBuffer`; the array is writable when the buffer was the tensor's alone,
+//! read-only when other values still share it. Smaller tensors are copied: holding a small view
+//! would keep a whole received chunk alive.
+
+use bytes::{Bytes, BytesMut};
+use numpy::ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, IxDyn};
+use numpy::npyffi::PY_ARRAY_API;
+use numpy::{
+    Element as NumpyElement, IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use sluice_dataset::{DType, Element, ElementSpec, Tensor, TensorValue};
+
+use crate::errors::{dataset_error, invalid_argument};
+
+/// Tensors at least this large (in bytes) are handed to numpy without a copy.
+pub const ZERO_COPY_MIN_BYTES: usize = 64 * 1024;
+
+/// Owns the bytes a zero-copy array points into.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct TensorBuffer {
+    data: Buffer,
+}
+
+enum Buffer {
+    /// Shared with other values: the array over it is read-only.
+    Shared(Bytes),
+    /// The tensor's alone: the array over it may be written.
+    Unique(BytesMut),
+}
+
+#[pymethods]
+impl TensorBuffer {
+    fn __len__(&self) -> usize {
+        match &self.data {
+            Buffer::Shared(b) => b.len(),
+            Buffer::Unique(b) => b.len(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TensorBuffer({} bytes)", self.__len__())
+    }
+}
+
+pub fn element_to_py(py: Python<'_>, element: Element) -> PyResult<Bound<'_, PyAny>> {
+    match element {
+        Element::Tensor(t) => tensor_to_py(py, t),
+        Element::Tuple(items) => {
+            let items = items
+                .into_iter()
+                .map(|e| element_to_py(py, e))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(PyTuple::new(py, items)?.into_any())
+        }
+        Element::Dict(fields) => {
+            let dict = PyDict::new(py);
+            for (name, e) in fields {
+                dict.set_item(name, element_to_py(py, e)?)?;
+            }
+            Ok(dict.into_any())
+        }
+    }
+}
+
+fn tensor_to_py(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
+    match t.dtype() {
+        DType::String => strings_to_py(py, &t),
+        DType::Bool => numeric::<bool>(py, t),
+        DType::Int8 => numeric::<i8>(py, t),
+        DType::Int16 => numeric::<i16>(py, t),
+        DType::Int32 => numeric::<i32>(py, t),
+        DType::Int64 => numeric::<i64>(py, t),
+        DType::UInt8 => numeric::<u8>(py, t),
+        DType::UInt16 => numeric::<u16>(py, t),
+        DType::UInt32 => numeric::<u32>(py, t),
+        DType::UInt64 => numeric::<u64>(py, t),
+        DType::Float32 => numeric::<f32>(py, t),
+        DType::Float64 => numeric::<f64>(py, t),
+    }
+}
+
+/// `bytes` for a scalar, a numpy object array of `bytes` otherwise (as tf's
+/// `as_numpy_iterator` gives).
+fn strings_to_py<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    let strings = t.strings().unwrap_or_default();
+    if t.rank() == 0 {
+        let first = strings.first().map(|b| b.as_ref()).unwrap_or_default();
+        return Ok(PyBytes::new(py, first).into_any());
+    }
+    let list = PyList::new(py, strings.iter().map(|s| PyBytes::new(py, s)))?;
+    let numpy = py.import("numpy")?;
+    let object = numpy.getattr("object_")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", object)?;
+    let flat = numpy.call_method("array", (list,), Some(&kwargs))?;
+    flat.call_method1("reshape", (PyTuple::new(py, t.shape())?,))
+}
+
+fn numeric<T: NumpyElement + TensorValue>(py: Python<'_>, t: Tensor) -> PyResult<Bound<'_, PyAny>> {
+    let shape = t.shape().to_vec();
+    if t.rank() == 0 {
+        let mut value = t
+            .to_values::<T>()
+            .and_then(|v| v.first().copied())
+            .ok_or_else(|| invalid_argument(format!("empty {} scalar", T::DTYPE)))?;
+        let descr = T::get_dtype(py);
+        // SAFETY: `value` is a valid T for the descr's dtype; PyArray_Scalar copies it and does
+        // not keep the pointer.
+        let scalar = unsafe {
+            PY_ARRAY_API.PyArray_Scalar(
+                py,
+                (&mut value as *mut T).cast(),
+                descr.as_dtype_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        // SAFETY: PyArray_Scalar returns a new reference or null with an exception set.
+        return unsafe { Bound::from_owned_ptr_or_err(py, scalar) };
+    }
+    let raw = t.raw_data().cloned().unwrap_or_default();
+    let aligned = (raw.as_ptr() as usize) % std::mem::align_of::<T>() == 0;
+    let zero_copy = cfg!(target_endian = "little")
+        && T::DTYPE != DType::Bool
+        && raw.len() >= ZERO_COPY_MIN_BYTES
+        && aligned;
+    if zero_copy {
+        drop(t);
+        return array_over::<T>(py, raw, shape);
+    }
+    let values = t
+        .to_values::<T>()
+        .ok_or_else(|| invalid_argument(format!("tensor is not {}", T::DTYPE)))?;
+    let array = ArrayD::from_shape_vec(IxDyn(&shape), values)
+        .map_err(|e| invalid_argument(format!("tensor shape {shape:?}: {e}")))?;
+    Ok(array.into_pyarray(py).into_any())
+}
+
+/// An array of `shape` over `raw` without a copy. `raw` holds little-endian T values, aligned
+/// for T, exactly `shape`'s product of them (a tensor's invariant).
+fn array_over<T: NumpyElement>(
+    py: Python<'_>,
+    raw: Bytes,
+    shape: Vec<usize>,
+) -> PyResult<Bound<'_, PyAny>> {
+    let (buffer, writable) = match raw.try_into_mut() {
+        Ok(unique) => (Buffer::Unique(unique), true),
+        Err(shared) => (Buffer::Shared(shared), false),
+    };
+    let owner = Bound::new(py, TensorBuffer { data: buffer })?;
+    let array = match &owner.get().data {
+        Buffer::Shared(b) => {
+            // SAFETY: the pointer is aligned for T and covers shape's product of T values (a
+            // tensor's invariant); `owner` keeps the bytes alive as long as the array.
+            let view = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape), b.as_ptr().cast::<T>()) };
+            unsafe { PyArrayDyn::<T>::borrow_from_array(&view, owner.clone().into_any()) }
+        }
+        Buffer::Unique(b) => {
+            // SAFETY: as above; the bytes are this buffer's alone, so numpy may write them.
+            let view = unsafe {
+                ArrayViewMutD::from_shape_ptr(IxDyn(&shape), b.as_ptr().cast::<T>().cast_mut())
+            };
+            unsafe { PyArrayDyn::<T>::borrow_from_array(&view, owner.clone().into_any()) }
+        }
+    };
+    if !writable {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("write", false)?;
+        array.call_method("setflags", (), Some(&kwargs))?;
+    }
+    debug_assert_eq!(array.shape(), shape.as_slice());
+    Ok(array.into_any())
+}
+
+/// A tensor from numpy's parts: `dtype` a Sluice dtype name, `data` the C-order little-endian
+/// bytes of a numeric array, or a list of `bytes` for strings.
+pub fn tensor_from_parts(dtype: &str, shape: Vec<usize>, data: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let dtype: DType = dtype.parse().map_err(dataset_error)?;
+    let tensor = if dtype == DType::String {
+        let strings = data
+            .extract::<Vec<Vec<u8>>>()?
+            .into_iter()
+            .map(Bytes::from)
+            .collect();
+        Tensor::from_strings(shape, strings)
+    } else {
+        let bytes = data.cast::<PyBytes>()?.as_bytes();
+        Tensor::from_raw(dtype, shape, Bytes::copy_from_slice(bytes))
+    };
+    tensor.map_err(dataset_error)
+}
+
+/// An element spec as `sluice.data.TensorSpec` leaves in tuples and dicts.
+pub fn spec_to_py<'py>(py: Python<'py>, spec: &ElementSpec) -> PyResult<Bound<'py, PyAny>> {
+    match spec {
+        ElementSpec::Tensor { dtype, shape } => {
+            let class = py.import("sluice.data")?.getattr("TensorSpec")?;
+            let shape = PyTuple::new(py, shape)?;
+            class.call1((shape, dtype.name()))
+        }
+        ElementSpec::Tuple(items) => {
+            let items = items
+                .iter()
+                .map(|s| spec_to_py(py, s))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(PyTuple::new(py, items)?.into_any())
+        }
+        ElementSpec::Dict(fields) => {
+            let dict = PyDict::new(py);
+            for (name, s) in fields {
+                dict.set_item(name, spec_to_py(py, s)?)?;
+            }
+            Ok(dict.into_any())
+        }
+    }
+}

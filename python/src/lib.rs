@@ -1,0 +1,37 @@
+//! `sluice._native`: the private extension module under the `sluice` Python package. It only
+//! converts between Python and the Rust crates and delegates to them; the user-facing API, its
+//! docs and its type hints live in the pure-Python package (`python/sluice/`).
+//!
+//! Invariants: one tokio runtime serves the whole module (servers, clients, epochs); the GIL is
+//! released around every wait, and a waiting call checks for signals often enough that Ctrl-C
+//! interrupts it.
+//!
+//! Layout:
+//! - `runtime`: the module's runtime and `wait`, a future awaited without the GIL.
+//! - `errors`: `ClientError`, `DatasetError` and server errors as `sluice.errors` exceptions.
+//! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
+//! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
+//! - `service`: `distribute`, `register_dataset`, `from_dataset_id`.
+//! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process.
+
+mod convert;
+mod errors;
+mod pipeline;
+mod runtime;
+mod servers;
+mod service;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<pipeline::Dataset>()?;
+    m.add_class::<pipeline::Iterator>()?;
+    m.add_class::<convert::TensorBuffer>()?;
+    m.add_class::<servers::DispatchServer>()?;
+    m.add_class::<servers::WorkerServer>()?;
+    m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
+    m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,327 @@
+//! `Dataset`: a pipeline held natively, either local (a `sluice_dataset::Dataset`, run in this
+//! process) or read through the service (a `ServiceDataset`, whose chained ops run here), and
+//! its `Iterator`, one epoch. Both kinds take the same ops, so Python's `Dataset` wraps one type.
+//!
+//! An `Iterator` over the service owns its `ElementStream`; dropping it (Python deleting the
+//! iterator) drops the stream, which releases the client at the dispatcher as the Rust client
+//! does on drop.
+
+use futures::FutureExt;
+use pyo3::prelude::*;
+use pyo3::types::PyAny;
+use sluice_client::{ElementStream, ServiceDataset};
+use sluice_dataset::{
+    cardinality, iterate, pb, Dataset as LocalDataset, Element, ElementIter, ExecOptions,
+    Transform,
+};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use crate::convert::{element_to_py, spec_to_py, tensor_from_parts};
+use crate::errors::{client_error, dataset_error, invalid_argument};
+use crate::runtime::{runtime, SIGNAL_CHECK};
+
+#[derive(Clone)]
+pub enum Pipeline {
+    Local(LocalDataset),
+    Service(ServiceDataset),
+}
+
+/// Applies a `Transform` method to either kind of pipeline.
+macro_rules! chain {
+    ($self:ident, |$d:ident| $e:expr) => {
+        Dataset {
+            pipeline: match &$self.pipeline {
+                Pipeline::Local($d) => {
+                    let $d = $d.clone();
+                    Pipeline::Local($e)
+                }
+                Pipeline::Service($d) => {
+                    let $d = $d.clone();
+                    Pipeline::Service($e)
+                }
+            },
+        }
+    };
+}
+
+#[pyclass(frozen, module = "sluice._native")]
+pub struct Dataset {
+    pub pipeline: Pipeline,
+}
+
+impl Dataset {
+    pub fn local(&self) -> PyResult<&LocalDataset> {
+        match &self.pipeline {
+            Pipeline::Local(d) => Ok(d),
+            Pipeline::Service(_) => Err(invalid_argument(
+                "a dataset read from the service cannot be distributed or registered again",
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl Dataset {
+    #[staticmethod]
+    fn range(start: i64, stop: i64, step: i64) -> PyResult<Dataset> {
+        if step == 0 {
+            return Err(invalid_argument("step must not be 0"));
+        }
+        Ok(Dataset {
+            pipeline: Pipeline::Local(LocalDataset::range_with(start, stop, step)),
+        })
+    }
+
+    #[staticmethod]
+    fn from_slices(dtype: &str, shape: Vec<usize>, data: &Bound<'_, PyAny>) -> PyResult<Dataset> {
+        if shape.is_empty() {
+            return Err(invalid_argument(
+                "from_tensor_slices needs a tensor of rank at least 1, got a scalar",
+            ));
+        }
+        let tensor = tensor_from_parts(dtype, shape, data)?;
+        Ok(Dataset {
+            pipeline: Pipeline::Local(LocalDataset::from_slices(tensor)),
+        })
+    }
+
+    /// `format` is `lines` or `tfrecord`; `files`, when given, is the list read in order
+    /// (`pattern` is then only its name).
+    #[staticmethod]
+    #[pyo3(signature = (pattern, format, files=None))]
+    fn files(pattern: &str, format: &str, files: Option<Vec<String>>) -> PyResult<Dataset> {
+        let builder = LocalDataset::files(pattern);
+        let dataset = match format {
+            "lines" => builder.lines(),
+            "tfrecord" => builder.tfrecord(),
+            other => return Err(invalid_argument(format!("unknown file format '{other}'"))),
+        };
+        let dataset = match files {
+            None => dataset,
+            Some(files) => {
+                let mut def = dataset.into_def();
+                if let Some(pb::Source {
+                    kind: Some(pb::source::Kind::Files(source)),
+                }) = def.source.as_mut()
+                {
+                    source.files = files;
+                }
+                LocalDataset::from_def(def)
+            }
+        };
+        Ok(Dataset {
+            pipeline: Pipeline::Local(dataset),
+        })
+    }
+
+    fn map(&self, function: &str) -> Dataset {
+        chain!(self, |d| d.map(function))
+    }
+
+    fn filter(&self, predicate: &str) -> Dataset {
+        chain!(self, |d| d.filter(predicate))
+    }
+
+    fn batch(&self, batch_size: u64, drop_remainder: bool) -> Dataset {
+        chain!(self, |d| d.batch_with(batch_size, drop_remainder))
+    }
+
+    #[pyo3(signature = (buffer_size, seed=None))]
+    fn shuffle(&self, buffer_size: u64, seed: Option<u64>) -> Dataset {
+        chain!(self, |d| d.shuffle(buffer_size, seed))
+    }
+
+    /// `None`: forever.
+    #[pyo3(signature = (count=None))]
+    fn repeat(&self, count: Option<u64>) -> Dataset {
+        match count {
+            Some(n) => chain!(self, |d| d.repeat(n)),
+            None => chain!(self, |d| d.repeat_forever()),
+        }
+    }
+
+    fn take(&self, count: u64) -> Dataset {
+        chain!(self, |d| d.take(count))
+    }
+
+    fn skip(&self, count: u64) -> Dataset {
+        chain!(self, |d| d.skip(count))
+    }
+
+    fn shard(&self, num_shards: u64, index: u64) -> Dataset {
+        chain!(self, |d| d.shard(num_shards, index))
+    }
+
+    fn prefetch(&self, buffer_size: u64) -> Dataset {
+        chain!(self, |d| d.prefetch(buffer_size))
+    }
+
+    fn enumerate(&self, start: i64) -> Dataset {
+        chain!(self, |d| d.enumerate_from(start))
+    }
+
+    fn is_service(&self) -> bool {
+        matches!(self.pipeline, Pipeline::Service(_))
+    }
+
+    /// The element spec, as `sluice.data.TensorSpec` leaves.
+    fn element_spec<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let spec = match &self.pipeline {
+            Pipeline::Local(d) => {
+                sluice_dataset::element_spec(d.def(), &ExecOptions::default().registry)
+                    .map_err(dataset_error)?
+            }
+            Pipeline::Service(d) => d.element_spec().map_err(client_error)?,
+        };
+        spec_to_py(py, &spec)
+    }
+
+    /// tf's cardinality: a count, `-1` infinite, `-2` unknown.
+    fn cardinality(&self) -> PyResult<i64> {
+        match &self.pipeline {
+            Pipeline::Local(d) => {
+                Ok(cardinality(d.def()))
+            }
+            Pipeline::Service(d) => Ok(d.cardinality()),
+        }
+    }
+
+    /// The dataset id of a service pipeline.
+    fn dataset_id(&self) -> Option<String> {
+        match &self.pipeline {
+            Pipeline::Local(_) => None,
+            Pipeline::Service(d) => Some(d.dataset_id().to_string()),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.pipeline {
+            Pipeline::Local(d) => d.to_string(),
+            Pipeline::Service(d) => format!("{d:?}"),
+        }
+    }
+
+    /// A new epoch: local execution, or a new iteration of the service's job.
+    fn iter(&self, py: Python<'_>) -> PyResult<Iterator> {
+        let source = match &self.pipeline {
+            Pipeline::Local(d) => {
+                let def = d.def().clone();
+                let elements = py
+                    .detach(|| iterate(&def, &ExecOptions::default()))
+                    .map_err(dataset_error)?;
+                Source::Local(elements)
+            }
+            Pipeline::Service(d) => {
+                let d = d.clone();
+                let stream = crate::runtime::wait(py, async move { d.iter().await })?
+                    .map_err(client_error)?;
+                Source::Service(stream)
+            }
+        };
+        Ok(Iterator {
+            source: Mutex::new(Some(source)),
+        })
+    }
+}
+
+enum Source {
+    Local(ElementIter),
+    Service(ElementStream),
+}
+
+/// One epoch of a dataset. Ends (and releases the epoch) at the end or after an error.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct Iterator {
+    source: Mutex<Option<Source>>,
+}
+
+#[pymethods]
+impl Iterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let next = self.next_element(py)?;
+        next.map(|e| element_to_py(py, e)).transpose()
+    }
+
+    /// Ends the epoch now (the service's client is released).
+    fn close(&self, py: Python<'_>) {
+        if let Ok(mut guard) = lock(py, &self.source) {
+            let source = guard.take();
+            drop(guard);
+            py.detach(|| drop(source));
+        }
+    }
+}
+
+impl Iterator {
+    fn next_element(&self, py: Python<'_>) -> PyResult<Option<Element>> {
+        let mut guard = lock(py, &self.source)?;
+        let Some(source) = guard.as_mut() else {
+            return Ok(None);
+        };
+        let result = match source {
+            Source::Local(elements) => match py.detach(|| elements.next()) {
+                None => None,
+                Some(Ok(e)) => Some(Ok(e)),
+                Some(Err(e)) => Some(Err(dataset_error(e))),
+            },
+            Source::Service(stream) => match next_from_service(py, stream)? {
+                None => None,
+                Some(Ok(e)) => Some(Ok(e)),
+                Some(Err(e)) => Some(Err(client_error(e))),
+            },
+        };
+        match result {
+            Some(Ok(e)) => Ok(Some(e)),
+            None => {
+                *guard = None;
+                Ok(None)
+            }
+            Some(Err(e)) => {
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Locks `mutex` without blocking while holding the GIL: another thread reading the same
+/// iterator holds the lock while it waits without the GIL, and needs the GIL back to finish.
+fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Ok(guard),
+            Err(TryLockError::WouldBlock) => py.detach(std::thread::yield_now),
+            Err(TryLockError::Poisoned(_)) => {
+                return Err(invalid_argument(
+                    "the iterator was poisoned by a panic in another thread",
+                ))
+            }
+        }
+    }
+}
+
+/// The service's next element: at once when one is buffered; otherwise waited for without the
+/// GIL, returning to Python every `SIGNAL_CHECK` for signals (`next` is cancel-safe, so a
+/// timed-out wait loses nothing).
+fn next_from_service(
+    py: Python<'_>,
+    stream: &mut ElementStream,
+) -> PyResult<Option<Result<Element, sluice_client::ClientError>>> {
+    if let Some(ready) = stream.next().now_or_never() {
+        return Ok(ready);
+    }
+    let rt = runtime();
+    loop {
+        let waited = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, stream.next()).await })
+        });
+        match waited {
+            Ok(next) => return Ok(next),
+            Err(_elapsed) => py.check_signals()?,
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The module's one tokio runtime, and `wait`: run a future on it with the GIL released,
+//! waking every `SIGNAL_CHECK` to let Python handle signals (Ctrl-C raises `KeyboardInterrupt`
+//! in the waiting thread, and the future is cancelled).
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::runtime::Runtime;
+
+/// How often a waiting call returns to Python to check for signals.
+pub const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+pub fn runtime() -> &'static Runtime {
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("sluice-runtime")
+            .build()
+            .expect("the tokio runtime starts")
+    })
+}
+
+/// Awaits `future` on the runtime without holding the GIL; a signal handler that raises (Ctrl-C)
+/// cancels the future and returns its exception.
+pub fn wait<F>(py: Python<'_>, future: F) -> PyResult<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let rt = runtime();
+    let mut task = rt.spawn(future);
+    loop {
+        let done = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut task).await })
+        });
+        match done {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => return Err(PyRuntimeError::new_err(format!("sluice task failed: {e}"))),
+            Err(_elapsed) => {
+                if let Err(e) = py.check_signals() {
+                    task.abort();
+                    return Err(e);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! `DispatchServer` and `WorkerServer`: a dispatcher replica and a worker, the real Rust
+//! servers, running in this Python process on the module's runtime threads. A server serves
+//! from construction until `stop()` (or the process exits); `join()` waits for that.
+
+use pyo3::prelude::*;
+use sluice_client::ClientError;
+use sluice_dispatcher::{DispatcherConfig, DispatcherError, DispatcherHandle};
+use sluice_worker::{WorkerConfig, WorkerError, WorkerHandle};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+use crate::errors::{client_error, error};
+use crate::runtime::{runtime, wait};
+
+/// How long a one-node dispatcher may take to elect itself.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn dispatcher_error(e: DispatcherError) -> PyErr {
+    let class = match &e {
+        DispatcherError::InvalidArgument(_) => "InvalidArgumentError",
+        DispatcherError::NotLeader { .. } | DispatcherError::QuorumUnavailable(_) => {
+            "UnavailableError"
+        }
+        DispatcherError::Startup(_) => "FailedPreconditionError",
+        _ => "InternalError",
+    };
+    error(class, e.to_string())
+}
+
+fn worker_error(e: WorkerError) -> PyErr {
+    match e {
+        WorkerError::Dispatcher(e) => client_error(ClientError::from(e)),
+        WorkerError::Config(m) => error("InvalidArgumentError", m),
+        e @ WorkerError::Bind { .. } => error("UnavailableError", e.to_string()),
+        e @ WorkerError::Registration(_) => error("FailedPreconditionError", e.to_string()),
+        e => error("InternalError", e.to_string()),
+    }
+}
+
+/// The lifetime of a running server: `stop` asks it to stop, `done` tells it has.
+struct Lifetime {
+    stop: CancellationToken,
+    done: CancellationToken,
+}
+
+impl Lifetime {
+    fn new() -> Lifetime {
+        Lifetime {
+            stop: CancellationToken::new(),
+            done: CancellationToken::new(),
+        }
+    }
+
+    fn join(&self, py: Python<'_>) -> PyResult<()> {
+        wait(py, self.done.clone().cancelled_owned())
+    }
+
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.stop.cancel();
+        self.join(py)
+    }
+}
+
+/// A dispatcher replica serving in this process.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct DispatchServer {
+    addr: String,
+    lifetime: Lifetime,
+    /// The journal's directory when the caller gave none; removed after the server stops.
+    temp_dir: Mutex<Option<TempDir>>,
+}
+
+#[pymethods]
+impl DispatchServer {
+    /// `peers`: every replica's `(node_id, "host:port")`, the same on every replica; empty for a
+    /// one-node quorum. With peers and port 0 the replica serves at its own entry's address.
+    #[new]
+    #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
+        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        host: String,
+        port: u16,
+        work_dir: Option<PathBuf>,
+        node_id: u64,
+        peers: Vec<(u64, String)>,
+        worker_addresses: Vec<String>,
+        worker_timeout_ms: Option<u64>,
+        client_timeout_ms: Option<u64>,
+        job_gc_timeout_ms: Option<i64>,
+    ) -> PyResult<DispatchServer> {
+        let peers: BTreeMap<u64, String> = peers.into_iter().collect();
+        let listen = match peers.get(&node_id) {
+            Some(own) if port == 0 => own.clone(),
+            _ => format!("{host}:{port}"),
+        };
+        let (data_dir, temp_dir) = match work_dir {
+            Some(dir) => (dir, None),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("sluice-dispatcher-")
+                    .tempdir()
+                    .map_err(|e| error("UnknownError", format!("temporary work_dir: {e}")))?;
+                (dir.path().to_path_buf(), Some(dir))
+            }
+        };
+        let defaults = DispatcherConfig::default();
+        let one_node = peers.is_empty();
+        let config = DispatcherConfig {
+            id: node_id,
+            listen,
+            data_dir,
+            peers,
+            worker_addresses,
+            worker_timeout: worker_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.worker_timeout),
+            client_timeout: client_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.client_timeout),
+            // tf.data's convention: a negative timeout never collects.
+            job_gc_timeout: match job_gc_timeout_ms {
+                None => defaults.job_gc_timeout,
+                Some(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
+            },
+            ..defaults
+        };
+        let handle = wait(py, async move {
+            let handle = DispatcherHandle::start(config).await?;
+            if one_node {
+                handle.wait_for_leader(LEADER_TIMEOUT).await?;
+            }
+            Ok::<_, DispatcherError>(handle)
+        })?
+        .map_err(dispatcher_error)?;
+        let addr = handle.addr().to_string();
+        let lifetime = Lifetime::new();
+        let (stop, done) = (lifetime.stop.clone(), lifetime.done.clone());
+        runtime().spawn(async move {
+            let _ = handle.run_until(stop).await;
+            done.cancel();
+        });
+        Ok(DispatchServer {
+            addr,
+            lifetime,
+            temp_dir: Mutex::new(temp_dir),
+        })
+    }
+
+    /// `host:port` the replica serves on.
+    #[getter]
+    fn address(&self) -> &str {
+        &self.addr
+    }
+
+    fn join(&self, py: Python<'_>) -> PyResult<()> {
+        self.lifetime.join(py)
+    }
+
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.lifetime.stop(py)?;
+        if let Ok(mut dir) = self.temp_dir.lock() {
+            dir.take();
+        }
+        Ok(())
+    }
+
+    fn running(&self) -> bool {
+        !self.lifetime.done.is_cancelled()
+    }
+}
+
+/// A worker serving in this process.
+#[pyclass(frozen, module = "sluice._native")]
+pub struct WorkerServer {
+    addr: String,
+    lifetime: Lifetime,
+}
+
+#[pymethods]
+impl WorkerServer {
+    #[new]
+    #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None))]
+    fn new(
+        py: Python<'_>,
+        dispatcher_address: String,
+        host: String,
+        port: u16,
+        worker_tags: Vec<String>,
+        heartbeat_interval_ms: Option<u64>,
+    ) -> PyResult<WorkerServer> {
+        let defaults = WorkerConfig::default();
+        let config = WorkerConfig {
+            dispatcher: dispatcher_address,
+            listen: format!("{host}:{port}"),
+            tags: worker_tags,
+            heartbeat_poll: heartbeat_interval_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.heartbeat_poll),
+            ..defaults
+        };
+        let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;
+        let addr = handle.addr().to_string();
+        let lifetime = Lifetime::new();
+        let (stop, done) = (lifetime.stop.clone(), lifetime.done.clone());
+        runtime().spawn(async move {
+            handle.run_until(stop).await;
+            done.cancel();
+        });
+        Ok(WorkerServer { addr, lifetime })
+    }
+
+    #[getter]
+    fn address(&self) -> &str {
+        &self.addr
+    }
+
+    fn join(&self, py: Python<'_>) -> PyResult<()> {
+        self.lifetime.join(py)
+    }
+
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.lifetime.stop(py)
+    }
+
+    fn running(&self) -> bool {
+        !self.lifetime.done.is_cancelled()
+    }
+}

@@ -1,0 +1,148 @@
+//! tf.data service's reading calls: `distribute`, `register_dataset` and `from_dataset_id`, over
+//! `sluice_client`. The Python layer names and documents them; here strings become the Rust
+//! enums (with the Rust parsers' error texts) and the calls run on the module's runtime.
+
+use pyo3::prelude::*;
+use sluice_client::{
+    ClientError, Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt,
+    DistributeOptions, RegisterOptions, ShardingPolicy, TargetWorkers,
+};
+
+use crate::errors::{client_error, dataset_error, invalid_argument};
+use crate::pipeline::{Dataset, Pipeline};
+use crate::runtime::wait;
+
+/// The options shared by `distribute` and `from_dataset_id`.
+#[allow(clippy::too_many_arguments)]
+fn options(
+    job_name: Option<String>,
+    consumer_index: Option<u32>,
+    num_consumers: Option<u32>,
+    max_outstanding_requests: Option<u32>,
+    compression: &str,
+    cross_trainer_cache: Option<String>,
+    target_workers: &str,
+) -> PyResult<DistributeOptions> {
+    let target_workers = target_workers
+        .parse::<TargetWorkers>()
+        .map_err(|e| invalid_argument(e.0))?;
+    Ok(DistributeOptions {
+        job_name,
+        consumer_index,
+        num_consumers,
+        cross_trainer_cache: cross_trainer_cache.map(CrossTrainerCache::new),
+        target_workers,
+        max_outstanding_requests,
+        compression: compression_of(compression)?,
+        ..DistributeOptions::default()
+    })
+}
+
+fn compression_of(text: &str) -> PyResult<Compression> {
+    text.parse().map_err(dataset_error)
+}
+
+fn mode_of(text: &str) -> PyResult<ShardingPolicy> {
+    text.parse::<ShardingPolicy>()
+        .map_err(|e| invalid_argument(e.0))
+}
+
+fn client(service: &str) -> Result<DispatcherClient, ClientError> {
+    DispatcherClient::new(service).map_err(ClientError::from)
+}
+
+#[pyfunction]
+#[pyo3(signature = (dataset, processing_mode, service, job_name=None, consumer_index=None,
+    num_consumers=None, max_outstanding_requests=None, compression="AUTO",
+    cross_trainer_cache=None, target_workers="AUTO"))]
+#[allow(clippy::too_many_arguments)]
+pub fn distribute(
+    py: Python<'_>,
+    dataset: &Dataset,
+    processing_mode: &str,
+    service: String,
+    job_name: Option<String>,
+    consumer_index: Option<u32>,
+    num_consumers: Option<u32>,
+    max_outstanding_requests: Option<u32>,
+    compression: &str,
+    cross_trainer_cache: Option<String>,
+    target_workers: &str,
+) -> PyResult<Dataset> {
+    let mode = mode_of(processing_mode)?;
+    let options = options(
+        job_name,
+        consumer_index,
+        num_consumers,
+        max_outstanding_requests,
+        compression,
+        cross_trainer_cache,
+        target_workers,
+    )?;
+    let local = dataset.local()?.clone();
+    let service = wait(py, async move {
+        client(&service)?.distribute(&local, mode, options).await
+    })?
+    .map_err(client_error)?;
+    Ok(Dataset {
+        pipeline: Pipeline::Service(service),
+    })
+}
+
+#[pyfunction]
+#[pyo3(signature = (service, dataset, compression="AUTO", dataset_id=None))]
+pub fn register_dataset(
+    py: Python<'_>,
+    service: String,
+    dataset: &Dataset,
+    compression: &str,
+    dataset_id: Option<String>,
+) -> PyResult<String> {
+    let options = RegisterOptions {
+        compression: compression_of(compression)?,
+        dataset_id,
+    };
+    let local = dataset.local()?.clone();
+    wait(py, async move {
+        client(&service)?.register_dataset(&local, &options).await
+    })?
+    .map_err(client_error)
+}
+
+#[pyfunction]
+#[pyo3(signature = (processing_mode, service, dataset_id, job_name=None, consumer_index=None,
+    num_consumers=None, max_outstanding_requests=None, cross_trainer_cache=None,
+    target_workers="AUTO"))]
+#[allow(clippy::too_many_arguments)]
+pub fn from_dataset_id(
+    py: Python<'_>,
+    processing_mode: &str,
+    service: String,
+    dataset_id: String,
+    job_name: Option<String>,
+    consumer_index: Option<u32>,
+    num_consumers: Option<u32>,
+    max_outstanding_requests: Option<u32>,
+    cross_trainer_cache: Option<String>,
+    target_workers: &str,
+) -> PyResult<Dataset> {
+    let mode = mode_of(processing_mode)?;
+    let options = options(
+        job_name,
+        consumer_index,
+        num_consumers,
+        max_outstanding_requests,
+        "AUTO",
+        cross_trainer_cache,
+        target_workers,
+    )?;
+    let service = wait(py, async move {
+        client(&service)?
+            .from_dataset_id(mode, &dataset_id, options)
+            .await
+    })?
+    .map_err(client_error)?;
+    Ok(Dataset {
+        pipeline: Pipeline::Service(service),
+    })
+}
