@@ -8,10 +8,10 @@
 //! would keep a whole received chunk alive.
 
 use bytes::{Bytes, BytesMut};
-use numpy::ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, IxDyn};
-use numpy::npyffi::PY_ARRAY_API;
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::npyffi::{self, PY_ARRAY_API};
 use numpy::{
-    Element as NumpyElement, IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyUntypedArrayMethods,
+    Element as NumpyElement, IntoPyArray, PyArrayDescrMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -125,11 +125,8 @@ fn numeric<T: NumpyElement + TensorValue>(py: Python<'_>, t: Tensor) -> PyResult
         return unsafe { Bound::from_owned_ptr_or_err(py, scalar) };
     }
     let raw = t.raw_data().cloned().unwrap_or_default();
-    let aligned = (raw.as_ptr() as usize) % std::mem::align_of::<T>() == 0;
-    let zero_copy = cfg!(target_endian = "little")
-        && T::DTYPE != DType::Bool
-        && raw.len() >= ZERO_COPY_MIN_BYTES
-        && aligned;
+    let zero_copy =
+        cfg!(target_endian = "little") && T::DTYPE != DType::Bool && raw.len() >= ZERO_COPY_MIN_BYTES;
     if zero_copy {
         drop(t);
         return array_over::<T>(py, raw, shape);
@@ -142,40 +139,53 @@ fn numeric<T: NumpyElement + TensorValue>(py: Python<'_>, t: Tensor) -> PyResult
     Ok(array.into_pyarray(py).into_any())
 }
 
-/// An array of `shape` over `raw` without a copy. `raw` holds little-endian T values, aligned
-/// for T, exactly `shape`'s product of them (a tensor's invariant).
+/// An array of `shape` over `raw` without a copy. `raw` holds exactly `shape`'s product of
+/// little-endian T values (a tensor's invariant). numpy accepts any alignment (it marks an
+/// unaligned array as such), so the received buffer is used wherever its data starts.
 fn array_over<T: NumpyElement>(
     py: Python<'_>,
     raw: Bytes,
     shape: Vec<usize>,
 ) -> PyResult<Bound<'_, PyAny>> {
-    let (buffer, writable) = match raw.try_into_mut() {
-        Ok(unique) => (Buffer::Unique(unique), true),
-        Err(shared) => (Buffer::Shared(shared), false),
+    let (buffer, flags) = match raw.try_into_mut() {
+        Ok(unique) => (Buffer::Unique(unique), npyffi::NPY_ARRAY_WRITEABLE),
+        Err(shared) => (Buffer::Shared(shared), 0),
     };
     let owner = Bound::new(py, TensorBuffer { data: buffer })?;
-    let array = match &owner.get().data {
-        Buffer::Shared(b) => {
-            // SAFETY: the pointer is aligned for T and covers shape's product of T values (a
-            // tensor's invariant); `owner` keeps the bytes alive as long as the array.
-            let view = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&shape), b.as_ptr().cast::<T>()) };
-            unsafe { PyArrayDyn::<T>::borrow_from_array(&view, owner.clone().into_any()) }
-        }
-        Buffer::Unique(b) => {
-            // SAFETY: as above; the bytes are this buffer's alone, so numpy may write them.
-            let view = unsafe {
-                ArrayViewMutD::from_shape_ptr(IxDyn(&shape), b.as_ptr().cast::<T>().cast_mut())
-            };
-            unsafe { PyArrayDyn::<T>::borrow_from_array(&view, owner.clone().into_any()) }
-        }
+    let data = match &owner.get().data {
+        Buffer::Shared(b) => b.as_ptr(),
+        Buffer::Unique(b) => b.as_ptr(),
     };
-    if !writable {
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("write", false)?;
-        array.call_method("setflags", (), Some(&kwargs))?;
+    let mut dims: Vec<npyffi::npy_intp> = shape.iter().map(|&d| d as npyffi::npy_intp).collect();
+    // SAFETY: `data` covers the array's bytes (C order, so strides may be null) and stays valid
+    // while `owner`, the array's base, lives; the descr reference is stolen by the call.
+    let array = unsafe {
+        PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            T::get_dtype(py).into_dtype_ptr(),
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            data.cast_mut().cast(),
+            flags,
+            std::ptr::null_mut(),
+        )
+    };
+    // SAFETY: a new reference, or null with an exception set.
+    let array = unsafe { Bound::from_owned_ptr_or_err(py, array)? };
+    // SAFETY: `array` is a new ndarray without a base; the call steals the owner's reference.
+    let set = unsafe {
+        PY_ARRAY_API.PyArray_SetBaseObject(
+            py,
+            array.as_ptr().cast::<npyffi::PyArrayObject>(),
+            owner.into_ptr(),
+        )
+    };
+    if set != 0 {
+        return Err(PyErr::fetch(py));
     }
-    debug_assert_eq!(array.shape(), shape.as_slice());
-    Ok(array.into_any())
+    Ok(array)
 }
 
 /// A tensor from numpy's parts: `dtype` a Sluice dtype name, `data` the C-order little-endian

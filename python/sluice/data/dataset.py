@@ -1,0 +1,308 @@
+"""``Dataset``: tf.data's builder and iteration over a native Sluice pipeline."""
+
+from __future__ import annotations
+
+import glob as _glob
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from sluice import _native
+from sluice.errors import InvalidArgumentError
+
+AUTOTUNE = -1
+"""tf.data's ``AUTOTUNE``, accepted by :meth:`Dataset.prefetch`."""
+
+# Elements ``prefetch(AUTOTUNE)`` buffers.
+_AUTOTUNE_PREFETCH = 16
+
+# numpy dtypes Sluice tensors have, by numpy name.
+_DTYPES = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float32",
+    "float64",
+}
+
+Element = Any
+"""A numpy scalar, a numpy array, ``bytes``, or a tuple or dict of elements."""
+
+
+class Dataset:
+    """A pipeline: a source and ops, as in tf.data.
+
+    Build one with :meth:`range`, :meth:`from_tensor_slices`, :meth:`list_files`,
+    :func:`TFRecordDataset` or :func:`TextLineDataset`, chain ops, and iterate it::
+
+        >>> from sluice.data import Dataset
+        >>> [int(x) for x in Dataset.range(10).filter("is_even").skip(1).take(2)]
+        [2, 4]
+
+    Iterating a dataset runs it here; ``dataset.apply(sluice.distribute(...))`` reads it from
+    the service instead, and each ``iter()`` of that dataset is a new epoch.
+    """
+
+    __slots__ = ("_native", "_files")
+
+    def __init__(self, native: _native.Dataset, files: Optional[List[str]] = None) -> None:
+        self._native = native
+        # The file names of a `list_files` dataset, for TFRecordDataset/TextLineDataset.
+        self._files = files
+
+    # Sources.
+
+    @staticmethod
+    def range(*args: int) -> "Dataset":
+        """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)`` as int64.
+
+        >>> list(Dataset.range(1, 7, 2).as_numpy_iterator())
+        [1, 3, 5]
+        """
+        if not 1 <= len(args) <= 3:
+            raise InvalidArgumentError(f"range takes 1 to 3 arguments, got {len(args)}")
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
+        return Dataset(_native.Dataset.range(int(start), int(stop), int(step)))
+
+    @staticmethod
+    def from_tensor_slices(tensors: Any) -> "Dataset":
+        """The slices of ``tensors`` along its first dimension.
+
+        ``tensors`` is a numpy array or anything ``numpy.asarray`` takes (a list, nested lists,
+        strings become ``bytes``)::
+
+            >>> list(Dataset.from_tensor_slices([[1, 2], [3, 4]]).as_numpy_iterator())
+            [array([1, 2]), array([3, 4])]
+            >>> list(Dataset.from_tensor_slices(["a", "b"]).as_numpy_iterator())
+            [b'a', b'b']
+        """
+        if isinstance(tensors, (tuple, dict)):
+            raise InvalidArgumentError(
+                "from_tensor_slices of a tuple or dict is not supported yet; "
+                "pass one array (enumerate() gives (index, element) tuples)"
+            )
+        dtype, shape, data = _tensor_parts(tensors)
+        return Dataset(_native.Dataset.from_slices(dtype, shape, data))
+
+    @staticmethod
+    def list_files(
+        file_pattern: Union[str, Sequence[str]],
+        shuffle: Optional[bool] = None,
+        seed: Optional[int] = None,
+    ) -> "Dataset":
+        """The names (``bytes``) of the files matching ``file_pattern`` (a glob, or several).
+
+        As in tf.data the names are shuffled unless ``shuffle=False``. Fails with
+        :class:`~sluice.errors.InvalidArgumentError` when nothing matches.
+        """
+        patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
+        files = sorted({f for p in patterns for f in _glob.glob(p)})
+        if not files:
+            raise InvalidArgumentError(f"Expected 'file_pattern' argument to match at least one file, got {file_pattern!r}")  # noqa: E501
+        names = Dataset.from_tensor_slices(np.array([f.encode() for f in files], dtype=object))
+        names._files = files
+        if shuffle is None or shuffle:
+            names = Dataset(names._native.shuffle(len(files), seed), files)
+        return names
+
+    # Ops.
+
+    def map(self, map_func: str) -> "Dataset":
+        """Applies the built-in function ``map_func`` to every element.
+
+        >>> list(Dataset.range(4).map("square").as_numpy_iterator())
+        [0, 1, 4, 9]
+        """
+        return self._chain(self._native.map(_function_name(map_func, "map")))
+
+    def filter(self, predicate: str) -> "Dataset":
+        """Keeps the elements for which the built-in predicate holds.
+
+        >>> list(Dataset.range(6).filter("is_odd").as_numpy_iterator())
+        [1, 3, 5]
+        """
+        return self._chain(self._native.filter(_function_name(predicate, "filter")))
+
+    def batch(self, batch_size: int, drop_remainder: bool = False) -> "Dataset":
+        """Stacks ``batch_size`` consecutive elements into one.
+
+        >>> list(Dataset.range(5).batch(2, drop_remainder=True).as_numpy_iterator())
+        [array([0, 1]), array([2, 3])]
+        """
+        return self._chain(self._native.batch(_positive(batch_size, "batch_size"), drop_remainder))
+
+    def shuffle(
+        self,
+        buffer_size: int,
+        seed: Optional[int] = None,
+        reshuffle_each_iteration: Optional[bool] = None,
+    ) -> "Dataset":
+        """Shuffles with a buffer of ``buffer_size`` elements (a fixed ``seed`` repeats).
+
+        >>> sorted(int(x) for x in Dataset.range(5).shuffle(5, seed=1))
+        [0, 1, 2, 3, 4]
+        """
+        del reshuffle_each_iteration  # each epoch reshuffles unless seeded, as in tf.data
+        return self._chain(self._native.shuffle(_positive(buffer_size, "buffer_size"), seed))
+
+    def repeat(self, count: Optional[int] = None) -> "Dataset":
+        """Repeats ``count`` times; ``None`` or ``-1`` forever.
+
+        >>> list(Dataset.range(2).repeat(2).as_numpy_iterator())
+        [0, 1, 0, 1]
+        """
+        forever = count is None or count < 0
+        return self._chain(self._native.repeat(None if forever else int(count)))  # type: ignore[arg-type]
+
+    def take(self, count: int) -> "Dataset":
+        """The first ``count`` elements; ``-1`` all of them.
+
+        >>> list(Dataset.range(10).take(3).as_numpy_iterator())
+        [0, 1, 2]
+        """
+        return self if count < 0 else self._chain(self._native.take(int(count)))
+
+    def skip(self, count: int) -> "Dataset":
+        """All but the first ``count`` elements; ``-1`` skips everything.
+
+        >>> list(Dataset.range(5).skip(3).as_numpy_iterator())
+        [3, 4]
+        """
+        n = 2**64 - 1 if count < 0 else int(count)
+        return self._chain(self._native.skip(n))
+
+    def shard(self, num_shards: int, index: int) -> "Dataset":
+        """Every ``num_shards``-th element, starting at ``index``.
+
+        >>> list(Dataset.range(7).shard(3, 1).as_numpy_iterator())
+        [1, 4]
+        """
+        if not 0 <= index < num_shards:
+            raise InvalidArgumentError(
+                f"Index must be in [0, num_shards); got index {index}, num_shards {num_shards}"
+            )
+        return self._chain(self._native.shard(int(num_shards), int(index)))
+
+    def prefetch(self, buffer_size: int) -> "Dataset":
+        """Produces up to ``buffer_size`` elements ahead (``AUTOTUNE``: Sluice picks)."""
+        n = _AUTOTUNE_PREFETCH if buffer_size == AUTOTUNE else _positive(buffer_size, "buffer_size")
+        return self._chain(self._native.prefetch(n))
+
+    def enumerate(self, start: int = 0) -> "Dataset":
+        """Pairs each element with its index: ``(index, element)`` tuples.
+
+        >>> list(Dataset.range(5, 7).enumerate().as_numpy_iterator())
+        [(0, 5), (1, 6)]
+        """
+        return self._chain(self._native.enumerate(int(start)))
+
+    def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
+        """``transformation_func(self)``, e.g. ``dataset.apply(sluice.distribute(...))``."""
+        result = transformation_func(self)
+        if not isinstance(result, Dataset):
+            raise InvalidArgumentError(
+                f"`transformation_func` must return a Dataset, got {type(result).__name__}"
+            )
+        return result
+
+    # Types and iteration.
+
+    @property
+    def element_spec(self) -> Any:
+        """The elements' type: :class:`TensorSpec` leaves in tuples and dicts."""
+        return self._native.element_spec()
+
+    def cardinality(self) -> int:
+        """The number of elements; ``-1`` infinite, ``-2`` unknown (tf's constants).
+
+        >>> Dataset.range(10).batch(3).cardinality()
+        4
+        """
+        return self._native.cardinality()
+
+    def __iter__(self) -> Iterator[Element]:
+        return _native.Dataset.iter(self._native)
+
+    def as_numpy_iterator(self) -> Iterator[Element]:
+        """An iterator of numpy values (elements already are; kept for tf.data's name)."""
+        return iter(self)
+
+    def __repr__(self) -> str:
+        return f"<Dataset {self._native!r}>"
+
+    def _chain(self, native: _native.Dataset) -> "Dataset":
+        return Dataset(native)
+
+
+def TFRecordDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:  # noqa: N802
+    """Every record of the TFRecord files, as ``bytes``.
+
+    ``filenames`` is a glob pattern, a list of file names, or a :meth:`Dataset.list_files`
+    dataset (its files are read in sorted order).
+    """
+    return _files(filenames, "tfrecord")
+
+
+def TextLineDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:  # noqa: N802
+    """Every line of the text files, without its line ending, as ``bytes``.
+
+    ``filenames`` is as for :func:`TFRecordDataset`.
+    """
+    return _files(filenames, "lines")
+
+
+def _files(filenames: Union[str, Sequence[str], Dataset], fmt: str) -> Dataset:
+    if isinstance(filenames, Dataset):
+        if filenames._files is None:
+            raise InvalidArgumentError(
+                "`filenames` must be a pattern, a list of file names or a list_files dataset"
+            )
+        files: Optional[List[str]] = list(filenames._files)
+    elif isinstance(filenames, str):
+        return Dataset(_native.Dataset.files(filenames, fmt, None))
+    else:
+        files = [str(f) for f in filenames]
+    return Dataset(_native.Dataset.files(",".join(files), fmt, files))
+
+
+def _function_name(function: object, op: str) -> str:
+    if isinstance(function, str):
+        return function
+    raise InvalidArgumentError(
+        f"{op} takes the name of a built-in function (e.g. 'square', 'is_even'); "
+        "Python functions in pipelines are not supported yet"
+    )
+
+
+def _positive(value: int, name: str) -> int:
+    if value <= 0:
+        raise InvalidArgumentError(f"`{name}` must be positive, got {value}")
+    return int(value)
+
+
+def _tensor_parts(value: Any) -> "tuple[str, list[int], Any]":
+    """(Sluice dtype name, shape, little-endian C-order bytes or a list of bytes)."""
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    shape = [int(d) for d in array.shape]
+    if array.dtype.kind in "SUO":
+        flat = [_to_bytes(v) for v in array.reshape(-1).tolist()]
+        return "string", shape, flat
+    name = array.dtype.name
+    if name not in _DTYPES:
+        raise InvalidArgumentError(f"unsupported dtype {array.dtype}; Sluice tensors are one of {sorted(_DTYPES)} or strings")  # noqa: E501
+    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return name, shape, data.tobytes()
+
+
+def _to_bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    raise InvalidArgumentError(f"a string tensor holds str or bytes, got {type(value).__name__}")

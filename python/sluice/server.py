@@ -1,0 +1,193 @@
+"""tf.data service's servers: ``DispatchServer`` and ``WorkerServer``, run in this process.
+
+Each is Sluice's Rust server on the module's own threads; it serves from construction until
+:meth:`stop` (or the process exits), and works as a context manager::
+
+    >>> import sluice
+    >>> with sluice.DispatchServer() as dispatcher:
+    ...     with sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target)) as worker:
+    ...         ds = sluice.data.Dataset.range(3).apply(
+    ...             sluice.distribute("parallel_epochs", dispatcher.target))
+    ...         sorted(int(x) for x in ds)
+    [0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+from sluice import _native
+from sluice.errors import FailedPreconditionError, InvalidArgumentError
+
+__all__ = ["DispatcherConfig", "DispatchServer", "WorkerConfig", "WorkerServer"]
+
+Peers = Union[Sequence[str], Mapping[int, str]]
+
+
+@dataclasses.dataclass
+class DispatcherConfig:
+    """A dispatcher replica's settings (tf.data's names where it has them).
+
+    - ``port``: 0 picks a free port (with ``peers``, 0 means this replica's own entry).
+    - ``work_dir``: the journal's directory; ``None`` uses a temporary one, removed on stop.
+    - ``node_id``, ``peers``: the replica's Raft id and every replica's address, the same on
+      every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
+      one-node quorum.
+    - ``worker_addresses``: the fixed worker list of static sharding.
+    - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
+    - ``protocol`` must be ``"grpc"``; ``fault_tolerant_mode`` is always on (Raft journal), and
+      ``job_gc_check_interval_ms`` is accepted for tf.data's sake.
+    """
+
+    port: int = 0
+    protocol: str = "grpc"
+    work_dir: Optional[str] = None
+    fault_tolerant_mode: bool = True
+    node_id: int = 1
+    peers: Optional[Peers] = None
+    worker_addresses: Optional[List[str]] = None
+    job_gc_check_interval_ms: Optional[int] = None
+    job_gc_timeout_ms: Optional[int] = None
+    worker_timeout_ms: Optional[int] = None
+    client_timeout_ms: Optional[int] = None
+    host: str = "127.0.0.1"
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    """A worker's settings (tf.data's names).
+
+    - ``dispatcher_address``: the dispatcher in any form ``service`` takes (``target``, or
+      several replicas comma-separated).
+    - ``port``: 0 picks a free port. ``worker_tags``: e.g. ``["COLOCATED"]``.
+    - ``heartbeat_interval_ms``: how long a heartbeat may wait for news.
+    """
+
+    dispatcher_address: str
+    worker_address: Optional[str] = None
+    port: int = 0
+    protocol: str = "grpc"
+    heartbeat_interval_ms: Optional[int] = None
+    dispatcher_timeout_ms: Optional[int] = None
+    worker_tags: Optional[List[str]] = None
+    host: str = "127.0.0.1"
+
+
+class _Server:
+    """What both servers share: start, stop, join, the context manager."""
+
+    _native: Optional[object]
+
+    def join(self) -> None:
+        """Blocks until the server stops (Ctrl-C interrupts the wait)."""
+        self._running().join()
+
+    def stop(self) -> None:
+        """Stops the server at once, as a crash would for its peers; idempotent."""
+        if self._native is not None:
+            self._native.stop()  # type: ignore[attr-defined]
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _running(self):  # type: ignore[no-untyped-def]
+        if self._native is None:
+            raise FailedPreconditionError("the server has not been started")
+        return self._native
+
+    @property
+    def _address(self) -> str:
+        """``host:port`` the server serves on."""
+        return str(self._running().address)
+
+
+class DispatchServer(_Server):
+    """A dispatcher replica serving in this process.
+
+    ``target`` is its address for clients and workers, ``"grpc://host:port"``. With
+    ``start=False`` it starts at :meth:`start`.
+    """
+
+    def __init__(self, config: Optional[DispatcherConfig] = None, start: bool = True) -> None:
+        self._config = config or DispatcherConfig()
+        self._native: Optional[_native.DispatchServer] = None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Starts serving (and, for a one-node quorum, waits until it leads)."""
+        if self._native is not None:
+            return
+        c = self._config
+        _check_protocol(c.protocol)
+        self._native = _native.DispatchServer(
+            c.host,
+            int(c.port),
+            None if c.work_dir is None else str(c.work_dir),
+            int(c.node_id),
+            _peers(c.peers),
+            list(c.worker_addresses or []),
+            worker_timeout_ms=c.worker_timeout_ms,
+            client_timeout_ms=c.client_timeout_ms,
+            job_gc_timeout_ms=c.job_gc_timeout_ms,
+        )
+
+    @property
+    def target(self) -> str:
+        """``"grpc://host:port"``."""
+        return f"grpc://{self._address}"
+
+    def __repr__(self) -> str:
+        state = "not started" if self._native is None else self.target
+        return f"DispatchServer(node_id={self._config.node_id}, {state})"
+
+
+class WorkerServer(_Server):
+    """A worker serving in this process; it registers with the dispatcher and runs tasks."""
+
+    def __init__(self, config: WorkerConfig, start: bool = True) -> None:
+        self._config = config
+        self._native: Optional[_native.WorkerServer] = None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Starts serving and registers with the dispatcher."""
+        if self._native is not None:
+            return
+        c = self._config
+        _check_protocol(c.protocol)
+        self._native = _native.WorkerServer(
+            c.dispatcher_address,
+            c.host,
+            int(c.port),
+            list(c.worker_tags or []),
+            heartbeat_interval_ms=c.heartbeat_interval_ms,
+        )
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the worker serves on."""
+        return self._address
+
+    def __repr__(self) -> str:
+        state = "not started" if self._native is None else self._address
+        return f"WorkerServer({state}, dispatcher={self._config.dispatcher_address!r})"
+
+
+def _check_protocol(protocol: str) -> None:
+    if protocol != "grpc":
+        raise InvalidArgumentError(f"Unsupported protocol {protocol!r}; Sluice serves grpc")
+
+
+def _peers(peers: Optional[Peers]) -> List[tuple]:
+    if peers is None:
+        return []
+    if isinstance(peers, Mapping):
+        items: Dict[int, str] = {int(k): str(v) for k, v in peers.items()}
+        return sorted(items.items())
+    return [(i + 1, str(addr)) for i, addr in enumerate(peers)]

@@ -1,0 +1,207 @@
+"""tf.data service's reading API: ``distribute``, ``register_dataset``, ``from_dataset_id``.
+
+``service`` is a dispatcher's address in any form the ``sluice`` command line takes:
+``host:port``, ``grpc://host:port``, or several replicas comma-separated
+(``"h1:5050,h2:5050,h3:5050"``); a ``(protocol, address)`` tuple as tf.data takes works too.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable, Optional, Tuple, Union
+
+from sluice import _native
+from sluice.data import Dataset
+from sluice.errors import InvalidArgumentError
+
+__all__ = [
+    "ShardingPolicy",
+    "CrossTrainerCache",
+    "distribute",
+    "register_dataset",
+    "from_dataset_id",
+]
+
+
+class ShardingPolicy(enum.IntEnum):
+    """tf.data's processing modes.
+
+    ``OFF`` is ``"parallel_epochs"`` (every worker runs the whole dataset), ``DYNAMIC`` is
+    ``"distributed_epoch"`` (workers share one epoch, each element read once); ``FILE``,
+    ``DATA``, ``FILE_OR_DATA`` and ``HINT`` shard statically over a fixed worker list.
+    """
+
+    OFF = 0
+    DYNAMIC = 1
+    FILE = 2
+    DATA = 3
+    FILE_OR_DATA = 4
+    HINT = 5
+
+
+class CrossTrainerCache:
+    """Trainers reading the same named job share its elements, each at its own position.
+
+    >>> CrossTrainerCache(trainer_id="trainer 0")
+    CrossTrainerCache(trainer_id='trainer 0')
+    """
+
+    __slots__ = ("trainer_id",)
+
+    def __init__(self, trainer_id: str) -> None:
+        self.trainer_id = trainer_id
+
+    def __repr__(self) -> str:
+        return f"CrossTrainerCache(trainer_id={self.trainer_id!r})"
+
+
+ProcessingMode = Union[ShardingPolicy, str]
+Service = Union[str, Tuple[str, str]]
+
+
+def distribute(
+    processing_mode: ProcessingMode,
+    service: Service,
+    job_name: Optional[str] = None,
+    consumer_index: Optional[int] = None,
+    num_consumers: Optional[int] = None,
+    max_outstanding_requests: Optional[int] = None,
+    data_transfer_protocol: Optional[str] = None,
+    compression: Optional[str] = "AUTO",
+    cross_trainer_cache: Optional[CrossTrainerCache] = None,
+    target_workers: str = "AUTO",
+) -> Callable[[Dataset], Dataset]:
+    """A transformation for ``dataset.apply`` that reads the dataset through the service.
+
+    The ops before it run on the workers; ops chained after it run here, on the elements read.
+    Every iteration of the result is a new epoch (of the named job ``job_name`` when given,
+    which consumers share)::
+
+        ds = sluice.data.Dataset.range(10).map("square")
+        ds = ds.apply(sluice.distribute("distributed_epoch", dispatcher.target))
+        sorted(int(x) for x in ds)   # each square once, from all workers
+
+    The dataset is registered when the transformation is applied.
+    """
+    del data_transfer_protocol  # Sluice has one transport
+
+    def _apply(dataset: Dataset) -> Dataset:
+        native = _native.distribute(
+            dataset._native,
+            _mode(processing_mode),
+            _service(service),
+            job_name=job_name,
+            consumer_index=consumer_index,
+            num_consumers=num_consumers,
+            max_outstanding_requests=_outstanding(max_outstanding_requests),
+            compression=_compression(compression),
+            cross_trainer_cache=_trainer_id(cross_trainer_cache),
+            target_workers=_target_workers(target_workers),
+        )
+        return Dataset(native)
+
+    return _apply
+
+
+def register_dataset(
+    service: Service,
+    dataset: Dataset,
+    compression: Optional[str] = "AUTO",
+    dataset_id: Optional[str] = None,
+) -> str:
+    """Registers ``dataset`` with the dispatcher and returns its id.
+
+    With ``dataset_id`` the id is that name; registering the same dataset under it again
+    returns it, a different dataset under it fails. Read it with :func:`from_dataset_id`::
+
+        dataset_id = sluice.register_dataset(dispatcher.target, Dataset.range(100))
+    """
+    return _native.register_dataset(
+        _service(service), dataset._native, _compression(compression), dataset_id
+    )
+
+
+def from_dataset_id(
+    processing_mode: ProcessingMode,
+    service: Service,
+    dataset_id: str,
+    element_spec: Any = None,
+    job_name: Optional[str] = None,
+    consumer_index: Optional[int] = None,
+    num_consumers: Optional[int] = None,
+    max_outstanding_requests: Optional[int] = None,
+    data_transfer_protocol: Optional[str] = None,
+    cross_trainer_cache: Optional[CrossTrainerCache] = None,
+    target_workers: str = "AUTO",
+) -> Dataset:
+    """Reads a dataset registered with :func:`register_dataset`, by its id.
+
+    The element spec comes from the dispatcher; an ``element_spec`` given here must equal it
+    (else :class:`~sluice.errors.InvalidArgumentError`)::
+
+        ds = sluice.from_dataset_id("parallel_epochs", dispatcher.target, dataset_id)
+    """
+    del data_transfer_protocol
+    native = _native.from_dataset_id(
+        _mode(processing_mode),
+        _service(service),
+        str(dataset_id),
+        job_name=job_name,
+        consumer_index=consumer_index,
+        num_consumers=num_consumers,
+        max_outstanding_requests=_outstanding(max_outstanding_requests),
+        cross_trainer_cache=_trainer_id(cross_trainer_cache),
+        target_workers=_target_workers(target_workers),
+    )
+    dataset = Dataset(native)
+    if element_spec is not None and element_spec != dataset.element_spec:
+        raise InvalidArgumentError(
+            f"The `element_spec` {element_spec!r} does not match the element spec of dataset "
+            f"{dataset_id}: {dataset.element_spec!r}"
+        )
+    return dataset
+
+
+def _mode(mode: ProcessingMode) -> str:
+    if isinstance(mode, ShardingPolicy):
+        return mode.name.lower()
+    if isinstance(mode, str):
+        return mode
+    raise InvalidArgumentError(
+        "tf.data service processing mode should be a "
+        "`tf.data.experimental.service.ShardingPolicy`, `\"parallel_epochs\"`, or "
+        f"`\"distributed_epoch\"`. Got '{mode}'."
+    )
+
+
+def _service(service: Service) -> str:
+    if isinstance(service, tuple):
+        if len(service) != 2:
+            raise InvalidArgumentError(
+                f"service must be a string or a tuple of (protocol, address), got {service!r}"
+            )
+        protocol, address = service
+        return f"{protocol}://{address}"
+    if not isinstance(service, str):
+        raise InvalidArgumentError(
+            f"service must be a string or a tuple of (protocol, address), got {service!r}"
+        )
+    return service
+
+
+def _compression(compression: Optional[str]) -> str:
+    return "none" if compression is None else str(compression)
+
+
+def _outstanding(value: Optional[int]) -> Optional[int]:
+    if value is None or value == -1:
+        return None
+    return max(int(value), 0)
+
+
+def _trainer_id(cache: Optional[CrossTrainerCache]) -> Optional[str]:
+    return None if cache is None else cache.trainer_id
+
+
+def _target_workers(target: str) -> str:
+    return str(target).upper()
