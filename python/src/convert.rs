@@ -10,9 +10,7 @@
 use bytes::{Bytes, BytesMut};
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::npyffi::{self, PY_ARRAY_API};
-use numpy::{
-    Element as NumpyElement, IntoPyArray, PyArrayDescrMethods,
-};
+use numpy::{Element as NumpyElement, IntoPyArray, PyArrayDescrMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use sluice_dataset::{DType, Element, ElementSpec, Tensor, TensorValue};
@@ -125,8 +123,9 @@ fn numeric<T: NumpyElement + TensorValue>(py: Python<'_>, t: Tensor) -> PyResult
         return unsafe { Bound::from_owned_ptr_or_err(py, scalar) };
     }
     let raw = t.raw_data().cloned().unwrap_or_default();
-    let zero_copy =
-        cfg!(target_endian = "little") && T::DTYPE != DType::Bool && raw.len() >= ZERO_COPY_MIN_BYTES;
+    let zero_copy = cfg!(target_endian = "little")
+        && T::DTYPE != DType::Bool
+        && raw.len() >= ZERO_COPY_MIN_BYTES;
     if zero_copy {
         drop(t);
         return array_over::<T>(py, raw, shape);
@@ -190,7 +189,11 @@ fn array_over<T: NumpyElement>(
 
 /// A tensor from numpy's parts: `dtype` a Sluice dtype name, `data` the C-order little-endian
 /// bytes of a numeric array, or a list of `bytes` for strings.
-pub fn tensor_from_parts(dtype: &str, shape: Vec<usize>, data: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+pub fn tensor_from_parts(
+    dtype: &str,
+    shape: Vec<usize>,
+    data: &Bound<'_, PyAny>,
+) -> PyResult<Tensor> {
     let dtype: DType = dtype.parse().map_err(dataset_error)?;
     let tensor = if dtype == DType::String {
         let strings = data

@@ -33,7 +33,9 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         DatasetError::Io { message, .. } if message.contains("No such file") => "NotFoundError",
         DatasetError::Io { .. } => "UnknownError",
         DatasetError::CorruptRecord { .. } | DatasetError::Codec(_) => "DataLossError",
-        DatasetError::Splits { retryable: true, .. } => "UnavailableError",
+        DatasetError::Splits {
+            retryable: true, ..
+        } => "UnavailableError",
         DatasetError::Splits { .. } => "FailedPreconditionError",
         DatasetError::Cancelled => "CancelledError",
     }

@@ -11,8 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyAny;
 use sluice_client::{ElementStream, ServiceDataset};
 use sluice_dataset::{
-    cardinality, iterate, pb, Dataset as LocalDataset, Element, ElementIter, ExecOptions,
-    Transform,
+    cardinality, iterate, pb, render_def, render_ops, Dataset as LocalDataset, Element,
+    ElementIter, ExecOptions, Transform,
 };
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
@@ -179,9 +179,7 @@ impl Dataset {
     /// tf's cardinality: a count, `-1` infinite, `-2` unknown.
     fn cardinality(&self) -> PyResult<i64> {
         match &self.pipeline {
-            Pipeline::Local(d) => {
-                Ok(cardinality(d.def()))
-            }
+            Pipeline::Local(d) => Ok(cardinality(d.def())),
             Pipeline::Service(d) => Ok(d.cardinality()),
         }
     }
@@ -197,7 +195,19 @@ impl Dataset {
     fn __repr__(&self) -> String {
         match &self.pipeline {
             Pipeline::Local(d) => d.to_string(),
-            Pipeline::Service(d) => format!("{d:?}"),
+            Pipeline::Service(d) => {
+                let job = d
+                    .job_name()
+                    .map(|name| format!(", job_name={name:?}"))
+                    .unwrap_or_default();
+                format!(
+                    "{}.distribute({}, dataset_id={:?}{job}){}",
+                    render_def(d.definition()),
+                    d.processing_mode(),
+                    d.dataset_id(),
+                    render_ops(d.local_ops())
+                )
+            }
         }
     }
 

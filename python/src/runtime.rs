@@ -34,9 +34,8 @@ where
     let rt = runtime();
     let mut task = rt.spawn(future);
     loop {
-        let done = py.detach(|| {
-            rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut task).await })
-        });
+        let done = py
+            .detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut task).await }));
         match done {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(e)) => return Err(PyRuntimeError::new_err(format!("sluice task failed: {e}"))),

@@ -1,0 +1,49 @@
+"""Fixtures: real servers in this process, on port 0, with temporary work dirs."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator, List, NamedTuple
+
+import pytest
+
+import sluice
+
+
+class Cluster(NamedTuple):
+    dispatcher: sluice.DispatchServer
+    workers: List[sluice.WorkerServer]
+
+    @property
+    def target(self) -> str:
+        return self.dispatcher.target
+
+
+def start_cluster(num_workers: int, **config: object) -> Cluster:
+    dispatcher = sluice.DispatchServer(sluice.DispatcherConfig(**config))  # type: ignore[arg-type]
+    workers = [
+        sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target)) for _ in range(num_workers)
+    ]
+    return Cluster(dispatcher, workers)
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    for server in cluster.workers + [cluster.dispatcher]:
+        server.stop()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """A dispatcher and two workers (the seed's cluster)."""
+    c = start_cluster(2)
+    yield c
+    stop_cluster(c)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Polls `condition` until it holds; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)

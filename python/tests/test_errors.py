@@ -1,0 +1,159 @@
+"""Every error class Sluice raises, with tf.data's text, under one base class."""
+
+from __future__ import annotations
+
+
+import pytest
+
+import sluice
+from sluice import errors
+from sluice.data import Dataset, TextLineDataset, TFRecordDataset
+
+TF_CLASSES = [
+    "CancelledError",
+    "UnknownError",
+    "InvalidArgumentError",
+    "DeadlineExceededError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "FailedPreconditionError",
+    "AbortedError",
+    "OutOfRangeError",
+    "UnimplementedError",
+    "InternalError",
+    "UnavailableError",
+    "DataLossError",
+    "UnauthenticatedError",
+]
+
+
+def test_every_class_is_an_op_error_named_as_tf_errors():
+    assert errors.SluiceError is errors.OpError
+    for name in TF_CLASSES:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.OpError) and cls is not errors.OpError
+        e = cls("text")
+        assert e.message == "text" and str(e) == "text"
+        assert repr(e) == f"{name}('text')"
+
+
+def test_invalid_argument_unknown_processing_mode():
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        Dataset.range(3).apply(sluice.distribute("sideways", "127.0.0.1:1"))
+    assert str(e.value) == (
+        "tf.data service processing mode should be a "
+        "`tf.data.experimental.service.ShardingPolicy`, `\"parallel_epochs\"`, or "
+        "`\"distributed_epoch\"`. Got 'sideways'."
+    )
+
+
+def test_invalid_argument_consumer_index_without_num_consumers(cluster):
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        Dataset.range(3).apply(
+            sluice.distribute("parallel_epochs", cluster.target, job_name="j", consumer_index=0)
+        )
+    assert str(e.value) == "Must either set both `consumer_index` and `num_consumers`, or neither."
+
+
+def test_invalid_argument_num_consumers_without_job_name(cluster):
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        Dataset.range(3).apply(
+            sluice.distribute("parallel_epochs", cluster.target, consumer_index=0, num_consumers=2)
+        )
+    assert str(e.value) == (
+        "`job_name` must be set when setting `num_consumers`. num_consumers was set to 2."
+    )
+
+
+def test_invalid_argument_unknown_function(cluster):
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        Dataset.range(3).map("no_such_fn").apply(
+            sluice.distribute("parallel_epochs", cluster.target)
+        )
+    assert str(e.value).startswith("unknown function 'no_such_fn' in map")
+
+
+def test_invalid_argument_a_different_dataset_under_a_taken_id(cluster):
+    sluice.register_dataset(cluster.target, Dataset.range(6), dataset_id="taken")
+    with pytest.raises(errors.InvalidArgumentError):
+        sluice.register_dataset(cluster.target, Dataset.range(7), dataset_id="taken")
+
+
+def test_invalid_argument_python_functions_are_not_supported_yet():
+    with pytest.raises(errors.InvalidArgumentError, match="built-in function"):
+        Dataset.range(3).map(lambda x: x)
+
+
+def test_invalid_argument_compression_and_target_workers(cluster):
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        Dataset.range(3).apply(
+            sluice.distribute("parallel_epochs", cluster.target, compression="zip")
+        )
+    assert str(e.value) == "Invalid `compression` argument: zip. Must be one of ['auto', 'none']."
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        Dataset.range(3).apply(
+            sluice.distribute("parallel_epochs", cluster.target, target_workers="nearby")
+        )
+    assert str(e.value) == "Unrecognized target workers: NEARBY"
+
+
+def test_not_found_unknown_dataset_id(cluster):
+    with pytest.raises(errors.NotFoundError) as e:
+        sluice.from_dataset_id("parallel_epochs", cluster.target, "nope")
+    assert str(e.value) == (
+        "Dataset id nope not found. It must be registered with `register_dataset` before "
+        "calling `from_dataset_id`."
+    )
+
+
+def test_failed_precondition_worker_not_in_the_worker_list():
+    dispatcher = sluice.DispatchServer(
+        sluice.DispatcherConfig(worker_addresses=["10.255.255.1:1"])
+    )
+    try:
+        with pytest.raises(errors.FailedPreconditionError) as e:
+            sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target))
+        assert "Failed to assign an index for worker 127.0.0.1:" in str(e.value)
+    finally:
+        dispatcher.stop()
+
+
+def test_unavailable_a_port_in_use(cluster):
+    port = int(cluster.workers[0].address.rsplit(":", 1)[1])
+    with pytest.raises(errors.UnavailableError) as e:
+        sluice.WorkerServer(sluice.WorkerConfig(cluster.target, port=port))
+    assert str(e.value).startswith(f"bind 127.0.0.1:{port}: ")
+
+
+def test_data_loss_a_corrupt_tfrecord(tmp_path):
+    path = tmp_path / "bad.tfrecord"
+    path.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00garbage-that-is-no-record")
+    with pytest.raises(errors.DataLossError) as e:
+        list(TFRecordDataset(str(path)))
+    assert str(e.value).startswith(f"corrupt record in '{path}' at byte offset 0")
+
+
+def test_a_missing_file_list_fails_at_list_files(tmp_path):
+    with pytest.raises(errors.InvalidArgumentError):
+        Dataset.list_files(str(tmp_path / "*.none"))
+    with pytest.raises(errors.OpError):
+        list(TextLineDataset([str(tmp_path / "missing.txt")]))
+
+
+def test_local_errors_keep_their_class():
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        list(Dataset.range(3).map("no_such_fn"))
+    assert "unknown function 'no_such_fn' in map" in str(e.value)
+    with pytest.raises(errors.InvalidArgumentError):
+        Dataset.range(3).shard(2, 5)
+
+
+def test_no_bare_exceptions_for_bad_arguments():
+    with pytest.raises(errors.OpError):
+        Dataset.from_tensor_slices(3)  # a scalar has no slices
+    with pytest.raises(errors.OpError):
+        Dataset.from_tensor_slices(({"a": [1]},))
+    with pytest.raises(errors.OpError):
+        sluice.DispatchServer(sluice.DispatcherConfig(protocol="http"))

@@ -1,0 +1,142 @@
+"""Iteration: the GIL is released while waiting, Ctrl-C interrupts a blocked next(), iterators
+in threads read in parallel, deleting an iterator ends its epoch."""
+
+from __future__ import annotations
+
+import gc
+import signal
+import threading
+import time
+
+import pytest
+
+import sluice
+from sluice.data import Dataset, TextLineDataset, TFRecordDataset
+
+from conftest import wait_until
+
+
+def test_two_threads_read_two_iterators_in_parallel(cluster):
+    results = {}
+
+    def read(name: str) -> None:
+        ds = Dataset.range(500).apply(sluice.distribute("distributed_epoch", cluster.target))
+        results[name] = sorted(int(x) for x in ds)
+
+    threads = [threading.Thread(target=read, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a reader did not finish within 60 s"
+    assert results == {"a": list(range(500)), "b": list(range(500))}
+
+
+def test_a_blocked_next_releases_the_gil_and_ctrl_c_interrupts_it():
+    # No worker: next() waits for one.
+    with sluice.DispatchServer() as dispatcher:
+        ds = Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target))
+        it = iter(ds)
+        ticks = []
+        stop = threading.Event()
+
+        def tick() -> None:  # runs only if next() released the GIL
+            while not stop.is_set():
+                ticks.append(1)
+                time.sleep(0.005)
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+
+        class Interrupted(Exception):
+            pass
+
+        def on_alarm(signum, frame):
+            raise Interrupted()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        started = time.monotonic()
+        try:
+            with pytest.raises(Interrupted):
+                next(it)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            stop.set()
+            ticker.join(timeout=10)
+        assert time.monotonic() - started < 10
+        assert len(ticks) > 10
+        del it
+
+
+def test_deleting_an_iterator_mid_epoch_ends_it(cluster):
+    ds = Dataset.range(10**9).apply(sluice.distribute("distributed_epoch", cluster.target))
+    it = iter(ds)
+    assert int(next(it)) >= 0
+    del it
+    gc.collect()
+    # The job goes on for other readers: a new epoch reads from the start.
+    it2 = iter(ds.take(3))
+    assert len(list(it2)) == 3
+
+
+def test_close_ends_an_epoch_early(cluster):
+    ds = Dataset.range(100).apply(sluice.distribute("parallel_epochs", cluster.target))
+    it = iter(ds)
+    next(it)
+    it.close()
+    assert list(it) == []
+
+
+def test_text_and_tfrecord_files(tmp_path, cluster):
+    for i in range(3):
+        (tmp_path / f"part-{i}.txt").write_text(f"line {i}a\nline {i}b\r\n")
+    pattern = str(tmp_path / "*.txt")
+    lines = sorted(TextLineDataset(pattern))
+    assert lines == [b"line 0a", b"line 0b", b"line 1a", b"line 1b", b"line 2a", b"line 2b"]
+    remote = TextLineDataset(pattern).apply(sluice.distribute("distributed_epoch", cluster.target))
+    assert sorted(remote) == lines
+    names = Dataset.list_files(pattern, shuffle=False)
+    assert list(names) == [str(tmp_path / f"part-{i}.txt").encode() for i in range(3)]
+    assert sorted(TextLineDataset(Dataset.list_files(pattern))) == lines
+    assert list(TextLineDataset([str(tmp_path / "part-2.txt")])) == [b"line 2a", b"line 2b"]
+    # A TFRecord file written by hand (length, masked crc32c of it, data, masked crc32c).
+    records = [b"first", b"", b"third record"]
+    path = tmp_path / "data.tfrecord"
+    path.write_bytes(b"".join(_tfrecord(r) for r in records))
+    assert list(TFRecordDataset(str(path))) == records
+
+
+def test_ops_run_locally_as_in_tf_data():
+    ds = Dataset.range(20)
+    assert [int(x) for x in ds.filter("is_even").map("square").skip(1).take(3)] == [4, 16, 36]
+    assert [int(x) for x in ds.shard(5, 2)] == [2, 7, 12, 17]
+    assert sorted(int(x) for x in ds.shuffle(20, seed=3)) == list(range(20))
+    assert [int(x) for x in Dataset.range(2).repeat(3)] == [0, 1] * 3
+    assert [int(x) for x in Dataset.range(3).repeat().take(5)] == [0, 1, 2, 0, 1]
+    assert [int(x) for x in Dataset.range(4).prefetch(sluice.data.AUTOTUNE)] == [0, 1, 2, 3]
+    assert [int(x) for x in Dataset.range(10, 0, -3)] == [10, 7, 4, 1]
+    assert ds.take(-1).cardinality() == 20 and Dataset.range(3).repeat().cardinality() == -1
+    assert repr(Dataset.range(3).map("square")) == "<Dataset range(3).map(square)>"
+    wait_until(lambda: True, "nothing")
+
+
+def _masked_crc(data: bytes) -> bytes:
+    crc = _crc32c(data)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return masked.to_bytes(4, "little")
+
+
+def _crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _tfrecord(data: bytes) -> bytes:
+    length = len(data).to_bytes(8, "little")
+    return length + _masked_crc(length) + data + _masked_crc(data)

@@ -1,0 +1,97 @@
+"""Named jobs, registration by id, and element specs."""
+
+from __future__ import annotations
+
+import pytest
+
+import sluice
+from sluice.data import Dataset, TensorSpec
+
+
+def ints(dataset) -> list:
+    return sorted(int(x) for x in dataset)
+
+
+def test_consumers_sharing_a_job_name_split_one_epoch(cluster):
+    def reader():
+        return Dataset.range(20).apply(
+            sluice.distribute("distributed_epoch", cluster.target, job_name="shared")
+        )
+
+    a, b = iter(reader()), iter(reader())
+    seen = []
+    for it in (a, b):
+        seen.extend(int(x) for x in it)
+    assert sorted(seen) == list(range(20))
+
+
+def test_a_finished_named_job_reused_gives_an_empty_epoch_then_a_new_one(cluster):
+    first = Dataset.range(10).apply(
+        sluice.distribute("parallel_epochs", cluster.target, job_name="multi")
+    )
+    assert ints(first) == sorted(list(range(10)) * 2)
+    late = Dataset.range(10).apply(
+        sluice.distribute("parallel_epochs", cluster.target, job_name="multi")
+    )
+    assert ints(late) == []  # repetition 0 already finished
+    assert ints(late) == sorted(list(range(10)) * 2)  # repetition 1 is a new iteration
+
+
+def test_register_dataset_and_from_dataset_id_with_element_spec(cluster):
+    dataset = Dataset.range(6).map("square").batch(4)
+    dataset_id = sluice.register_dataset(cluster.target, dataset, dataset_id="squares")
+    assert dataset_id == "squares"
+    # The same dataset under the same id returns the id again.
+    assert sluice.register_dataset(cluster.target, dataset, dataset_id="squares") == "squares"
+    spec = TensorSpec((None,), "int64")
+    ds = sluice.from_dataset_id(
+        "distributed_epoch", cluster.target, dataset_id, element_spec=spec
+    )
+    assert ds.element_spec == spec
+    assert ds.cardinality() == 2
+    batches = sorted((b.tolist() for b in ds), key=len, reverse=True)
+    assert batches == [[0, 1, 4, 9], [16, 25]]
+
+
+def test_from_dataset_id_refuses_a_wrong_element_spec(cluster):
+    dataset_id = sluice.register_dataset(cluster.target, Dataset.range(3))
+    with pytest.raises(sluice.errors.InvalidArgumentError, match="does not match"):
+        sluice.from_dataset_id(
+            "parallel_epochs",
+            cluster.target,
+            dataset_id,
+            element_spec=TensorSpec((), "float32"),
+        )
+
+
+def test_from_dataset_id_readers_share_a_named_job(cluster):
+    dataset_id = sluice.register_dataset(cluster.target, Dataset.range(12), compression=None)
+    readers = [
+        sluice.from_dataset_id("distributed_epoch", cluster.target, dataset_id, job_name="j")
+        for _ in range(2)
+    ]
+    iterators = [iter(r) for r in readers]
+    seen = [int(x) for it in iterators for x in it]
+    assert sorted(seen) == list(range(12))
+
+
+def test_element_specs_of_tuples_and_batches(cluster):
+    ds = Dataset.range(5).enumerate().batch(2, drop_remainder=True)
+    assert ds.element_spec == (TensorSpec((2,), "int64"), TensorSpec((2,), "int64"))
+    service = ds.apply(sluice.distribute("parallel_epochs", cluster.target))
+    assert service.element_spec == ds.element_spec
+    assert repr(TensorSpec((None, 3), "float32")) == "TensorSpec(shape=(None, 3), dtype=float32)"
+
+
+def test_cross_trainer_cache_repr_and_validation(cluster):
+    assert repr(sluice.CrossTrainerCache("t")) == "CrossTrainerCache(trainer_id='t')"
+    with pytest.raises(sluice.errors.InvalidArgumentError) as e:
+        Dataset.range(3).repeat().apply(
+            sluice.distribute(
+                "parallel_epochs",
+                cluster.target,
+                job_name="cached",
+                cross_trainer_cache=sluice.CrossTrainerCache(""),
+            )
+        )
+    assert str(e.value) == "tf.data service cross-trainer cache requires a non-empty trainer ID."
