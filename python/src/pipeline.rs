@@ -23,7 +23,7 @@ use crate::runtime::{runtime, SIGNAL_CHECK};
 #[derive(Clone)]
 pub enum Pipeline {
     Local(LocalDataset),
-    Service(ServiceDataset),
+    Service(Box<ServiceDataset>),
 }
 
 /// Applies a `Transform` method to either kind of pipeline.
@@ -36,8 +36,8 @@ macro_rules! chain {
                     Pipeline::Local($e)
                 }
                 Pipeline::Service($d) => {
-                    let $d = $d.clone();
-                    Pipeline::Service($e)
+                    let $d = ServiceDataset::clone($d);
+                    Pipeline::Service(Box::new($e))
                 }
             },
         }
@@ -222,10 +222,10 @@ impl Dataset {
                 Source::Local(elements)
             }
             Pipeline::Service(d) => {
-                let d = d.clone();
+                let d = ServiceDataset::clone(d);
                 let stream = crate::runtime::wait(py, async move { d.iter().await })?
                     .map_err(client_error)?;
-                Source::Service(stream)
+                Source::Service(Box::new(stream))
             }
         };
         Ok(Iterator {
@@ -236,7 +236,7 @@ impl Dataset {
 
 enum Source {
     Local(ElementIter),
-    Service(ElementStream),
+    Service(Box<ElementStream>),
 }
 
 /// One epoch of a dataset. Ends (and releases the epoch) at the end or after an error.

@@ -85,7 +85,7 @@ pub fn distribute(
     })?
     .map_err(client_error)?;
     Ok(Dataset {
-        pipeline: Pipeline::Service(service),
+        pipeline: Pipeline::Service(Box::new(service)),
     })
 }
 
@@ -143,6 +143,6 @@ pub fn from_dataset_id(
     })?
     .map_err(client_error)?;
     Ok(Dataset {
-        pipeline: Pipeline::Service(service),
+        pipeline: Pipeline::Service(Box::new(service)),
     })
 }
