@@ -21,7 +21,7 @@ Errors are :mod:`sluice.errors` exceptions, under :class:`sluice.errors.OpError`
 from __future__ import annotations
 
 from sluice import data, errors
-from sluice.server import DispatchServer, DispatcherConfig, WorkerConfig, WorkerServer
+from sluice.server import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
 from sluice.service import (
     CrossTrainerCache,
     ShardingPolicy,

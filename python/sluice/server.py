@@ -141,6 +141,16 @@ class DispatchServer(_Server):
         """``"grpc://host:port"``."""
         return f"grpc://{self._address}"
 
+    @property
+    def node_id(self) -> int:
+        """This replica's Raft id."""
+        return int(self._config.node_id)
+
+    @property
+    def leader_id(self) -> Optional[int]:
+        """The leader this replica knows of; ``None`` while there is none or once stopped."""
+        return self._running().leader_id  # type: ignore[no-any-return]
+
     def __repr__(self) -> str:
         state = "not started" if self._native is None else self.target
         return f"DispatchServer(node_id={self._config.node_id}, {state})"

@@ -169,7 +169,7 @@ def _mode(mode: ProcessingMode) -> str:
         return mode
     raise InvalidArgumentError(
         "tf.data service processing mode should be a "
-        "`tf.data.experimental.service.ShardingPolicy`, `\"parallel_epochs\"`, or "
+        '`tf.data.experimental.service.ShardingPolicy`, `"parallel_epochs"`, or '
         f"`\"distributed_epoch\"`. Got '{mode}'."
     )
 

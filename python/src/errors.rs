@@ -30,7 +30,12 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::Function { .. }
         | DatasetError::UnshardableSource(_)
         | DatasetError::UnresolvedShardHint => "InvalidArgumentError",
-        DatasetError::Io { message, .. } if message.contains("No such file") => "NotFoundError",
+        // The io::Error's text is all that is kept of it (its kind is not).
+        DatasetError::Io { message, .. }
+            if message.to_ascii_lowercase().contains("no such file") =>
+        {
+            "NotFoundError"
+        }
         DatasetError::Io { .. } => "UnknownError",
         DatasetError::CorruptRecord { .. } | DatasetError::Codec(_) => "DataLossError",
         DatasetError::Splits {

@@ -69,6 +69,8 @@ impl Lifetime {
 #[pyclass(frozen, module = "sluice._native")]
 pub struct DispatchServer {
     addr: String,
+    /// This replica's Raft handle, for `leader_id`.
+    raft: sluice_dispatcher::raft_types::Raft,
     lifetime: Lifetime,
     /// The journal's directory when the caller gave none; removed after the server stops.
     temp_dir: Mutex<Option<TempDir>>,
@@ -139,6 +141,7 @@ impl DispatchServer {
         })?
         .map_err(dispatcher_error)?;
         let addr = handle.addr().to_string();
+        let raft = handle.raft().clone();
         let lifetime = Lifetime::new();
         let (stop, done) = (lifetime.stop.clone(), lifetime.done.clone());
         runtime().spawn(async move {
@@ -147,6 +150,7 @@ impl DispatchServer {
         });
         Ok(DispatchServer {
             addr,
+            raft,
             lifetime,
             temp_dir: Mutex::new(temp_dir),
         })
@@ -156,6 +160,15 @@ impl DispatchServer {
     #[getter]
     fn address(&self) -> &str {
         &self.addr
+    }
+
+    /// The leader this replica knows of (`None` while there is none, or once stopped).
+    #[getter]
+    fn leader_id(&self) -> Option<u64> {
+        if self.lifetime.done.is_cancelled() {
+            return None;
+        }
+        self.raft.metrics().borrow().current_leader
     }
 
     fn join(&self, py: Python<'_>) -> PyResult<()> {

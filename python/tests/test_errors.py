@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-
+import numpy as np
 import pytest
 
 import sluice
@@ -44,7 +44,7 @@ def test_invalid_argument_unknown_processing_mode():
         Dataset.range(3).apply(sluice.distribute("sideways", "127.0.0.1:1"))
     assert str(e.value) == (
         "tf.data service processing mode should be a "
-        "`tf.data.experimental.service.ShardingPolicy`, `\"parallel_epochs\"`, or "
+        '`tf.data.experimental.service.ShardingPolicy`, `"parallel_epochs"`, or '
         "`\"distributed_epoch\"`. Got 'sideways'."
     )
 
@@ -109,9 +109,7 @@ def test_not_found_unknown_dataset_id(cluster):
 
 
 def test_failed_precondition_worker_not_in_the_worker_list():
-    dispatcher = sluice.DispatchServer(
-        sluice.DispatcherConfig(worker_addresses=["10.255.255.1:1"])
-    )
+    dispatcher = sluice.DispatchServer(sluice.DispatcherConfig(worker_addresses=["10.255.255.1:1"]))
     try:
         with pytest.raises(errors.FailedPreconditionError) as e:
             sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target))
@@ -135,11 +133,21 @@ def test_data_loss_a_corrupt_tfrecord(tmp_path):
     assert str(e.value).startswith(f"corrupt record in '{path}' at byte offset 0")
 
 
-def test_a_missing_file_list_fails_at_list_files(tmp_path):
-    with pytest.raises(errors.InvalidArgumentError):
+def test_missing_files(tmp_path):
+    with pytest.raises(errors.InvalidArgumentError, match="to match at least one file"):
         Dataset.list_files(str(tmp_path / "*.none"))
-    with pytest.raises(errors.OpError):
-        list(TextLineDataset([str(tmp_path / "missing.txt")]))
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        list(TextLineDataset(str(tmp_path / "*.none")))
+    assert str(e.value) == f"no files match pattern '{tmp_path / '*.none'}'"
+    missing = tmp_path / "missing.txt"
+    with pytest.raises(errors.NotFoundError) as e:
+        list(TextLineDataset([str(missing)]))
+    assert str(e.value) == f"cannot read '{missing}': no such file or directory (os error 2)"
+
+
+def test_unsupported_dtypes_are_refused():
+    with pytest.raises(errors.InvalidArgumentError, match="unsupported dtype float16"):
+        Dataset.from_tensor_slices(np.zeros(3, np.float16))
 
 
 def test_local_errors_keep_their_class():

@@ -13,8 +13,6 @@ import pytest
 import sluice
 from sluice.data import Dataset, TextLineDataset, TFRecordDataset
 
-from conftest import wait_until
-
 
 def test_two_threads_read_two_iterators_in_parallel(cluster):
     results = {}
@@ -119,7 +117,6 @@ def test_ops_run_locally_as_in_tf_data():
     assert [int(x) for x in Dataset.range(10, 0, -3)] == [10, 7, 4, 1]
     assert ds.take(-1).cardinality() == 20 and Dataset.range(3).repeat().cardinality() == -1
     assert repr(Dataset.range(3).map("square")) == "<Dataset range(3).map(square)>"
-    wait_until(lambda: True, "nothing")
 
 
 def _masked_crc(data: bytes) -> bytes:

@@ -44,9 +44,7 @@ def test_register_dataset_and_from_dataset_id_with_element_spec(cluster):
     # The same dataset under the same id returns the id again.
     assert sluice.register_dataset(cluster.target, dataset, dataset_id="squares") == "squares"
     spec = TensorSpec((None,), "int64")
-    ds = sluice.from_dataset_id(
-        "distributed_epoch", cluster.target, dataset_id, element_spec=spec
-    )
+    ds = sluice.from_dataset_id("distributed_epoch", cluster.target, dataset_id, element_spec=spec)
     assert ds.element_spec == spec
     assert ds.cardinality() == 2
     batches = sorted((b.tolist() for b in ds), key=len, reverse=True)

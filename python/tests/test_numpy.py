@@ -71,7 +71,9 @@ def test_empty_and_high_rank_shapes(cluster):
     got = list(distributed(Dataset.from_tensor_slices(source), cluster.target))
     assert [a.shape for a in got] == [(0, 3), (0, 3)]
     deep = sample(np.int32, (2, 1, 2, 1, 2))
-    got = sorted(distributed(Dataset.from_tensor_slices(deep), cluster.target), key=lambda a: a.sum())
+    got = sorted(
+        distributed(Dataset.from_tensor_slices(deep), cluster.target), key=lambda a: a.sum()
+    )
     assert [a.tolist() for a in got] == deep.tolist()
 
 
@@ -82,8 +84,14 @@ def test_strings_are_bytes(cluster):
     assert ds.element_spec == TensorSpec((), "string")
     assert list(ds) == encoded
     assert sorted(distributed(ds, cluster.target)) == sorted(encoded)
-    batched = list(distributed(Dataset.from_tensor_slices([b"a", b"b", b"c"]).batch(3), cluster.target))
-    assert len(batched) == 1 and batched[0].dtype == object and batched[0].tolist() == [b"a", b"b", b"c"]
+    batched = list(
+        distributed(Dataset.from_tensor_slices([b"a", b"b", b"c"]).batch(3), cluster.target)
+    )
+    assert (
+        len(batched) == 1
+        and batched[0].dtype == object
+        and batched[0].tolist() == [b"a", b"b", b"c"]
+    )
 
 
 def test_tuples_are_kept(cluster):
@@ -91,32 +99,33 @@ def test_tuples_are_kept(cluster):
     expected = [(10, np.float32(1.5)), (11, np.float32(2.5))]
     for got in (list(ds), sorted(distributed(ds, cluster.target), key=lambda t: int(t[0]))):
         assert got == expected
-        assert all(isinstance(t, tuple) and t[0].dtype == np.int64 and t[1].dtype == np.float32 for t in got)
+        assert all(
+            isinstance(t, tuple) and t[0].dtype == np.int64 and t[1].dtype == np.float32
+            for t in got
+        )
     nested = Dataset.range(2).enumerate().enumerate()
     assert list(nested) == [(0, (0, 0)), (1, (1, 1))]
 
 
-def test_dicts_are_kept():
-    # No built-in op makes dict elements yet; their conversion is checked through the spec of a
-    # dict and the converter's own structure handling in the Rust crate.
-    spec = {"a": TensorSpec((), "int64"), "b": TensorSpec((None,), "string")}
-    assert spec == {"b": TensorSpec((None,), "string"), "a": TensorSpec((), np.int64)}
-
-
 def test_large_tensors_arrive_over_the_received_buffer(cluster):
     source = np.arange(3 * 256 * 256, dtype=np.float32).reshape(3, 256, 256)
-    got = sorted(distributed(Dataset.from_tensor_slices(source), cluster.target), key=lambda a: a[0, 0])
+    got = sorted(
+        distributed(Dataset.from_tensor_slices(source), cluster.target), key=lambda a: a[0, 0]
+    )
     for a, b in zip(got, source):
         assert np.array_equal(a, b)
         assert type(a.base).__name__ == "TensorBuffer"  # no copy into a numpy-owned buffer
         assert len(a.base) == a.nbytes
-    small = list(distributed(Dataset.from_tensor_slices(np.ones((2, 4), np.float32)), cluster.target))
+    small = list(
+        distributed(Dataset.from_tensor_slices(np.ones((2, 4), np.float32)), cluster.target)
+    )
     assert all(a.flags.writeable for a in small)  # small tensors are copied, writable
 
 
 def test_batches_of_scalars_are_arrays(cluster):
     got = sorted(
-        (b.tolist() for b in distributed(Dataset.range(10).batch(4), cluster.target)), key=lambda b: b[0]
+        (b.tolist() for b in distributed(Dataset.range(10).batch(4), cluster.target)),
+        key=lambda b: b[0],
     )
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     floats = list(Dataset.range(3).map("to_float"))

@@ -36,7 +36,10 @@ def test_a_map_before_distribute_runs_on_the_workers_and_one_after_it_in_the_rea
     )
     assert ints(ds) == [1, 2, 5, 10, 17]
     # The workers run the registered definition; the reader runs the op after distribute.
-    assert repr(ds) == '<Dataset range(5).map(square).distribute(DYNAMIC, dataset_id="1000").map(add_one)>'
+    assert (
+        repr(ds)
+        == '<Dataset range(5).map(square).distribute(DYNAMIC, dataset_id="1000").map(add_one)>'
+    )
 
 
 def test_every_iteration_is_a_new_epoch(cluster):

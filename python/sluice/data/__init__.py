@@ -16,7 +16,7 @@ supported in pipelines yet.
 
 from __future__ import annotations
 
-from sluice.data.dataset import AUTOTUNE, Dataset, TFRecordDataset, TextLineDataset
+from sluice.data.dataset import AUTOTUNE, Dataset, TextLineDataset, TFRecordDataset
 from sluice.data.tensor_spec import TensorSpec
 
 __all__ = ["AUTOTUNE", "Dataset", "TFRecordDataset", "TextLineDataset", "TensorSpec"]

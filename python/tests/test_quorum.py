@@ -1,0 +1,95 @@
+"""Coordinated reads, and a three-replica quorum started from Python whose leader is stopped
+mid-epoch."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from conftest import wait_until
+
+import sluice
+from sluice.data import Dataset
+
+
+def test_coordinated_reads_go_in_lockstep_rounds(cluster):
+    num_consumers, steps = 2, 20
+    dataset = Dataset.range(10**9).repeat()
+    consumers = [
+        iter(
+            dataset.apply(
+                sluice.distribute(
+                    "parallel_epochs",
+                    cluster.target,
+                    job_name="rounds",
+                    consumer_index=i,
+                    num_consumers=num_consumers,
+                )
+            )
+        )
+        for i in range(num_consumers)
+    ]
+    results = [[] for _ in consumers]
+
+    def read(i: int) -> None:
+        results[i] = [int(next(consumers[i])) for _ in range(steps)]
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(num_consumers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a consumer did not finish its rounds within 60 s"
+    for step in range(steps):
+        first = results[0][step]
+        assert [r[step] for r in results] == [first + c for c in range(num_consumers)], step
+        assert first % num_consumers == 0, step
+
+
+def free_ports(n: int) -> list:
+    """Ports the OS picked for `n` sockets, released for the replicas to bind: every replica
+    must know every replica's address before any starts."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_a_three_replica_quorum_survives_its_leader_stopped_mid_epoch(tmp_path):
+    peers = [f"127.0.0.1:{p}" for p in free_ports(3)]
+    replicas = [
+        sluice.DispatchServer(
+            sluice.DispatcherConfig(
+                node_id=i + 1, peers=peers, work_dir=str(tmp_path / f"replica-{i + 1}")
+            )
+        )
+        for i in range(3)
+    ]
+    service = ",".join(peers)
+    workers = []
+    try:
+
+        def agreed_leader():
+            views = {r.leader_id for r in replicas if r._native.running()}
+            return views.pop() if len(views) == 1 and None not in views else None
+
+        wait_until(lambda: agreed_leader() is not None, "the replicas to agree on a leader")
+        workers = [sluice.WorkerServer(sluice.WorkerConfig(service)) for _ in range(2)]
+        n = 3000
+        ds = Dataset.range(n).apply(sluice.distribute("distributed_epoch", service))
+        it = iter(ds)
+        seen = [int(next(it)) for _ in range(n // 3)]
+        leader = agreed_leader()
+        replicas[leader - 1].stop()
+        wait_until(
+            lambda: agreed_leader() not in (None, leader), "a new leader among the other two"
+        )
+        seen.extend(int(x) for x in it)
+        assert sorted(seen) == list(range(n)), "every element exactly once"
+    finally:
+        for server in workers + replicas:
+            server.stop()
