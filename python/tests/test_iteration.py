@@ -68,7 +68,7 @@ def test_a_blocked_next_releases_the_gil_and_ctrl_c_interrupts_it():
         del it
 
 
-def test_deleting_an_iterator_mid_epoch_ends_it(cluster):
+def test_an_iterator_deleted_mid_epoch_lets_the_next_epoch_start(cluster):
     ds = Dataset.range(10**9).apply(sluice.distribute("distributed_epoch", cluster.target))
     it = iter(ds)
     assert int(next(it)) >= 0
