@@ -25,9 +25,11 @@ from sluice.server import DispatcherConfig, DispatchServer, WorkerConfig, Worker
 from sluice.service import (
     CrossTrainerCache,
     ShardingPolicy,
+    add_node,
     distribute,
     from_dataset_id,
     register_dataset,
+    remove_node,
 )
 
 __version__ = "0.1.0"
@@ -39,9 +41,11 @@ __all__ = [
     "ShardingPolicy",
     "WorkerConfig",
     "WorkerServer",
+    "add_node",
     "data",
     "distribute",
     "errors",
     "from_dataset_id",
     "register_dataset",
+    "remove_node",
 ]

@@ -34,6 +34,8 @@ class DispatcherConfig:
     - ``node_id``, ``peers``: the replica's Raft id and every replica's address, the same on
       every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
       one-node quorum.
+    - ``join``: start with an empty journal and wait to be added to a running quorum with
+      :func:`sluice.add_node`, instead of creating one (no ``peers`` needed; port 0 works).
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
     - ``protocol`` must be ``"grpc"``; ``fault_tolerant_mode`` is always on (Raft journal), and
@@ -52,6 +54,7 @@ class DispatcherConfig:
     worker_timeout_ms: Optional[int] = None
     client_timeout_ms: Optional[int] = None
     host: str = "127.0.0.1"
+    join: bool = False
 
 
 @dataclasses.dataclass
@@ -134,6 +137,7 @@ class DispatchServer(_Server):
             worker_timeout_ms=c.worker_timeout_ms,
             client_timeout_ms=c.client_timeout_ms,
             job_gc_timeout_ms=c.job_gc_timeout_ms,
+            join=bool(c.join),
         )
 
     @property

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from sluice import _native
 from sluice.data import Dataset
@@ -20,6 +20,8 @@ __all__ = [
     "distribute",
     "register_dataset",
     "from_dataset_id",
+    "add_node",
+    "remove_node",
 ]
 
 
@@ -172,6 +174,32 @@ def _mode(mode: ProcessingMode) -> str:
         '`tf.data.experimental.service.ShardingPolicy`, `"parallel_epochs"`, or '
         f"`\"distributed_epoch\"`. Got '{mode}'."
     )
+
+
+def add_node(service: Service, node_id: int, address: str) -> List[int]:
+    """Adds replica ``node_id``, serving at ``address`` and started with
+    ``DispatcherConfig(join=True)``, to the quorum at ``service``: it joins as a learner,
+    catches up, then votes. Returns the voters after the change. The same as
+    ``sluice admin add-node``; replicas started this way need no peer list agreed in advance,
+    so every one can take port 0::
+
+        >>> import sluice
+        >>> first = sluice.DispatchServer()
+        >>> second = sluice.DispatchServer(sluice.DispatcherConfig(node_id=2, join=True))
+        >>> sluice.add_node(first.target, 2, second.target.removeprefix("grpc://"))
+        [1, 2]
+        >>> sluice.remove_node(first.target, 2)
+        [1]
+        >>> for server in (second, first):
+        ...     server.stop()
+    """
+    return list(_native.add_node(_service(service), int(node_id), str(address)))
+
+
+def remove_node(service: Service, node_id: int) -> List[int]:
+    """Removes replica ``node_id`` from the quorum at ``service`` (even the leader: the others
+    elect a new one). Returns the voters after the change."""
+    return list(_native.remove_node(_service(service), int(node_id)))
 
 
 def _service(service: Service) -> str:

@@ -11,7 +11,7 @@
 //! - `errors`: `ClientError`, `DatasetError` and server errors as `sluice.errors` exceptions.
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
-//! - `service`: `distribute`, `register_dataset`, `from_dataset_id`.
+//! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process.
 
 mod convert;
@@ -33,5 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
     m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;
+    m.add_function(wrap_pyfunction!(service::add_node, m)?)?;
+    m.add_function(wrap_pyfunction!(service::remove_node, m)?)?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 use pyo3::prelude::*;
 use sluice_client::ClientError;
+use sluice_dispatcher::state::Rejection;
 use sluice_dispatcher::{DispatcherConfig, DispatcherError, DispatcherHandle};
 use sluice_worker::{WorkerConfig, WorkerError, WorkerHandle};
 use std::collections::BTreeMap;
@@ -19,26 +20,42 @@ use crate::runtime::{runtime, wait};
 /// How long a one-node dispatcher may take to elect itself.
 const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The class in `sluice.errors` for a dispatcher replica that could not start or serve; every
+/// variant chooses its class (no catch-all), as the servers' own status maps do.
 fn dispatcher_error(e: DispatcherError) -> PyErr {
     let class = match &e {
         DispatcherError::InvalidArgument(_) => "InvalidArgumentError",
-        DispatcherError::NotLeader { .. } | DispatcherError::QuorumUnavailable(_) => {
-            "UnavailableError"
-        }
+        DispatcherError::Rejected(Rejection::InvalidArgument(_)) => "InvalidArgumentError",
+        DispatcherError::Rejected(Rejection::NotFound(_)) => "NotFoundError",
+        DispatcherError::Rejected(Rejection::FailedPrecondition(_)) => "FailedPreconditionError",
+        DispatcherError::NotLeader { .. }
+        | DispatcherError::QuorumUnavailable(_)
+        | DispatcherError::RaftStopped(_) => "UnavailableError",
         DispatcherError::Startup(_) => "FailedPreconditionError",
-        _ => "InternalError",
+        DispatcherError::Journal(_) => "DataLossError",
+        DispatcherError::UnexpectedOutcome { .. } => "InternalError",
     };
     error(class, e.to_string())
 }
 
+/// The class in `sluice.errors` for a worker that could not start or serve (no catch-all).
 fn worker_error(e: WorkerError) -> PyErr {
-    match e {
-        WorkerError::Dispatcher(e) => client_error(ClientError::from(e)),
-        WorkerError::Config(m) => error("InvalidArgumentError", m),
-        e @ WorkerError::Bind { .. } => error("UnavailableError", e.to_string()),
-        e @ WorkerError::Registration(_) => error("FailedPreconditionError", e.to_string()),
-        e => error("InternalError", e.to_string()),
-    }
+    let class = match &e {
+        WorkerError::Dispatcher(rpc) => return client_error(ClientError::from(rpc.clone())),
+        WorkerError::Config(_) => "InvalidArgumentError",
+        WorkerError::Bind { .. } => "UnavailableError",
+        WorkerError::Registration(_) => "FailedPreconditionError",
+        WorkerError::Task { .. } => "InternalError",
+        WorkerError::TaskNotHereYet { .. } => "UnavailableError",
+        WorkerError::TaskDeleted { .. } => "NotFoundError",
+        WorkerError::NoFirstRequest
+        | WorkerError::EmptyTrainerId
+        | WorkerError::NotRoundRobin { .. } => "InvalidArgumentError",
+        WorkerError::Round(_) => "FailedPreconditionError",
+        WorkerError::TooManyRequests { .. } => "ResourceExhaustedError",
+        WorkerError::Reader(_) => "CancelledError",
+    };
+    error(class, e.to_string())
 }
 
 /// The lifetime of a running server: `stop` asks it to stop, `done` tells it has.
@@ -80,9 +97,11 @@ pub struct DispatchServer {
 impl DispatchServer {
     /// `peers`: every replica's `(node_id, "host:port")`, the same on every replica; empty for a
     /// one-node quorum. With peers and port 0 the replica serves at its own entry's address.
+    /// `join`: start with an empty journal and wait to be added to a running quorum
+    /// (`add_node`), instead of creating one.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
-        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None))]
+        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -95,6 +114,7 @@ impl DispatchServer {
         worker_timeout_ms: Option<u64>,
         client_timeout_ms: Option<u64>,
         job_gc_timeout_ms: Option<i64>,
+        join: bool,
     ) -> PyResult<DispatchServer> {
         let peers: BTreeMap<u64, String> = peers.into_iter().collect();
         let listen = match peers.get(&node_id) {
@@ -112,10 +132,11 @@ impl DispatchServer {
             }
         };
         let defaults = DispatcherConfig::default();
-        let one_node = peers.is_empty();
+        let one_node = peers.is_empty() && !join;
         let config = DispatcherConfig {
             id: node_id,
             listen,
+            join,
             data_dir,
             peers,
             worker_addresses,

@@ -3,7 +3,6 @@ mid-epoch."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 from conftest import wait_until
@@ -46,32 +45,24 @@ def test_coordinated_reads_go_in_lockstep_rounds(cluster):
         assert first % num_consumers == 0, step
 
 
-def free_ports(n: int) -> list:
-    """Ports the OS picked for `n` sockets, released for the replicas to bind: every replica
-    must know every replica's address before any starts."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def test_a_three_replica_quorum_survives_its_leader_stopped_mid_epoch(tmp_path):
-    peers = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    replicas = [
-        sluice.DispatchServer(
-            sluice.DispatcherConfig(
-                node_id=i + 1, peers=peers, work_dir=str(tmp_path / f"replica-{i + 1}")
+    # Every replica takes port 0: the first creates the quorum, the others join it at the
+    # addresses they bound, so no port is picked before its server binds it.
+    replicas = [sluice.DispatchServer(sluice.DispatcherConfig(work_dir=str(tmp_path / "r1")))]
+    for node_id in (2, 3):
+        replicas.append(
+            sluice.DispatchServer(
+                sluice.DispatcherConfig(
+                    node_id=node_id, join=True, work_dir=str(tmp_path / f"r{node_id}")
+                )
             )
         )
-        for i in range(3)
-    ]
+    peers = [r.target.removeprefix("grpc://") for r in replicas]
     service = ",".join(peers)
     workers = []
     try:
+        assert sluice.add_node(replicas[0].target, 2, peers[1]) == [1, 2]
+        assert sluice.add_node(replicas[0].target, 3, peers[2]) == [1, 2, 3]
 
         def agreed_leader():
             views = {r.leader_id for r in replicas if r._native.running()}
