@@ -3,9 +3,10 @@ has tensorflow (which need not have sluice): ``python _tf_bench.py dispatcher``,
 --dispatcher ADDRESS``, or ``client --dispatcher ADDRESS --workload W --size N --epochs K``.
 
 The servers print ``READY <address>`` and serve until stdin closes. The client reads the
-workloads of ``sluice.bench`` (same datasets, ``parallel_epochs``, uncompressed, the same
-consumer window) through tf.data's own Python client and prints ``{"rate": median}``. Kept
-free of sluice imports so that tensorflow never becomes sluice's dependency.
+workloads of ``sluice.bench`` (same datasets, ``parallel_epochs``, uncompressed, the default
+window of outstanding requests) through tf.data's own Python client and prints
+``{"rate": median}``. Kept free of sluice imports so that tensorflow never becomes sluice's
+dependency.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 LARGE_FLOATS = 262_144
 BATCH = 1024
-OUTSTANDING = {"tiny": 64, "batched": 64, "large": 16}
+WORKLOADS = ["batched", "large", "tiny"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["dispatcher", "worker", "client"])
     parser.add_argument("--dispatcher")
-    parser.add_argument("--workload", choices=sorted(OUTSTANDING))
+    parser.add_argument("--workload", choices=WORKLOADS)
     parser.add_argument("--size", type=int)
     parser.add_argument("--epochs", type=int, default=1)
     args = parser.parse_args()
@@ -69,7 +70,6 @@ def _epoch(tf, target: str, workload: str, size: int) -> float:  # type: ignore[
             processing_mode="parallel_epochs",
             service=target,
             compression=None,
-            max_outstanding_requests=OUTSTANDING[workload],
         )
     )
     elements = dataset.as_numpy_iterator()

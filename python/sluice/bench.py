@@ -8,7 +8,8 @@ is a small part):
 - ``py_batched_eps``: ``range(n).batch(1024)``, counted in elements (rows) per second;
 - ``py_large_mib_s``: MiB/s of 1 MiB float32 tensors arriving as numpy arrays.
 
-Every workload runs under ``parallel_epochs`` with one worker, uncompressed. The dispatcher and
+Every workload runs under ``parallel_epochs`` with one worker, uncompressed, with each client's
+default window of outstanding requests (autotuned). The dispatcher and
 the worker run in their own processes (``python -m sluice.bench serve ...``), and the client
 reads in this one, as ``sluice bench`` measures. When tensorflow is importable (here, or in the
 interpreter ``--tf-python`` names) the same workloads run on tf.data service's own servers and
@@ -32,8 +33,6 @@ from typing import Callable, Dict, List, Optional, Sequence
 #: 1 MiB of float32 values.
 LARGE_FLOATS = 262_144
 BATCH = 1024
-#: The consumer's window, as ``sluice bench`` sets it per workload.
-OUTSTANDING = {"tiny": 64, "batched": 64, "large": 16}
 #: The figure each workload reports, its unit, and the name of tf.data's figure.
 FIGURES = {
     "tiny": ("py_tiny_eps", "elements/s"),
@@ -193,7 +192,6 @@ def _sluice_epoch(target: str, workload: str, size: int) -> float:
             "parallel_epochs",
             target,
             compression=None,
-            max_outstanding_requests=OUTSTANDING[workload],
         )
     )
     return _timed(iter(distributed), workload, size)
