@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tiny", type=int, default=2_000_000, help="elements of `tiny`")
     parser.add_argument("--batched", type=int, default=50_000_000, help="rows of `batched`")
     parser.add_argument("--large-mib", type=int, default=2048, help="1 MiB tensors of `large`")
-    parser.add_argument("--tf-tiny", type=int, default=10_000, help="tf.data's `tiny` size")
+    parser.add_argument("--tf-tiny", type=int, default=30_000, help="tf.data's `tiny` size")
     parser.add_argument("--tf-batched", type=int, default=5_000_000, help="tf.data's `batched`")
     parser.add_argument("--tf-large-mib", type=int, default=1024, help="tf.data's `large`")
     parser.add_argument(
