@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -33,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 #: 1 MiB of float32 values.
 LARGE_FLOATS = 262_144
 BATCH = 1024
-#: The figure each workload reports, its unit, and the name of tf.data's figure.
+#: The figure each workload reports, and its unit.
 FIGURES = {
     "tiny": ("py_tiny_eps", "elements/s"),
     "batched": ("py_batched_eps", "elements/s"),
@@ -52,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m sluice.bench", description=__doc__.split("\n\n")[0]
+        prog="python -m sluice.bench", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--epochs", type=int, default=3, help="epochs per figure (median)")
     parser.add_argument("--tiny", type=int, default=2_000_000, help="elements of `tiny`")
@@ -106,16 +108,28 @@ class _Child:
             stderr=subprocess.DEVNULL if quiet else None,
             text=True,
         )
-        assert self.process.stdout is not None
+        lines: "queue.Queue[str]" = queue.Queue()
+        threading.Thread(target=self._read, args=(lines,), daemon=True).start()
         deadline = time.monotonic() + STARTUP_SECONDS
         while True:
-            line = self.process.stdout.readline()
+            try:
+                line = lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                line = ""
             if line.startswith("READY "):
                 self.address = line.split(maxsplit=1)[1].strip()
                 return
-            if not line or time.monotonic() > deadline:
+            if not line:
                 self.stop()
                 raise RuntimeError(f"{argv} did not start")
+
+    def _read(self, lines: "queue.Queue[str]") -> None:
+        """Hands the child's output lines to `lines`, then "" at its end (read apart from the
+        start-up wait, so that a silent child cannot outlast the deadline)."""
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            lines.put(line)
+        lines.put("")
 
     def stop(self) -> None:
         if self.process.poll() is None:
