@@ -230,8 +230,19 @@ pub fn columns_from_py(value: &Bound<'_, PyAny>) -> PyResult<Element> {
         }
         return Ok(Element::Dict(fields));
     }
-    let (dtype, shape, data): (String, Vec<usize>, Bound<'_, PyAny>) = value.extract()?;
-    Ok(Element::Tensor(tensor_from_parts(&dtype, shape, &data)?))
+    let leaf = value.cast::<PyList>()?;
+    if leaf.len() != 3 {
+        return Err(invalid_argument(
+            "a from_tensor_slices leaf is [dtype, shape, data]",
+        ));
+    }
+    let dtype: String = leaf.get_item(0)?.extract()?;
+    let shape: Vec<usize> = leaf.get_item(1)?.extract()?;
+    Ok(Element::Tensor(tensor_from_parts(
+        &dtype,
+        shape,
+        &leaf.get_item(2)?,
+    )?))
 }
 
 /// An element spec as `sluice.data.TensorSpec` leaves in tuples and dicts.

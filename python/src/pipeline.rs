@@ -311,7 +311,7 @@ impl Iterator {
 
 /// Locks `mutex` without blocking while holding the GIL: another thread reading the same
 /// iterator holds the lock while it waits without the GIL, and needs the GIL back to finish.
-fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+pub(crate) fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
     loop {
         match mutex.try_lock() {
             Ok(guard) => return Ok(guard),
