@@ -10,6 +10,7 @@ use crate::pb;
 use crate::pb::op::Kind as OpKind;
 use crate::pb::source::Kind as SourceKind;
 use crate::registry::FunctionRegistry;
+use crate::slices::{self, Slices};
 use crate::sources::range_len;
 use crate::spec::ElementSpec;
 
@@ -27,27 +28,7 @@ pub fn element_spec(
     let spec = match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
         None => return Err(DatasetError::invalid("dataset definition has no source")),
         Some(SourceKind::Range(_)) => ElementSpec::scalar(DType::Int64),
-        Some(SourceKind::Slices(s)) => {
-            let t = s
-                .tensor
-                .as_ref()
-                .ok_or_else(|| DatasetError::invalid("from_slices source has no tensor"))?;
-            let dtype = DType::try_from(t.dtype)?;
-            if t.shape.is_empty() {
-                return Err(DatasetError::invalid(
-                    "from_slices needs a tensor of rank at least 1, got a scalar",
-                ));
-            }
-            let shape = t.shape[1..]
-                .iter()
-                .map(|&d| {
-                    usize::try_from(d)
-                        .map(Some)
-                        .map_err(|_| DatasetError::invalid(format!("dimension {d} is too large")))
-                })
-                .collect::<Result<_, _>>()?;
-            ElementSpec::Tensor { dtype, shape }
-        }
+        Some(SourceKind::Slices(s)) => Slices::from_proto(s)?.row_spec(),
         Some(SourceKind::Files(_)) => ElementSpec::scalar(DType::String),
     };
     ops_element_spec(spec, &def.ops, registry)
@@ -91,8 +72,8 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
     let mut n = match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
         None => return UNKNOWN,
         Some(SourceKind::Range(r)) => clamp(range_len(r.start, r.stop, r.step)),
-        Some(SourceKind::Slices(s)) => match s.tensor.as_ref().and_then(|t| t.shape.first()) {
-            Some(&d) => clamp(d),
+        Some(SourceKind::Slices(s)) => match slices::proto_len(s) {
+            Some(d) => clamp(d),
             None => UNKNOWN,
         },
         Some(SourceKind::Files(_)) => UNKNOWN,
@@ -165,11 +146,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             }
         }
         Some(SourceKind::Slices(s)) => {
-            let t = s
-                .tensor
-                .as_ref()
-                .ok_or_else(|| DatasetError::invalid("from_slices source has no tensor"))?;
-            crate::tensor::Tensor::from_proto(t)?;
+            Slices::from_proto(s)?;
         }
         Some(SourceKind::Files(fs)) => {
             if fs.pattern.is_empty() && fs.files.is_empty() {

@@ -2,14 +2,19 @@
 //! gives any dataset-like type the tf.data methods, and rendering to the text syntax.
 //!
 //! Invariant: `parse(&d.to_string()) == Ok(d)` for every definition the builder or the parser can
-//! produce (a `files` source renders its pattern only: the expanded list is registration state).
+//! produce (a `files` source renders its pattern only: the expanded list is registration state),
+//! except slices of a tuple or dict, which render as `from_slices(([1, 2], [3, 4]))` or
+//! `from_slices({"a": [1, 2]})` for reading but which the text syntax does not parse.
 
 use std::fmt::{self, Write as _};
 
 use crate::dtype::DType;
+use crate::element::Element;
+use crate::error::DatasetError;
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
 use crate::pb::source::Kind as SourceKind;
+use crate::slices::Slices;
 use crate::tensor::Tensor;
 
 /// A pipeline definition under construction: a source and ops in order.
@@ -68,7 +73,17 @@ impl Dataset {
     pub fn from_slices(t: Tensor) -> Dataset {
         Dataset::with_source(SourceKind::Slices(pb::SlicesSource {
             tensor: Some(t.to_proto()),
+            structure: None,
         }))
+    }
+
+    /// The rows of a tuple or dict (nested) of tensors sliced together along their first
+    /// dimension, as tf.data's `from_tensor_slices` of a structure: row `i` has the columns'
+    /// structure with each tensor's slice `i`. Fails for a scalar column or for columns whose
+    /// first dimensions differ (`Dimensions 3 and 2 are not compatible`, as tf).
+    pub fn from_structured_slices(columns: Element) -> Result<Dataset, DatasetError> {
+        let slices = Slices::new(columns)?;
+        Ok(Dataset::with_source(SourceKind::Slices(slices.to_proto())))
     }
 
     /// Files matching a glob pattern, expanded at registration (see `expand_files`).
@@ -210,9 +225,9 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
         }
         Some(SourceKind::Slices(s)) => {
             out.push_str("from_slices(");
-            match s.tensor.as_ref().map(Tensor::from_proto) {
-                Some(Ok(t)) => render_tensor(&mut out, &t),
-                Some(Err(_)) | None => out.push_str("<invalid tensor>"),
+            match Slices::from_proto(s) {
+                Ok(slices) => render_columns(&mut out, slices.columns()),
+                Err(_) => out.push_str("<invalid tensor>"),
             }
             out.push(')');
         }
@@ -312,6 +327,39 @@ pub(crate) fn implied_dtype(has_string: bool, has_float: bool, has_bool: bool) -
         DType::Bool
     } else {
         DType::Int64
+    }
+}
+
+/// A tensor as `render_tensor`; a tuple as `(a, b)` (`(a,)` for one item), a dict as
+/// `{"k": v}` in key order.
+fn render_columns(out: &mut String, e: &Element) {
+    match e {
+        Element::Tensor(t) => render_tensor(out, t),
+        Element::Tuple(items) => {
+            out.push('(');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                render_columns(out, item);
+            }
+            if items.len() == 1 {
+                out.push(',');
+            }
+            out.push(')');
+        }
+        Element::Dict(fields) => {
+            out.push('{');
+            for (i, (k, v)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                quote(out, k.as_bytes());
+                out.push_str(": ");
+                render_columns(out, v);
+            }
+            out.push('}');
+        }
     }
 }
 

@@ -19,6 +19,7 @@
 //! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
 //! - `executor`: `iterate` and `apply_ops`, definitions to element iterators.
 //! - `ops`: the stateful op iterators (batch, shuffle, repeat, prefetch).
+//! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
 //! - `sources`: range, slices and files sources, whole or split by split.
 //! - `files`: glob expansion (`expand_files`) and reading lines or records of one file.
 //! - `tfrecord`: the TFRecord format, reader and writer.
@@ -42,6 +43,7 @@ mod ops;
 mod packed;
 mod parser;
 mod registry;
+mod slices;
 mod sources;
 mod spec;
 mod splits;

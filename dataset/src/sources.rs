@@ -13,6 +13,7 @@ use crate::error::DatasetError;
 use crate::executor::ElementIter;
 use crate::files::file_elements;
 use crate::pb;
+use crate::slices::Slices;
 use crate::splits::SplitSupplier;
 use crate::tensor::Tensor;
 
@@ -24,7 +25,7 @@ pub(crate) enum Source {
         step: i64,
         len: u64,
     },
-    Slices(Tensor),
+    Slices(Slices),
     Files {
         files: Vec<String>,
         format: pb::FileFormat,
@@ -59,19 +60,7 @@ impl Source {
                     len: range_len(r.start, r.stop, r.step),
                 })
             }
-            Some(pb::source::Kind::Slices(s)) => {
-                let t = s
-                    .tensor
-                    .as_ref()
-                    .ok_or_else(|| DatasetError::invalid("from_slices source has no tensor"))?;
-                let t = Tensor::from_proto(t)?;
-                if t.rank() == 0 {
-                    return Err(DatasetError::invalid(
-                        "from_slices needs a tensor of rank at least 1, got a scalar",
-                    ));
-                }
-                Ok(Source::Slices(t))
-            }
+            Some(pb::source::Kind::Slices(s)) => Ok(Source::Slices(Slices::from_proto(s)?)),
             Some(pb::source::Kind::Files(fs)) => {
                 if fs.files.is_empty() {
                     return Err(DatasetError::invalid(format!(
@@ -99,7 +88,7 @@ impl Source {
     pub(crate) fn num_splits(&self) -> u64 {
         match self {
             Source::Range { len, .. } => *len,
-            Source::Slices(t) => t.shape()[0] as u64,
+            Source::Slices(s) => s.len() as u64,
             Source::Files { files, .. } => files.len() as u64,
         }
     }
@@ -111,9 +100,9 @@ impl Source {
                 let (start, step) = (*start, *step);
                 Box::new((0..*len).map(move |i| Ok(range_element(start, step, i))))
             }
-            Source::Slices(t) => {
-                let t = t.clone();
-                Box::new((0..t.shape()[0]).map(move |i| t.slice(i).map(Element::Tensor)))
+            Source::Slices(s) => {
+                let s = s.clone();
+                Box::new((0..s.len()).map(move |i| s.row(i)))
             }
             Source::Files { files, format } => {
                 let format = *format;
@@ -139,9 +128,7 @@ impl Source {
             Source::Range { start, step, .. } => {
                 Box::new(std::iter::once(Ok(range_element(*start, *step, index))))
             }
-            Source::Slices(t) => Box::new(std::iter::once(
-                t.slice(index as usize).map(Element::Tensor),
-            )),
+            Source::Slices(s) => Box::new(std::iter::once(s.row(index as usize))),
             Source::Files { files, format } => {
                 file_elements(files[index as usize].clone(), *format)
             }

@@ -22,6 +22,13 @@ from __future__ import annotations
 
 from sluice import data, errors
 from sluice.server import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
+from sluice.strategy import (
+    DistributedDataset,
+    DistributedIterator,
+    DistributeStrategy,
+    InputContext,
+    OptionalValue,
+)
 from sluice.service import (
     CrossTrainerCache,
     ShardingPolicy,
@@ -38,6 +45,11 @@ __all__ = [
     "CrossTrainerCache",
     "DispatchServer",
     "DispatcherConfig",
+    "DistributeStrategy",
+    "DistributedDataset",
+    "DistributedIterator",
+    "InputContext",
+    "OptionalValue",
     "ShardingPolicy",
     "WorkerConfig",
     "WorkerServer",

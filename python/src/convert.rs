@@ -209,6 +209,42 @@ pub fn tensor_from_parts(
     tensor.map_err(dataset_error)
 }
 
+/// The columns of `from_tensor_slices` of a structure: a tuple stays a tuple, a dict (str keys)
+/// a dict, and a leaf is the list `[dtype, shape, data]` of `tensor_from_parts`.
+pub fn columns_from_py(value: &Bound<'_, PyAny>) -> PyResult<Element> {
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        return Ok(Element::Tuple(
+            tuple
+                .iter()
+                .map(|item| columns_from_py(&item))
+                .collect::<PyResult<_>>()?,
+        ));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut fields = std::collections::BTreeMap::new();
+        for (k, v) in dict.iter() {
+            let key: String = k
+                .extract()
+                .map_err(|_| invalid_argument("from_tensor_slices dict keys must be strings"))?;
+            fields.insert(key, columns_from_py(&v)?);
+        }
+        return Ok(Element::Dict(fields));
+    }
+    let leaf = value.cast::<PyList>()?;
+    if leaf.len() != 3 {
+        return Err(invalid_argument(
+            "a from_tensor_slices leaf is [dtype, shape, data]",
+        ));
+    }
+    let dtype: String = leaf.get_item(0)?.extract()?;
+    let shape: Vec<usize> = leaf.get_item(1)?.extract()?;
+    Ok(Element::Tensor(tensor_from_parts(
+        &dtype,
+        shape,
+        &leaf.get_item(2)?,
+    )?))
+}
+
 /// An element spec as `sluice.data.TensorSpec` leaves in tuples and dicts.
 pub fn spec_to_py<'py>(py: Python<'py>, spec: &ElementSpec) -> PyResult<Bound<'py, PyAny>> {
     match spec {

@@ -10,11 +10,13 @@
 //! - `runtime`: the module's runtime and `wait`, a future awaited without the GIL.
 //! - `errors`: `ClientError`, `DatasetError` and server errors as `sluice.errors` exceptions.
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
+//! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process.
 
 mod convert;
+mod distribute;
 mod errors;
 mod pipeline;
 mod runtime;
@@ -28,6 +30,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::Dataset>()?;
     m.add_class::<pipeline::Iterator>()?;
     m.add_class::<convert::TensorBuffer>()?;
+    m.add_class::<distribute::InputContext>()?;
+    m.add_class::<distribute::DistributedDataset>()?;
+    m.add_class::<distribute::DistributedIterator>()?;
     m.add_class::<servers::DispatchServer>()?;
     m.add_class::<servers::WorkerServer>()?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;

@@ -16,7 +16,7 @@ use sluice_dataset::{
 };
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use crate::convert::{element_to_py, spec_to_py, tensor_from_parts};
+use crate::convert::{columns_from_py, element_to_py, spec_to_py, tensor_from_parts};
 use crate::errors::{client_error, dataset_error, invalid_argument};
 use crate::runtime::{runtime, SIGNAL_CHECK};
 
@@ -82,6 +82,17 @@ impl Dataset {
         let tensor = tensor_from_parts(dtype, shape, data)?;
         Ok(Dataset {
             pipeline: Pipeline::Local(LocalDataset::from_slices(tensor)),
+        })
+    }
+
+    /// `columns` as `columns_from_py` reads them: tuples and dicts of `[dtype, shape, data]`.
+    #[staticmethod]
+    fn from_structured_slices(columns: &Bound<'_, PyAny>) -> PyResult<Dataset> {
+        let columns = columns_from_py(columns)?;
+        Ok(Dataset {
+            pipeline: Pipeline::Local(
+                LocalDataset::from_structured_slices(columns).map_err(dataset_error)?,
+            ),
         })
     }
 
@@ -300,7 +311,7 @@ impl Iterator {
 
 /// Locks `mutex` without blocking while holding the GIL: another thread reading the same
 /// iterator holds the lock while it waits without the GIL, and needs the GIL back to finish.
-fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+pub(crate) fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
     loop {
         match mutex.try_lock() {
             Ok(guard) => return Ok(guard),

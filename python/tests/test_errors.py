@@ -162,6 +162,6 @@ def test_no_bare_exceptions_for_bad_arguments():
     with pytest.raises(errors.OpError):
         Dataset.from_tensor_slices(3)  # a scalar has no slices
     with pytest.raises(errors.OpError):
-        Dataset.from_tensor_slices(({"a": [1]},))
+        Dataset.from_tensor_slices(({"a": [1]}, [1, 2]))  # slices of different lengths
     with pytest.raises(errors.OpError):
         sluice.DispatchServer(sluice.DispatcherConfig(protocol="http"))

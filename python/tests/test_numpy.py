@@ -130,3 +130,67 @@ def test_batches_of_scalars_are_arrays(cluster):
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     floats = list(Dataset.range(3).map("to_float"))
     assert floats == [0.0, 1.0, 2.0] and all(x.dtype == np.float64 for x in floats)
+
+
+def structured_columns():
+    return (
+        np.array([[1, 2], [3, 4], [5, 6]], np.int32),
+        {
+            "label": ["a", "bb", "ccc"],
+            "weight": np.array([0.5, 1.5, -2.0], np.float64),
+            "nested": (np.array([True, False, True]), [7, 8, 9]),
+        },
+    )
+
+
+def assert_structured_rows(rows):
+    assert len(rows) == 3
+    for i, (pair, extras) in enumerate(rows):
+        assert isinstance(pair, np.ndarray) and pair.dtype == np.int32 and pair.shape == (2,)
+        assert pair.tolist() == [2 * i + 1, 2 * i + 2]
+        assert type(extras) is dict and list(extras) == ["label", "nested", "weight"]
+        assert extras["label"] == [b"a", b"bb", b"ccc"][i]
+        assert extras["weight"].dtype == np.float64
+        assert extras["weight"] == [0.5, 1.5, -2.0][i]
+        flag, number = extras["nested"]
+        assert flag.dtype == np.bool_ and bool(flag) == (i != 1)
+        assert number.dtype == np.int64 and int(number) == 7 + i
+
+
+@pytest.mark.parametrize("mode", ["parallel_epochs", "distributed_epoch"])
+def test_tuples_and_dicts_of_arrays_round_trip(cluster, mode):
+    ds = Dataset.from_tensor_slices(structured_columns())
+    assert ds.element_spec == (
+        TensorSpec((2,), np.int32),
+        {
+            "label": TensorSpec((), "string"),
+            "nested": (TensorSpec((), np.bool_), TensorSpec((), np.int64)),
+            "weight": TensorSpec((), np.float64),
+        },
+    )
+    assert ds.cardinality() == 3
+    assert_structured_rows(list(ds))
+    remote = list(ds.apply(sluice.distribute(mode, cluster.target)))
+    remote.sort(key=lambda row: int(row[1]["nested"][1]))
+    if mode == "parallel_epochs":  # every element once per worker
+        assert len(remote) == 6
+        remote = remote[::2]
+    assert_structured_rows(remote)
+
+
+def test_a_dict_element_arrives_as_a_dict(cluster):
+    ds = Dataset.from_tensor_slices({"x": [1, 2], "y": np.array([3.0, 4.0], np.float32)})
+    for got in (list(ds), sorted(distributed(ds, cluster.target), key=lambda d: int(d["x"]))):
+        assert got == [{"x": 1, "y": np.float32(3.0)}, {"x": 2, "y": np.float32(4.0)}]
+        assert all(type(d) is dict for d in got)
+    batched = list(ds.batch(2))
+    assert [sorted(b) for b in batched] == [["x", "y"]]
+    assert batched[0]["x"].tolist() == [1, 2] and batched[0]["y"].dtype == np.float32
+
+
+def test_slices_of_different_lengths_fail_as_tf_data():
+    mismatch = "Dimensions 3 and 2 are not compatible"
+    with pytest.raises(sluice.errors.InvalidArgumentError, match=mismatch):
+        Dataset.from_tensor_slices(([1, 2, 3], [1, 2]))
+    with pytest.raises(sluice.errors.InvalidArgumentError, match="rank at least 1"):
+        Dataset.from_tensor_slices(([1, 2], 5))

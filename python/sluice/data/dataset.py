@@ -75,18 +75,20 @@ class Dataset:
         """The slices of ``tensors`` along its first dimension.
 
         ``tensors`` is a numpy array or anything ``numpy.asarray`` takes (a list, nested lists,
-        strings become ``bytes``)::
+        strings become ``bytes``), or a tuple or dict (nested) of them, sliced together: every
+        array's first dimension must be the same, and each element has ``tensors``' structure
+        (dict keys are strings; elements list them in sorted order)::
 
             >>> list(Dataset.from_tensor_slices([[1, 2], [3, 4]]).as_numpy_iterator())
             [array([1, 2]), array([3, 4])]
             >>> list(Dataset.from_tensor_slices(["a", "b"]).as_numpy_iterator())
             [b'a', b'b']
+            >>> ds = Dataset.from_tensor_slices(([1, 2], {"y": ["a", "b"]}))
+            >>> [(int(x), d) for x, d in ds]
+            [(1, {'y': b'a'}), (2, {'y': b'b'})]
         """
         if isinstance(tensors, (tuple, dict)):
-            raise InvalidArgumentError(
-                "from_tensor_slices of a tuple or dict is not supported yet; "
-                "pass one array (enumerate() gives (index, element) tuples)"
-            )
+            return Dataset(_native.Dataset.from_structured_slices(_columns(tensors)))
         dtype, shape, data = _tensor_parts(tensors)
         return Dataset(_native.Dataset.from_slices(dtype, shape, data))
 
@@ -286,6 +288,15 @@ def _positive(value: int, name: str) -> int:
     if value <= 0:
         raise InvalidArgumentError(f"`{name}` must be positive, got {value}")
     return int(value)
+
+
+def _columns(value: Any) -> Any:
+    """``value`` with each array replaced by ``[dtype, shape, data]``, tuples and dicts kept."""
+    if isinstance(value, tuple):
+        return tuple(_columns(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _columns(v) for k, v in value.items()}
+    return list(_tensor_parts(value))
 
 
 def _tensor_parts(value: Any) -> "tuple[str, list[int], Any]":
