@@ -107,6 +107,9 @@ pub struct ElementStream {
     /// Set when an element failed to decode: nothing more is handed out.
     ended: bool,
     cancel: CancellationToken,
+    /// The loop behind the stream (heartbeats, task streams, the release at the end); `close`
+    /// waits for it. `None` for a stream over a channel alone (tests).
+    driver: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Permits released at once as the caller takes elements.
@@ -145,13 +148,25 @@ impl ElementStream {
             // the local pipeline, which still drains what was delivered.
             cancel: cancel.child_token(),
         };
-        tokio::spawn(driver.run());
+        let driver = tokio::spawn(driver.run());
         let rx = if local_ops.is_empty() {
             rx
         } else {
             run_local_ops(rx, &local_ops, cancel.clone())?
         };
-        Ok(ElementStream::over(rx, cancel))
+        let mut stream = ElementStream::over(rx, cancel);
+        stream.driver = Some(driver);
+        Ok(stream)
+    }
+
+    /// Ends the epoch now, as dropping the stream does, and waits (at most `timeout`) until the
+    /// dispatcher has been told this client is gone. A process about to exit closes its streams
+    /// this way: a dropped stream's release runs on the runtime, which may not outlive it.
+    pub async fn close(mut self, timeout: Duration) {
+        self.cancel.cancel();
+        if let Some(driver) = self.driver.take() {
+            let _ = tokio::time::timeout(timeout, driver).await;
+        }
     }
 
     /// A stream of what arrives on `rx`; `cancel` is cancelled when it is dropped.
@@ -164,6 +179,7 @@ impl ElementStream {
             waiting: None,
             ended: false,
             cancel,
+            driver: None,
         }
     }
 

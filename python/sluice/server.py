@@ -15,7 +15,8 @@ Each is Sluice's Rust server on the module's own threads; it serves from constru
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+import json
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from sluice import _native
 from sluice.errors import FailedPreconditionError, InvalidArgumentError
@@ -154,6 +155,19 @@ class DispatchServer(_Server):
     def leader_id(self) -> Optional[int]:
         """The leader this replica knows of; ``None`` while there is none or once stopped."""
         return self._running().leader_id  # type: ignore[no-any-return]
+
+    def status(self) -> Dict[str, Any]:
+        """This replica's view of the cluster, as ``sluice status`` prints it: ``leader``,
+        ``term``, ``members``, ``workers``, ``jobs``, and ``iterations`` with their
+        ``num_clients``::
+
+            >>> import sluice
+            >>> with sluice.DispatchServer() as dispatcher:
+            ...     status = dispatcher.status()
+            >>> status["state"], status["members"][0]["voter"]
+            ('Leader', True)
+        """
+        return json.loads(_native.status(self._address))  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         state = "not started" if self._native is None else self.target

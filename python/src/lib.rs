@@ -12,7 +12,7 @@
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
-//! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`.
+//! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process.
 
 mod convert;
@@ -40,5 +40,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;
     m.add_function(wrap_pyfunction!(service::add_node, m)?)?;
     m.add_function(wrap_pyfunction!(service::remove_node, m)?)?;
+    m.add_function(wrap_pyfunction!(service::status, m)?)?;
     Ok(())
 }

@@ -15,10 +15,11 @@ use sluice_dataset::{
     ElementIter, ExecOptions, Transform,
 };
 use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::Duration;
 
 use crate::convert::{columns_from_py, element_to_py, spec_to_py, tensor_from_parts};
 use crate::errors::{client_error, dataset_error, invalid_argument};
-use crate::runtime::{runtime, SIGNAL_CHECK};
+use crate::runtime::{runtime, wait, SIGNAL_CHECK};
 
 #[derive(Clone)]
 pub enum Pipeline {
@@ -250,8 +251,12 @@ enum Source {
     Service(Box<ElementStream>),
 }
 
-/// One epoch of a dataset. Ends (and releases the epoch) at the end or after an error.
-#[pyclass(frozen, module = "sluice._native")]
+/// How long `close` waits for the dispatcher to hear that a reader has gone.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// One epoch of a dataset. Ends (and releases the epoch) at the end or after an error. Weakly
+/// referenceable, so the Python layer can close the live ones when the interpreter exits.
+#[pyclass(frozen, weakref, module = "sluice._native")]
 pub struct Iterator {
     source: Mutex<Option<Source>>,
 }
@@ -267,12 +272,16 @@ impl Iterator {
         next.map(|e| element_to_py(py, e)).transpose()
     }
 
-    /// Ends the epoch now (the service's client is released).
-    fn close(&self, py: Python<'_>) {
-        if let Ok(mut guard) = lock(py, &self.source) {
-            let source = guard.take();
-            drop(guard);
-            py.detach(|| drop(source));
+    /// Ends the epoch now, and waits until the service has released this client (at most
+    /// `RELEASE_WAIT`). Dropping the iterator releases it too, without waiting.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let source = lock(py, &self.source)?.take();
+        match source {
+            Some(Source::Service(stream)) => wait(py, stream.close(RELEASE_WAIT)),
+            other => {
+                py.detach(|| drop(other));
+                Ok(())
+            }
         }
     }
 }

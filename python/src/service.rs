@@ -165,3 +165,12 @@ pub fn remove_node(py: Python<'_>, service: &str, node_id: u64) -> PyResult<Vec<
     wait(py, async move { client.remove_node(node_id).await })?
         .map_err(|e| client_error(ClientError::from(e)))
 }
+
+/// The JSON document `sluice status` prints, from the replica at `address`: its view of the
+/// members, workers, jobs and iterations (with their clients).
+#[pyfunction]
+pub fn status(py: Python<'_>, address: &str) -> PyResult<String> {
+    let client = client(address).map_err(client_error)?;
+    wait(py, async move { client.get_status().await })?
+        .map_err(|e| client_error(ClientError::from(e)))
+}

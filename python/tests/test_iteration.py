@@ -1,14 +1,18 @@
 """Iteration: the GIL is released while waiting, Ctrl-C interrupts a blocked next(), iterators
-in threads read in parallel, deleting an iterator ends its epoch."""
+in threads read in parallel, deleting an iterator (or exiting) ends its epoch and releases its
+client at the dispatcher."""
 
 from __future__ import annotations
 
 import gc
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+from conftest import wait_until
 
 import sluice
 from sluice.data import Dataset, TextLineDataset, TFRecordDataset
@@ -137,3 +141,40 @@ def _crc32c(data: bytes) -> int:
 def _tfrecord(data: bytes) -> bytes:
     length = len(data).to_bytes(8, "little")
     return length + _masked_crc(length) + data + _masked_crc(data)
+
+
+def clients_of(dispatcher) -> list:
+    """Each iteration's number of clients, as the dispatcher records them."""
+    return [it["num_clients"] for it in dispatcher.status()["iterations"]]
+
+
+def test_a_deleted_iterator_releases_its_client_at_the_dispatcher(cluster):
+    ds = Dataset.range(10**9).apply(sluice.distribute("distributed_epoch", cluster.target))
+    it = iter(ds)
+    next(it)
+    assert clients_of(cluster.dispatcher) == [1]
+    del it
+    gc.collect()
+    wait_until(lambda: clients_of(cluster.dispatcher) == [0], "the deleted reader's release")
+
+
+def test_a_reader_that_exits_mid_epoch_leaves_no_client_behind(cluster):
+    # A separate process reads three elements of an endless epoch and exits normally with its
+    # iterator still open. The dispatcher's client timeout is minutes: only the reader's own
+    # release, sent on its way out, brings the count back to 0 within the wait below.
+    reader = (
+        "import sys, sluice\n"
+        "from sluice.data import Dataset\n"
+        "it = iter(Dataset.range(10**9).apply(sluice.distribute('distributed_epoch', sys.argv[1])))\n"
+        "print([int(next(it)) >= 0 for _ in range(3)], flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", reader, cluster.target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[True, True, True]"
+    assert len(clients_of(cluster.dispatcher)) == 1
+    wait_until(lambda: clients_of(cluster.dispatcher) == [0], "the exited reader's release", 10)

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
 import glob as _glob
+import weakref
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
 from sluice import _native
-from sluice.errors import InvalidArgumentError
+from sluice.errors import InvalidArgumentError, OpError
+
+# Epochs not yet ended. A reader that exits mid-epoch closes them on the way out, so the
+# dispatcher hears at once that its clients are gone (as tf.data's iterators release theirs
+# when destroyed) instead of after the client timeout: a deleted iterator releases its client
+# by itself, but at exit the runtime that would send the release may stop first.
+_live_epochs: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_epochs() -> None:
+    for epoch in list(_live_epochs):
+        try:
+            epoch.close()
+        except OpError:
+            pass  # exiting: a release that fails falls to the dispatcher's client timeout
+
 
 AUTOTUNE = -1
 """tf.data's ``AUTOTUNE``, accepted by :meth:`Dataset.prefetch`."""
@@ -231,7 +249,9 @@ class Dataset:
         return self._native.cardinality()
 
     def __iter__(self) -> Iterator[Element]:
-        return _native.Dataset.iter(self._native)
+        epoch = _native.Dataset.iter(self._native)
+        _live_epochs.add(epoch)
+        return epoch
 
     def as_numpy_iterator(self) -> Iterator[Element]:
         """An iterator of numpy values (elements already are; kept for tf.data's name)."""
