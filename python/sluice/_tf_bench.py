@@ -16,11 +16,14 @@ import json
 import os
 import statistics
 import sys
-import time
+
+try:  # imported as part of the package (the doctests import every module)
+    from sluice._bench_timing import LARGE_FLOATS, timed
+except ImportError:  # run as a script, by path, by an interpreter without sluice
+    from _bench_timing import LARGE_FLOATS, timed  # type: ignore[no-redef]
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-LARGE_FLOATS = 262_144
 BATCH = 1024
 WORKLOADS = ["batched", "large", "tiny"]
 
@@ -72,25 +75,7 @@ def _epoch(tf, target: str, workload: str, size: int) -> float:  # type: ignore[
             compression=None,
         )
     )
-    elements = dataset.as_numpy_iterator()
-    count = 0
-    started = time.perf_counter()
-    if workload == "tiny":
-        for _ in elements:
-            count += 1
-    elif workload == "batched":
-        for batch in elements:
-            count += len(batch)
-    else:
-        nbytes = 0
-        for tensor in elements:
-            nbytes += tensor.nbytes
-        count = nbytes // (LARGE_FLOATS * 4)
-    seconds = time.perf_counter() - started
-    if count != size:
-        raise RuntimeError(f"{workload}: read {count} of {size}")
-    return size / seconds
-
+    return timed(dataset.as_numpy_iterator(), workload, size)
 
 if __name__ == "__main__":
     sys.exit(main())

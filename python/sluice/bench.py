@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from sluice._bench_timing import LARGE_FLOATS, timed
+
 #: 1 MiB of float32 values.
-LARGE_FLOATS = 262_144
 BATCH = 1024
 #: The figure each workload reports, and its unit.
 FIGURES = {
@@ -208,28 +209,7 @@ def _sluice_epoch(target: str, workload: str, size: int) -> float:
             compression=None,
         )
     )
-    return _timed(iter(distributed), workload, size)
-
-
-def _timed(elements, workload: str, size: int) -> float:  # type: ignore[no-untyped-def]
-    """Times reading `elements` to the end; checks it read `size` elements (rows, MiB)."""
-    count = 0
-    started = time.perf_counter()
-    if workload == "tiny":
-        for _ in elements:
-            count += 1
-    elif workload == "batched":
-        for batch in elements:
-            count += len(batch)
-    else:
-        nbytes = 0
-        for tensor in elements:
-            nbytes += tensor.nbytes
-        count = nbytes // (LARGE_FLOATS * 4)
-    seconds = time.perf_counter() - started
-    if count != size:
-        raise RuntimeError(f"{workload}: read {count} of {size}")
-    return size / seconds
+    return timed(iter(distributed), workload, size)
 
 
 def _median(epochs: int, epoch: Callable[[], float]) -> float:
