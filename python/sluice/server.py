@@ -82,6 +82,19 @@ class _Server:
     """What both servers share: start, stop, join, the context manager."""
 
     _native: Optional[object]
+    _config: Union["DispatcherConfig", "WorkerConfig"]
+
+    def start(self) -> None:
+        """Starts serving; a no-op once started. A dispatcher of a one-node quorum returns once
+        it leads; a worker, once it has registered with the dispatcher."""
+        if self._native is not None:
+            return
+        _check_protocol(self._config.protocol)
+        self._native = self._launch()
+
+    def _launch(self) -> object:
+        """The native server for ``self._config``, serving."""
+        raise NotImplementedError
 
     def join(self) -> None:
         """Blocks until the server stops (Ctrl-C interrupts the wait)."""
@@ -122,13 +135,9 @@ class DispatchServer(_Server):
         if start:
             self.start()
 
-    def start(self) -> None:
-        """Starts serving (and, for a one-node quorum, waits until it leads)."""
-        if self._native is not None:
-            return
+    def _launch(self) -> _native.DispatchServer:
         c = self._config
-        _check_protocol(c.protocol)
-        self._native = _native.DispatchServer(
+        return _native.DispatchServer(
             c.host,
             int(c.port),
             None if c.work_dir is None else str(c.work_dir),
@@ -183,13 +192,9 @@ class WorkerServer(_Server):
         if start:
             self.start()
 
-    def start(self) -> None:
-        """Starts serving and registers with the dispatcher."""
-        if self._native is not None:
-            return
+    def _launch(self) -> _native.WorkerServer:
         c = self._config
-        _check_protocol(c.protocol)
-        self._native = _native.WorkerServer(
+        return _native.WorkerServer(
             c.dispatcher_address,
             c.host,
             int(c.port),

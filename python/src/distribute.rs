@@ -6,20 +6,19 @@
 //! cancel-safe (it only changes state once an input element has arrived), so a timed-out wait
 //! loses nothing.
 
-use futures::FutureExt;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use sluice_client::distribute::{
     distribute_datasets_from_function, AutoShardPolicy, DistributeConfig,
     DistributedDataset as RustDistributedDataset, DistributedInput,
-    DistributedIterator as RustDistributedIterator, InputContext as RustInputContext, PerReplica,
+    DistributedIterator as RustDistributedIterator, InputContext as RustInputContext,
 };
 use std::sync::Mutex;
 
 use crate::convert::{element_to_py, spec_to_py};
 use crate::errors::{client_error, invalid_argument};
 use crate::pipeline::{lock, Dataset, Pipeline};
-use crate::runtime::{runtime, wait, SIGNAL_CHECK};
+use crate::runtime::{wait, wait_borrowed};
 
 /// tf's `AutoShardPolicy` names.
 fn auto_shard_policy(name: &str) -> PyResult<AutoShardPolicy> {
@@ -190,7 +189,7 @@ impl DistributedIterator {
         let Some(steps) = guard.as_mut() else {
             return Ok(None);
         };
-        match next_step(py, steps)? {
+        match wait_borrowed!(py, steps.get_next_as_optional())? {
             Ok(Some(step)) => {
                 drop(guard);
                 let values = step
@@ -219,29 +218,6 @@ impl DistributedIterator {
             let steps = guard.take();
             drop(guard);
             py.detach(|| drop(steps));
-        }
-    }
-}
-
-/// The next step: at once when it is ready, otherwise waited for without the GIL, returning to
-/// Python every `SIGNAL_CHECK` for signals.
-fn next_step(
-    py: Python<'_>,
-    steps: &mut RustDistributedIterator,
-) -> PyResult<Result<Option<PerReplica>, sluice_client::ClientError>> {
-    if let Some(ready) = steps.get_next_as_optional().now_or_never() {
-        return Ok(ready);
-    }
-    let rt = runtime();
-    loop {
-        let waited = py.detach(|| {
-            rt.block_on(async {
-                tokio::time::timeout(SIGNAL_CHECK, steps.get_next_as_optional()).await
-            })
-        });
-        match waited {
-            Ok(next) => return Ok(next),
-            Err(_elapsed) => py.check_signals()?,
         }
     }
 }

@@ -6,7 +6,6 @@
 //! iterator) drops the stream, which releases the client at the dispatcher as the Rust client
 //! does on drop.
 
-use futures::FutureExt;
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 use sluice_client::{ElementStream, ServiceDataset};
@@ -19,7 +18,7 @@ use std::time::Duration;
 
 use crate::convert::{columns_from_py, element_to_py, spec_to_py, tensor_from_parts};
 use crate::errors::{client_error, dataset_error, invalid_argument};
-use crate::runtime::{runtime, wait, SIGNAL_CHECK};
+use crate::runtime::{wait, wait_borrowed};
 
 #[derive(Clone)]
 pub enum Pipeline {
@@ -298,7 +297,7 @@ impl Iterator {
                 Some(Ok(e)) => Some(Ok(e)),
                 Some(Err(e)) => Some(Err(dataset_error(e))),
             },
-            Source::Service(stream) => match next_from_service(py, stream)? {
+            Source::Service(stream) => match wait_borrowed!(py, stream.next())? {
                 None => None,
                 Some(Ok(e)) => Some(Ok(e)),
                 Some(Err(e)) => Some(Err(client_error(e))),
@@ -330,28 +329,6 @@ pub(crate) fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<Mutex
                     "the iterator was poisoned by a panic in another thread",
                 ))
             }
-        }
-    }
-}
-
-/// The service's next element: at once when one is buffered; otherwise waited for without the
-/// GIL, returning to Python every `SIGNAL_CHECK` for signals (`next` is cancel-safe, so a
-/// timed-out wait loses nothing).
-fn next_from_service(
-    py: Python<'_>,
-    stream: &mut ElementStream,
-) -> PyResult<Option<Result<Element, sluice_client::ClientError>>> {
-    if let Some(ready) = stream.next().now_or_never() {
-        return Ok(ready);
-    }
-    let rt = runtime();
-    loop {
-        let waited = py.detach(|| {
-            rt.block_on(async { tokio::time::timeout(SIGNAL_CHECK, stream.next()).await })
-        });
-        match waited {
-            Ok(next) => return Ok(next),
-            Err(_elapsed) => py.check_signals()?,
         }
     }
 }

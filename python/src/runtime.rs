@@ -1,6 +1,7 @@
 //! The module's one tokio runtime, and `wait`: run a future on it with the GIL released,
 //! waking every `SIGNAL_CHECK` to let Python handle signals (Ctrl-C raises `KeyboardInterrupt`
-//! in the waiting thread, and the future is cancelled).
+//! in the waiting thread, and the future is cancelled); `wait_borrowed` the same for a future
+//! that borrows its caller's state.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -48,3 +49,37 @@ where
         }
     }
 }
+
+/// The value of `$next`, a cancel-safe future that borrows the caller's state (so it cannot be
+/// spawned, as `wait` does): polled once at once, so a value already there costs no wait and no
+/// release of the GIL; otherwise awaited without the GIL in slices of `SIGNAL_CHECK`, `$next`
+/// made anew for each, checking for signals between them. A macro: a closure cannot return a
+/// future that borrows what it captured.
+macro_rules! wait_borrowed {
+    ($py:expr, $next:expr) => {{
+        use futures::FutureExt as _;
+        match $next.now_or_never() {
+            Some(ready) => Ok(ready),
+            None => {
+                let rt = $crate::runtime::runtime();
+                loop {
+                    // The timer is made inside the runtime (`timeout` needs its clock).
+                    let waited = $py.detach(|| {
+                        rt.block_on(async {
+                            tokio::time::timeout($crate::runtime::SIGNAL_CHECK, $next).await
+                        })
+                    });
+                    match waited {
+                        Ok(value) => break Ok(value),
+                        Err(_elapsed) => {
+                            if let Err(e) = $py.check_signals() {
+                                break Err(e);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }};
+}
+pub(crate) use wait_borrowed;
