@@ -1,0 +1,277 @@
+//! Caller side: what a client, worker, replica or CLI command presents to the servers it calls.
+//!
+//! One [`ClientSecurity`] per process role: the CA that servers' certificates are verified
+//! against (TLS is on exactly when a CA is given), an optional client certificate (mutual TLS),
+//! and an optional bearer token. The same settings make gRPC channels ([`ClientSecurity::endpoint`]
+//! and the [`TokenInterceptor`] every stub goes through) and raw fetch connections
+//! ([`ClientSecurity::connect_raw`]), so the two transports can never disagree.
+
+use crate::role::Role;
+use crate::security_error::SecurityError;
+use crate::tls::{ClientTls, KeyPairFiles};
+use crate::token_file::{Token, TokenFile};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint};
+
+/// Environment variables a caller reads when no flag is given (the Python package and tools
+/// that keep tf.data's API use these).
+pub const TLS_CA_ENV: &str = "SLUICE_TLS_CA";
+pub const TLS_CERT_ENV: &str = "SLUICE_TLS_CERT";
+pub const TLS_KEY_ENV: &str = "SLUICE_TLS_KEY";
+pub const TOKEN_FILE_ENV: &str = "SLUICE_AUTH_TOKEN_FILE";
+
+/// The flags of a caller: `--tls-ca`, `--tls-cert`, `--tls-key`, `--auth-token-file`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientSecurityFiles {
+    pub tls_ca: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+}
+
+impl ClientSecurityFiles {
+    /// Fills what was not given from `SLUICE_TLS_CA`, `SLUICE_TLS_CERT`, `SLUICE_TLS_KEY` and
+    /// `SLUICE_AUTH_TOKEN_FILE` (`SLUICE_AUTH_TOKEN` is read when the token is loaded).
+    pub fn or_env(mut self) -> ClientSecurityFiles {
+        let env = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        self.tls_ca = self.tls_ca.or_else(|| env(TLS_CA_ENV));
+        self.tls_cert = self.tls_cert.or_else(|| env(TLS_CERT_ENV));
+        self.tls_key = self.tls_key.or_else(|| env(TLS_KEY_ENV));
+        self.token_file = self.token_file.or_else(|| env(TOKEN_FILE_ENV));
+        self
+    }
+}
+
+/// What a caller presents. `Default` is plain TCP without a token.
+#[derive(Clone, Default)]
+pub struct ClientSecurity {
+    tls: Option<Arc<ClientTls>>,
+    raw_tls: Option<tokio_rustls::TlsConnector>,
+    token: Option<Token>,
+}
+
+impl ClientSecurity {
+    pub fn new(
+        tls: Option<ClientTls>,
+        token: Option<Token>,
+    ) -> Result<ClientSecurity, SecurityError> {
+        let raw_tls = tls
+            .as_ref()
+            .map(|tls| {
+                tls.rustls_config()
+                    .map(|c| tokio_rustls::TlsConnector::from(Arc::new(c)))
+            })
+            .transpose()?;
+        Ok(ClientSecurity {
+            tls: tls.map(Arc::new),
+            raw_tls,
+            token,
+        })
+    }
+
+    /// Loads a caller's files, presenting the token of `role` from the token file (or
+    /// `SLUICE_AUTH_TOKEN`).
+    pub fn load(files: &ClientSecurityFiles, role: Role) -> Result<ClientSecurity, SecurityError> {
+        let identity = match (&files.tls_cert, &files.tls_key) {
+            (Some(cert), Some(key)) => Some(KeyPairFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(SecurityError::Tls(
+                    "--tls-cert and --tls-key go together".into(),
+                ))
+            }
+        };
+        let tls = match (&files.tls_ca, identity) {
+            (Some(ca), identity) => Some(ClientTls::load(ca, identity.as_ref())?),
+            (None, Some(_)) => {
+                return Err(SecurityError::Tls(
+                    "a client certificate needs --tls-ca, to verify the server's".into(),
+                ))
+            }
+            (None, None) => None,
+        };
+        let tokens = TokenFile::from_flag_or_env(files.token_file.as_deref())?;
+        let token = match tokens {
+            None => None,
+            Some(tokens) => Some(tokens.token_for(role).cloned().ok_or_else(|| {
+                SecurityError::Tokens(format!(
+                    "{}: no token for the {role} role",
+                    files
+                        .token_file
+                        .as_deref()
+                        .map(Path::display)
+                        .map(|d| d.to_string())
+                        .unwrap_or_default()
+                ))
+            })?),
+        };
+        ClientSecurity::new(tls, token)
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    pub fn token(&self) -> Option<&Token> {
+        self.token.as_ref()
+    }
+
+    /// A gRPC endpoint for `addr` (`host:port`): `https` with the CA when TLS is on.
+    pub fn endpoint(&self, addr: &str) -> Result<Endpoint, SecurityError> {
+        let invalid = |e: &dyn std::fmt::Display| {
+            SecurityError::Tls(format!("invalid address '{addr}': {e}"))
+        };
+        match &self.tls {
+            None => Endpoint::from_shared(format!("http://{addr}")).map_err(|e| invalid(&e)),
+            Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
+                .map_err(|e| invalid(&e))?
+                .tls_config(tls.tonic_config())
+                .map_err(|e| invalid(&e)),
+        }
+    }
+
+    /// Adds this caller's token to every request of a stub.
+    pub fn interceptor(&self) -> TokenInterceptor {
+        TokenInterceptor(self.token.as_ref().map(|t| {
+            format!("Bearer {}", t.expose())
+                .parse()
+                .expect("a token is visible ASCII, checked when it was read")
+        }))
+    }
+
+    /// A channel with this caller's token on every request.
+    pub fn authed(&self, channel: Channel) -> AuthChannel {
+        InterceptedService::new(channel, self.interceptor())
+    }
+
+    /// Opens a raw fetch connection to `addr` (`host:port`), in TLS when TLS is on.
+    pub async fn connect_raw(&self, addr: &str) -> io::Result<RawStream> {
+        let socket = TcpStream::connect(addr).await?;
+        socket.set_nodelay(true)?;
+        let Some(connector) = &self.raw_tls else {
+            return Ok(RawStream::Plain(socket));
+        };
+        let host = addr
+            .rsplit_once(':')
+            .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
+            .unwrap_or(addr);
+        let name = rustls_pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("server name '{host}': {e}"),
+            )
+        })?;
+        let stream = connector.connect(name, socket).await?;
+        Ok(RawStream::Tls(Box::new(stream)))
+    }
+}
+
+impl std::fmt::Debug for ClientSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+/// A gRPC channel whose requests carry the caller's token.
+pub type AuthChannel = InterceptedService<Channel, TokenInterceptor>;
+
+/// Puts `authorization: Bearer <token>` on every request, when the caller has a token.
+#[derive(Clone, Debug)]
+pub struct TokenInterceptor(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for TokenInterceptor {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(crate::authenticator::AUTHORIZATION, value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A caller's raw fetch connection, in TLS or not.
+pub enum RawStream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for RawStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for RawStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            RawStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            RawStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            RawStream::Plain(s) => s.is_write_vectored(),
+            RawStream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            RawStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

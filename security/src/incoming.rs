@@ -1,0 +1,188 @@
+//! The accepted connections of a listener, in TLS or not: what every Sluice server (dispatcher
+//! client API, Raft peer listener, worker) serves tonic and the raw fetch stream on.
+//!
+//! Handshakes run in their own tasks under a deadline, so a client that connects and says
+//! nothing (or dribbles its handshake) holds neither the accept loop nor other clients. A
+//! handshake that fails is logged and its connection dropped. A verified client certificate is
+//! read once, into the connection's [`ConnInfo`], which tonic hands every request on the
+//! connection (`request.extensions()`).
+
+use crate::cert_identity::cert_identity;
+use crate::role::Identity;
+use futures::Stream;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{debug, warn};
+
+/// A TLS handshake must finish within this.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Accepted connections waiting for the server to take them.
+const BACKLOG: usize = 128;
+
+/// What a server knows about a connection: where it comes from and whom its certificate names.
+#[derive(Clone, Debug, Default)]
+pub struct ConnInfo {
+    pub remote: Option<SocketAddr>,
+    /// The identity of a verified client certificate with a role, if one was presented.
+    pub cert_identity: Option<Identity>,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// The ALPN protocol agreed on, if any.
+    pub alpn: Option<Vec<u8>>,
+}
+
+/// An accepted connection, in TLS or not.
+pub enum SecureStream {
+    Plain(TcpStream, ConnInfo),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, ConnInfo),
+}
+
+impl SecureStream {
+    pub fn info(&self) -> &ConnInfo {
+        match self {
+            SecureStream::Plain(_, info) | SecureStream::Tls(_, info) => info,
+        }
+    }
+}
+
+/// Turns a bound listener into a stream of connections (TLS handshakes done) for tonic's
+/// `serve_with_incoming` or a server's own accept loop. The loop ends when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> impl Stream<Item = io::Result<SecureStream>> + Send + 'static {
+    let (tx, rx) = mpsc::channel(BACKLOG);
+    let acceptor = tls.map(TlsAcceptor::from);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (socket, remote) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors and the like: pass on, and keep accepting.
+                    debug!(error = %e, "accept failed");
+                    continue;
+                }
+            };
+            let _ = socket.set_nodelay(true);
+            let mut info = ConnInfo {
+                remote: Some(remote),
+                ..ConnInfo::default()
+            };
+            let Some(acceptor) = acceptor.clone() else {
+                if tx
+                    .send(Ok(SecureStream::Plain(socket, info)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let stream =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            warn!(%remote, error = %e, "TLS handshake refused");
+                            return;
+                        }
+                        Err(_) => {
+                            warn!(%remote, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                let (_, session) = stream.get_ref();
+                info.tls = true;
+                info.alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+                if let Some(leaf) = session.peer_certificates().and_then(|c| c.first()) {
+                    match cert_identity(leaf) {
+                        Ok(identity) => info.cert_identity = Some(identity),
+                        Err(why) => warn!(%remote, "{why}"),
+                    }
+                }
+                let _ = tx.send(Ok(SecureStream::Tls(Box::new(stream), info))).await;
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+impl AsyncRead for SecureStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SecureStream::Plain(s, _) => Pin::new(s).poll_read(cx, buf),
+            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for SecureStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            SecureStream::Plain(s, _) => Pin::new(s).poll_write(cx, buf),
+            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            SecureStream::Plain(s, _) => Pin::new(s).poll_write_vectored(cx, bufs),
+            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            SecureStream::Plain(s, _) => s.is_write_vectored(),
+            SecureStream::Tls(s, _) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SecureStream::Plain(s, _) => Pin::new(s).poll_flush(cx),
+            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            SecureStream::Plain(s, _) => Pin::new(s).poll_shutdown(cx),
+            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for SecureStream {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        self.info().clone()
+    }
+}

@@ -1,0 +1,32 @@
+//! Security for every Sluice listener and caller: TLS (rustls), bearer tokens and client
+//! certificates mapped to roles, and the rule that keeps an unprotected server on loopback.
+//!
+//! - Servers: [`ServerSecurity`] (from `--tls-cert`, `--tls-key`, `--tls-ca`,
+//!   `--auth-token-file`, `--insecure`) gives each listener its rustls configuration and
+//!   [`incoming`] connections, and its services an [`Authenticator`] whose interceptor leaves
+//!   the caller's [`Identity`] in each request for [`authorize`].
+//! - Callers: [`ClientSecurity`] makes gRPC endpoints and raw fetch connections with the same
+//!   CA, client certificate and token.
+//! - `sluice certs`: [`certs::generate`].
+
+pub mod authenticator;
+pub mod cert_identity;
+pub mod certs;
+pub mod client_security;
+pub mod incoming;
+pub mod role;
+pub mod security_error;
+pub mod server_security;
+pub mod tls;
+pub mod token_file;
+
+pub use authenticator::{authorize, AuthFailure, AuthInterceptor, Authenticator};
+pub use client_security::{
+    AuthChannel, ClientSecurity, ClientSecurityFiles, RawStream, TokenInterceptor,
+};
+pub use incoming::{incoming, ConnInfo, SecureStream};
+pub use role::{Identity, Role};
+pub use security_error::SecurityError;
+pub use server_security::{ServerSecurity, ServerSecurityFiles};
+pub use tls::{ClientCerts, ClientTls, KeyPairFiles, ServerTlsFiles, RAW_ALPN};
+pub use token_file::{Token, TokenFile};

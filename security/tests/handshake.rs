@@ -1,0 +1,122 @@
+//! TLS end to end over real sockets: certificates made by `certs::generate`, a listener from
+//! `incoming`, and callers from `ClientSecurity`: the right certificate is identified, a
+//! certificate from another CA and a plain-TCP caller are refused.
+
+use futures::StreamExt;
+use sluice_security::certs::{generate, CertsPlan};
+use sluice_security::{
+    incoming, ClientCerts, ClientSecurity, ClientSecurityFiles, Identity, Role, ServerSecurity,
+    ServerSecurityFiles,
+};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn make(dir: &Path) {
+    generate(&CertsPlan {
+        out: dir.to_path_buf(),
+        hosts: vec![],
+        workers: vec![],
+        days: 1,
+    })
+    .unwrap();
+}
+
+fn server(dir: &Path) -> ServerSecurity {
+    ServerSecurity::load(&ServerSecurityFiles {
+        tls_cert: Some(dir.join("dispatcher.pem")),
+        tls_key: Some(dir.join("dispatcher.key")),
+        tls_ca: Some(dir.join("ca.pem")),
+        token_file: Some(dir.join("tokens")),
+        insecure: false,
+    })
+    .unwrap()
+}
+
+fn caller(dir: &Path, cert: Option<&str>) -> ClientSecurity {
+    ClientSecurity::load(
+        &ClientSecurityFiles {
+            tls_ca: Some(dir.join("ca.pem")),
+            tls_cert: cert.map(|c| dir.join(format!("{c}.pem"))),
+            tls_key: cert.map(|c| dir.join(format!("{c}.key"))),
+            token_file: None,
+        },
+        Role::Client,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn certificates_identify_callers_and_strangers_are_refused() {
+    let ours = tempfile::tempdir().unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    make(ours.path());
+    make(theirs.path());
+    let security = server(ours.path());
+    assert!(security.is_tls() && security.is_authenticated());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let tls = security.tls_config(ClientCerts::Required).unwrap();
+    let mut connections = Box::pin(incoming(listener, tls));
+
+    // A worker's certificate under our CA: accepted, and named.
+    let mut stream = caller(ours.path(), Some("worker"))
+        .connect_raw(&addr)
+        .await
+        .unwrap();
+    stream.write_all(b"ping").await.unwrap();
+    let mut accepted = tokio::time::timeout(Duration::from_secs(10), connections.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        accepted.info().cert_identity,
+        Some(Identity::new(Role::Worker, "worker"))
+    );
+    let mut got = [0u8; 4];
+    accepted.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"ping");
+
+    // Another CA's certificate: the caller's handshake fails (the server does not trust it).
+    let stranger = caller(theirs.path(), Some("worker"));
+    let result = async {
+        let mut s = stranger.connect_raw(&addr).await?;
+        s.write_all(b"x").await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await
+    }
+    .await;
+    assert!(
+        result.is_err(),
+        "a certificate from another CA was accepted"
+    );
+
+    // Without a client certificate on a listener that requires one: refused as well.
+    let anonymous = caller(ours.path(), None);
+    let result = async {
+        let mut s = anonymous.connect_raw(&addr).await?;
+        s.write_all(b"x").await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await
+    }
+    .await;
+    assert!(
+        result.is_err(),
+        "a caller without a certificate was accepted"
+    );
+}
+
+#[test]
+fn callers_present_the_token_of_their_role() {
+    let dir = tempfile::tempdir().unwrap();
+    make(dir.path());
+    let security = server(dir.path());
+    let authenticator = security.authenticator();
+    let peer = security.caller(Role::Peer).unwrap();
+    let token = peer.token().unwrap().expose().as_bytes().to_vec();
+    assert_eq!(
+        authenticator.authenticate(Some(&token), None),
+        Ok(Identity::new(Role::Peer, "dispatcher"))
+    );
+}
