@@ -166,6 +166,16 @@ pub fn authorize<T>(request: &Request<T>, rpc: &str, allowed: &[Role]) -> Result
 mod tests {
     use super::*;
 
+    /// A name, the server's authenticator, the request, and the identity (or code) expected.
+    type AuthCase = (
+        &'static str,
+        Authenticator,
+        Request<()>,
+        Result<Identity, tonic::Code>,
+    );
+    /// A request, the roles an RPC is open to, and the refusal expected.
+    type AuthzCase = (Request<()>, &'static [Role], Result<(), &'static str>);
+
     const ADMIN: &str = "admin-token-000000";
     const CLIENT: &str = "client-token-00000";
 
@@ -191,12 +201,7 @@ mod tests {
     fn authentication_table() {
         let worker_cert = Identity::new(Role::Worker, "w1");
         let bearer = |t: &str| format!("Bearer {t}");
-        let cases: Vec<(
-            &str,
-            Authenticator,
-            Request<()>,
-            Result<Identity, tonic::Code>,
-        )> = vec![
+        let cases: Vec<AuthCase> = vec![
             (
                 "open server",
                 Authenticator::open(),
@@ -256,7 +261,7 @@ mod tests {
             r.extensions_mut().insert(identity);
             r
         };
-        let cases: Vec<(Request<()>, &[Role], Result<(), &str>)> = vec![
+        let cases: Vec<AuthzCase> = vec![
             (
                 with(Identity::new(Role::Client, "c")),
                 &[Role::Client],
