@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use sluice_security::{AuthChannel, ClientSecurity};
+use tonic::transport::Channel;
 use tracing::{debug, warn};
 
 /// How calls are retried.
@@ -61,6 +62,8 @@ struct Inner {
     retry: RetryConfig,
     requester_id: u64,
     seq: AtomicU64,
+    /// TLS and the token every call presents.
+    security: ClientSecurity,
     /// Std mutexes: held only to read or update, never across `.await`.
     channels: Mutex<HashMap<String, Channel>>,
     /// The address to try first: the last known leader.
@@ -89,6 +92,15 @@ impl DispatcherClient {
     }
 
     pub fn with_retry(addrs: &str, retry: RetryConfig) -> Result<DispatcherClient, RpcError> {
+        Self::connect(addrs, retry, ClientSecurity::default())
+    }
+
+    /// A client presenting `security` (TLS settings and token) on every call.
+    pub fn connect(
+        addrs: &str,
+        retry: RetryConfig,
+        security: ClientSecurity,
+    ) -> Result<DispatcherClient, RpcError> {
         // tf.data's `service` argument: `[protocol://]address`, the protocol `grpc` by default.
         if addrs.trim().is_empty() {
             return Err(RpcError::InvalidArgument(
@@ -125,6 +137,7 @@ impl DispatcherClient {
                 retry,
                 requester_id: rand::random(),
                 seq: AtomicU64::new(1),
+                security,
                 channels: Mutex::new(HashMap::new()),
             }),
         })
@@ -133,6 +146,11 @@ impl DispatcherClient {
     /// The addresses this client was given.
     pub fn addrs(&self) -> &[String] {
         &self.inner.addrs
+    }
+
+    /// What this client presents; readers present the same to workers.
+    pub fn security(&self) -> &ClientSecurity {
+        &self.inner.security
     }
 
     /// A fresh id for one mutating call; reuse it for every retry of that call.
@@ -152,9 +170,12 @@ impl DispatcherClient {
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))
+        let channel = self
+            .inner
+            .security
+            .endpoint(addr)
             .map_err(|e| {
-                RpcError::InvalidArgument(format!("invalid dispatcher address '{addr}': {e}"))
+                RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}"))
             })?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
@@ -193,7 +214,7 @@ impl DispatcherClient {
         mut rpc: F,
     ) -> Result<T, RpcError>
     where
-        F: FnMut(RpcClient<Channel>, Duration) -> Fut,
+        F: FnMut(RpcClient<AuthChannel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let retry = &self.inner.retry;
@@ -205,7 +226,7 @@ impl DispatcherClient {
             attempts += 1;
             let addr = self.current();
             let timeout = retry.rpc_timeout + extra_timeout;
-            let client = RpcClient::new(self.channel(&addr)?)
+            let client = RpcClient::new(self.inner.security.authed(self.channel(&addr)?))
                 .max_decoding_message_size(usize::MAX)
                 .max_encoding_message_size(usize::MAX);
             let status = match tokio::time::timeout(timeout, rpc(client, timeout)).await {
