@@ -7,6 +7,78 @@ use std::time::Duration;
 
 const DEFAULT_LOG: &str = "warn,openraft=error";
 
+/// TLS and authentication of a server (dispatcher or worker).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServerSecurityArgs {
+    /// This server's certificate (PEM). With --tls-key, every listener of it speaks TLS.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) that callers' certificates are verified against (replicas require them of
+    /// each other); the servers this one calls are verified against it too.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Tokens this server accepts (`ROLE NAME TOKEN` lines) and presents when it calls others;
+    /// or one shared token (also from SLUICE_AUTH_TOKEN).
+    #[arg(long, env = "SLUICE_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Serve beyond loopback without TLS and authentication (only on a network you trust).
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+impl ServerSecurityArgs {
+    pub fn load(&self) -> anyhow::Result<sluice_security::ServerSecurity> {
+        Ok(sluice_security::ServerSecurity::load(
+            &sluice_security::ServerSecurityFiles {
+                tls_cert: self.tls_cert.clone(),
+                tls_key: self.tls_key.clone(),
+                tls_ca: self.tls_ca.clone(),
+                token_file: self.auth_token_file.clone(),
+                insecure: self.insecure,
+            },
+        )?)
+    }
+}
+
+/// TLS and authentication of a caller (`read`, `register`, `status`, `admin`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClientSecurityArgs {
+    /// The CA (PEM) the servers' certificates are verified against; turns TLS on.
+    #[arg(long, env = "SLUICE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for mutual TLS.
+    #[arg(long, env = "SLUICE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "SLUICE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// The token to present (a file with one token, or `ROLE NAME TOKEN` lines of which the
+    /// command's role is used); or SLUICE_AUTH_TOKEN.
+    #[arg(long, env = "SLUICE_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+}
+
+impl ClientSecurityArgs {
+    /// What this command presents, acting as `role`.
+    pub fn load(
+        &self,
+        role: sluice_security::Role,
+    ) -> anyhow::Result<sluice_security::ClientSecurity> {
+        Ok(sluice_security::ClientSecurity::load(
+            &sluice_security::ClientSecurityFiles {
+                tls_ca: self.tls_ca.clone(),
+                tls_cert: self.tls_cert.clone(),
+                tls_key: self.tls_key.clone(),
+                token_file: self.auth_token_file.clone(),
+            },
+            role,
+        )?)
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "sluice",
@@ -61,6 +133,8 @@ pub struct AddNodeArgs {
     /// The new replica's address.
     #[arg(long)]
     pub addr: String,
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
 }
 
 #[derive(Args, Debug)]
@@ -69,6 +143,8 @@ pub struct RemoveNodeArgs {
     pub dispatcher: String,
     #[arg(long)]
     pub id: u64,
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
 }
 
 #[derive(Args, Debug)]
@@ -117,6 +193,8 @@ pub struct DispatcherArgs {
     /// worker's index is the position of its entry.
     #[arg(long, default_value = "")]
     pub worker_addresses: String,
+    #[command(flatten)]
+    pub security: ServerSecurityArgs,
 }
 
 /// A duration that may be absent (`never`); an alias, so clap does not take the argument for an
@@ -145,6 +223,8 @@ pub struct WorkerArgs {
     /// Memory per cross-trainer cache task, e.g. `64MiB`, `10GB` or `500` (bytes).
     #[arg(long, value_parser = parse_size, default_value = "10GiB")]
     pub cross_trainer_cache_size: u64,
+    #[command(flatten)]
+    pub security: ServerSecurityArgs,
 }
 
 /// A size in bytes with an optional unit: `500`, `64KiB`, `64MiB`, `10GB` (case-insensitive).
@@ -221,6 +301,8 @@ pub struct ReadArgs {
     /// Coordinated reads: consumers reading the job in lockstep rounds.
     #[arg(long)]
     pub num_consumers: Option<u32>,
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
 }
 
 #[derive(Args, Debug)]
@@ -233,12 +315,16 @@ pub struct RegisterArgs {
     pub dataset_id: Option<String>,
     #[arg(long, default_value = "auto")]
     pub compression: String,
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
 }
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     #[arg(long)]
     pub dispatcher: String,
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
 }
 
 #[derive(Args, Debug)]

@@ -1,7 +1,10 @@
 //! The subcommands other than `demo`: each builds its config from the arguments and runs one
 //! library component.
 
-use crate::cli::{AdminCommand, DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs, WorkerArgs};
+use crate::cli::{
+    AdminCommand, ClientSecurityArgs, DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs,
+    WorkerArgs,
+};
 use anyhow::{bail, Context};
 use sluice_client::{
     Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt, DistributeOptions,
@@ -9,6 +12,7 @@ use sluice_client::{
 };
 use sluice_dataset::Transform;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_security::Role;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::io::Write;
 use std::time::Duration;
@@ -121,8 +125,27 @@ fn distribute_options(
     })
 }
 
+/// A client of `dispatcher` presenting `security` as `role`.
+fn dispatcher_client(
+    dispatcher: &str,
+    retry: RetryConfig,
+    security: &ClientSecurityArgs,
+    role: Role,
+) -> anyhow::Result<DispatcherClient> {
+    Ok(DispatcherClient::connect(
+        dispatcher,
+        retry,
+        security.load(role)?,
+    )?)
+}
+
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
-    let client = DispatcherClient::new(&args.dispatcher)?;
+    let client = dispatcher_client(
+        &args.dispatcher,
+        RetryConfig::default(),
+        &args.security,
+        Role::Client,
+    )?;
     let mode: ShardingPolicy = args.mode.parse()?;
     let mut options = distribute_options(
         args.job_name,
@@ -188,7 +211,12 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
 }
 
 pub async fn register(args: RegisterArgs) -> anyhow::Result<()> {
-    let client = DispatcherClient::new(&args.dispatcher)?;
+    let client = dispatcher_client(
+        &args.dispatcher,
+        RetryConfig::default(),
+        &args.security,
+        Role::Client,
+    )?;
     let dataset = sluice_dataset::parse(&args.dataset)?;
     let options = RegisterOptions {
         compression: args.compression.parse()?,
@@ -213,7 +241,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
             retry_timeout: Duration::from_secs(2),
             ..RetryConfig::default()
         };
-        let client = DispatcherClient::with_retry(addr, retry)?;
+        let client = dispatcher_client(addr, retry, &args.security, Role::Client)?;
         let view = client.get_status().await;
         views.push((addr.to_string(), view));
     }
@@ -258,14 +286,24 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<()> {
 pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
     let voters = match command {
         AdminCommand::AddNode(args) => {
-            DispatcherClient::new(&args.dispatcher)?
-                .add_node(args.id, &args.addr)
-                .await?
+            dispatcher_client(
+                &args.dispatcher,
+                RetryConfig::default(),
+                &args.security,
+                Role::Admin,
+            )?
+            .add_node(args.id, &args.addr)
+            .await?
         }
         AdminCommand::RemoveNode(args) => {
-            DispatcherClient::new(&args.dispatcher)?
-                .remove_node(args.id)
-                .await?
+            dispatcher_client(
+                &args.dispatcher,
+                RetryConfig::default(),
+                &args.security,
+                Role::Admin,
+            )?
+            .remove_node(args.id)
+            .await?
         }
     };
     print_line(serde_json::json!({ "voters": voters }))?;

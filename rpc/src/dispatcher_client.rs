@@ -17,13 +17,13 @@ use crate::error::{is_retryable_code, RpcError};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
+use sluice_security::{AuthChannel, ClientSecurity};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use sluice_security::{AuthChannel, ClientSecurity};
 use tonic::transport::Channel;
 use tracing::{debug, warn};
 
@@ -174,9 +174,7 @@ impl DispatcherClient {
             .inner
             .security
             .endpoint(addr)
-            .map_err(|e| {
-                RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}"))
-            })?
+            .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
             .connect_lazy();
