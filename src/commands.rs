@@ -99,6 +99,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         listen: args.listen,
         tags: args.tags,
         cross_trainer_cache_size_bytes: args.cross_trainer_cache_size,
+        security: args.security.load()?,
         ..WorkerConfig::default()
     };
     let handle = WorkerHandle::start(config).await?;

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// How soon a consumer heartbeats again while a task is pending (it must report its rounds).
 const PENDING_REFRESH: Duration = Duration::from_millis(20);
@@ -211,22 +211,29 @@ impl Reader {
         let (task_id, address) = (task.task_id, task.address.clone());
         let client = self.client.clone();
         Box::pin(async move {
-            let reply = get_element(client, channel, address, request).await;
+            let reply = match channel {
+                Ok(channel) => get_element(client, channel, address, request).await,
+                Err(e) => Err(e),
+            };
             (task_id, reply)
         })
     }
 
-    fn channel(&mut self, address: &str) -> Channel {
-        self.channels
-            .entry(address.to_string())
-            .or_insert_with(|| {
-                Endpoint::from_shared(format!("http://{address}"))
-                    .expect("worker addresses are host:port")
-                    .connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .connect_lazy()
-            })
-            .clone()
+    /// The channel to a worker, with the reader's TLS settings (those of its dispatcher client).
+    fn channel(&mut self, address: &str) -> Result<Channel, ClientError> {
+        if let Some(channel) = self.channels.get(address) {
+            return Ok(channel.clone());
+        }
+        let channel = self
+            .client
+            .security()
+            .endpoint(address)
+            .map_err(|e| ClientError::InvalidArgument(format!("worker address {address}: {e}")))?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        self.channels.insert(address.to_string(), channel.clone());
+        Ok(channel)
     }
 
     fn heartbeat_after(
@@ -298,7 +305,9 @@ async fn get_element(
     address: String,
     request: GetElementRequest,
 ) -> Result<Reply, ClientError> {
-    let mut worker = WorkerClient::new(channel).max_decoding_message_size(usize::MAX);
+    // The reader's token on every call, as on its dispatcher calls.
+    let mut worker =
+        WorkerClient::new(client.security().authed(channel)).max_decoding_message_size(usize::MAX);
     let mut backoff = Duration::from_millis(10);
     for failures in 1u32.. {
         let mut call = tonic::Request::new(request);

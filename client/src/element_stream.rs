@@ -447,6 +447,8 @@ impl Driver {
                             client_id: self.client_id.0,
                             trainer_id: self.trainer_id.clone(),
                             max_credits: (self.outstanding / read_tasks.max(1)).max(1),
+                            // What the reader presents to the dispatcher, it presents to workers.
+                            security: self.client.security().clone(),
                         };
                         debug!(task = config.task_id, worker = %config.address, "reading task");
                         let done = done_tx.clone();

@@ -6,11 +6,17 @@
 //! with its permit. A broken stream (worker down or restarting, task not there yet) is retried
 //! with backoff until the worker serves the task again, or until the iteration is finished, at
 //! which point a task that cannot be reached has nothing left for this client.
+//!
+//! The stream presents the reader's credentials (the `ClientSecurity` its dispatcher client
+//! has): TLS when it has a CA, its token in the handshake. A worker's refusal of them
+//! (`Unauthenticated`, `PermissionDenied`), or a worker certificate the reader cannot verify,
+//! fails the epoch at once: retrying cannot change the answer.
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, ClientError};
 use sluice_proto::worker::FetchRequest;
 use sluice_rpc::raw_fetch;
+use sluice_security::ClientSecurity;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -24,6 +30,8 @@ pub(crate) struct TaskStreamConfig {
     pub trainer_id: String,
     /// Credits this stream may hold at once.
     pub max_credits: u32,
+    /// TLS settings and token presented to the worker.
+    pub security: ClientSecurity,
 }
 
 enum FetchError {
@@ -138,12 +146,17 @@ async fn fetch(
 ) -> Result<(), FetchError> {
     // The raw fetch stream (see `raw_frame`): the worker's `Fetch` without gRPC, so a large
     // tensor's bytes are not copied through a protobuf encoding and decode buffer on the way.
-    let socket = raw_fetch::connect(&config.address)
+    let socket = raw_fetch::connect(&config.address, &config.security)
         .await
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidInput => FetchError::Fatal(ClientError::InvalidArgument(
                 format!("worker address {}: {e}", config.address),
             )),
+            // rustls' verdict on the worker's certificate: a setup to fix, not a blip.
+            std::io::ErrorKind::InvalidData => FetchError::Fatal(ClientError::Worker {
+                address: config.address.clone(),
+                message: format!("TLS handshake failed: {e}"),
+            }),
             _ => FetchError::Retry(e.to_string()),
         })?;
 
@@ -158,7 +171,8 @@ async fn fetch(
     };
     // Whether the worker serves the task is the stream's first message (as a status it would
     // have answered the gRPC call with).
-    let (credits_tx, mut stream) = raw_fetch::open(socket, first, config.max_credits)
+    let token = config.security.token().map(|t| t.expose().as_bytes());
+    let (credits_tx, mut stream) = raw_fetch::open(socket, token, first, config.max_credits)
         .await
         .map_err(|e| FetchError::Retry(e.to_string()))?;
     // Grants are at least this large (except the first), so the worker's messages stay large.
@@ -252,5 +266,19 @@ mod tests {
             FetchError::Fatal(ClientError::Worker { address, message })
                 if address == "w:1" && message.contains("which has been deleted")
         ));
+    }
+
+    /// A worker that refuses the reader's credentials refuses them on every retry.
+    #[test]
+    fn a_refused_credential_fails_the_epoch() {
+        for status in [
+            tonic::Status::unauthenticated("the token presented is not valid on this server"),
+            tonic::Status::permission_denied("worker 'w' may not call Fetch"),
+        ] {
+            assert!(matches!(
+                classify("w:1", status),
+                FetchError::Fatal(ClientError::Worker { .. })
+            ));
+        }
     }
 }

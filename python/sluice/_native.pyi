@@ -65,6 +65,11 @@ class WorkerServer:
         port: int,
         worker_tags: Sequence[str],
         heartbeat_interval_ms: Optional[int] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        auth_token_file: Optional[str] = None,
+        insecure: bool = False,
     ) -> None: ...
     @property
     def address(self) -> str: ...

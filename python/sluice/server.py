@@ -66,6 +66,17 @@ class WorkerConfig:
       several replicas comma-separated).
     - ``port``: 0 picks a free port. ``worker_tags``: e.g. ``["COLOCATED"]``.
     - ``heartbeat_interval_ms``: how long a heartbeat may wait for news.
+    - ``tls_cert``, ``tls_key``: the worker's certificate and key (PEM); with them its port
+      (gRPC and raw fetch streams) speaks TLS. ``tls_ca``: the CA that readers' client
+      certificates and the dispatcher's certificate are verified against.
+      ``auth_token_file``: the tokens readers must present (``ROLE NAME TOKEN`` lines; its
+      ``worker`` line is what the worker presents to the dispatcher), or
+      ``SLUICE_AUTH_TOKEN``. See ``sluice certs`` and docs/security.md.
+    - ``insecure``: serve beyond loopback without TLS and authentication; without it a worker
+      whose ``host`` is not a loopback address refuses to start unprotected.
+
+    Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
+    ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
     """
 
     dispatcher_address: str
@@ -76,6 +87,11 @@ class WorkerConfig:
     dispatcher_timeout_ms: Optional[int] = None
     worker_tags: Optional[List[str]] = None
     host: str = "127.0.0.1"
+    tls_cert: Optional[str] = None
+    tls_key: Optional[str] = None
+    tls_ca: Optional[str] = None
+    auth_token_file: Optional[str] = None
+    insecure: bool = False
 
 
 class _Server:
@@ -200,6 +216,11 @@ class WorkerServer(_Server):
             int(c.port),
             list(c.worker_tags or []),
             heartbeat_interval_ms=c.heartbeat_interval_ms,
+            tls_cert=_path(c.tls_cert),
+            tls_key=_path(c.tls_key),
+            tls_ca=_path(c.tls_ca),
+            auth_token_file=_path(c.auth_token_file),
+            insecure=bool(c.insecure),
         )
 
     @property
@@ -215,6 +236,11 @@ class WorkerServer(_Server):
 def _check_protocol(protocol: str) -> None:
     if protocol != "grpc":
         raise InvalidArgumentError(f"Unsupported protocol {protocol!r}; Sluice serves grpc")
+
+
+def _path(path: Optional[Any]) -> Optional[str]:
+    """A path given as ``str`` or ``os.PathLike``, as the native server takes it."""
+    return None if path is None else str(path)
 
 
 def _peers(peers: Optional[Peers]) -> List[tuple]:

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use sluice_client::ClientError;
 use sluice_dispatcher::state::Rejection;
 use sluice_dispatcher::{DispatcherConfig, DispatcherError, DispatcherHandle};
+use sluice_security::{SecurityError, ServerSecurity, ServerSecurityFiles};
 use sluice_worker::{WorkerConfig, WorkerError, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -54,6 +55,13 @@ fn worker_error(e: WorkerError) -> PyErr {
         WorkerError::Round(_) => "FailedPreconditionError",
         WorkerError::TooManyRequests { .. } => "ResourceExhaustedError",
         WorkerError::Reader(_) => "CancelledError",
+        WorkerError::RawVersion { .. } => "FailedPreconditionError",
+        WorkerError::Security(SecurityError::Exposed(_)) => "FailedPreconditionError",
+        WorkerError::Security(
+            SecurityError::Tokens(_) | SecurityError::Tls(_) | SecurityError::Certs(_),
+        ) => "InvalidArgumentError",
+        WorkerError::Unauthenticated(_) => "UnauthenticatedError",
+        WorkerError::PermissionDenied(_) => "PermissionDeniedError",
     };
     error(class, e.to_string())
 }
@@ -218,8 +226,12 @@ pub struct WorkerServer {
 
 #[pymethods]
 impl WorkerServer {
+    /// `tls_cert`, `tls_key`, `tls_ca`, `auth_token_file`, `insecure`: the worker's TLS and
+    /// credentials, as `sluice worker`'s flags.
     #[new]
-    #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None))]
+    #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
+        tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None, insecure=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         dispatcher_address: String,
@@ -227,7 +239,20 @@ impl WorkerServer {
         port: u16,
         worker_tags: Vec<String>,
         heartbeat_interval_ms: Option<u64>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+        auth_token_file: Option<PathBuf>,
+        insecure: bool,
     ) -> PyResult<WorkerServer> {
+        let security = ServerSecurity::load(&ServerSecurityFiles {
+            tls_cert,
+            tls_key,
+            tls_ca,
+            token_file: auth_token_file,
+            insecure,
+        })
+        .map_err(|e| worker_error(WorkerError::Security(e)))?;
         let defaults = WorkerConfig::default();
         let config = WorkerConfig {
             dispatcher: dispatcher_address,
@@ -236,6 +261,7 @@ impl WorkerServer {
             heartbeat_poll: heartbeat_interval_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.heartbeat_poll),
+            security,
             ..defaults
         };
         let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;

@@ -8,6 +8,9 @@ use sluice_client::{
     DistributeOptions, RegisterOptions, ShardingPolicy, TargetWorkers,
 };
 
+use sluice_client::RetryConfig;
+use sluice_security::{ClientSecurity, ClientSecurityFiles, Role};
+
 use crate::errors::{client_error, dataset_error, invalid_argument};
 use crate::pipeline::{Dataset, Pipeline};
 use crate::runtime::wait;
@@ -47,8 +50,15 @@ fn mode_of(text: &str) -> PyResult<ShardingPolicy> {
         .map_err(|e| invalid_argument(e.0))
 }
 
+/// A client of `service` with the credentials of this process's environment: tf.data's API has
+/// no place for them, so a trainer sets `SLUICE_TLS_CA` (and `SLUICE_TLS_CERT`/`SLUICE_TLS_KEY`
+/// for mutual TLS) and `SLUICE_AUTH_TOKEN` or `SLUICE_AUTH_TOKEN_FILE`. Workers are read with
+/// the same credentials.
 fn client(service: &str) -> Result<DispatcherClient, ClientError> {
-    DispatcherClient::new(service).map_err(ClientError::from)
+    let files = ClientSecurityFiles::default().or_env();
+    let security = ClientSecurity::load(&files, Role::Client)
+        .map_err(|e| ClientError::InvalidArgument(format!("reader credentials: {e}")))?;
+    DispatcherClient::connect(service, RetryConfig::default(), security).map_err(ClientError::from)
 }
 
 #[pyfunction]

@@ -1,15 +1,25 @@
-//! The raw fetch protocol: a worker's `Fetch` stream over a plain TCP connection, without gRPC, so
-//! that large tensors go from the worker's buffers to the socket and from the socket into the
-//! client's buffers without being copied into and out of a protobuf encoding on the way.
+//! The raw fetch protocol: a worker's `Fetch` stream over a TCP connection (in TLS when the
+//! worker has a certificate), without gRPC, so that large tensors go from the worker's buffers
+//! to the socket and from the socket into the client's buffers without being copied into and out
+//! of a protobuf encoding on the way.
 //!
-//! It runs on the worker's gRPC port: the worker tells the two apart by the first bytes of a
-//! connection (an HTTP/2 client starts with `PRI * HTTP/2.0`).
+//! It runs on the worker's gRPC port: the worker tells the two apart by the first bytes a
+//! connection carries (after the TLS handshake, if any): an HTTP/2 client starts with
+//! `PRI * HTTP/2.0`, a raw client with [`MAGIC`].
 //!
 //! ```text
-//! client -> worker:  MAGIC ("SLUICE\0\x01"), then requests: [u32 LE length][FetchRequest]...
+//! client -> worker:  MAGIC ("SLUICE\0\x02"), [u32 LE token length][token],
+//!                    then requests: [u32 LE length][FetchRequest]...
 //! worker -> client:  frames: [u32 LE header length][ElementBatch header][payload 0][payload 1]...
 //! ```
 //!
+//! - The magic's last byte is the protocol version. A client of another version gets a status
+//!   frame (`FailedPrecondition`) naming both, rather than a closed connection.
+//! - The token is the caller's credential, as gRPC calls carry it in `authorization: Bearer`: the
+//!   secret itself, at most [`MAX_TOKEN_BYTES`]; length 0 means none (a client certificate, or a
+//!   worker without authentication). The worker authenticates it (a verified client certificate
+//!   counts when there is no token) and requires the client role before it reads a request; a
+//!   refusal is a status frame (`Unauthenticated`, `PermissionDenied`), and nothing is served.
 //! - Requests are the gRPC `Fetch` stream's messages: the first names the task (and the trainer,
 //!   for cross-trainer cache jobs), every one may grant credits. The client closes its side when
 //!   it stops reading.
@@ -43,7 +53,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tonic::{Code, Status};
 
 /// The first bytes a raw fetch client sends; the last byte is the protocol version.
-pub const MAGIC: [u8; 8] = *b"SLUICE\x00\x01";
+pub const MAGIC: [u8; 8] = *b"SLUICE\x00\x02";
+/// A handshake's token at most (a token file's tokens are far shorter).
+pub const MAX_TOKEN_BYTES: usize = 4 << 10;
 /// A request's encoding at most.
 pub const MAX_REQUEST_BYTES: usize = 64 << 10;
 /// One payload at most.
@@ -104,7 +116,7 @@ impl Frame {
     }
 
     /// Writes the frame with vectored writes straight from the payloads' buffers, however many
-    /// writes that takes.
+    /// writes that takes, and flushes it.
     pub async fn write_to<W: AsyncWrite + Unpin>(&self, writer: &mut W) -> io::Result<()> {
         let parts: Vec<&[u8]> = std::iter::once(&self.header[..])
             .chain(self.payloads.iter().map(|p| &p[..]))
@@ -137,7 +149,8 @@ impl Frame {
                 }
             }
         }
-        Ok(())
+        // A TLS stream may hold the frame's last record until flushed.
+        writer.flush().await
     }
 }
 
@@ -152,6 +165,52 @@ fn length_prefixed(message: &impl Message) -> Result<Vec<u8>, Status> {
         .encode(&mut out)
         .expect("a Vec grows to fit the message");
     Ok(out)
+}
+
+/// What a client sends first: the magic, its token (empty for none), and its first request.
+pub fn hello_bytes(token: Option<&[u8]>, first: &FetchRequest) -> Vec<u8> {
+    let token = token.unwrap_or_default();
+    let mut hello = MAGIC.to_vec();
+    let len = u32::try_from(token.len()).expect("a token is a few bytes");
+    hello.extend_from_slice(&len.to_le_bytes());
+    hello.extend_from_slice(token);
+    hello.extend_from_slice(&request_bytes(first));
+    hello
+}
+
+/// The handshake's token, read by the worker right after the magic: `None` for length 0. A
+/// token longer than [`MAX_TOKEN_BYTES`] is refused before any of it is read.
+pub async fn read_token<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Vec<u8>>, Status> {
+    let mut prefix = [0u8; 4];
+    reader
+        .read_exact(&mut prefix)
+        .await
+        .map_err(|e| read_error(e, "the token's length"))?;
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len == 0 {
+        return Ok(None);
+    }
+    if len > MAX_TOKEN_BYTES {
+        return Err(Status::unauthenticated(format!(
+            "a raw fetch token of {len} bytes (at most {MAX_TOKEN_BYTES})"
+        )));
+    }
+    let mut token = vec![0u8; len];
+    reader
+        .read_exact(&mut token)
+        .await
+        .map_err(|e| read_error(e, "the token"))?;
+    Ok(Some(token))
+}
+
+fn read_error(e: io::Error, what: &str) -> Status {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        Status::unavailable(format!(
+            "raw fetch stream: the peer closed the connection in {what}"
+        ))
+    } else {
+        io_status(e)
+    }
 }
 
 /// A request as the client writes it.

@@ -84,8 +84,8 @@ impl ServerSecurity {
 
     /// What this server presents when it calls others as `role` (a replica to its peers, a
     /// worker to the dispatcher): its own certificate as a client certificate, its CA to verify
-    /// theirs, and its token of that role. `ca` overrides the server's own CA (a worker may
-    /// verify the dispatcher against another CA); without either, calls are plain.
+    /// theirs, and its token of that role. Without a CA, calls are plain TCP (a server with a
+    /// certificate but no CA still calls others with its token).
     pub fn caller(&self, role: Role) -> Result<ClientSecurity, SecurityError> {
         let tls = match self.tls.as_ref().and_then(|t| t.ca.as_ref()) {
             Some(ca) => Some(crate::tls::ClientTls::load(

@@ -1,6 +1,7 @@
 //! `WorkerConfig`: what a worker needs to start, validated once.
 
 use crate::cross_trainer_cache::DEFAULT_CACHE_SIZE_BYTES;
+use sluice_security::ServerSecurity;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +58,10 @@ pub struct WorkerConfig {
     /// (target workers, local task deletion), as tf.data does for every in-process worker.
     /// Tests turn it off to stand in for a worker on another host.
     pub local: bool,
+    /// TLS and credentials of the worker's port (gRPC and raw fetch streams alike), and what it
+    /// presents to the dispatcher (its certificate, its `worker` token). Default: open, which
+    /// serves on loopback only.
+    pub security: ServerSecurity,
 }
 
 impl Default for WorkerConfig {
@@ -73,6 +78,7 @@ impl Default for WorkerConfig {
             lease_observer: None,
             cross_trainer_cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
             local: true,
+            security: ServerSecurity::default(),
         }
     }
 }

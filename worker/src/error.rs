@@ -11,6 +11,7 @@ use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
 use crate::round_robin::RoundError;
 use sluice_dataset::DatasetError;
 use sluice_rpc::RpcError;
+use sluice_security::SecurityError;
 use tonic::{Code, Status};
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +67,22 @@ pub enum WorkerError {
     /// The reader's request stream failed before it named a task; its status, passed on as is.
     #[error("{0}")]
     Reader(Status),
+    /// A raw fetch client of another protocol version.
+    #[error(
+        "raw fetch protocol version {got} is not spoken here: this worker speaks version \
+         {spoken}; the reader and the worker must be the same release"
+    )]
+    RawVersion { got: u8, spoken: u8 },
+    /// The worker's TLS or credentials cannot be used, or it would serve beyond loopback
+    /// unprotected: it does not start.
+    #[error("{0}")]
+    Security(#[from] SecurityError),
+    /// A raw fetch caller presented no credential, or one this worker does not know.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A raw fetch caller whose role may not read elements.
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 impl WorkerError {
@@ -86,6 +103,10 @@ impl WorkerError {
             WorkerError::TooManyRequests { .. } => true,
             // The reader's own stream broke: whether to open another is the reader's decision.
             WorkerError::Reader(_) => false,
+            WorkerError::RawVersion { .. } => false,
+            WorkerError::Security(_) => false,
+            WorkerError::Unauthenticated(_) => false,
+            WorkerError::PermissionDenied(_) => false,
         }
     }
 }
@@ -112,6 +133,10 @@ impl From<WorkerError> for Status {
             WorkerError::Round(RoundError::Failed(_)) => Code::FailedPrecondition,
             WorkerError::TooManyRequests { .. } => Code::ResourceExhausted,
             WorkerError::Reader(status) => return status,
+            WorkerError::RawVersion { .. } => Code::FailedPrecondition,
+            WorkerError::Security(_) => Code::FailedPrecondition,
+            WorkerError::Unauthenticated(_) => Code::Unauthenticated,
+            WorkerError::PermissionDenied(_) => Code::PermissionDenied,
         };
         Status::new(code, message)
     }
@@ -227,6 +252,27 @@ mod tests {
                 Code::Internal,
                 "h2 protocol error",
             ),
+            (
+                WorkerError::RawVersion { got: 1, spoken: 2 },
+                Code::FailedPrecondition,
+                "raw fetch protocol version 1 is not spoken here: this worker speaks version 2; \
+                 the reader and the worker must be the same release",
+            ),
+            (
+                WorkerError::Security(SecurityError::Exposed("refusing to serve".into())),
+                Code::FailedPrecondition,
+                "refusing to serve",
+            ),
+            (
+                WorkerError::Unauthenticated("no credentials".into()),
+                Code::Unauthenticated,
+                "no credentials",
+            ),
+            (
+                WorkerError::PermissionDenied("worker 'w' may not call Fetch".into()),
+                Code::PermissionDenied,
+                "worker 'w' may not call Fetch",
+            ),
         ]
     }
 
@@ -245,7 +291,11 @@ mod tests {
             | WorkerError::NotRoundRobin { .. }
             | WorkerError::Round(_)
             | WorkerError::TooManyRequests { .. }
-            | WorkerError::Reader(_) => {}
+            | WorkerError::Reader(_)
+            | WorkerError::RawVersion { .. }
+            | WorkerError::Security(_)
+            | WorkerError::Unauthenticated(_)
+            | WorkerError::PermissionDenied(_) => {}
         }
     }
 

@@ -1,32 +1,34 @@
 //! A worker's port with gRPC and raw fetch clients on it: tasks run in this process (no
-//! dispatcher: they are added to the worker's state directly), served as `WorkerHandle` serves.
+//! dispatcher: they are added to the worker's state directly), served as `WorkerHandle` serves
+//! (`serve_port`). The helpers serve `port_security_tests` too.
 
 use super::*;
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
-use crate::service::WorkerService;
 use crate::task_runner::TaskRunner;
 use sluice_dataset::{Dataset, Element, Tensor, Transform};
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
 use sluice_proto::worker::worker_client::WorkerClient;
-use sluice_proto::worker::worker_server::WorkerServer;
 use sluice_proto::worker::{ElementBatch, GetWorkerTasksRequest};
 use sluice_rpc::raw_fetch;
 use sluice_rpc::DispatcherClient;
+use sluice_security::{AuthChannel, ClientSecurity};
 use std::net::SocketAddr;
+use tokio::net::TcpStream;
 use tonic::Code;
 use tracing::info;
 
 /// Long enough for a loaded machine; tests wait on their conditions, never this long.
-const DEADLINE: Duration = Duration::from_secs(20);
+pub(super) const DEADLINE: Duration = Duration::from_secs(20);
 /// Rows of the large-element task, 256 KiB of float32 each (large enough to travel as payloads).
 const LARGE_ROWS: usize = 6;
 const LARGE_FLOATS: usize = 65_536;
 
-struct Worker {
-    addr: SocketAddr,
+pub(super) struct Worker {
+    pub(super) addr: SocketAddr,
     state: Arc<WorkerState>,
     cancel: CancellationToken,
+    _tasks: JoinSet<()>,
 }
 
 impl Drop for Worker {
@@ -36,7 +38,7 @@ impl Drop for Worker {
     }
 }
 
-fn task(task_id: u64, dataset: Dataset) -> TaskDef {
+pub(super) fn task(task_id: u64, dataset: Dataset) -> TaskDef {
     TaskDef {
         task_id,
         dataset: Some(dataset.into_def()),
@@ -51,8 +53,13 @@ fn large_tensor() -> Tensor {
     Tensor::from_f32s(vec![LARGE_ROWS, LARGE_FLOATS], &floats).expect("a valid tensor")
 }
 
-/// A worker on 127.0.0.1 port 0 holding `tasks`.
+/// An open worker on 127.0.0.1 port 0 holding `tasks`.
 async fn start(tasks: Vec<TaskDef>) -> Worker {
+    start_with(tasks, &ServerSecurity::default()).await
+}
+
+/// A worker on 127.0.0.1 port 0 holding `tasks`, its port secured by `security`.
+pub(super) async fn start_with(tasks: Vec<TaskDef>, security: &ServerSecurity) -> Worker {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("bound");
     let (completed, _) = mpsc::unbounded_channel();
@@ -69,23 +76,24 @@ async fn start(tasks: Vec<TaskDef>) -> Worker {
         ));
     }
     let cancel = CancellationToken::new();
-    let (grpc_tx, grpc_rx) = mpsc::channel(8);
-    tokio::spawn(accept(listener, grpc_tx, state.clone(), cancel.clone()));
-    let server = tonic::transport::Server::builder()
-        .add_service(WorkerServer::new(WorkerService::new(state.clone())))
-        .serve_with_incoming_shutdown(
-            ReceiverStream::new(grpc_rx),
-            cancel.clone().cancelled_owned(),
-        );
-    tokio::spawn(server);
+    let mut tasks = JoinSet::new();
+    serve_port(
+        listener,
+        security,
+        state.clone(),
+        cancel.clone(),
+        &mut tasks,
+    )
+    .expect("serve");
     Worker {
         addr,
         state,
         cancel,
+        _tasks: tasks,
     }
 }
 
-fn request(task_id: u64, credits: u32) -> FetchRequest {
+pub(super) fn request(task_id: u64, credits: u32) -> FetchRequest {
     FetchRequest {
         task_id,
         credits,
@@ -105,7 +113,7 @@ fn packed(batch: &ElementBatch) -> sluice_dataset::Packed {
     .expect("well-formed elements")
 }
 
-fn decode(batch: ElementBatch) -> Vec<Element> {
+pub(super) fn decode(batch: ElementBatch) -> Vec<Element> {
     packed(&batch)
         .into_decoder()
         .map(|e| e.expect("an element"))
@@ -115,12 +123,25 @@ fn decode(batch: ElementBatch) -> Vec<Element> {
 /// Reads a task to its end over a raw fetch stream, granting back each batch's credits; the
 /// status the stream ends with otherwise.
 async fn read_raw(addr: SocketAddr, task_id: u64, credits: u32) -> Result<Vec<Element>, Status> {
-    let socket = raw_fetch::connect(&addr.to_string())
+    read_raw_as(&ClientSecurity::default(), addr, task_id, credits).await
+}
+
+/// The same, presenting `security`'s TLS settings and token. A connection that fails (TLS
+/// handshake) is `Unavailable` with the I/O error.
+pub(super) async fn read_raw_as(
+    security: &ClientSecurity,
+    addr: SocketAddr,
+    task_id: u64,
+    credits: u32,
+) -> Result<Vec<Element>, Status> {
+    let socket = raw_fetch::connect(&addr.to_string(), security)
         .await
-        .expect("connect");
-    let (requests, mut batches) = raw_fetch::open(socket, request(task_id, credits), credits)
-        .await
-        .expect("open");
+        .map_err(|e| Status::unavailable(format!("connect: {e}")))?;
+    let token = security.token().map(|t| t.expose().as_bytes());
+    let (requests, mut batches) =
+        raw_fetch::open(socket, token, request(task_id, credits), credits)
+            .await
+            .map_err(|e| Status::unavailable(format!("open: {e}")))?;
     let mut elements = Vec::new();
     loop {
         let batch = tokio::time::timeout(DEADLINE, batches.message())
@@ -144,9 +165,31 @@ async fn read_raw(addr: SocketAddr, task_id: u64, credits: u32) -> Result<Vec<El
 
 /// The same over gRPC `Fetch`, with all credits at once.
 async fn read_grpc(addr: SocketAddr, task_id: u64) -> Result<Vec<Element>, Status> {
-    let mut worker = WorkerClient::connect(format!("http://{addr}"))
+    read_grpc_as(&ClientSecurity::default(), addr, task_id).await
+}
+
+/// A gRPC client of the worker at `addr` presenting `security`; a failed connection (TLS
+/// handshake) is `Unavailable`.
+pub(super) async fn grpc_client(
+    security: &ClientSecurity,
+    addr: SocketAddr,
+) -> Result<WorkerClient<AuthChannel>, Status> {
+    let channel = security
+        .endpoint(&addr.to_string())
+        .expect("a valid address")
+        .connect()
         .await
-        .expect("connect");
+        .map_err(|e| Status::unavailable(format!("connect: {e:?}")))?;
+    Ok(WorkerClient::new(security.authed(channel)))
+}
+
+/// `read_grpc`, presenting `security`.
+pub(super) async fn read_grpc_as(
+    security: &ClientSecurity,
+    addr: SocketAddr,
+    task_id: u64,
+) -> Result<Vec<Element>, Status> {
+    let mut worker = grpc_client(security, addr).await?;
     let (tx, rx) = mpsc::channel(1);
     tx.send(request(task_id, 1 << 20)).await.expect("open");
     let mut stream = worker.fetch(ReceiverStream::new(rx)).await?.into_inner();
@@ -164,7 +207,7 @@ async fn read_grpc(addr: SocketAddr, task_id: u64) -> Result<Vec<Element>, Statu
     }
 }
 
-fn ints(elements: &[Element]) -> Vec<i64> {
+pub(super) fn ints(elements: &[Element]) -> Vec<i64> {
     elements
         .iter()
         .map(|e| e.as_i64().expect("an integer"))
@@ -260,9 +303,10 @@ async fn refusals_read_as_the_same_status_on_both_transports() {
 async fn a_garbage_peer_is_cut_off_and_the_port_keeps_serving() {
     let worker = start(vec![task(1, Dataset::range(100))]).await;
 
-    info!("--- the magic, then a request length past the bound: a status frame");
+    info!("--- the magic, no token, then a request length past the bound: a status frame");
     let mut socket = TcpStream::connect(worker.addr).await.expect("connect");
     socket.write_all(&MAGIC).await.expect("write");
+    socket.write_all(&0u32.to_le_bytes()).await.expect("write");
     socket
         .write_all(&u32::MAX.to_le_bytes())
         .await
@@ -274,9 +318,20 @@ async fn a_garbage_peer_is_cut_off_and_the_port_keeps_serving() {
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument, "{status}");
 
+    info!("--- another protocol version: a status frame naming both");
+    let mut socket = TcpStream::connect(worker.addr).await.expect("connect");
+    socket.write_all(b"SLUICE\x00\x01").await.expect("write");
+    let mut frames = raw_frame::FrameReader::new(socket, 4);
+    let status = tokio::time::timeout(DEADLINE, frames.next())
+        .await
+        .expect("an answer in time")
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
+    assert!(status.message().contains("version 1"), "{status}");
+
     info!("--- a near-miss of the magic: dropped");
     let mut socket = TcpStream::connect(worker.addr).await.expect("connect");
-    socket.write_all(b"SLUICE\x00\x02").await.expect("write");
+    socket.write_all(b"SLUICX\x00\x02").await.expect("write");
     let mut buf = [0u8; 16];
     let n = tokio::time::timeout(DEADLINE, socket.read(&mut buf))
         .await
@@ -300,10 +355,10 @@ async fn a_garbage_peer_is_cut_off_and_the_port_keeps_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_cuts_open_raw_streams() {
     let worker = start(vec![task(1, Dataset::range(10).repeat_forever())]).await;
-    let socket = raw_fetch::connect(&worker.addr.to_string())
+    let socket = raw_fetch::connect(&worker.addr.to_string(), &ClientSecurity::default())
         .await
         .expect("connect");
-    let (_requests, mut batches) = raw_fetch::open(socket, request(1, 4), 4)
+    let (_requests, mut batches) = raw_fetch::open(socket, None, request(1, 4), 4)
         .await
         .expect("open");
     let first = tokio::time::timeout(DEADLINE, batches.message())

@@ -8,7 +8,9 @@
 //! (`raw_fetch`) alike. Nor does it depend on where the elements come from: `serve` is one
 //! credit loop over a `FetchSource` (the task's buffer, or its cross-trainer cache).
 //!
-//! Refusals are `WorkerError`s; `error.rs` maps them to the status a reader sees.
+//! Refusals are `WorkerError`s; `error.rs` maps them to the status a reader sees. Every RPC is
+//! for readers: the service runs behind the authenticator's interceptor (`raw_fetch::serve_port`)
+//! and each handler first checks that the caller holds the client role (admins do too).
 
 use crate::error::WorkerError;
 use crate::fetch_source::{BufferSource, CacheSource, FetchSource, Message, Took};
@@ -20,12 +22,16 @@ use sluice_proto::worker::{
     ElementBatch, FetchRequest, GetElementRequest, GetElementResponse, GetWorkerTasksRequest,
     GetWorkerTasksResponse,
 };
+use sluice_security::{authorize, Role};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
+
+/// Who may call the worker's RPCs: readers.
+const READERS: &[Role] = &[Role::Client];
 
 /// Bytes of elements per message at most (a single larger element still goes alone).
 const MAX_BATCH_BYTES: usize = 1024 * 1024;
@@ -69,6 +75,7 @@ impl Worker for WorkerService {
         &self,
         request: Request<Streaming<FetchRequest>>,
     ) -> Result<Response<BatchStream>, Status> {
+        authorize(&request, "Fetch", READERS)?;
         let requests = FetchRequests::new(request.into_inner());
         let batches = open_fetch(&self.state, requests).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(batches))))
@@ -79,6 +86,7 @@ impl Worker for WorkerService {
         &self,
         request: Request<GetElementRequest>,
     ) -> Result<Response<GetElementResponse>, Status> {
+        authorize(&request, "GetElement", READERS)?;
         let req = request.into_inner();
         let runner = self
             .state
@@ -112,8 +120,9 @@ impl Worker for WorkerService {
 
     async fn get_worker_tasks(
         &self,
-        _request: Request<GetWorkerTasksRequest>,
+        request: Request<GetWorkerTasksRequest>,
     ) -> Result<Response<GetWorkerTasksResponse>, Status> {
+        authorize(&request, "GetWorkerTasks", READERS)?;
         Ok(Response::new(GetWorkerTasksResponse {
             task_ids: self.state.task_ids(),
         }))

@@ -1,25 +1,25 @@
 //! Starting and stopping a worker: bind, register with the dispatcher (the first heartbeat),
-//! serve the fetch service, and keep heartbeating and reporting finished tasks. A started worker
+//! serve the fetch service, and keep heartbeating and reporting finished tasks. A worker that
+//! would listen beyond loopback without TLS and authentication refuses to start (unless its
+//! security says `insecure`); it calls the dispatcher as its security's `worker` caller. A started worker
 //! is also registered in this process's `LocalWorkers` (unless configured not to be) until it
 //! shuts down, so clients in the process read it as a local worker.
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::raw_fetch;
-use crate::service::WorkerService;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
-use sluice_proto::worker::worker_server::WorkerServer;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
     WorkerId,
 };
+use sluice_security::Role;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -62,11 +62,16 @@ impl WorkerHandle {
             addr: config.listen.clone(),
             message: e.to_string(),
         })?;
+        config.security.check_exposure("worker port", &addr)?;
         let retry = RetryConfig {
             retry_timeout: Duration::from_secs(365 * 24 * 3600),
             ..RetryConfig::default()
         };
-        let client = DispatcherClient::with_retry(&config.dispatcher, retry)?;
+        let client = DispatcherClient::connect(
+            &config.dispatcher,
+            retry,
+            config.security.caller(Role::Worker)?,
+        )?;
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
         let state = Arc::new(WorkerState::new(addr.to_string(), completed_tx));
         let cancel = CancellationToken::new();
@@ -86,29 +91,14 @@ impl WorkerHandle {
         })?;
 
         let mut tasks = JoinSet::new();
-        // One port for gRPC and raw fetch streams: `raw_fetch::accept` takes the connections
-        // (setting TCP_NODELAY on each) and passes tonic the ones that are not raw.
-        let (grpc_tx, grpc_rx) = mpsc::channel(64);
-        tasks.spawn(raw_fetch::accept(
+        // One port for gRPC and raw fetch streams, in TLS or not (see `raw_fetch`).
+        raw_fetch::serve_port(
             listener,
-            grpc_tx,
+            &config.security,
             state.clone(),
             cancel.clone(),
-        ));
-        let server = tonic::transport::Server::builder()
-            .add_service(
-                WorkerServer::new(WorkerService::new(state.clone()))
-                    .max_encoding_message_size(usize::MAX),
-            )
-            .serve_with_incoming_shutdown(
-                ReceiverStream::new(grpc_rx),
-                cancel.clone().cancelled_owned(),
-            );
-        tasks.spawn(async move {
-            if let Err(e) = server.await {
-                warn!(error = %e, "worker server stopped");
-            }
-        });
+            &mut tasks,
+        )?;
         tasks.spawn(heartbeat.run(cancel.clone()));
         tasks.spawn(report_completions(
             client,
