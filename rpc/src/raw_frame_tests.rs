@@ -343,3 +343,54 @@ async fn requests_round_trip_and_oversized_ones_are_refused() {
         .await;
     assert_eq!(got[0].as_ref().unwrap_err().code(), Code::Unavailable);
 }
+
+/// The handshake as the worker reads it: the magic, then the token (or none), then requests.
+#[tokio::test]
+async fn a_hello_carries_the_token_between_the_magic_and_the_first_request() {
+    let first = FetchRequest {
+        task_id: 4,
+        credits: 8,
+        ..Default::default()
+    };
+    let token = b"0123456789abcdef0123";
+    // Each hello, and the token the worker reads from it.
+    let cases: &[(Option<&[u8]>, Option<&[u8]>)] =
+        &[(Some(token), Some(token)), (None, None), (Some(b""), None)];
+    for (sent, want) in cases {
+        let wire = hello_bytes(*sent, &first);
+        assert_eq!(wire[..MAGIC.len()], MAGIC);
+        let mut reader = Trickle {
+            data: wire[MAGIC.len()..].to_vec(),
+            pos: 0,
+            max: 3,
+            rng: StdRng::seed_from_u64(2),
+        };
+        let got = read_token(&mut reader).await.expect("a token field");
+        assert_eq!(got.as_deref(), *want);
+        let requests: Vec<FetchRequest> = requests(reader)
+            .map(|r| r.expect("a request"))
+            .collect()
+            .await;
+        assert_eq!(requests, [first.clone()]);
+    }
+}
+
+#[tokio::test]
+async fn a_token_field_past_its_bound_or_cut_short_is_refused() {
+    let cases: Vec<(Vec<u8>, Code)> = vec![
+        (
+            ((MAX_TOKEN_BYTES + 1) as u32).to_le_bytes().to_vec(),
+            Code::Unauthenticated,
+        ),
+        (u32::MAX.to_le_bytes().to_vec(), Code::Unauthenticated),
+        (
+            [&20u32.to_le_bytes()[..], b"short"].concat(),
+            Code::Unavailable,
+        ),
+        (vec![1, 0], Code::Unavailable),
+    ];
+    for (wire, code) in cases {
+        let got = read_token(&mut Cursor::new(wire.clone())).await;
+        assert_eq!(got.unwrap_err().code(), code, "{wire:?}");
+    }
+}

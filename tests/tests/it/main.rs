@@ -11,6 +11,7 @@ mod jobs_and_datasets;
 mod processing_modes;
 mod quorum;
 mod restart;
+mod secure_workers;
 mod static_sharding;
 mod target_workers;
 mod workers;
