@@ -8,6 +8,7 @@ mod reading;
 mod single_dispatcher;
 mod static_sharding;
 mod target_workers;
+mod worker_security;
 
 use sluice_tests::process::{run, SluiceProcess};
 use std::collections::BTreeMap;
