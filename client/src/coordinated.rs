@@ -17,7 +17,7 @@
 //! round, and the task's result becomes a skip.
 
 use crate::element_stream::{Delivered, Delivery, Elements};
-use crate::error::{is_worker_refusal, ClientError};
+use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::worker::worker_client::WorkerClient;
@@ -336,12 +336,7 @@ async fn get_element(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
-            Err(status) => {
-                return Err(ClientError::Worker {
-                    address,
-                    message: status.message().to_string(),
-                })
-            }
+            Err(status) => return Err(worker_refusal(&address, status)),
         }
     }
     unreachable!("the retry loop returns")

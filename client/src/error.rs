@@ -92,3 +92,19 @@ pub(crate) fn is_worker_refusal(code: tonic::Code) -> bool {
             | tonic::Code::Unauthenticated
     )
 }
+
+/// A worker's refusal, as the reader reports it: a refused credential keeps its code
+/// (`Unauthenticated`, `PermissionDenied`), so callers (and Python's error classes) tell it from
+/// a failed pipeline; anything else is the worker's failure to produce elements.
+pub(crate) fn worker_refusal(address: &str, status: tonic::Status) -> ClientError {
+    match status.code() {
+        code @ (tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) => ClientError::Rpc {
+            code,
+            message: format!("worker {address}: {}", status.message()),
+        },
+        _ => ClientError::Worker {
+            address: address.to_string(),
+            message: status.message().to_string(),
+        },
+    }
+}

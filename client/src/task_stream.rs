@@ -13,7 +13,7 @@
 //! fails the epoch at once: retrying cannot change the answer.
 
 use crate::element_stream::{Delivered, Delivery, Elements};
-use crate::error::{is_worker_refusal, ClientError};
+use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use sluice_proto::worker::FetchRequest;
 use sluice_rpc::raw_fetch;
 use sluice_security::ClientSecurity;
@@ -77,10 +77,7 @@ fn classify(address: &str, status: tonic::Status) -> FetchError {
     if !is_worker_refusal(status.code()) {
         FetchError::Retry(status.message().to_string())
     } else {
-        FetchError::Fatal(ClientError::Worker {
-            address: address.to_string(),
-            message: status.message().to_string(),
-        })
+        FetchError::Fatal(worker_refusal(address, status))
     }
 }
 
@@ -275,9 +272,11 @@ mod tests {
             tonic::Status::unauthenticated("the token presented is not valid on this server"),
             tonic::Status::permission_denied("worker 'w' may not call Fetch"),
         ] {
+            let code = status.code();
             assert!(matches!(
                 classify("w:1", status),
-                FetchError::Fatal(ClientError::Worker { .. })
+                FetchError::Fatal(ClientError::Rpc { code: c, message })
+                    if c == code && message.starts_with("worker w:1: ")
             ));
         }
     }

@@ -182,12 +182,7 @@ impl Port {
                 return serve(connection, self.state).await;
             }
         };
-        if matches!(
-            refusal,
-            WorkerError::Unauthenticated(_) | WorkerError::PermissionDenied(_)
-        ) {
-            warn!(?remote, reason = %refusal, "refused a raw fetch stream");
-        }
+        warn!(?remote, reason = %refusal, "refused a raw fetch stream");
         let status: Status = refusal.into();
         let (read, mut write) = tokio::io::split(connection);
         if Frame::status(&status).write_to(&mut write).await.is_ok() {

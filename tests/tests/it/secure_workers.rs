@@ -1,7 +1,7 @@
 //! A worker with TLS and tokens, read through the client library: readers with the cluster's CA
 //! and the client token read an epoch exactly once, over the raw stream and over coordinated
-//! reads (gRPC); readers without a credential, or with a worker's, get the worker's refusal as
-//! their epoch's error instead of retrying forever.
+//! reads (gRPC); readers without a credential, or with a worker's, get the worker's refusal
+//! (`Unauthenticated`, `PermissionDenied`) as their epoch's error instead of retrying forever.
 //!
 //! The dispatcher here speaks plain gRPC behind a TLS terminator in this process (a test
 //! stand-in for a dispatcher with a certificate), so the worker's calls to the dispatcher and
@@ -21,13 +21,14 @@ use sluice_tests::TestCluster;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio_stream::StreamExt;
+use tonic::Code;
 use tracing::info;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Accepts TLS on 127.0.0.1 port 0 with the dispatcher's certificate and forwards each
 /// connection to the plain dispatcher at `to`; returns its address.
-async fn tls_terminator(certs: &Path, to: String) -> anyhow::Result<String> {
+pub(crate) async fn tls_terminator(certs: &Path, to: String) -> anyhow::Result<String> {
     let security = ServerSecurity::load(&ServerSecurityFiles {
         tls_cert: Some(certs.join("dispatcher.pem")),
         tls_key: Some(certs.join("dispatcher.key")),
@@ -141,15 +142,16 @@ async fn a_secured_worker_serves_readers_with_the_client_token_and_refuses_other
     drop(epoch);
 
     info!("--- no credential, or a worker's: the epoch fails with the worker's refusal");
-    let refused: [(Option<PathBuf>, Role, &str); 2] = [
-        (None, Role::Client, "no credentials"),
+    let refused: [(Option<PathBuf>, Role, Code, &str); 2] = [
+        (None, Role::Client, Code::Unauthenticated, "no credentials"),
         (
             Some(certs.join("worker.tokens")),
             Role::Worker,
+            Code::PermissionDenied,
             "may not call Fetch",
         ),
     ];
-    for (token_file, role, why) in refused {
+    for (token_file, role, code, why) in refused {
         let client = reader(&dispatcher, &certs, token_file, role)?;
         let service = client
             .distribute(
@@ -160,8 +162,9 @@ async fn a_secured_worker_serves_readers_with_the_client_token_and_refuses_other
             .await?;
         match read_epoch(&service, DEADLINE).await {
             Err(e) => match e.downcast::<ClientError>() {
-                Ok(ClientError::Worker { message, .. }) => {
-                    assert!(message.contains(why), "{message}")
+                Ok(ClientError::Rpc { code: got, message }) => {
+                    assert_eq!(got, code, "{message}");
+                    assert!(message.contains(why), "{message}");
                 }
                 other => panic!("expected the worker's refusal, got {other:?}"),
             },
