@@ -25,6 +25,8 @@ use tracing::{debug, warn};
 
 /// A TLS handshake must finish within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A pause after a failed `accept` (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// Accepted connections waiting for the server to take them.
 const BACKLOG: usize = 128;
 
@@ -71,8 +73,10 @@ pub fn incoming(
             let (socket, remote) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    // Out of descriptors and the like: pass on, and keep accepting.
+                    // Out of descriptors and the like: keep accepting, after a pause, so the
+                    // loop does not spin while the condition lasts.
                     debug!(error = %e, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             };

@@ -26,8 +26,19 @@ pub enum ClientCerts {
     Required,
 }
 
+/// ring's provider with AES-128-GCM preferred: as safe for this use, and about a third cheaper
+/// than AES-256 per byte, which shows when a raw stream moves gigabytes a second.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.sort_by_key(|suite| {
+        !matches!(
+            suite.suite(),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+                | rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                | rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        )
+    });
+    Arc::new(provider)
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, SecurityError> {

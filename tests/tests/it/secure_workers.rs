@@ -28,7 +28,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Accepts TLS on 127.0.0.1 port 0 with the dispatcher's certificate and forwards each
 /// connection to the plain dispatcher at `to`; returns its address.
-pub(crate) async fn tls_terminator(certs: &Path, to: String) -> anyhow::Result<String> {
+async fn tls_terminator(certs: &Path, to: String) -> anyhow::Result<String> {
     let security = ServerSecurity::load(&ServerSecurityFiles {
         tls_cert: Some(certs.join("dispatcher.pem")),
         tls_key: Some(certs.join("dispatcher.key")),
