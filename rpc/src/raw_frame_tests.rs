@@ -353,9 +353,9 @@ async fn a_hello_carries_the_token_between_the_magic_and_the_first_request() {
         ..Default::default()
     };
     let token = b"0123456789abcdef0123";
-    // Each hello, and the token the worker reads from it.
-    let cases: &[(Option<&[u8]>, Option<&[u8]>)] =
-        &[(Some(token), Some(token)), (None, None), (Some(b""), None)];
+    /// A token sent, and the token the worker reads.
+    type HelloCase<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+    let cases: &[HelloCase] = &[(Some(token), Some(token)), (None, None), (Some(b""), None)];
     for (sent, want) in cases {
         let wire = hello_bytes(*sent, &first);
         assert_eq!(wire[..MAGIC.len()], MAGIC);
@@ -371,7 +371,7 @@ async fn a_hello_carries_the_token_between_the_magic_and_the_first_request() {
             .map(|r| r.expect("a request"))
             .collect()
             .await;
-        assert_eq!(requests, [first.clone()]);
+        assert_eq!(requests, std::slice::from_ref(&first));
     }
 }
 
