@@ -85,6 +85,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         client_timeout: args.client_timeout,
         job_gc_timeout: args.job_gc_timeout,
         worker_addresses: DispatcherConfig::parse_worker_addresses(&args.worker_addresses),
+        security: args.security.load()?,
         ..DispatcherConfig::default()
     };
     let handle = DispatcherHandle::start(config).await?;

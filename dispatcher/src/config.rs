@@ -2,6 +2,7 @@
 
 use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
+use sluice_security::ServerSecurity;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub struct DispatcherConfig {
     /// entry's position. Empty: any worker may register, and static sharding policies fail.
     /// Every replica must run with the same list.
     pub worker_addresses: Vec<String>,
+    /// TLS and authentication of every listener, and what this replica presents to its peers.
+    pub security: ServerSecurity,
 }
 
 impl Default for DispatcherConfig {
@@ -71,6 +74,7 @@ impl Default for DispatcherConfig {
             raft_routes: BTreeMap::new(),
             faults: None,
             worker_addresses: Vec::new(),
+            security: ServerSecurity::default(),
         }
     }
 }

@@ -22,13 +22,14 @@ use openraft::SnapshotPolicy;
 use sluice_journal::Journal;
 use sluice_proto::dispatcher::dispatcher_server::DispatcherServer;
 use sluice_proto::raft::raft_peer_server::RaftPeerServer;
+use sluice_security::{incoming, ClientCerts, Role};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
+use tonic::service::interceptor::InterceptedService;
 use tracing::{info, warn};
 
 /// Largest gRPC message accepted (Raft batches and snapshot chunks can be large).
@@ -64,6 +65,16 @@ impl DispatcherHandle {
         let addr = listener
             .local_addr()
             .map_err(|e| DispatcherError::Startup(format!("local address: {e}")))?;
+        let security = &config.security;
+        let startup = |e: sluice_security::SecurityError| DispatcherError::Startup(e.to_string());
+        security
+            .check_exposure("dispatcher", &addr)
+            .map_err(startup)?;
+        let tls = security
+            .tls_config(ClientCerts::Optional)
+            .map_err(startup)?;
+        let authenticator = security.authenticator();
+        let peer_caller = security.caller(Role::Peer).map_err(startup)?;
         let journal = Journal::open(&config.data_dir)?;
         let log_store = journal.log_store::<TypeConfig>();
         let state_machine = journal.state_machine::<TypeConfig, DispatcherState>()?;
@@ -85,7 +96,12 @@ impl DispatcherHandle {
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            PeerNetwork::new(config.id, config.faults.clone(), config.raft_routes.clone()),
+            PeerNetwork::new(
+                config.id,
+                config.faults.clone(),
+                config.raft_routes.clone(),
+                peer_caller,
+            ),
             log_store,
             state_machine,
         )
@@ -113,21 +129,24 @@ impl DispatcherHandle {
         tokio::spawn(timers.run(shutdown.clone()));
         let server = tonic::transport::Server::builder()
             .tcp_nodelay(true)
-            .add_service(
+            .add_service(InterceptedService::new(
                 DispatcherServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
+                authenticator.interceptor(),
+            ))
+            .add_service(InterceptedService::new(
                 RaftPeerServer::new(RaftPeerService::new(raft.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
+                authenticator.interceptor(),
+            ))
             .serve_with_incoming_shutdown(
-                // Accepted sockets need TCP_NODELAY set here: the builder's `tcp_nodelay` only
-                // reaches sockets tonic binds itself. Without it, Nagle held the tail of each
-                // message until the peer's delayed ACK (~40 ms a message).
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                // `incoming` sets TCP_NODELAY on accepted sockets (the builder's `tcp_nodelay`
+                // only reaches sockets tonic binds itself; without it, Nagle held the tail of
+                // each message until the peer's delayed ACK, ~40 ms a message) and runs TLS
+                // handshakes off the accept loop.
+                incoming(listener, tls),
                 shutdown.clone().cancelled_owned(),
             );
         let server = tokio::spawn(server);

@@ -74,6 +74,9 @@ impl From<DispatcherError> for tonic::Status {
             DispatcherError::Rejected(Rejection::FailedPrecondition(_)) => {
                 tonic::Status::failed_precondition(message)
             }
+            DispatcherError::Rejected(Rejection::PermissionDenied(_)) => {
+                tonic::Status::permission_denied(message)
+            }
             DispatcherError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             DispatcherError::Journal(_) => tonic::Status::internal(message),
             DispatcherError::Startup(_) => tonic::Status::internal(message),

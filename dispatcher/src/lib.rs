@@ -30,6 +30,7 @@
 //! - `task_remover`: the leader's barrier for removing a task from coordinated reads.
 //! - `error`: `DispatcherError` and its mapping to gRPC status codes.
 
+pub mod access;
 pub mod cluster_status;
 pub mod config;
 pub mod convert;

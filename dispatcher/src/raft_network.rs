@@ -20,10 +20,11 @@ use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_proto::raft::RaftPayload;
+use sluice_security::{AuthChannel, ClientSecurity};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Connect timeout of a peer channel; RPC deadlines come from openraft per call.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -38,6 +39,8 @@ pub struct PeerNetwork {
     faults: Option<Arc<NetworkFaults>>,
     /// Addresses that override the membership's for some peers (proxies of a chaos harness).
     routes: Arc<BTreeMap<NodeId, String>>,
+    /// TLS (this replica's certificate as a client certificate) and the peer token.
+    security: ClientSecurity,
 }
 
 impl PeerNetwork {
@@ -45,29 +48,34 @@ impl PeerNetwork {
         local: NodeId,
         faults: Option<Arc<NetworkFaults>>,
         routes: BTreeMap<NodeId, String>,
+        security: ClientSecurity,
     ) -> Self {
         PeerNetwork {
             local,
             channels: Arc::default(),
             faults,
             routes: Arc::new(routes),
+            security,
         }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+    fn channel(&self, addr: &str) -> Result<AuthChannel, String> {
         let mut channels = self
             .channels
             .lock()
             .expect("peer channel map lock poisoned");
         if let Some(channel) = channels.get(addr) {
-            return Ok(channel.clone());
+            return Ok(self.security.authed(channel.clone()));
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        let channel = self
+            .security
+            .endpoint(addr)
+            .map_err(|e| e.to_string())?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .connect_lazy();
         channels.insert(addr.to_string(), channel.clone());
-        Ok(channel)
+        Ok(self.security.authed(channel))
     }
 }
 
@@ -76,10 +84,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
         let addr = self.routes.get(&target).unwrap_or(&node.addr);
-        let client = self
-            .channel(addr)
-            .map(RaftPeerClient::new)
-            .map_err(|e| e.to_string());
+        let client = self.channel(addr).map(RaftPeerClient::new);
         PeerClient {
             local: self.local,
             target,
@@ -95,7 +100,7 @@ pub struct PeerClient {
     target: NodeId,
     faults: Option<Arc<NetworkFaults>>,
     /// `Err` when the peer's address is not a valid URI: every call fails as unreachable.
-    client: Result<RaftPeerClient<Channel>, String>,
+    client: Result<RaftPeerClient<AuthChannel>, String>,
 }
 
 #[derive(Debug, thiserror::Error)]

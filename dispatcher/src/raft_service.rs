@@ -1,6 +1,10 @@
 //! The Raft peer service: decodes openraft requests from other replicas, hands them to the local
 //! `Raft`, and returns the whole `Result` encoded (see `raft_network`). An undecodable request is
 //! the one error of its own; it leaves through `DispatcherError`'s map like every other.
+//!
+//! Only peers may call it: a forged `Vote` could depose the leader and a forged append or
+//! snapshot move split cursors back. Every request is authorized as `Role::Peer` before it is
+//! decoded (the caller was authenticated by the interceptor in front of the service).
 
 use crate::error::DispatcherError;
 use crate::raft_types::Raft;
@@ -8,6 +12,7 @@ use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_server::RaftPeer;
 use sluice_proto::raft::RaftPayload;
+use sluice_security::{authorize, Role};
 use tonic::{Request, Response, Status};
 
 pub struct RaftPeerService {
@@ -20,7 +25,9 @@ impl RaftPeerService {
     }
 }
 
-fn decode<T: DeserializeOwned>(request: Request<RaftPayload>) -> Result<T, Status> {
+/// The request's payload, once its caller is known to be a peer.
+fn decode<T: DeserializeOwned>(request: Request<RaftPayload>, rpc: &str) -> Result<T, Status> {
+    authorize(&request, rpc, &[Role::Peer])?;
     codec::decode(&request.into_inner().payload).map_err(|e| {
         DispatcherError::InvalidArgument(format!("undecodable raft payload: {e}")).into()
     })
@@ -38,17 +45,25 @@ impl RaftPeer for RaftPeerService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        reply(self.raft.append_entries(decode(request)?).await)
+        reply(
+            self.raft
+                .append_entries(decode(request, "AppendEntries")?)
+                .await,
+        )
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        reply(self.raft.vote(decode(request)?).await)
+        reply(self.raft.vote(decode(request, "Vote")?).await)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        reply(self.raft.install_snapshot(decode(request)?).await)
+        reply(
+            self.raft
+                .install_snapshot(decode(request, "InstallSnapshot")?)
+                .await,
+        )
     }
 }

@@ -28,6 +28,7 @@ fn dispatcher_error(e: DispatcherError) -> PyErr {
         DispatcherError::Rejected(Rejection::InvalidArgument(_)) => "InvalidArgumentError",
         DispatcherError::Rejected(Rejection::NotFound(_)) => "NotFoundError",
         DispatcherError::Rejected(Rejection::FailedPrecondition(_)) => "FailedPreconditionError",
+        DispatcherError::Rejected(Rejection::PermissionDenied(_)) => "PermissionDeniedError",
         DispatcherError::NotLeader { .. }
         | DispatcherError::QuorumUnavailable(_)
         | DispatcherError::RaftStopped(_) => "UnavailableError",

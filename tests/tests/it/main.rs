@@ -11,6 +11,7 @@ mod jobs_and_datasets;
 mod processing_modes;
 mod quorum;
 mod restart;
+mod security;
 mod static_sharding;
 mod target_workers;
 mod workers;
