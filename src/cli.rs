@@ -112,6 +112,26 @@ pub enum Command {
     Demo(DemoArgs),
     /// Measure throughput and latencies on loopback (servers as child processes).
     Bench(sluice_bench::BenchArgs),
+    /// Make a cluster's CA, certificates and tokens (offline), for --tls-* and --auth-token-file.
+    Certs(CertsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CertsArgs {
+    /// Directory to write into (created; existing files are never overwritten).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A host name or IP address servers are reached at (repeatable); localhost, 127.0.0.1 and
+    /// ::1 are always included.
+    #[arg(long = "host")]
+    pub hosts: Vec<String>,
+    /// A worker that gets its own certificate and token (repeatable); without any, all workers
+    /// share one `worker` identity.
+    #[arg(long = "worker")]
+    pub workers: Vec<String>,
+    /// Validity of the certificates, in days.
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -368,6 +388,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let sluice = std::env::current_exe().context("locate the sluice binary")?;
             sluice_bench::run(args, &sluice).await
         }
+        Command::Certs(args) => commands::certs(args),
     }
 }
 

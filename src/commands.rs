@@ -2,8 +2,8 @@
 //! library component.
 
 use crate::cli::{
-    AdminCommand, ClientSecurityArgs, DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs,
-    WorkerArgs,
+    AdminCommand, CertsArgs, ClientSecurityArgs, DispatcherArgs, ReadArgs, RegisterArgs,
+    StatusArgs, WorkerArgs,
 };
 use anyhow::{bail, Context};
 use sluice_client::{
@@ -308,5 +308,19 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
         }
     };
     print_line(serde_json::json!({ "voters": voters }))?;
+    Ok(())
+}
+
+/// Writes a cluster's credentials; prints each file written.
+pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
+    let written = sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
+        out: args.out,
+        hosts: args.hosts,
+        workers: args.workers,
+        days: args.days,
+    })?;
+    for path in written {
+        print_line(path.display())?;
+    }
     Ok(())
 }
