@@ -5,6 +5,7 @@ mod bad_input;
 mod failover;
 mod memory;
 mod reading;
+mod security;
 mod single_dispatcher;
 mod static_sharding;
 mod target_workers;
