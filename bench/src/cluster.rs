@@ -5,6 +5,7 @@
 use anyhow::{bail, Context};
 use serde_json::Value;
 use sluice_client::DispatcherClient;
+use sluice_security::{ClientSecurity, ClientSecurityFiles, Role};
 use sluice_testkit::SluiceProcess;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,6 +20,62 @@ pub(crate) struct Cluster {
     pub(crate) dispatchers: Vec<SluiceProcess>,
     pub(crate) workers: Vec<SluiceProcess>,
     addrs: String,
+    /// What the bench's own calls present (plain without credentials).
+    security: ClientSecurity,
+}
+
+/// A cluster's certificates and tokens (`sluice certs`' files), in a temp dir.
+pub(crate) struct Credentials {
+    dir: tempfile::TempDir,
+}
+
+impl Credentials {
+    pub(crate) fn generate() -> anyhow::Result<Credentials> {
+        let dir = tempfile::tempdir()?;
+        sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
+            out: dir.path().to_path_buf(),
+            hosts: vec![],
+            workers: vec![],
+            days: 1,
+        })?;
+        Ok(Credentials { dir })
+    }
+
+    fn file(&self, name: &str) -> anyhow::Result<String> {
+        Ok(self
+            .dir
+            .path()
+            .join(name)
+            .to_str()
+            .context("utf-8 path")?
+            .to_string())
+    }
+
+    /// A server's flags: its certificate (`dispatcher` or `worker`), the CA and `tokens`.
+    fn server_flags(&self, cert: &str, tokens: &str) -> anyhow::Result<Vec<String>> {
+        Ok(vec![
+            "--tls-cert".into(),
+            self.file(&format!("{cert}.pem"))?,
+            "--tls-key".into(),
+            self.file(&format!("{cert}.key"))?,
+            "--tls-ca".into(),
+            self.file("ca.pem")?,
+            "--auth-token-file".into(),
+            self.file(tokens)?,
+        ])
+    }
+
+    /// What a trainer presents: the CA and the client token.
+    fn client(&self) -> anyhow::Result<ClientSecurity> {
+        Ok(ClientSecurity::load(
+            &ClientSecurityFiles {
+                tls_ca: Some(self.dir.path().join("ca.pem")),
+                token_file: Some(self.dir.path().join("client.token")),
+                ..ClientSecurityFiles::default()
+            },
+            Role::Client,
+        )?)
+    }
 }
 
 /// Addresses of free ports, for replicas that must know each other's address before they start.
@@ -37,11 +94,22 @@ fn free_addrs(n: usize) -> anyhow::Result<Vec<String>> {
 impl Cluster {
     /// Starts `dispatchers` replicas of one quorum and `workers` workers of `sluice` (the
     /// binary's path), each waited for until it prints its READY line.
+    /// With `creds`, every server runs with TLS and tokens and the bench's calls present the
+    /// client's.
     pub(crate) fn start(
         sluice: &Path,
         dispatchers: usize,
         workers: usize,
+        creds: Option<&Credentials>,
     ) -> anyhow::Result<Cluster> {
+        let flags = |cert: &str, tokens: &str| match creds {
+            Some(creds) => creds.server_flags(cert, tokens),
+            None => Ok(Vec::new()),
+        };
+        let (dispatcher_flags, worker_flags) = (
+            flags("dispatcher", "tokens")?,
+            flags("worker", "worker.tokens")?,
+        );
         let dir = tempfile::tempdir()?;
         let addrs = free_addrs(dispatchers)?;
         let peers: Vec<String> = addrs
@@ -65,25 +133,20 @@ impl Cluster {
                 &peers,
             ]
             .map(str::to_string);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let args: Vec<&str> = args
+                .iter()
+                .chain(&dispatcher_flags)
+                .map(String::as_str)
+                .collect();
             procs.push(SluiceProcess::spawn(sluice, &args, STARTUP)?);
         }
         let all = addrs.join(",");
         let workers = (0..workers)
             .map(|_| {
-                SluiceProcess::spawn(
-                    sluice,
-                    &[
-                        "--log",
-                        CHILD_LOG,
-                        "worker",
-                        "--dispatcher",
-                        &all,
-                        "--listen",
-                        "127.0.0.1:0",
-                    ],
-                    STARTUP,
-                )
+                let mut args = vec!["--log", CHILD_LOG, "worker", "--dispatcher", &all];
+                args.extend(["--listen", "127.0.0.1:0"]);
+                args.extend(worker_flags.iter().map(String::as_str));
+                SluiceProcess::spawn(sluice, &args, STARTUP)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Cluster {
@@ -91,11 +154,19 @@ impl Cluster {
             dispatchers: procs,
             workers,
             addrs: all,
+            security: match creds {
+                Some(creds) => creds.client()?,
+                None => ClientSecurity::default(),
+            },
         })
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<DispatcherClient> {
-        Ok(DispatcherClient::new(&self.addrs)?)
+        Ok(DispatcherClient::connect(
+            &self.addrs,
+            sluice_client::RetryConfig::default(),
+            self.security.clone(),
+        )?)
     }
 
     /// The index of the replica that leads (highest term among those claiming it).
@@ -108,7 +179,7 @@ impl Cluster {
                     retry_timeout: Duration::from_millis(300),
                     ..Default::default()
                 };
-                let client = DispatcherClient::with_retry(addr, retry)?;
+                let client = DispatcherClient::connect(addr, retry, self.security.clone())?;
                 if let Ok(status) = client.get_status().await {
                     let v: Value = serde_json::from_str(&status)?;
                     let term = v["term"].as_u64().unwrap_or(0);
