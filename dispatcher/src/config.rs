@@ -50,6 +50,9 @@ pub struct DispatcherConfig {
     /// entry's position. Empty: any worker may register, and static sharding policies fail.
     /// Every replica must run with the same list.
     pub worker_addresses: Vec<String>,
+    /// The only directories `files()` datasets may name (canonicalized at start; each must be
+    /// an existing directory). Empty: every files source is refused, the safe default.
+    pub data_roots: Vec<PathBuf>,
 }
 
 impl Default for DispatcherConfig {
@@ -71,6 +74,7 @@ impl Default for DispatcherConfig {
             raft_routes: BTreeMap::new(),
             faults: None,
             worker_addresses: Vec::new(),
+            data_roots: Vec::new(),
         }
     }
 }
