@@ -117,6 +117,10 @@ pub struct DispatcherArgs {
     /// worker's index is the position of its entry.
     #[arg(long, default_value = "")]
     pub worker_addresses: String,
+    /// A directory `files()` datasets may read below (repeatable). Without one, every files
+    /// source is refused.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
 }
 
 /// A duration that may be absent (`never`); an alias, so clap does not take the argument for an
@@ -145,6 +149,10 @@ pub struct WorkerArgs {
     /// Memory per cross-trainer cache task, e.g. `64MiB`, `10GB` or `500` (bytes).
     #[arg(long, value_parser = parse_size, default_value = "10GiB")]
     pub cross_trainer_cache_size: u64,
+    /// A directory tasks may read files below (repeatable). Without one, every file is
+    /// refused.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
 }
 
 /// A size in bytes with an optional unit: `500`, `64KiB`, `64MiB`, `10GB` (case-insensitive).
