@@ -74,15 +74,16 @@ class WorkerConfig:
       each file is opened (whatever the dispatcher allowed). ``None`` or empty refuses every
       file. For example::
 
-        >>> import sluice, tempfile, pathlib
-        >>> root = tempfile.mkdtemp()
-        >>> _ = (pathlib.Path(root) / "a.txt").write_text("one\\ntwo\\n")
-        >>> with sluice.DispatchServer(sluice.DispatcherConfig(data_roots=[root])) as d:
-        ...     config = sluice.WorkerConfig(d.target, data_roots=[root])
-        ...     with sluice.WorkerServer(config):
-        ...         ds = sluice.data.TextLineDataset(root + "/a.txt").apply(
-        ...             sluice.distribute("parallel_epochs", d.target))
-        ...         list(ds)
+        >>> import pathlib, tempfile, sluice
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = (pathlib.Path(root) / "a.txt").write_text("one\\ntwo\\n")
+        ...     d = sluice.DispatchServer(sluice.DispatcherConfig(data_roots=[root]))
+        ...     w = sluice.WorkerServer(sluice.WorkerConfig(d.target, data_roots=[root]))
+        ...     ds = sluice.data.TextLineDataset(root + "/a.txt").apply(
+        ...         sluice.distribute("parallel_epochs", d.target))
+        ...     lines = list(ds)
+        ...     w.stop(); d.stop()
+        >>> lines
         [b'one', b'two']
     """
 
