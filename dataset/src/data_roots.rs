@@ -11,7 +11,9 @@
 //!
 //! A path that cannot be resolved is reported as missing only when it lies below a root by its
 //! text; otherwise it is refused as outside the roots, so a client cannot probe which files
-//! exist elsewhere on the server.
+//! exist elsewhere on the server. For the same reason a glob pattern is checked before it is
+//! expanded: one whose literal directory can reach no root is refused without listing anything,
+//! and a match outside every root is reported as the pattern's, not by the matched name.
 //!
 //! No roots means no file: the safe default. The user's own process (local execution) does not
 //! use this type at all; see `FileAccess`.
@@ -20,6 +22,10 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::DatasetError;
+
+/// Why a server without roots refuses a file, and how to allow files.
+const NO_ROOTS: &str = "this server has no data roots, so it reads no files; start it with \
+                        --data-root DIR (data_roots=[...] in Python) to allow files below DIR";
 
 /// Canonical directories below which files may be read; empty refuses every file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -79,11 +85,7 @@ impl DataRoots {
     /// naming the path and the roots.
     pub fn check(&self, path: &str) -> Result<PathBuf, DatasetError> {
         if self.roots.is_empty() {
-            return Err(self.refuse(
-                path,
-                "this server has no data roots, so it reads no files; start it with \
-                 --data-root DIR (data_roots=[...] in Python) to allow files below DIR",
-            ));
+            return Err(self.refuse(path, NO_ROOTS));
         }
         let canonical = match std::fs::canonicalize(path) {
             Ok(canonical) => canonical,
@@ -109,6 +111,48 @@ impl DataRoots {
             return Err(self.refuse(path, "it is not a regular file"));
         }
         Ok(canonical)
+    }
+
+    /// Refuses a glob pattern that cannot match below any root, before anything is listed: its
+    /// literal directory (the components before the first with `*`, `?` or `[`), resolved,
+    /// must lie below a root or contain one.
+    pub fn check_pattern(&self, pattern: &str) -> Result<(), DatasetError> {
+        if self.roots.is_empty() {
+            return Err(self.refuse(pattern, NO_ROOTS));
+        }
+        let literal: PathBuf = Path::new(pattern)
+            .components()
+            .take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '[']))
+            .collect();
+        let literal = if literal.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            literal
+        };
+        let dir = std::fs::canonicalize(&literal).unwrap_or_else(|_| lexical_absolute(&literal));
+        if self
+            .roots
+            .iter()
+            .any(|root| dir.starts_with(root) || root.starts_with(&dir))
+        {
+            Ok(())
+        } else {
+            Err(self.refuse(pattern, &self.outside()))
+        }
+    }
+
+    /// Checks a file that `pattern` matched, as [`DataRoots::check`]; a match that is outside
+    /// every root by its own text is refused as the pattern's, so the error lists no file
+    /// outside the roots.
+    pub fn check_match(&self, pattern: &str, path: &str) -> Result<PathBuf, DatasetError> {
+        match self.check(path) {
+            Err(DatasetError::FileRefused { .. })
+                if !self.below_a_root(&lexical_absolute(Path::new(path))) =>
+            {
+                Err(self.refuse(pattern, &format!("it matches files {}", self.outside())))
+            }
+            checked => checked,
+        }
     }
 
     fn below_a_root(&self, path: &Path) -> bool {

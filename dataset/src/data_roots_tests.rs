@@ -200,3 +200,72 @@ fn roots_are_canonical_and_must_be_existing_directories() {
     );
     assert!(DataRoots::new(Vec::<PathBuf>::new()).unwrap().is_empty());
 }
+
+#[test]
+fn a_pattern_that_can_reach_no_root_is_refused_before_anything_is_listed() {
+    let tree = Tree::new();
+    let base = tree.base.display().to_string();
+    let data = ["data"];
+    // (pattern relative to the base unless absolute, roots, allowed)
+    let rows: Vec<(&str, &[&str], bool)> = vec![
+        ("data/*.txt", &data, true),
+        ("data/sub/*.txt", &data, true),
+        // Matches nothing, but below a root: expanding it says so.
+        ("data/missing/*.txt", &data, true),
+        // The literal directory contains the root: matches are checked one by one.
+        ("*/*.txt", &data, true),
+        ("/etc/pass*", &data, false),
+        ("/etc/passwd", &data, false),
+        ("data/../outside/*", &data, false),
+        ("data2/*.txt", &data, false),
+        ("data/dir_out/*", &data, false),
+        ("missing/*.txt", &data, false),
+        ("data/*.txt", &[], false),
+    ];
+    for (pattern, roots, allowed) in rows {
+        let pattern = if pattern.starts_with('/') {
+            pattern.to_string()
+        } else {
+            format!("{base}/{pattern}")
+        };
+        let got = tree.roots(roots).check_pattern(&pattern);
+        let row = format!("{pattern} with roots {roots:?}: {got:?}");
+        if allowed {
+            assert_eq!(got, Ok(()), "{row}");
+        } else {
+            let Err(DatasetError::FileRefused { path, .. }) = &got else {
+                panic!("{row}");
+            };
+            assert_eq!(path, &pattern, "{row}");
+        }
+    }
+}
+
+#[test]
+fn a_match_outside_every_root_is_reported_as_the_patterns() {
+    let tree = Tree::new();
+    let roots = tree.roots(&["data"]);
+    let pattern = format!("{}/*/*", tree.base.display());
+    let err = roots
+        .check_match(&pattern, &tree.path("outside/secret.txt"))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "refused to read '{pattern}': it matches files outside the data roots ({}/data)",
+            tree.base.display()
+        )
+    );
+    // A link inside a root is the operator's own: named, with where it leads.
+    let link = tree.path("data/link_out");
+    let err = roots.check_match(&pattern, &link).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("refused to read '{link}': it resolves to ")),
+        "{err}"
+    );
+    assert_eq!(
+        roots.check_match(&pattern, &tree.path("data/a.txt")),
+        Ok(tree.base.join("data/a.txt"))
+    );
+}

@@ -30,6 +30,24 @@ impl FileAccess {
         }
     }
 
+    /// Refuses a glob pattern that can match nothing below the roots (see
+    /// [`DataRoots::check_pattern`]); every pattern when unrestricted is fine.
+    pub fn check_pattern(&self, pattern: &str) -> Result<(), DatasetError> {
+        match self {
+            FileAccess::Unrestricted => Ok(()),
+            FileAccess::Roots(roots) => roots.check_pattern(pattern),
+        }
+    }
+
+    /// The path to store for a file `pattern` matched: as given when unrestricted, else its
+    /// checked canonical form (see [`DataRoots::check_match`]).
+    pub fn resolve_match(&self, pattern: &str, path: &str) -> Result<PathBuf, DatasetError> {
+        match self {
+            FileAccess::Unrestricted => Ok(PathBuf::from(path)),
+            FileAccess::Roots(roots) => roots.check_match(pattern, path),
+        }
+    }
+
     /// Whether paths are checked against data roots.
     pub fn is_restricted(&self) -> bool {
         match self {

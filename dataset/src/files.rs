@@ -62,9 +62,11 @@ pub fn expand_files(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(),
         }
         return Ok(());
     }
+    // A malformed pattern is reported as such first; `glob` lists nothing until iterated.
     let entries = glob::glob(&fs.pattern).map_err(|e| {
         DatasetError::invalid(format!("invalid file pattern '{}': {}", fs.pattern, e.msg))
     })?;
+    access.check_pattern(&fs.pattern)?;
     let mut files = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| DatasetError::io(&e.path().to_string_lossy(), e.error()))?;
@@ -78,8 +80,9 @@ pub fn expand_files(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(),
             )));
         }
         let path = std::path::absolute(&path).unwrap_or(path);
-        // Refused at the first match outside the roots: the error names that file.
-        files.push(path_string(access.resolve(&path.to_string_lossy())?));
+        // Refused at the first match outside the roots.
+        let path = access.resolve_match(&fs.pattern, &path.to_string_lossy())?;
+        files.push(path_string(path));
     }
     if files.is_empty() {
         return Err(DatasetError::invalid(format!(

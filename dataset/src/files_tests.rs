@@ -147,11 +147,30 @@ fn with_roots_a_pattern_stores_canonical_paths_and_refuses_the_first_match_outsi
     );
     assert!(err.to_string().contains("resolves to"), "{err}");
 
-    let mut def = Dataset::files(&format!("{}/*/*.txt", rooted.base.display()))
-        .lines()
-        .into_def();
+    // A match outside the roots is named by the pattern, not by the file.
+    std::fs::remove_file(rooted.base.join("data/c.txt")).unwrap();
+    let outside = format!("{}/*/*.txt", rooted.base.display());
+    let mut def = Dataset::files(&outside).lines().into_def();
     let err = expand_files(&mut def, &rooted.access).unwrap_err();
-    assert!(err.to_string().contains("outside the data roots"), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "refused to read '{outside}': it matches files outside the data roots"
+        )),
+        "{err}"
+    );
+    // A pattern that can reach no root is refused before anything is listed.
+    let mut def = Dataset::files("/etc/pass*").lines().into_def();
+    let err = expand_files(&mut def, &rooted.access).unwrap_err();
+    assert!(
+        matches!(&err, DatasetError::FileRefused { path, .. } if path == "/etc/pass*"),
+        "{err}"
+    );
+    // A malformed pattern is still reported as malformed.
+    let mut def = Dataset::files("a/***/b").lines().into_def();
+    assert!(expand_files(&mut def, &rooted.access)
+        .unwrap_err()
+        .to_string()
+        .starts_with("invalid file pattern 'a/***/b'"));
 }
 
 #[test]

@@ -163,7 +163,15 @@ fn files_outside_the_roots_are_refused_naming_the_path_and_the_roots() {
                 .lines()
                 .into_def(),
             &roots,
-            format!("refused to read '{secret}': outside the data roots ({data})"),
+            format!(
+                "refused to read '{}/*.txt': it matches files outside the data roots ({data})",
+                base.display()
+            ),
+        ),
+        (
+            Dataset::files("/etc/pass*").lines().into_def(),
+            &roots,
+            format!("refused to read '/etc/pass*': outside the data roots ({data})"),
         ),
         (
             Dataset::files(&format!("{data}/l*.txt")).lines().into_def(),
