@@ -22,7 +22,7 @@ use crate::analysis::validate;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::file_access::FileAccess;
-use crate::files::expand_files;
+use crate::files::{expand_files, has_file_list};
 use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -73,10 +73,14 @@ impl std::fmt::Debug for ExecOptions {
 }
 
 /// Runs a whole definition. An unexpanded files source is expanded here (local execution), as
-/// `opts.file_access` allows.
+/// `opts.file_access` allows. An expanded one (registered with the service) is not checked as a
+/// whole: each file is checked as it is opened, so a file refused or missing here fails only the
+/// split that names it.
 pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, DatasetError> {
     let mut def = def.clone();
-    expand_files(&mut def, &opts.file_access)?;
+    if !has_file_list(&def) {
+        expand_files(&mut def, &opts.file_access)?;
+    }
     validate(&def, &opts.registry)?;
     let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
     let carried = match &opts.splits {

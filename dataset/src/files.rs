@@ -95,6 +95,14 @@ pub fn expand_files(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(),
     Ok(())
 }
 
+/// Whether `def` has a files source whose list is filled in.
+pub(crate) fn has_file_list(def: &pb::DatasetDef) -> bool {
+    matches!(
+        def.source.as_ref().and_then(|s| s.kind.as_ref()),
+        Some(pb::source::Kind::Files(fs)) if !fs.files.is_empty()
+    )
+}
+
 fn path_string(path: PathBuf) -> String {
     path.to_string_lossy().into_owned()
 }

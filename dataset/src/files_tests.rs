@@ -300,3 +300,35 @@ fn dev_zero_read_as_lines_ends_with_an_error_not_an_endless_line() {
         )
     );
 }
+
+#[test]
+fn a_worker_pipeline_reads_allowed_files_and_fails_where_it_reaches_a_refused_one() {
+    let rooted = Rooted::new();
+    let secret = rooted.path("outside/secret.txt");
+    let def = with_files(vec![rooted.path("data/a.txt"), secret.clone()]);
+    let opts = crate::executor::ExecOptions {
+        file_access: rooted.access.clone(),
+        ..Default::default()
+    };
+    let got: Vec<_> = crate::executor::iterate(&def, &opts)
+        .unwrap()
+        .map(|e| {
+            e.map(|e| e.to_json().to_string())
+                .map_err(|e| e.to_string())
+        })
+        .collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0], Ok("\"x\"".to_string()));
+    let err = got[1].clone().unwrap_err();
+    assert!(
+        err.starts_with(&format!(
+            "refused to read '{secret}': outside the data roots"
+        )),
+        "{err}"
+    );
+    // The user's own process reads both.
+    let all: Vec<_> = crate::executor::iterate(&def, &Default::default())
+        .unwrap()
+        .collect();
+    assert!(all.iter().all(Result::is_ok), "{all:?}");
+}
