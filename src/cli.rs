@@ -215,6 +215,10 @@ pub struct DispatcherArgs {
     pub worker_addresses: String,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
+    /// A directory `files()` datasets may read below (repeatable). Without one, every files
+    /// source is refused.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
 }
 
 /// A duration that may be absent (`never`); an alias, so clap does not take the argument for an
@@ -245,6 +249,10 @@ pub struct WorkerArgs {
     pub cross_trainer_cache_size: u64,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
+    /// A directory tasks may read files below (repeatable). Without one, every file is
+    /// refused.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
 }
 
 /// A size in bytes with an optional unit: `500`, `64KiB`, `64MiB`, `10GB` (case-insensitive).

@@ -86,6 +86,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         job_gc_timeout: args.job_gc_timeout,
         worker_addresses: DispatcherConfig::parse_worker_addresses(&args.worker_addresses),
         security: args.security.load()?,
+        data_roots: args.data_roots,
         ..DispatcherConfig::default()
     };
     let handle = DispatcherHandle::start(config).await?;
@@ -100,6 +101,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         listen: args.listen,
         tags: args.tags,
         cross_trainer_cache_size_bytes: args.cross_trainer_cache_size,
+        data_roots: args.data_roots,
         ..WorkerConfig::default()
     };
     let handle = WorkerHandle::start(config).await?;

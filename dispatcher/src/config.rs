@@ -53,6 +53,9 @@ pub struct DispatcherConfig {
     pub worker_addresses: Vec<String>,
     /// TLS and authentication of every listener, and what this replica presents to its peers.
     pub security: ServerSecurity,
+    /// The only directories `files()` datasets may name (canonicalized at start; each must be
+    /// an existing directory). Empty: every files source is refused, the safe default.
+    pub data_roots: Vec<PathBuf>,
 }
 
 impl Default for DispatcherConfig {
@@ -75,6 +78,7 @@ impl Default for DispatcherConfig {
             faults: None,
             worker_addresses: Vec::new(),
             security: ServerSecurity::default(),
+            data_roots: Vec::new(),
         }
     }
 }

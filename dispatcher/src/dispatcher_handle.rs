@@ -19,6 +19,7 @@ use crate::state::DispatcherState;
 use crate::timers::{TimerLoop, Timers};
 use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
+use sluice_dataset::DataRoots;
 use sluice_journal::Journal;
 use sluice_proto::dispatcher::dispatcher_server::DispatcherServer;
 use sluice_proto::raft::raft_peer_server::RaftPeerServer;
@@ -75,6 +76,8 @@ impl DispatcherHandle {
             .map_err(startup)?;
         let authenticator = security.authenticator();
         let peer_caller = security.caller(Role::Peer).map_err(startup)?;
+        let data_roots = DataRoots::new(&config.data_roots)
+            .map_err(|e| DispatcherError::Startup(e.to_string()))?;
         let journal = Journal::open(&config.data_dir)?;
         let log_store = journal.log_store::<TypeConfig>();
         let state_machine = journal.state_machine::<TypeConfig, DispatcherState>()?;
@@ -116,6 +119,7 @@ impl DispatcherHandle {
             proposer.clone(),
             state.clone(),
             liveness.clone(),
+            data_roots,
         );
         let shutdown = CancellationToken::new();
         let timers = TimerLoop {

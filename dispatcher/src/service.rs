@@ -23,6 +23,7 @@ use crate::registration::Registration;
 use crate::state::{JobOptions, Rejection, ShardingPolicy, TargetWorkers};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
+use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_security::authorize;
@@ -31,6 +32,8 @@ use tonic::{Request as GrpcRequest, Response, Status};
 
 pub struct DispatcherService {
     raft: Raft,
+    /// The directories files sources may name (canonical).
+    data_roots: DataRoots,
     proposer: ProposerHandle,
     reader: StateReader,
     heartbeats: Heartbeats,
@@ -48,10 +51,12 @@ impl DispatcherService {
         proposer: ProposerHandle,
         state: StateHandle,
         liveness: Arc<Liveness>,
+        data_roots: DataRoots,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout.1);
         DispatcherService {
             raft,
+            data_roots,
             heartbeats: Heartbeats::new(config, reader.clone(), proposer.clone(), liveness),
             proposer,
             reader,
@@ -75,7 +80,21 @@ impl Dispatcher for DispatcherService {
         authorize(&request, "RegisterDataset", access::CLIENT)?;
         let mut req = request.into_inner();
         let id = request_id(req.request_id.take());
-        let registration = Registration::prepare(req)?;
+        // Globbing and resolving paths block on the file system: off the runtime.
+        let roots = self.data_roots.clone();
+        let prepared =
+            tokio::task::spawn_blocking(move || Registration::prepare(req, &roots)).await;
+        let registration = match prepared {
+            Ok(registration) => registration?,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => {
+                    return Err(
+                        DispatcherError::RaftStopped("the dispatcher is stopping".into()).into(),
+                    )
+                }
+            },
+        };
         let dataset_id = self.writer()?.register_dataset(id, registration).await?;
         Ok(Response::new(pb::RegisterDatasetResponse {
             dataset_id: dataset_id.0,

@@ -48,6 +48,7 @@ class DispatchServer:
         client_timeout_ms: Optional[int] = None,
         job_gc_timeout_ms: Optional[int] = None,
         join: bool = False,
+        data_roots: Sequence[str] = (),
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -65,6 +66,7 @@ class WorkerServer:
         port: int,
         worker_tags: Sequence[str],
         heartbeat_interval_ms: Optional[int] = None,
+        data_roots: Sequence[str] = (),
     ) -> None: ...
     @property
     def address(self) -> str: ...

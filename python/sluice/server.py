@@ -39,6 +39,9 @@ class DispatcherConfig:
       :func:`sluice.add_node`, instead of creating one (no ``peers`` needed; port 0 works).
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
+    - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
+      ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths
+      come from whoever can reach the dispatcher. Symlinks are resolved before the check.
     - ``protocol`` must be ``"grpc"``; ``fault_tolerant_mode`` is always on (Raft journal), and
       ``job_gc_check_interval_ms`` is accepted for tf.data's sake.
     """
@@ -56,6 +59,7 @@ class DispatcherConfig:
     client_timeout_ms: Optional[int] = None
     host: str = "127.0.0.1"
     join: bool = False
+    data_roots: Optional[List[str]] = None
 
 
 @dataclasses.dataclass
@@ -66,6 +70,21 @@ class WorkerConfig:
       several replicas comma-separated).
     - ``port``: 0 picks a free port. ``worker_tags``: e.g. ``["COLOCATED"]``.
     - ``heartbeat_interval_ms``: how long a heartbeat may wait for news.
+    - ``data_roots``: the only directories tasks may read files below, checked again before
+      each file is opened (whatever the dispatcher allowed). ``None`` or empty refuses every
+      file. For example::
+
+        >>> import pathlib, tempfile, sluice
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = (pathlib.Path(root) / "a.txt").write_text("one\\ntwo\\n")
+        ...     d = sluice.DispatchServer(sluice.DispatcherConfig(data_roots=[root]))
+        ...     w = sluice.WorkerServer(sluice.WorkerConfig(d.target, data_roots=[root]))
+        ...     ds = sluice.data.TextLineDataset(root + "/a.txt").apply(
+        ...         sluice.distribute("parallel_epochs", d.target))
+        ...     lines = list(ds)
+        ...     w.stop(); d.stop()
+        >>> lines
+        [b'one', b'two']
     """
 
     dispatcher_address: str
@@ -76,6 +95,7 @@ class WorkerConfig:
     dispatcher_timeout_ms: Optional[int] = None
     worker_tags: Optional[List[str]] = None
     host: str = "127.0.0.1"
+    data_roots: Optional[List[str]] = None
 
 
 class _Server:
@@ -148,6 +168,7 @@ class DispatchServer(_Server):
             client_timeout_ms=c.client_timeout_ms,
             job_gc_timeout_ms=c.job_gc_timeout_ms,
             join=bool(c.join),
+            data_roots=[str(r) for r in c.data_roots or []],
         )
 
     @property
@@ -200,6 +221,7 @@ class WorkerServer(_Server):
             int(c.port),
             list(c.worker_tags or []),
             heartbeat_interval_ms=c.heartbeat_interval_ms,
+            data_roots=[str(r) for r in c.data_roots or []],
         )
 
     @property

@@ -33,6 +33,7 @@ fn dispatcher_error(e: DispatcherError) -> PyErr {
         | DispatcherError::QuorumUnavailable(_)
         | DispatcherError::RaftStopped(_) => "UnavailableError",
         DispatcherError::Startup(_) => "FailedPreconditionError",
+        DispatcherError::FileRefused(_) => "PermissionDeniedError",
         DispatcherError::Journal(_) => "DataLossError",
         DispatcherError::UnexpectedOutcome { .. } => "InternalError",
     };
@@ -102,7 +103,8 @@ impl DispatchServer {
     /// (`add_node`), instead of creating one.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
-        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false))]
+        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
+        data_roots=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -116,6 +118,7 @@ impl DispatchServer {
         client_timeout_ms: Option<u64>,
         job_gc_timeout_ms: Option<i64>,
         join: bool,
+        data_roots: Vec<PathBuf>,
     ) -> PyResult<DispatchServer> {
         let peers: BTreeMap<u64, String> = peers.into_iter().collect();
         let listen = match peers.get(&node_id) {
@@ -141,6 +144,7 @@ impl DispatchServer {
             data_dir,
             peers,
             worker_addresses,
+            data_roots,
             worker_timeout: worker_timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.worker_timeout),
@@ -220,7 +224,8 @@ pub struct WorkerServer {
 #[pymethods]
 impl WorkerServer {
     #[new]
-    #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None))]
+    #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
+        data_roots=Vec::new()))]
     fn new(
         py: Python<'_>,
         dispatcher_address: String,
@@ -228,12 +233,14 @@ impl WorkerServer {
         port: u16,
         worker_tags: Vec<String>,
         heartbeat_interval_ms: Option<u64>,
+        data_roots: Vec<PathBuf>,
     ) -> PyResult<WorkerServer> {
         let defaults = WorkerConfig::default();
         let config = WorkerConfig {
             dispatcher: dispatcher_address,
             listen: format!("{host}:{port}"),
             tags: worker_tags,
+            data_roots,
             heartbeat_poll: heartbeat_interval_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.heartbeat_poll),

@@ -3,6 +3,9 @@
 //! and workers can be killed and restarted at the same address (and, for replicas, from the same
 //! data dir). The demo runs on it, and the tests use it (as `TestCluster`) to show what survives
 //! a crash.
+//!
+//! Every replica and worker reads files only below one data root, a directory of the cluster's
+//! temp dir (`data_root()`): tests put the files their datasets name there.
 
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
@@ -70,6 +73,8 @@ pub type Tune = Arc<dyn Fn(&mut DispatcherConfig) + Send + Sync>;
 
 pub struct LocalCluster {
     _dir: TempDir,
+    /// The data root of every replica and worker (inside `_dir`).
+    data_root: PathBuf,
     /// Applied to every replica's config, at start and restart.
     tune: Tune,
     /// Raft links cut between replicas (partitions), shared by all of them.
@@ -95,6 +100,8 @@ impl LocalCluster {
     ) -> anyhow::Result<LocalCluster> {
         let tune: Tune = Arc::new(tune);
         let dir = tempfile::tempdir()?;
+        let data_root = dir.path().join("data");
+        std::fs::create_dir(&data_root).context("create the cluster's data root")?;
         let mut listeners = BTreeMap::new();
         for id in 1..=replicas as NodeId {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -106,6 +113,7 @@ impl LocalCluster {
             .collect();
         let mut cluster = LocalCluster {
             _dir: dir,
+            data_root,
             tune: tune.clone(),
             faults: Arc::new(NetworkFaults::default()),
             replicas: BTreeMap::new(),
@@ -115,6 +123,7 @@ impl LocalCluster {
         for (id, listener) in listeners {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
             let mut config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
+            config.data_roots = vec![cluster.data_root.clone()];
             tune(&mut config);
             config.faults = Some(cluster.faults.clone());
             let handle = DispatcherHandle::start_on(listener, config).await?;
@@ -212,6 +221,7 @@ impl LocalCluster {
         anyhow::ensure!(replica.handle.is_none(), "replica {id} is running");
         let listener = bind_again(&replica.addr).await?;
         let mut config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
+        config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
         config.faults = Some(self.faults.clone());
         replica.handle = Some(DispatcherHandle::start_on(listener, config).await?);
@@ -227,6 +237,7 @@ impl LocalCluster {
         let addr = listener.local_addr()?.to_string();
         let data_dir = self._dir.path().join(format!("node-{id}"));
         let mut config = local_dispatcher_config(id, data_dir.clone(), BTreeMap::new());
+        config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
         config.join = true;
         config.faults = Some(self.faults.clone());
@@ -301,8 +312,15 @@ impl LocalCluster {
         WorkerConfig {
             dispatcher: self.dispatcher_addrs(),
             listen,
+            data_roots: vec![self.data_root.clone()],
             ..WorkerConfig::default()
         }
+    }
+
+    /// The directory every replica and worker may read files below (the only one): where a
+    /// test writes the files its `files()` datasets name.
+    pub fn data_root(&self) -> &std::path::Path {
+        &self.data_root
     }
 
     /// Starts a new worker; returns its index.

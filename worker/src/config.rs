@@ -2,6 +2,7 @@
 
 use crate::cross_trainer_cache::DEFAULT_CACHE_SIZE_BYTES;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +58,10 @@ pub struct WorkerConfig {
     /// (target workers, local task deletion), as tf.data does for every in-process worker.
     /// Tests turn it off to stand in for a worker on another host.
     pub local: bool,
+    /// The only directories a task may read files from (canonicalized at start; each must be
+    /// an existing directory). Checked before each file is opened, whatever the dispatcher
+    /// allowed. Empty: every file is refused, the safe default.
+    pub data_roots: Vec<PathBuf>,
 }
 
 impl Default for WorkerConfig {
@@ -73,6 +78,7 @@ impl Default for WorkerConfig {
             lease_observer: None,
             cross_trainer_cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
             local: true,
+            data_roots: Vec::new(),
         }
     }
 }

@@ -66,6 +66,7 @@ async fn start(tasks: Vec<TaskDef>) -> Worker {
             tokio::runtime::Handle::current(),
             WorkerConfig::default(),
             addr.to_string(),
+            sluice_dataset::DataRoots::none(),
         ));
     }
     let cancel = CancellationToken::new();

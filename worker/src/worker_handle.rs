@@ -9,6 +9,7 @@ use crate::raw_fetch;
 use crate::service::WorkerService;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
+use sluice_dataset::DataRoots;
 use sluice_proto::worker::worker_server::WorkerServer;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
@@ -66,6 +67,8 @@ impl WorkerHandle {
             retry_timeout: Duration::from_secs(365 * 24 * 3600),
             ..RetryConfig::default()
         };
+        let data_roots =
+            DataRoots::new(&config.data_roots).map_err(|e| WorkerError::Config(e.to_string()))?;
         let client = DispatcherClient::with_retry(&config.dispatcher, retry)?;
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
         let state = Arc::new(WorkerState::new(addr.to_string(), completed_tx));
@@ -77,6 +80,7 @@ impl WorkerHandle {
             client: client.clone(),
             state: state.clone(),
             config: config.clone(),
+            data_roots,
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
             WorkerError::Dispatcher(RpcError::FailedPrecondition(message)) => {
@@ -168,6 +172,8 @@ struct Heartbeat {
     client: DispatcherClient,
     state: Arc<WorkerState>,
     config: WorkerConfig,
+    /// The canonical roots every task's files must lie below.
+    data_roots: DataRoots,
 }
 
 impl Heartbeat {
@@ -191,6 +197,7 @@ impl Heartbeat {
                 tokio::runtime::Handle::current(),
                 self.config.clone(),
                 self.state.address.clone(),
+                self.data_roots.clone(),
             );
             self.state.add(runner);
         }

@@ -5,6 +5,7 @@
 mod bad_input;
 mod coordinated_reads;
 mod cross_trainer_cache;
+mod data_roots;
 mod distribute;
 mod failover;
 mod jobs_and_datasets;
