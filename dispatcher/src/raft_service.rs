@@ -1,13 +1,16 @@
 //! The Raft peer service: decodes openraft requests from other replicas, hands them to the local
 //! `Raft`, and returns the whole `Result` encoded (see `raft_network`). An undecodable request is
 //! the one error of its own; it leaves through `DispatcherError`'s map like every other.
+//! `Announce` is the one request of Sluice's own: a replica's client address, recorded in the
+//! membership by the leader.
 
 use crate::error::DispatcherError;
+use crate::membership;
 use crate::raft_types::Raft;
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_server::RaftPeer;
-use sluice_proto::raft::RaftPayload;
+use sluice_proto::raft::{AnnounceRequest, AnnounceResponse, RaftPayload};
 use tonic::{Request, Response, Status};
 
 pub struct RaftPeerService {
@@ -50,5 +53,14 @@ impl RaftPeer for RaftPeerService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         reply(self.raft.install_snapshot(decode(request)?).await)
+    }
+
+    async fn announce(
+        &self,
+        request: Request<AnnounceRequest>,
+    ) -> Result<Response<AnnounceResponse>, Status> {
+        let req = request.into_inner();
+        membership::set_client_addr(&self.raft, req.node_id, req.addr).await?;
+        Ok(Response::new(AnnounceResponse {}))
     }
 }

@@ -236,7 +236,7 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::AddNodeRequest>,
     ) -> Result<Response<pb::AddNodeResponse>, Status> {
         let req = request.into_inner();
-        let voters = membership::add_voter(&self.raft, req.node_id, req.addr).await?;
+        let voters = membership::add_voter(&self.raft, req.node_id, req.peer_addr).await?;
         Ok(Response::new(pb::AddNodeResponse { voters }))
     }
 
