@@ -7,14 +7,32 @@
 //! A replica is added by its peer address alone; its client address enters the membership
 //! later, through [`set_client_addr`] on the leader (asked by the replica itself, see
 //! `client_addr_announcer`). Rewriting a node's entry with `SetNodes` is safe here because only
-//! the client address changes: the peer address and the voter set stay as they are.
+//! the client address changes: the peer address and the voter set stay as they are. Since
+//! those changes happen on their own, a change that meets another in progress waits for it
+//! (briefly) instead of failing.
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::raft_error::raft_error;
+use crate::raft_types::TypeConfig;
 use crate::raft_types::{NodeInfo, Raft};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::raft::ClientWriteResponse;
 use openraft::ChangeMembers;
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::debug;
+
+/// How long a change waits for another one in progress to finish (replicas record their client
+/// addresses by membership changes too, so an admin's change can meet one of theirs).
+const IN_PROGRESS_WAIT: Duration = Duration::from_secs(10);
+/// What a membership change fails with.
+type WriteError = RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>;
+
+/// Pause before retrying a change that met another one in progress.
+const IN_PROGRESS_PAUSE: Duration = Duration::from_millis(20);
 
 /// Adds replica `node_id`, whose peer listener is at `peer_addr`, as a voter; returns the voters
 /// afterwards.
@@ -32,9 +50,7 @@ pub async fn add_voter(
         addr: String::new(),
         peer_addr,
     };
-    raft.add_learner(node_id, node, true)
-        .await
-        .map_err(raft_error)?;
+    after_change_in_progress(|| raft.add_learner(node_id, node.clone(), true), raft).await?;
     change(raft, ChangeMembers::AddVoterIds(BTreeSet::from([node_id]))).await
 }
 
@@ -85,12 +101,49 @@ async fn change(
     raft: &Raft,
     change: ChangeMembers<NodeId, NodeInfo>,
 ) -> Result<Vec<NodeId>, DispatcherError> {
-    let response = raft
-        .change_membership(change, false)
-        .await
-        .map_err(raft_error)?;
+    let response =
+        after_change_in_progress(|| raft.change_membership(change.clone(), false), raft).await?;
     Ok(response
         .membership
         .map(|m| m.voter_ids().collect())
         .unwrap_or_default())
+}
+
+/// Runs a membership change `attempt`; while it meets another change in progress, waits for
+/// that one and tries again, up to `IN_PROGRESS_WAIT`.
+async fn after_change_in_progress<F, Fut>(
+    mut attempt: F,
+    raft: &Raft,
+) -> Result<ClientWriteResponse<TypeConfig>, DispatcherError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<ClientWriteResponse<TypeConfig>, WriteError>>,
+{
+    let deadline = Instant::now() + IN_PROGRESS_WAIT;
+    loop {
+        match attempt().await {
+            Ok(response) => return Ok(response),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                ChangeMembershipError::InProgress(in_progress),
+            ))) if Instant::now() < deadline => {
+                debug!(%in_progress, "membership change waits for the one in progress");
+                wait_applied_membership(raft, deadline).await;
+            }
+            Err(e) => return Err(raft_error(e)),
+        }
+    }
+}
+
+/// Waits until this replica has applied its latest membership (the change in progress is
+/// committed), then a moment more: a joint change proposes its second step only after its
+/// first is committed, and retrying in between would find it in progress again.
+async fn wait_applied_membership(raft: &Raft, deadline: Instant) {
+    let _ = raft
+        .wait(Some(deadline.saturating_duration_since(Instant::now())))
+        .metrics(
+            |m| m.membership_config.log_id() <= &m.last_applied,
+            "the membership in progress is applied",
+        )
+        .await;
+    tokio::time::sleep(IN_PROGRESS_PAUSE).await;
 }

@@ -30,8 +30,9 @@ use tonic::transport::{Channel, Endpoint};
 /// Connect timeout of a peer channel; RPC deadlines come from openraft per call.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Deadline of an `Announce` (the leader answers once the membership change commits).
-const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Deadline of an `Announce`: the leader answers once its membership change commits, which may
+/// first wait for another change in progress.
+const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Builds one [`PeerClient`] per replication stream, sharing channels per peer address.
 #[derive(Clone)]
