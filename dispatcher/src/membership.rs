@@ -14,8 +14,7 @@
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::raft_error::raft_error;
-use crate::raft_types::TypeConfig;
-use crate::raft_types::{NodeInfo, Raft};
+use crate::raft_types::{NodeInfo, Raft, TypeConfig};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::raft::ClientWriteResponse;
 use openraft::ChangeMembers;
@@ -28,11 +27,11 @@ use tracing::debug;
 /// How long a change waits for another one in progress to finish (replicas record their client
 /// addresses by membership changes too, so an admin's change can meet one of theirs).
 const IN_PROGRESS_WAIT: Duration = Duration::from_secs(10);
-/// What a membership change fails with.
-type WriteError = RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>;
-
 /// Pause before retrying a change that met another one in progress.
 const IN_PROGRESS_PAUSE: Duration = Duration::from_millis(20);
+
+/// What a membership change fails with.
+type WriteError = RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>;
 
 /// Adds replica `node_id`, whose peer listener is at `peer_addr`, as a voter; returns the voters
 /// afterwards.
