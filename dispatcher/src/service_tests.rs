@@ -373,3 +373,24 @@ async fn a_follower_answers_unavailable_naming_the_leaders_client_address() {
         handle.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_at_a_new_client_port_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    first.wait_for_leader(WAIT).await.unwrap();
+    let peer_addr = first.peer_addr().to_string();
+    let old_addr = first.addr();
+    first.shutdown().await;
+
+    // Same journal and peer address (its identity), another client port.
+    let restarted = DispatcherHandle::start(DispatcherConfig {
+        peer_listen: peer_addr,
+        ..config(1, &dir)
+    })
+    .await
+    .unwrap();
+    assert_ne!(restarted.addr(), old_addr);
+    wait_client_addrs_recorded(&restarted, std::slice::from_ref(&restarted)).await;
+    restarted.shutdown().await;
+}
