@@ -150,9 +150,10 @@ pub struct AddNodeArgs {
     /// The new replica's id.
     #[arg(long)]
     pub id: u64,
-    /// The new replica's address.
+    /// The new replica's Raft peer address (its `--peer-listen`). Its client address enters
+    /// the membership once it has caught up and recorded it.
     #[arg(long)]
-    pub addr: String,
+    pub peer_addr: String,
     #[command(flatten)]
     pub security: ClientSecurityArgs,
 }
@@ -172,14 +173,22 @@ pub struct DispatcherArgs {
     /// This replica's id in --peers.
     #[arg(long, default_value_t = 1)]
     pub id: u64,
-    /// Address to serve on (port 0: any free port).
+    /// Address of the client API, for clients, workers and admins (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
+    /// Address of the Raft peer listener, for the other replicas only. Default: this node's
+    /// entry in --peers, else `127.0.0.1:0` (any free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub peer_listen: Option<String>,
+    /// The client address followers name as the leader hint. Default: the bound --listen
+    /// address (set it when listening on `0.0.0.0`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_address: Option<String>,
     /// Journal directory (created if missing).
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Every replica: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`, the same on every node. Omit for a
-    /// one-node dispatcher.
+    /// Every replica's peer address: `1=HOST:PEERPORT,2=HOST:PEERPORT,3=HOST:PEERPORT`, the
+    /// same on every node. Omit for a one-node dispatcher.
     #[arg(long, default_value = "")]
     pub peers: String,
     /// How this node reaches some peers, overriding --peers for its own Raft traffic:

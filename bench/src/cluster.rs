@@ -111,8 +111,10 @@ impl Cluster {
             flags("worker", "worker.tokens")?,
         );
         let dir = tempfile::tempdir()?;
-        let addrs = free_addrs(dispatchers)?;
-        let peers: Vec<String> = addrs
+        // Each replica: a client address (`--listen`) and a Raft peer address (`--peers`).
+        let mut addrs = free_addrs(2 * dispatchers)?;
+        let peer_addrs = addrs.split_off(dispatchers);
+        let peers: Vec<String> = peer_addrs
             .iter()
             .enumerate()
             .map(|(i, a)| format!("{}={a}", i + 1))
@@ -129,6 +131,8 @@ impl Cluster {
                 &id.to_string(),
                 "--data-dir",
                 data.to_str().context("utf-8 path")?,
+                "--listen",
+                &addrs[id - 1],
                 "--peers",
                 &peers,
             ]

@@ -5,13 +5,16 @@
 //! Only peers may call it: a forged `Vote` could depose the leader and a forged append or
 //! snapshot move split cursors back. Every request is authorized as `Role::Peer` before it is
 //! decoded (the caller was authenticated by the interceptor in front of the service).
+//! `Announce` is the one request of Sluice's own: a replica's client address, recorded in the
+//! membership by the leader.
 
 use crate::error::DispatcherError;
+use crate::membership;
 use crate::raft_types::Raft;
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_server::RaftPeer;
-use sluice_proto::raft::RaftPayload;
+use sluice_proto::raft::{AnnounceRequest, AnnounceResponse, RaftPayload};
 use sluice_security::{authorize, Role};
 use tonic::{Request, Response, Status};
 
@@ -65,5 +68,15 @@ impl RaftPeer for RaftPeerService {
                 .install_snapshot(decode(request, "InstallSnapshot")?)
                 .await,
         )
+    }
+
+    async fn announce(
+        &self,
+        request: Request<AnnounceRequest>,
+    ) -> Result<Response<AnnounceResponse>, Status> {
+        authorize(&request, "Announce", &[Role::Peer])?;
+        let req = request.into_inner();
+        membership::set_client_addr(&self.raft, req.node_id, req.addr).await?;
+        Ok(Response::new(AnnounceResponse {}))
     }
 }

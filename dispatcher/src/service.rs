@@ -274,7 +274,7 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::AddNodeResponse>, Status> {
         authorize(&request, "AddNode", access::ADMIN)?;
         let req = request.into_inner();
-        let voters = membership::add_voter(&self.raft, req.node_id, req.addr).await?;
+        let voters = membership::add_voter(&self.raft, req.node_id, req.peer_addr).await?;
         Ok(Response::new(pb::AddNodeResponse { voters }))
     }
 

@@ -30,13 +30,16 @@ Peers = Union[Sequence[str], Mapping[int, str]]
 class DispatcherConfig:
     """A dispatcher replica's settings (tf.data's names where it has them).
 
-    - ``port``: 0 picks a free port (with ``peers``, 0 means this replica's own entry).
+    - ``port``: the client API's port (clients and workers); 0 picks a free port.
+    - ``peer_listen``: ``"host:port"`` of the Raft peer listener, which serves the other
+      replicas only; ``None`` is this replica's own entry in ``peers``, else a free port.
     - ``work_dir``: the journal's directory; ``None`` uses a temporary one, removed on stop.
-    - ``node_id``, ``peers``: the replica's Raft id and every replica's address, the same on
-      every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
-      one-node quorum.
+    - ``node_id``, ``peers``: the replica's Raft id and every replica's peer address, the same
+      on every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
+      one-node quorum. Each replica records its own client address once it runs.
     - ``join``: start with an empty journal and wait to be added to a running quorum with
-      :func:`sluice.add_node`, instead of creating one (no ``peers`` needed; port 0 works).
+      :func:`sluice.add_node` at its :attr:`DispatchServer.peer_address`, instead of creating
+      one (no ``peers`` needed; port 0 works).
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
     - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
@@ -60,6 +63,7 @@ class DispatcherConfig:
     host: str = "127.0.0.1"
     join: bool = False
     data_roots: Optional[List[str]] = None
+    peer_listen: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -145,8 +149,9 @@ class _Server:
 class DispatchServer(_Server):
     """A dispatcher replica serving in this process.
 
-    ``target`` is its address for clients and workers, ``"grpc://host:port"``. With
-    ``start=False`` it starts at :meth:`start`.
+    ``target`` is its address for clients and workers, ``"grpc://host:port"``;
+    ``peer_address`` is its Raft peer listener's, for the other replicas. With ``start=False``
+    it starts at :meth:`start`.
     """
 
     def __init__(self, config: Optional[DispatcherConfig] = None, start: bool = True) -> None:
@@ -169,12 +174,18 @@ class DispatchServer(_Server):
             job_gc_timeout_ms=c.job_gc_timeout_ms,
             join=bool(c.join),
             data_roots=[str(r) for r in c.data_roots or []],
+            peer_listen=None if c.peer_listen is None else str(c.peer_listen),
         )
 
     @property
     def target(self) -> str:
         """``"grpc://host:port"``."""
         return f"grpc://{self._address}"
+
+    @property
+    def peer_address(self) -> str:
+        """``"host:port"`` of the Raft peer listener (what :func:`sluice.add_node` takes)."""
+        return str(self._running().peer_address)
 
     @property
     def node_id(self) -> int:

@@ -87,7 +87,10 @@ impl Lifetime {
 /// A dispatcher replica serving in this process.
 #[pyclass(frozen, module = "sluice._native")]
 pub struct DispatchServer {
+    /// The client API's address.
     addr: String,
+    /// The Raft peer listener's address.
+    peer_addr: String,
     /// This replica's Raft handle, for `leader_id`.
     raft: sluice_dispatcher::raft_types::Raft,
     lifetime: Lifetime,
@@ -97,14 +100,15 @@ pub struct DispatchServer {
 
 #[pymethods]
 impl DispatchServer {
-    /// `peers`: every replica's `(node_id, "host:port")`, the same on every replica; empty for a
-    /// one-node quorum. With peers and port 0 the replica serves at its own entry's address.
+    /// `peers`: every replica's `(node_id, "host:port")` peer address, the same on every
+    /// replica; empty for a one-node quorum. `peer_listen`: where Raft traffic is served; `None`
+    /// is this replica's own entry in `peers`, else any free port on `host`.
     /// `join`: start with an empty journal and wait to be added to a running quorum
     /// (`add_node`), instead of creating one.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
-        data_roots=Vec::new()))]
+        data_roots=Vec::new(), peer_listen=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -119,11 +123,14 @@ impl DispatchServer {
         job_gc_timeout_ms: Option<i64>,
         join: bool,
         data_roots: Vec<PathBuf>,
+        peer_listen: Option<String>,
     ) -> PyResult<DispatchServer> {
         let peers: BTreeMap<u64, String> = peers.into_iter().collect();
-        let listen = match peers.get(&node_id) {
-            Some(own) if port == 0 => own.clone(),
-            _ => format!("{host}:{port}"),
+        let listen = format!("{host}:{port}");
+        let peer_listen = match (peer_listen, peers.get(&node_id)) {
+            (Some(peer_listen), _) => peer_listen,
+            (None, Some(own)) => own.clone(),
+            (None, None) => format!("{host}:0"),
         };
         let (data_dir, temp_dir) = match work_dir {
             Some(dir) => (dir, None),
@@ -140,6 +147,7 @@ impl DispatchServer {
         let config = DispatcherConfig {
             id: node_id,
             listen,
+            peer_listen,
             join,
             data_dir,
             peers,
@@ -167,6 +175,7 @@ impl DispatchServer {
         })?
         .map_err(dispatcher_error)?;
         let addr = handle.addr().to_string();
+        let peer_addr = handle.peer_addr().to_string();
         let raft = handle.raft().clone();
         let lifetime = Lifetime::new();
         let (stop, done) = (lifetime.stop.clone(), lifetime.done.clone());
@@ -176,16 +185,23 @@ impl DispatchServer {
         });
         Ok(DispatchServer {
             addr,
+            peer_addr,
             raft,
             lifetime,
             temp_dir: Mutex::new(temp_dir),
         })
     }
 
-    /// `host:port` the replica serves on.
+    /// `host:port` the replica serves clients and workers on.
     #[getter]
     fn address(&self) -> &str {
         &self.addr
+    }
+
+    /// `host:port` the replica serves Raft on, for the other replicas only.
+    #[getter]
+    fn peer_address(&self) -> &str {
+        &self.peer_addr
     }
 
     /// The leader this replica knows of (`None` while there is none, or once stopped).

@@ -1,7 +1,7 @@
 //! `LocalCluster`: dispatcher replicas and workers in this process, each a real server on
-//! 127.0.0.1 with a port chosen by the OS, each replica with its own temp data dir. Replicas
-//! and workers can be killed and restarted at the same address (and, for replicas, from the same
-//! data dir). The demo runs on it, and the tests use it (as `TestCluster`) to show what survives
+//! 127.0.0.1 with a port chosen by the OS, each replica with its own temp data dir and two
+//! listeners (client API and Raft peer port). Replicas and workers can be killed and restarted
+//! at the same addresses (and, for replicas, from the same data dir). The demo runs on it, and the tests use it (as `TestCluster`) to show what survives
 //! a crash.
 //!
 //! Every replica and worker reads files only below one data root, a directory of the cluster's
@@ -39,6 +39,7 @@ async fn wait_until<F: FnMut() -> bool>(
 }
 
 /// Raft timings for a local cluster: fast failover, yet slow enough for a loaded 2-core machine.
+/// `peers` are the replicas' peer addresses.
 pub fn local_dispatcher_config(
     id: NodeId,
     data_dir: PathBuf,
@@ -56,7 +57,10 @@ pub fn local_dispatcher_config(
 }
 
 struct Replica {
+    /// Client API address.
     addr: String,
+    /// Raft peer address.
+    peer_addr: String,
     data_dir: PathBuf,
     handle: Option<DispatcherHandle>,
 }
@@ -80,6 +84,7 @@ pub struct LocalCluster {
     /// Raft links cut between replicas (partitions), shared by all of them.
     faults: Arc<NetworkFaults>,
     replicas: BTreeMap<NodeId, Replica>,
+    /// The peer list every replica is started with (peer addresses).
     peers: BTreeMap<NodeId, String>,
     workers: Vec<Worker>,
 }
@@ -105,11 +110,12 @@ impl LocalCluster {
         let mut listeners = BTreeMap::new();
         for id in 1..=replicas as NodeId {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            listeners.insert(id, listener);
+            let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            listeners.insert(id, (listener, peer_listener));
         }
         let peers: BTreeMap<NodeId, String> = listeners
             .iter()
-            .map(|(id, l)| (*id, l.local_addr().expect("bound").to_string()))
+            .map(|(id, (_, p))| (*id, p.local_addr().expect("bound").to_string()))
             .collect();
         let mut cluster = LocalCluster {
             _dir: dir,
@@ -120,17 +126,19 @@ impl LocalCluster {
             peers: peers.clone(),
             workers: Vec::new(),
         };
-        for (id, listener) in listeners {
+        for (id, (listener, peer_listener)) in listeners {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
             let mut config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
             config.data_roots = vec![cluster.data_root.clone()];
             tune(&mut config);
             config.faults = Some(cluster.faults.clone());
-            let handle = DispatcherHandle::start_on(listener, config).await?;
+            let addr = listener.local_addr()?.to_string();
+            let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
             cluster.replicas.insert(
                 id,
                 Replica {
-                    addr: peers[&id].clone(),
+                    addr,
+                    peer_addr: peers[&id].clone(),
                     data_dir,
                     handle: Some(handle),
                 },
@@ -157,9 +165,10 @@ impl LocalCluster {
         .await
     }
 
-    /// Every replica's address, comma-separated, as clients and workers are given it.
+    /// Every replica's client address, comma-separated, as clients and workers are given it.
     pub fn dispatcher_addrs(&self) -> String {
-        self.peers.values().cloned().collect::<Vec<_>>().join(",")
+        let addrs: Vec<&str> = self.replicas.values().map(|r| r.addr.as_str()).collect();
+        addrs.join(",")
     }
 
     pub fn client(&self) -> DispatcherClient {
@@ -220,33 +229,38 @@ impl LocalCluster {
         let replica = self.replicas.get_mut(&id).context("no such replica")?;
         anyhow::ensure!(replica.handle.is_none(), "replica {id} is running");
         let listener = bind_again(&replica.addr).await?;
+        let peer_listener = bind_again(&replica.peer_addr).await?;
         let mut config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
         config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
         config.faults = Some(self.faults.clone());
-        replica.handle = Some(DispatcherHandle::start_on(listener, config).await?);
+        let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
+        replica.handle = Some(handle);
         info!(node = id, "--- restarted replica");
         Ok(())
     }
 
     /// Starts a new, empty replica that waits to be added (`join`); returns its id. Add it with
-    /// `DispatcherClient::add_node`.
+    /// `DispatcherClient::add_node` at its [`LocalCluster::replica_peer_addr`].
     pub async fn start_joining_replica(&mut self) -> anyhow::Result<NodeId> {
         let id = self.replicas.keys().max().copied().unwrap_or(0) + 1;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
+        let peer_addr = peer_listener.local_addr()?.to_string();
         let data_dir = self._dir.path().join(format!("node-{id}"));
         let mut config = local_dispatcher_config(id, data_dir.clone(), BTreeMap::new());
         config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
         config.join = true;
         config.faults = Some(self.faults.clone());
-        let handle = DispatcherHandle::start_on(listener, config).await?;
-        self.peers.insert(id, addr.clone());
+        let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
+        self.peers.insert(id, peer_addr.clone());
         self.replicas.insert(
             id,
             Replica {
                 addr,
+                peer_addr,
                 data_dir,
                 handle: Some(handle),
             },
@@ -254,9 +268,14 @@ impl LocalCluster {
         Ok(id)
     }
 
-    /// The address of replica `id`.
+    /// The client address of replica `id`.
     pub fn replica_addr(&self, id: NodeId) -> Option<&str> {
         self.replicas.get(&id).map(|r| r.addr.as_str())
+    }
+
+    /// The Raft peer address of replica `id` (what `add_node` takes).
+    pub fn replica_peer_addr(&self, id: NodeId) -> Option<&str> {
+        self.replicas.get(&id).map(|r| r.peer_addr.as_str())
     }
 
     /// Forgets a replica that was removed from the quorum (stopping it if running).

@@ -93,107 +93,179 @@ async fn secure_cluster(creds: &Creds) -> TestCluster {
     .expect("a secure cluster starts")
 }
 
-/// Calls every dispatcher RPC and every Raft peer RPC once with `security`; returns each
-/// call's status code (`Ok` when the call got past authentication and authorization and
-/// succeeded).
-async fn call_everything(addr: &str, security: &ClientSecurity) -> Vec<(&'static str, Code)> {
-    let channel = match security.endpoint(addr).unwrap().connect().await {
-        Ok(channel) => channel,
-        // A refused handshake: every call fails the same way.
-        Err(_) => return vec![("connect", Code::Unavailable)],
-    };
-    let mut d = Stub::new(security.authed(channel.clone()));
-    let mut r = RaftPeerClient::new(security.authed(channel));
+/// Calls every dispatcher RPC (on `addr`) and every Raft peer RPC (on `peer_addr`) once with
+/// `security`; returns each call's status code (`Ok` when the call got past authentication and
+/// authorization and succeeded).
+async fn call_everything(
+    addr: &str,
+    peer_addr: &str,
+    security: &ClientSecurity,
+) -> Vec<(&'static str, Code)> {
     fn code<T>(r: Result<T, tonic::Status>) -> Code {
         r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
     }
+    let refused = |names: &[&'static str]| names.iter().map(|n| (*n, Code::Unavailable)).collect();
+    let mut calls: Vec<(&'static str, Code)> = match security
+        .endpoint(addr)
+        .unwrap()
+        .connect()
+        .await
+    {
+        // A refused handshake: no call gets through.
+        Err(_) => refused(&["dispatcher"]),
+        Ok(channel) => {
+            let mut d = Stub::new(security.authed(channel));
+            vec![
+                (
+                    "RegisterDataset",
+                    code(
+                        d.register_dataset(pb::RegisterDatasetRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "GetDataset",
+                    code(d.get_dataset(pb::GetDatasetRequest::default()).await),
+                ),
+                (
+                    "GetOrCreateJob",
+                    code(
+                        d.get_or_create_job(pb::GetOrCreateJobRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "GetOrCreateIteration",
+                    code(
+                        d.get_or_create_iteration(pb::GetOrCreateIterationRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "ClientHeartbeat",
+                    code(
+                        d.client_heartbeat(pb::ClientHeartbeatRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "ReleaseIterationClient",
+                    code(
+                        d.release_iteration_client(pb::ReleaseIterationClientRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "WorkerHeartbeat",
+                    code(
+                        d.worker_heartbeat(pb::WorkerHeartbeatRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "WorkerUpdate",
+                    code(d.worker_update(pb::WorkerUpdateRequest::default()).await),
+                ),
+                (
+                    "LeaseSplits",
+                    code(d.lease_splits(pb::LeaseSplitsRequest::default()).await),
+                ),
+                (
+                    "MaybeRemoveTask",
+                    code(
+                        d.maybe_remove_task(pb::MaybeRemoveTaskRequest::default())
+                            .await,
+                    ),
+                ),
+                (
+                    "GetStatus",
+                    code(d.get_status(pb::GetStatusRequest::default()).await),
+                ),
+                (
+                    "AddNode",
+                    code(d.add_node(pb::AddNodeRequest::default()).await),
+                ),
+                (
+                    "RemoveNode",
+                    code(d.remove_node(pb::RemoveNodeRequest::default()).await),
+                ),
+            ]
+        }
+    };
     let payload = || sluice_proto::raft::RaftPayload { payload: vec![] };
-    vec![
-        (
-            "RegisterDataset",
-            code(
-                d.register_dataset(pb::RegisterDatasetRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "GetDataset",
-            code(d.get_dataset(pb::GetDatasetRequest::default()).await),
-        ),
-        (
-            "GetOrCreateJob",
-            code(
-                d.get_or_create_job(pb::GetOrCreateJobRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "GetOrCreateIteration",
-            code(
-                d.get_or_create_iteration(pb::GetOrCreateIterationRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "ClientHeartbeat",
-            code(
-                d.client_heartbeat(pb::ClientHeartbeatRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "ReleaseIterationClient",
-            code(
-                d.release_iteration_client(pb::ReleaseIterationClientRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "WorkerHeartbeat",
-            code(
-                d.worker_heartbeat(pb::WorkerHeartbeatRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "WorkerUpdate",
-            code(d.worker_update(pb::WorkerUpdateRequest::default()).await),
-        ),
-        (
-            "LeaseSplits",
-            code(d.lease_splits(pb::LeaseSplitsRequest::default()).await),
-        ),
-        (
-            "MaybeRemoveTask",
-            code(
-                d.maybe_remove_task(pb::MaybeRemoveTaskRequest::default())
-                    .await,
-            ),
-        ),
-        (
-            "GetStatus",
-            code(d.get_status(pb::GetStatusRequest::default()).await),
-        ),
-        (
-            "AddNode",
-            code(d.add_node(pb::AddNodeRequest::default()).await),
-        ),
-        (
-            "RemoveNode",
-            code(d.remove_node(pb::RemoveNodeRequest::default()).await),
-        ),
-        ("AppendEntries", code(r.append_entries(payload()).await)),
-        ("Vote", code(r.vote(payload()).await)),
-        ("InstallSnapshot", code(r.install_snapshot(payload()).await)),
-    ]
+    match security.endpoint(peer_addr).unwrap().connect().await {
+        Err(_) => calls.extend(refused(&["peer"])),
+        Ok(channel) => {
+            let mut r = RaftPeerClient::new(security.authed(channel));
+            calls.extend([
+                ("AppendEntries", code(r.append_entries(payload()).await)),
+                ("Vote", code(r.vote(payload()).await)),
+                ("InstallSnapshot", code(r.install_snapshot(payload()).await)),
+                (
+                    "Announce",
+                    code(
+                        r.announce(sluice_proto::raft::AnnounceRequest::default())
+                            .await,
+                    ),
+                ),
+            ]);
+        }
+    }
+    calls
 }
 
 fn codes_of(calls: &[(&'static str, Code)], code: Code) -> Vec<&'static str> {
-    calls
+    let mut names: Vec<&'static str> = calls
         .iter()
         .filter(|(_, c)| *c == code)
         .map(|(n, _)| *n)
-        .collect()
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+/// Calls that failed in the transport (a refused TLS handshake), not with an answer.
+fn refused_by_tls(calls: &[(&'static str, Code)]) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = calls
+        .iter()
+        .filter(|(_, c)| matches!(c, Code::Unknown | Code::Unavailable))
+        .map(|(n, _)| *n)
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+const DISPATCHER_RPCS: [&str; 13] = [
+    "AddNode",
+    "ClientHeartbeat",
+    "GetDataset",
+    "GetOrCreateIteration",
+    "GetOrCreateJob",
+    "GetStatus",
+    "LeaseSplits",
+    "MaybeRemoveTask",
+    "RegisterDataset",
+    "ReleaseIterationClient",
+    "RemoveNode",
+    "WorkerHeartbeat",
+    "WorkerUpdate",
+];
+const PEER_RPCS: [&str; 4] = ["Announce", "AppendEntries", "InstallSnapshot", "Vote"];
+const ADMIN_RPCS: [&str; 2] = ["AddNode", "RemoveNode"];
+const WORKER_RPCS: [&str; 3] = ["LeaseSplits", "WorkerHeartbeat", "WorkerUpdate"];
+const CLIENT_RPCS: [&str; 6] = [
+    "ClientHeartbeat",
+    "GetOrCreateIteration",
+    "GetOrCreateJob",
+    "MaybeRemoveTask",
+    "RegisterDataset",
+    "ReleaseIterationClient",
+];
+
+fn sorted(names: &[&'static str]) -> Vec<&'static str> {
+    let mut names = names.to_vec();
+    names.sort_unstable();
+    names
 }
 
 #[tokio::test]
@@ -201,36 +273,46 @@ async fn every_rpc_refuses_missing_and_wrong_credentials() {
     let creds = Creds::new();
     let cluster = secure_cluster(&creds).await;
     let addr = cluster.dispatcher_addrs();
-    let all = 16;
+    let peer_addr = cluster.replica_peer_addr(1).unwrap().to_string();
 
+    // No credential: every client API call is Unauthenticated; the peer listener, which
+    // requires a replica's certificate, refuses the connection itself.
     let nothing = creds.caller(None, None, Role::Client);
-    let calls = call_everything(&addr, &nothing).await;
+    let calls = call_everything(&addr, &peer_addr, &nothing).await;
     assert_eq!(
-        codes_of(&calls, Code::Unauthenticated).len(),
-        all,
+        codes_of(&calls, Code::Unauthenticated),
+        sorted(&DISPATCHER_RPCS),
         "{calls:?}"
     );
+    assert_eq!(refused_by_tls(&calls), sorted(&PEER_RPCS), "{calls:?}");
 
     let wrong_dir = tempfile::tempdir().unwrap();
     let wrong = wrong_dir.path().join("token");
     std::fs::write(&wrong, "not-the-token-of-anyone-here\n").unwrap();
-    let calls = call_everything(&addr, &creds.caller(None, Some(wrong), Role::Client)).await;
+    let calls = call_everything(
+        &addr,
+        &peer_addr,
+        &creds.caller(None, Some(wrong), Role::Client),
+    )
+    .await;
     assert_eq!(
-        codes_of(&calls, Code::Unauthenticated).len(),
-        all,
+        codes_of(&calls, Code::Unauthenticated),
+        sorted(&DISPATCHER_RPCS),
         "{calls:?}"
     );
+    assert_eq!(refused_by_tls(&calls), sorted(&PEER_RPCS), "{calls:?}");
 
-    // A stranger's client certificate: the handshake is refused (in TLS 1.3 the caller learns
-    // it at its first call), so no call reaches a handler.
-    let stranger = creds.caller(Some((creds.theirs.path(), "admin")), None, Role::Client);
-    let calls = call_everything(&addr, &stranger).await;
-    assert!(
-        calls
-            .iter()
-            .all(|(_, c)| matches!(c, Code::Unknown | Code::Unavailable)),
-        "{calls:?}"
-    );
+    // A stranger's certificates, even a replica's: the handshake is refused (in TLS 1.3 the
+    // caller learns it at its first call), so no call reaches a handler.
+    for cert in ["admin", "dispatcher"] {
+        let stranger = creds.caller(Some((creds.theirs.path(), cert)), None, Role::Client);
+        let calls = call_everything(&addr, &peer_addr, &stranger).await;
+        assert_eq!(
+            refused_by_tls(&calls).len(),
+            calls.len(),
+            "{cert}: {calls:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -238,53 +320,72 @@ async fn roles_decide_what_a_caller_may_call() {
     let creds = Creds::new();
     let cluster = secure_cluster(&creds).await;
     let addr = cluster.dispatcher_addrs();
-    let peer_rpcs = ["AppendEntries", "Vote", "InstallSnapshot"];
-    let admin_rpcs = ["AddNode", "RemoveNode"];
-    let worker_rpcs = ["WorkerHeartbeat", "WorkerUpdate", "LeaseSplits"];
-    let client_rpcs = [
-        "RegisterDataset",
-        "GetOrCreateJob",
-        "GetOrCreateIteration",
-        "ClientHeartbeat",
-        "ReleaseIterationClient",
-        "MaybeRemoveTask",
-    ];
-    let cases: Vec<(&str, ClientSecurity, Vec<&str>)> = vec![
+    let peer_addr = cluster.replica_peer_addr(1).unwrap().to_string();
+    let ours = creds.ours.path();
+    // (caller, its security, dispatcher RPCs denied, whether it has a certificate: without one
+    // the peer listener refuses the connection; with one of another role, every peer RPC is
+    // denied).
+    let cases: Vec<(&str, ClientSecurity, Vec<&str>, bool)> = vec![
         (
             "client token",
             creds.caller(None, creds.token("client.token"), Role::Client),
-            [&peer_rpcs[..], &admin_rpcs, &worker_rpcs].concat(),
+            [&ADMIN_RPCS[..], &WORKER_RPCS].concat(),
+            false,
         ),
         (
             "client certificate",
-            creds.caller(Some((creds.ours.path(), "client")), None, Role::Client),
-            [&peer_rpcs[..], &admin_rpcs, &worker_rpcs].concat(),
+            creds.caller(Some((ours, "client")), None, Role::Client),
+            [&ADMIN_RPCS[..], &WORKER_RPCS].concat(),
+            true,
         ),
         (
             "worker token",
             creds.caller(None, creds.token("worker-a.tokens"), Role::Worker),
-            [&peer_rpcs[..], &admin_rpcs, &client_rpcs].concat(),
+            [&ADMIN_RPCS[..], &CLIENT_RPCS].concat(),
+            false,
+        ),
+        (
+            "worker certificate",
+            creds.caller(Some((ours, "worker-a")), None, Role::Worker),
+            [&ADMIN_RPCS[..], &CLIENT_RPCS].concat(),
+            true,
         ),
         (
             "admin token",
             creds.caller(None, creds.token("admin.token"), Role::Admin),
-            peer_rpcs.to_vec(),
+            vec![],
+            false,
+        ),
+        (
+            "admin certificate",
+            creds.caller(Some((ours, "admin")), None, Role::Admin),
+            vec![],
+            true,
         ),
     ];
-    for (name, security, denied) in cases {
-        let calls = call_everything(&addr, &security).await;
-        let mut got = codes_of(&calls, Code::PermissionDenied);
+    for (name, security, denied, has_cert) in cases {
+        let calls = call_everything(&addr, &peer_addr, &security).await;
         let mut want = denied.clone();
-        got.sort_unstable();
-        want.sort_unstable();
-        assert_eq!(got, want, "{name}: {calls:?}");
+        if has_cert {
+            want.extend(PEER_RPCS);
+        } else {
+            assert_eq!(
+                refused_by_tls(&calls),
+                sorted(&PEER_RPCS),
+                "{name}: {calls:?}"
+            );
+        }
+        assert_eq!(
+            codes_of(&calls, Code::PermissionDenied),
+            sorted(&want),
+            "{name}: {calls:?}"
+        );
         assert!(
             codes_of(&calls, Code::Unauthenticated).is_empty(),
             "{name}: {calls:?}"
         );
     }
 }
-
 #[tokio::test]
 async fn a_forged_vote_from_a_non_peer_changes_nothing() {
     let creds = Creds::new();
@@ -300,14 +401,15 @@ async fn a_forged_vote_from_a_non_peer_changes_nothing() {
         .metrics()
         .borrow()
         .clone();
-    // A vote request for a far higher term, as an attacker would send it, under an admin token.
+    // A vote request for a far higher term, as an attacker would send it, on the peer
+    // listener, with the cluster's admin certificate (a valid certificate, but not a peer's).
     let vote = openraft::raft::VoteRequest::<u64> {
         vote: openraft::Vote::new(before.current_term + 100, 99),
         last_log_id: None,
     };
-    let admin = creds.caller(None, creds.token("admin.token"), Role::Admin);
+    let admin = creds.caller(Some((creds.ours.path(), "admin")), None, Role::Admin);
     let channel = admin
-        .endpoint(&cluster.dispatcher_addrs())
+        .endpoint(cluster.replica_peer_addr(leader).unwrap())
         .unwrap()
         .connect()
         .await
