@@ -5,8 +5,8 @@
 use anyhow::{bail, Context};
 use serde_json::Value;
 use sluice_client::DispatcherClient;
-use sluice_security::{ClientSecurity, ClientSecurityFiles, Role};
-use sluice_testkit::SluiceProcess;
+use sluice_security::ClientSecurity;
+use sluice_testkit::{Credentials, SluiceProcess};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -22,60 +22,6 @@ pub(crate) struct Cluster {
     addrs: String,
     /// What the bench's own calls present (plain without credentials).
     security: ClientSecurity,
-}
-
-/// A cluster's certificates and tokens (`sluice certs`' files), in a temp dir.
-pub(crate) struct Credentials {
-    dir: tempfile::TempDir,
-}
-
-impl Credentials {
-    pub(crate) fn generate() -> anyhow::Result<Credentials> {
-        let dir = tempfile::tempdir()?;
-        sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
-            out: dir.path().to_path_buf(),
-            hosts: vec![],
-            workers: vec![],
-            days: 1,
-        })?;
-        Ok(Credentials { dir })
-    }
-
-    fn file(&self, name: &str) -> anyhow::Result<String> {
-        Ok(self
-            .dir
-            .path()
-            .join(name)
-            .to_str()
-            .context("utf-8 path")?
-            .to_string())
-    }
-
-    /// A server's flags: its certificate (`dispatcher` or `worker`), the CA and `tokens`.
-    fn server_flags(&self, cert: &str, tokens: &str) -> anyhow::Result<Vec<String>> {
-        Ok(vec![
-            "--tls-cert".into(),
-            self.file(&format!("{cert}.pem"))?,
-            "--tls-key".into(),
-            self.file(&format!("{cert}.key"))?,
-            "--tls-ca".into(),
-            self.file("ca.pem")?,
-            "--auth-token-file".into(),
-            self.file(tokens)?,
-        ])
-    }
-
-    /// What a trainer presents: the CA and the client token.
-    fn client(&self) -> anyhow::Result<ClientSecurity> {
-        Ok(ClientSecurity::load(
-            &ClientSecurityFiles {
-                tls_ca: Some(self.dir.path().join("ca.pem")),
-                token_file: Some(self.dir.path().join("client.token")),
-                ..ClientSecurityFiles::default()
-            },
-            Role::Client,
-        )?)
-    }
 }
 
 /// Addresses of free ports, for replicas that must know each other's address before they start.
@@ -104,11 +50,11 @@ impl Cluster {
     ) -> anyhow::Result<Cluster> {
         let flags = |cert: &str, tokens: &str| match creds {
             Some(creds) => creds.server_flags(cert, tokens),
-            None => Ok(Vec::new()),
+            None => Vec::new(),
         };
         let (dispatcher_flags, worker_flags) = (
-            flags("dispatcher", "tokens")?,
-            flags("worker", "worker.tokens")?,
+            flags("dispatcher", "tokens"),
+            flags("worker", "worker.tokens"),
         );
         let dir = tempfile::tempdir()?;
         // Each replica: a client address (`--listen`) and a Raft peer address (`--peers`).

@@ -23,10 +23,11 @@ mod workloads;
 
 use anyhow::bail;
 use clap::Args;
-use cluster::{rss_mib, Cluster, Credentials};
+use cluster::{rss_mib, Cluster};
 use epoch::warm_up;
 use report::Report;
 use sluice_client::ShardingPolicy;
+use sluice_testkit::Credentials;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]

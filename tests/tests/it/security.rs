@@ -105,17 +105,13 @@ async fn call_everything(
         r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
     }
     let refused = |names: &[&'static str]| names.iter().map(|n| (*n, Code::Unavailable)).collect();
-    let mut calls: Vec<(&'static str, Code)> = match security
-        .endpoint(addr)
-        .unwrap()
-        .connect()
-        .await
-    {
-        // A refused handshake: no call gets through.
-        Err(_) => refused(&["dispatcher"]),
-        Ok(channel) => {
-            let mut d = Stub::new(security.authed(channel));
-            vec![
+    let mut calls: Vec<(&'static str, Code)> =
+        match security.endpoint(addr).unwrap().connect().await {
+            // A refused handshake: no call gets through.
+            Err(_) => refused(&["dispatcher"]),
+            Ok(channel) => {
+                let mut d = Stub::new(security.authed(channel));
+                vec![
                 (
                     "RegisterDataset",
                     code(
@@ -190,8 +186,8 @@ async fn call_everything(
                     code(d.remove_node(pb::RemoveNodeRequest::default()).await),
                 ),
             ]
-        }
-    };
+            }
+        };
     let payload = || sluice_proto::raft::RaftPayload { payload: vec![] };
     match security.endpoint(peer_addr).unwrap().connect().await {
         Err(_) => calls.extend(refused(&["peer"])),
