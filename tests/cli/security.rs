@@ -63,7 +63,7 @@ fn servers_refuse_to_listen_beyond_loopback_unprotected() {
     .expect("ran");
     assert!(!ok);
     assert!(
-        err.contains("refusing to serve the dispatcher on 0.0.0.0:")
+        err.contains("refusing to serve the dispatcher client API on 0.0.0.0:")
             && err.contains("without TLS and authentication")
             && err.contains("--insecure"),
         "{err}"
