@@ -7,12 +7,14 @@
 //! Every replica and worker reads files only below one data root, a directory of the cluster's
 //! temp dir (`data_root()`): tests put the files their datasets name there.
 
+use crate::credentials::Credentials;
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
 use sluice_dispatcher::ids::NodeId;
 use sluice_dispatcher::network_faults::NetworkFaults;
 use sluice_dispatcher::state::DispatcherState;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_security::ClientSecurity;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -87,6 +89,8 @@ pub struct LocalCluster {
     /// The peer list every replica is started with (peer addresses).
     peers: BTreeMap<NodeId, String>,
     workers: Vec<Worker>,
+    /// Certificates and tokens of a secure cluster; `None`: plain TCP, no authentication.
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl LocalCluster {
@@ -103,7 +107,27 @@ impl LocalCluster {
         workers: usize,
         tune: impl Fn(&mut DispatcherConfig) + Send + Sync + 'static,
     ) -> anyhow::Result<LocalCluster> {
-        let tune: Tune = Arc::new(tune);
+        Self::start_inner(replicas, workers, Arc::new(tune), None).await
+    }
+
+    /// Like [`LocalCluster::start`], with TLS on every listener and tokens on every call: new
+    /// certificates and tokens for the replicas, the workers and [`LocalCluster::client`], as
+    /// `sluice certs` makes them.
+    pub async fn start_secure(replicas: usize, workers: usize) -> anyhow::Result<LocalCluster> {
+        let credentials = Arc::new(Credentials::generate()?);
+        let security = credentials.dispatcher()?;
+        let tune: Tune = Arc::new(move |config: &mut DispatcherConfig| {
+            config.security = security.clone();
+        });
+        Self::start_inner(replicas, workers, tune, Some(credentials)).await
+    }
+
+    async fn start_inner(
+        replicas: usize,
+        workers: usize,
+        tune: Tune,
+        credentials: Option<Arc<Credentials>>,
+    ) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::tempdir()?;
         let data_root = dir.path().join("data");
         std::fs::create_dir(&data_root).context("create the cluster's data root")?;
@@ -125,6 +149,7 @@ impl LocalCluster {
             replicas: BTreeMap::new(),
             peers: peers.clone(),
             workers: Vec::new(),
+            credentials,
         };
         for (id, (listener, peer_listener)) in listeners {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
@@ -171,12 +196,19 @@ impl LocalCluster {
         addrs.join(",")
     }
 
+    /// A client of the quorum; on a secure cluster, with the CA and the client token.
     pub fn client(&self) -> DispatcherClient {
         let retry = RetryConfig {
             retry_timeout: Duration::from_secs(60),
             ..RetryConfig::default()
         };
-        DispatcherClient::with_retry(&self.dispatcher_addrs(), retry)
+        let security = match &self.credentials {
+            Some(credentials) => credentials
+                .client()
+                .expect("credentials made by the cluster are valid"),
+            None => ClientSecurity::default(),
+        };
+        DispatcherClient::connect(&self.dispatcher_addrs(), retry, security)
             .expect("cluster addresses are valid")
     }
 
@@ -325,6 +357,11 @@ impl LocalCluster {
             },
         )
         .await
+    }
+
+    /// The certificates and tokens of a cluster started with [`LocalCluster::start_secure`].
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.credentials.as_deref()
     }
 
     pub fn worker_config(&self, listen: String) -> WorkerConfig {
