@@ -112,6 +112,26 @@ pub enum Command {
     Demo(DemoArgs),
     /// Measure throughput and latencies on loopback (servers as child processes).
     Bench(sluice_bench::BenchArgs),
+    /// Make a cluster's CA, certificates and tokens (offline), for --tls-* and --auth-token-file.
+    Certs(CertsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CertsArgs {
+    /// Directory to write into (created; existing files are never overwritten).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A host name or IP address servers are reached at (repeatable); localhost, 127.0.0.1 and
+    /// ::1 are always included.
+    #[arg(long = "host")]
+    pub hosts: Vec<String>,
+    /// A worker that gets its own certificate and token (repeatable); without any, all workers
+    /// share one `worker` identity.
+    #[arg(long = "worker")]
+    pub workers: Vec<String>,
+    /// Validity of the certificates, in days.
+    #[arg(long, default_value_t = 365)]
+    pub days: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -130,9 +150,10 @@ pub struct AddNodeArgs {
     /// The new replica's id.
     #[arg(long)]
     pub id: u64,
-    /// The new replica's address.
+    /// The new replica's Raft peer address (its `--peer-listen`). Its client address enters
+    /// the membership once it has caught up and recorded it.
     #[arg(long)]
-    pub addr: String,
+    pub peer_addr: String,
     #[command(flatten)]
     pub security: ClientSecurityArgs,
 }
@@ -152,14 +173,22 @@ pub struct DispatcherArgs {
     /// This replica's id in --peers.
     #[arg(long, default_value_t = 1)]
     pub id: u64,
-    /// Address to serve on (port 0: any free port).
+    /// Address of the client API, for clients, workers and admins (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
+    /// Address of the Raft peer listener, for the other replicas only. Default: this node's
+    /// entry in --peers, else `127.0.0.1:0` (any free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub peer_listen: Option<String>,
+    /// The client address followers name as the leader hint. Default: the bound --listen
+    /// address (set it when listening on `0.0.0.0`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_address: Option<String>,
     /// Journal directory (created if missing).
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Every replica: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`, the same on every node. Omit for a
-    /// one-node dispatcher.
+    /// Every replica's peer address: `1=HOST:PEERPORT,2=HOST:PEERPORT,3=HOST:PEERPORT`, the
+    /// same on every node. Omit for a one-node dispatcher.
     #[arg(long, default_value = "")]
     pub peers: String,
     /// How this node reaches some peers, overriding --peers for its own Raft traffic:
@@ -195,6 +224,10 @@ pub struct DispatcherArgs {
     pub worker_addresses: String,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
+    /// A directory `files()` datasets may read below (repeatable). Without one, every files
+    /// source is refused.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
 }
 
 /// A duration that may be absent (`never`); an alias, so clap does not take the argument for an
@@ -225,6 +258,10 @@ pub struct WorkerArgs {
     pub cross_trainer_cache_size: u64,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
+    /// A directory tasks may read files below (repeatable). Without one, every file is
+    /// refused.
+    #[arg(long = "data-root", value_name = "DIR")]
+    pub data_roots: Vec<PathBuf>,
 }
 
 /// A size in bytes with an optional unit: `500`, `64KiB`, `64MiB`, `10GB` (case-insensitive).
@@ -368,6 +405,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let sluice = std::env::current_exe().context("locate the sluice binary")?;
             sluice_bench::run(args, &sluice).await
         }
+        Command::Certs(args) => commands::certs(args),
     }
 }
 

@@ -2,8 +2,8 @@
 //! library component.
 
 use crate::cli::{
-    AdminCommand, ClientSecurityArgs, DispatcherArgs, ReadArgs, RegisterArgs, StatusArgs,
-    WorkerArgs,
+    AdminCommand, CertsArgs, ClientSecurityArgs, DispatcherArgs, ReadArgs, RegisterArgs,
+    StatusArgs, WorkerArgs,
 };
 use anyhow::{bail, Context};
 use sluice_client::{
@@ -18,10 +18,15 @@ use std::io::Write;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Prints the one `READY <role> <address>` line tests and harnesses wait for.
-fn ready(role: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+/// Prints the one `READY <role> <address> [extra]` line tests and harnesses wait for; the third
+/// field is always the address clients use (`extra` follows it, e.g. a dispatcher's
+/// `peer=HOST:PORT`).
+fn ready(role: &str, addr: std::net::SocketAddr, extra: Option<String>) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "READY {role} {addr}")?;
+    match extra {
+        Some(extra) => writeln!(stdout, "READY {role} {addr} {extra}")?,
+        None => writeln!(stdout, "READY {role} {addr}")?,
+    }
     stdout.flush()?;
     Ok(())
 }
@@ -65,14 +70,17 @@ fn stop_on_signal() -> CancellationToken {
 
 pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
     let peers = DispatcherConfig::parse_peers(&args.peers).map_err(anyhow::Error::msg)?;
-    // With a peer list and no --listen, serve at this node's address in it.
-    let listen = match peers.get(&args.id) {
-        Some(addr) if args.listen == "127.0.0.1:0" => addr.clone(),
-        _ => args.listen,
+    // With a peer list and no --peer-listen, take Raft traffic at this node's entry in it.
+    let peer_listen = match (args.peer_listen, peers.get(&args.id)) {
+        (Some(peer_listen), _) => peer_listen,
+        (None, Some(peer_addr)) => peer_addr.clone(),
+        (None, None) => DispatcherConfig::default().peer_listen,
     };
     let config = DispatcherConfig {
         id: args.id,
-        listen,
+        listen: args.listen,
+        peer_listen,
+        advertise_address: args.advertise_address,
         data_dir: args.data_dir,
         peers,
         join: args.join,
@@ -85,10 +93,16 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         client_timeout: args.client_timeout,
         job_gc_timeout: args.job_gc_timeout,
         worker_addresses: DispatcherConfig::parse_worker_addresses(&args.worker_addresses),
+        security: args.security.load()?,
+        data_roots: args.data_roots,
         ..DispatcherConfig::default()
     };
     let handle = DispatcherHandle::start(config).await?;
-    ready("dispatcher", handle.addr())?;
+    ready(
+        "dispatcher",
+        handle.addr(),
+        Some(format!("peer={}", handle.peer_addr())),
+    )?;
     handle.run_until(stop_on_signal()).await?;
     Ok(())
 }
@@ -99,11 +113,12 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         listen: args.listen,
         tags: args.tags,
         cross_trainer_cache_size_bytes: args.cross_trainer_cache_size,
+        data_roots: args.data_roots,
         security: args.security.load()?,
         ..WorkerConfig::default()
     };
     let handle = WorkerHandle::start(config).await?;
-    ready("worker", handle.addr())?;
+    ready("worker", handle.addr(), None)?;
     handle.run_until(stop_on_signal()).await;
     Ok(())
 }
@@ -293,7 +308,7 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 &args.security,
                 Role::Admin,
             )?
-            .add_node(args.id, &args.addr)
+            .add_node(args.id, &args.peer_addr)
             .await?
         }
         AdminCommand::RemoveNode(args) => {
@@ -308,5 +323,19 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
         }
     };
     print_line(serde_json::json!({ "voters": voters }))?;
+    Ok(())
+}
+
+/// Writes a cluster's credentials; prints each file written.
+pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
+    let written = sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
+        out: args.out,
+        hosts: args.hosts,
+        workers: args.workers,
+        days: args.days,
+    })?;
+    for path in written {
+        print_line(path.display())?;
+    }
     Ok(())
 }

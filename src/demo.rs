@@ -53,11 +53,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.files
     );
 
-    let data = tempfile::tempdir().context("temp dir")?;
-    generate(data.path(), args.files, args.records)?;
     let mut cluster = LocalCluster::start(3, 2)
         .await
         .context("start the local cluster")?;
+    // The replicas and workers read files only below their data root.
+    let data = cluster.data_root().to_path_buf();
+    generate(&data, args.files, args.records)?;
     let first_leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
     println!(
         "quorum: {}   leader: replica {first_leader}",
@@ -69,7 +70,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         cluster.worker_addr(1)
     );
 
-    let pattern = format!("{}/*.tfrecord", data.path().display());
+    let pattern = format!("{}/*.tfrecord", data.display());
     let options = DistributeOptions {
         max_outstanding_requests: Some(64),
         ..DistributeOptions::default()

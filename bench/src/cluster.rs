@@ -5,7 +5,8 @@
 use anyhow::{bail, Context};
 use serde_json::Value;
 use sluice_client::DispatcherClient;
-use sluice_testkit::SluiceProcess;
+use sluice_security::ClientSecurity;
+use sluice_testkit::{Credentials, SluiceProcess};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,8 @@ pub(crate) struct Cluster {
     pub(crate) dispatchers: Vec<SluiceProcess>,
     pub(crate) workers: Vec<SluiceProcess>,
     addrs: String,
+    /// What the bench's own calls present (plain without credentials).
+    security: ClientSecurity,
 }
 
 /// Addresses of free ports, for replicas that must know each other's address before they start.
@@ -37,14 +40,27 @@ fn free_addrs(n: usize) -> anyhow::Result<Vec<String>> {
 impl Cluster {
     /// Starts `dispatchers` replicas of one quorum and `workers` workers of `sluice` (the
     /// binary's path), each waited for until it prints its READY line.
+    /// With `creds`, every server runs with TLS and tokens and the bench's calls present the
+    /// client's.
     pub(crate) fn start(
         sluice: &Path,
         dispatchers: usize,
         workers: usize,
+        creds: Option<&Credentials>,
     ) -> anyhow::Result<Cluster> {
+        let flags = |cert: &str, tokens: &str| match creds {
+            Some(creds) => creds.server_flags(cert, tokens),
+            None => Vec::new(),
+        };
+        let (dispatcher_flags, worker_flags) = (
+            flags("dispatcher", "tokens"),
+            flags("worker", "worker.tokens"),
+        );
         let dir = tempfile::tempdir()?;
-        let addrs = free_addrs(dispatchers)?;
-        let peers: Vec<String> = addrs
+        // Each replica: a client address (`--listen`) and a Raft peer address (`--peers`).
+        let mut addrs = free_addrs(2 * dispatchers)?;
+        let peer_addrs = addrs.split_off(dispatchers);
+        let peers: Vec<String> = peer_addrs
             .iter()
             .enumerate()
             .map(|(i, a)| format!("{}={a}", i + 1))
@@ -61,29 +77,26 @@ impl Cluster {
                 &id.to_string(),
                 "--data-dir",
                 data.to_str().context("utf-8 path")?,
+                "--listen",
+                &addrs[id - 1],
                 "--peers",
                 &peers,
             ]
             .map(str::to_string);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let args: Vec<&str> = args
+                .iter()
+                .chain(&dispatcher_flags)
+                .map(String::as_str)
+                .collect();
             procs.push(SluiceProcess::spawn(sluice, &args, STARTUP)?);
         }
         let all = addrs.join(",");
         let workers = (0..workers)
             .map(|_| {
-                SluiceProcess::spawn(
-                    sluice,
-                    &[
-                        "--log",
-                        CHILD_LOG,
-                        "worker",
-                        "--dispatcher",
-                        &all,
-                        "--listen",
-                        "127.0.0.1:0",
-                    ],
-                    STARTUP,
-                )
+                let mut args = vec!["--log", CHILD_LOG, "worker", "--dispatcher", &all];
+                args.extend(["--listen", "127.0.0.1:0"]);
+                args.extend(worker_flags.iter().map(String::as_str));
+                SluiceProcess::spawn(sluice, &args, STARTUP)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Cluster {
@@ -91,11 +104,19 @@ impl Cluster {
             dispatchers: procs,
             workers,
             addrs: all,
+            security: match creds {
+                Some(creds) => creds.client()?,
+                None => ClientSecurity::default(),
+            },
         })
     }
 
     pub(crate) fn client(&self) -> anyhow::Result<DispatcherClient> {
-        Ok(DispatcherClient::new(&self.addrs)?)
+        Ok(DispatcherClient::connect(
+            &self.addrs,
+            sluice_client::RetryConfig::default(),
+            self.security.clone(),
+        )?)
     }
 
     /// The index of the replica that leads (highest term among those claiming it).
@@ -108,7 +129,7 @@ impl Cluster {
                     retry_timeout: Duration::from_millis(300),
                     ..Default::default()
                 };
-                let client = DispatcherClient::with_retry(addr, retry)?;
+                let client = DispatcherClient::connect(addr, retry, self.security.clone())?;
                 if let Ok(status) = client.get_status().await {
                     let v: Value = serde_json::from_str(&status)?;
                     let term = v["term"].as_u64().unwrap_or(0);

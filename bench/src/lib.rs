@@ -27,6 +27,7 @@ use cluster::{rss_mib, Cluster};
 use epoch::warm_up;
 use report::Report;
 use sluice_client::ShardingPolicy;
+use sluice_testkit::Credentials;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
@@ -48,12 +49,68 @@ pub struct BenchArgs {
     /// latency, dynamic, failover. All by default.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Run the networked workloads a second time with TLS on every link and a token on every
+    /// call; their figures get the suffix `_tls`.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// The workloads `--only` can name, in the order they run.
 const WORKLOADS: [&str; 8] = [
     "local", "tiny2w", "tiny1w", "batched", "large", "latency", "dynamic", "failover",
 ];
+
+/// One pass of the networked workloads `args` selects, on clusters with `creds` (TLS and
+/// tokens) or without.
+async fn run_pass(
+    args: &BenchArgs,
+    sluice: &Path,
+    creds: Option<&Credentials>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|w| w == name);
+    let n = args.elements;
+    if want("tiny2w") {
+        let cluster = Cluster::start(sluice, 1, 2, creds)?;
+        let client = cluster.client()?;
+        // Warm up: registration, channels, worker tasks.
+        warm_up(&client, ShardingPolicy::Off).await?;
+        workloads::tiny(&client, n, 2, "tiny_service_eps_2w", report).await?;
+        workloads::worker_rss(&cluster, report)?;
+    }
+    if ["tiny1w", "batched", "large", "latency"]
+        .iter()
+        .any(|w| want(w))
+    {
+        let cluster = Cluster::start(sluice, 1, 1, creds)?;
+        let client = cluster.client()?;
+        warm_up(&client, ShardingPolicy::Off).await?;
+        if want("tiny1w") {
+            workloads::tiny(&client, n, 1, "tiny_service_eps_1w", report).await?;
+        }
+        if want("batched") {
+            workloads::batched(&client, n, report).await?;
+        }
+        if want("large") {
+            workloads::large(&client, args.large_mib, report).await?;
+        }
+        if want("latency") {
+            workloads::latency(&client, report).await?;
+        }
+    }
+    if want("dynamic") || want("failover") {
+        let mut cluster = Cluster::start(sluice, 3, 2, creds)?;
+        let client = cluster.client()?;
+        warm_up(&client, ShardingPolicy::Dynamic).await?;
+        if want("dynamic") {
+            workloads::dynamic(&client, n, report).await?;
+        }
+        if want("failover") {
+            workloads::failover(&mut cluster, &client, report).await?;
+        }
+    }
+    Ok(())
+}
 
 /// Runs the workloads `args` selects against servers started from `sluice`, the path of the
 /// `sluice` binary, and prints the report.
@@ -64,51 +121,19 @@ pub async fn run(args: BenchArgs, sluice: &Path) -> anyhow::Result<()> {
             WORKLOADS.join(", ")
         );
     }
-    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|w| w == name);
-    let n = args.elements;
     let mut report = Report::default();
-
-    if want("local") {
-        workloads::local(n, &mut report)?;
+    if args.only.is_empty() || args.only.iter().any(|w| w == "local") {
+        workloads::local(args.elements, &mut report)?;
     }
-    if want("tiny2w") {
-        let cluster = Cluster::start(sluice, 1, 2)?;
-        let client = cluster.client()?;
-        // Warm up: registration, channels, worker tasks.
-        warm_up(&client, ShardingPolicy::Off).await?;
-        workloads::tiny(&client, n, 2, "tiny_service_eps_2w", &mut report).await?;
-        workloads::worker_rss(&cluster, &mut report)?;
-    }
-    if ["tiny1w", "batched", "large", "latency"]
-        .iter()
-        .any(|w| want(w))
-    {
-        let cluster = Cluster::start(sluice, 1, 1)?;
-        let client = cluster.client()?;
-        warm_up(&client, ShardingPolicy::Off).await?;
-        if want("tiny1w") {
-            workloads::tiny(&client, n, 1, "tiny_service_eps_1w", &mut report).await?;
-        }
-        if want("batched") {
-            workloads::batched(&client, n, &mut report).await?;
-        }
-        if want("large") {
-            workloads::large(&client, args.large_mib, &mut report).await?;
-        }
-        if want("latency") {
-            workloads::latency(&client, &mut report).await?;
-        }
-    }
-    if want("dynamic") || want("failover") {
-        let mut cluster = Cluster::start(sluice, 3, 2)?;
-        let client = cluster.client()?;
-        warm_up(&client, ShardingPolicy::Dynamic).await?;
-        if want("dynamic") {
-            workloads::dynamic(&client, n, &mut report).await?;
-        }
-        if want("failover") {
-            workloads::failover(&mut cluster, &client, &mut report).await?;
-        }
+    run_pass(&args, sluice, None, &mut report).await?;
+    if args.tls {
+        // The same workloads again, every link in TLS and every call with a token, so the cost
+        // of security is a ratio measured in one run.
+        let creds = Credentials::generate()?;
+        println!("-- with TLS and tokens");
+        report.set_suffix("_tls");
+        run_pass(&args, sluice, Some(&creds), &mut report).await?;
+        report.set_suffix("");
     }
     report.put("client_rss_mib", rss_mib("self")?, "MiB (this process)");
     if let Some(path) = &args.plot {

@@ -7,14 +7,22 @@ use serde_json::{json, Map, Value};
 #[derive(Default)]
 pub(crate) struct Report {
     figures: Map<String, Value>,
+    /// Appended to every key put from now on (`_tls` for the pass with TLS and tokens).
+    suffix: String,
 }
 
 impl Report {
     /// Prints a row and keeps the figure for the JSON object.
     pub(crate) fn put(&mut self, key: &str, value: f64, unit: &str) {
-        println!("{key:<24} {value:>14.1} {unit}");
+        let key = format!("{key}{}", self.suffix);
+        println!("{key:<28} {value:>14.1} {unit}");
         self.figures
-            .insert(key.to_string(), json!((value * 10.0).round() / 10.0));
+            .insert(key, json!((value * 10.0).round() / 10.0));
+    }
+
+    /// Suffixes the keys of every figure put from now on.
+    pub(crate) fn set_suffix(&mut self, suffix: &str) {
+        self.suffix = suffix.to_string();
     }
 
     /// Every figure put so far, as one JSON object.

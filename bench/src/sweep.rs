@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// Sweeps element sizes, writes the plot to `path`, and prints each point.
 pub(crate) async fn plot(sluice: &Path, path: &Path) -> anyhow::Result<()> {
-    let cluster = Cluster::start(sluice, 1, 1)?;
+    let cluster = Cluster::start(sluice, 1, 1, None)?;
     let client = cluster.client()?;
     let points = sweep(&client).await?;
     std::fs::write(path, plot_svg(&points)).with_context(|| format!("write {}", path.display()))?;

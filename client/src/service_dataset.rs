@@ -269,7 +269,9 @@ async fn register_definition(
     let mut def = dataset.def().clone();
     absolutize_file_pattern(&mut def)?;
     sluice_dataset::validate(&def, &registry)?;
-    sluice_dataset::expand_files(&mut def)?;
+    // In the user's own process, so unrestricted: the dispatcher checks the list it is sent
+    // against its own data roots.
+    sluice_dataset::expand_files(&mut def, &sluice_dataset::FileAccess::Unrestricted)?;
     let spec = sluice_dataset::element_spec(&def, &registry)?;
     let metadata = pb::DatasetMetadata {
         element_spec: Some(spec.to_proto()),

@@ -24,6 +24,7 @@
 
 use crate::dataset::render_def;
 use crate::error::DatasetError;
+use crate::file_access::FileAccess;
 use crate::files::expand_files;
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
@@ -88,7 +89,7 @@ fn shard_by_file(
         return Err(DatasetError::UnshardableSource(render_def(&source)));
     }
     let mut out = def.clone();
-    expand_files(&mut out)?;
+    expand_files(&mut out, &FileAccess::Unrestricted)?;
     let Some(SourceKind::Files(fs)) = out.source.as_mut().and_then(|s| s.kind.as_mut()) else {
         unreachable!("checked above that the source is files");
     };

@@ -29,6 +29,20 @@ pub enum DatasetError {
     #[error("cannot read '{path}': {message}")]
     Io { path: String, message: String },
 
+    /// A server refused a file of a files source: outside its data roots (after resolving
+    /// symlinks), not a regular file, or the server has no roots. `reason` names the roots.
+    #[error("refused to read '{path}': {reason}")]
+    FileRefused { path: String, reason: String },
+
+    /// A text line longer than the limit (`files::MAX_LINE_BYTES`), refused rather than
+    /// buffered without end. `line` is 1-based.
+    #[error("line {line} of '{path}' is longer than {limit} bytes, the maximum line length")]
+    LineTooLong {
+        path: String,
+        line: u64,
+        limit: usize,
+    },
+
     /// A TFRecord file whose framing or checksums are wrong.
     #[error("corrupt record in '{file}' at byte offset {offset}: {reason}")]
     CorruptRecord {
@@ -73,6 +87,8 @@ impl DatasetError {
             DatasetError::UnknownFunction { .. } => false,
             DatasetError::InvalidArgument(_) => false,
             DatasetError::Io { .. } => false,
+            DatasetError::FileRefused { .. } => false,
+            DatasetError::LineTooLong { .. } => false,
             DatasetError::CorruptRecord { .. } => false,
             DatasetError::Function { .. } => false,
             DatasetError::Codec(_) => false,

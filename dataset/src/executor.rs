@@ -21,7 +21,8 @@ use std::sync::Arc;
 use crate::analysis::validate;
 use crate::element::Element;
 use crate::error::DatasetError;
-use crate::files::expand_files;
+use crate::file_access::FileAccess;
+use crate::files::{expand_files, has_file_list};
 use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -39,12 +40,16 @@ pub type ElementIter = Box<dyn Iterator<Item = Result<Element, DatasetError>> + 
 /// Creates a fresh iterator over an upstream pipeline.
 pub(crate) type Factory = Arc<dyn Fn() -> Result<ElementIter, DatasetError> + Send + Sync>;
 
-/// How to execute: which registry resolves function names, and where splits come from.
+/// How to execute: which registry resolves function names, where splits come from, and which
+/// files may be read.
 #[derive(Clone)]
 pub struct ExecOptions {
     pub registry: Arc<FunctionRegistry>,
     /// `Some` in distributed_epoch mode: the source yields only the splits supplied.
     pub splits: Option<Arc<dyn SplitSupplier>>,
+    /// Unrestricted in the user's own process (the default); a server's data roots on a
+    /// worker, checked before each file is opened.
+    pub file_access: FileAccess,
 }
 
 impl Default for ExecOptions {
@@ -52,6 +57,7 @@ impl Default for ExecOptions {
         ExecOptions {
             registry: FunctionRegistry::global(),
             splits: None,
+            file_access: FileAccess::Unrestricted,
         }
     }
 }
@@ -61,16 +67,22 @@ impl std::fmt::Debug for ExecOptions {
         f.debug_struct("ExecOptions")
             .field("registry", &self.registry)
             .field("splits", &self.splits.as_ref().map(|_| "SplitSupplier"))
+            .field("file_access", &self.file_access)
             .finish()
     }
 }
 
-/// Runs a whole definition. An unexpanded files source is expanded here (local execution).
+/// Runs a whole definition. An unexpanded files source is expanded here (local execution), as
+/// `opts.file_access` allows. An expanded one (registered with the service) is not checked as a
+/// whole: each file is checked as it is opened, so a file refused or missing here fails only the
+/// split that names it.
 pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, DatasetError> {
     let mut def = def.clone();
-    expand_files(&mut def)?;
+    if !has_file_list(&def) {
+        expand_files(&mut def, &opts.file_access)?;
+    }
     validate(&def, &opts.registry)?;
-    let source = Arc::new(Source::from_def(&def)?);
+    let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
     let carried = match &opts.splits {
         None => 0,
         Some(_) => enumerate_prefix(&def.ops, &source)?,

@@ -147,7 +147,7 @@ fn extended() -> ExecOptions {
     );
     ExecOptions {
         registry: Arc::new(r),
-        splits: None,
+        ..ExecOptions::default()
     }
 }
 
@@ -261,7 +261,7 @@ fn file_sources() {
     let mut def = parse(&format!("files(\"{d}/*.txt\").lines()"))
         .unwrap()
         .into_def();
-    crate::files::expand_files(&mut def).unwrap();
+    crate::files::expand_files(&mut def, &crate::file_access::FileAccess::Unrestricted).unwrap();
     std::fs::remove_file(dir.path().join("b.txt")).unwrap();
     let got = run_def(&def, &ExecOptions::default());
     assert_eq!(got.len(), 3);
@@ -374,7 +374,7 @@ fn dynamic_files_split_is_a_whole_file() {
     ))
     .unwrap()
     .into_def();
-    crate::files::expand_files(&mut def).unwrap();
+    crate::files::expand_files(&mut def, &crate::file_access::FileAccess::Unrestricted).unwrap();
     assert_eq!(crate::splits::num_splits(&def, 0).unwrap(), 3);
     let opts = ExecOptions {
         splits: Some(FakeSupplier::new(&[&[2, 0]])),
@@ -445,7 +445,7 @@ fn errors_surface() {
     );
     let opts = ExecOptions {
         registry: Arc::new(r),
-        splits: None,
+        ..ExecOptions::default()
     };
     let got = run_def(Dataset::range(5).map("fail_on_3").def(), &opts);
     assert_eq!(

@@ -5,22 +5,41 @@
 //! (`FilesSource.files`) so every worker and dispatcher replica sees the same sorted list; split
 //! `i` of a files source is file `i`. Files are opened lazily, so a missing file is an `Err`
 //! element (naming the file) at the point the pipeline reaches it.
+//!
+//! On a server (`FileAccess::Roots`) every path, matched or listed, passes the data roots twice:
+//! at expansion, where the stored list becomes the canonical paths, and again just before the
+//! file is opened, since a worker must not trust that the dispatcher's roots are its own. Both
+//! bounds here protect a server from its clients: a pattern matches at most
+//! `MAX_MATCHED_FILES` files and a text line is at most `MAX_LINE_BYTES` long.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
 
 use bytes::Bytes;
 
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
+use crate::file_access::FileAccess;
 use crate::pb;
 use crate::tensor::Tensor;
 use crate::tfrecord::TfRecordReader;
 
+/// The most files a pattern may match (or a files source may list): the list travels in the
+/// replicated definition, and a pattern such as `/**/*` must not fill a server's memory.
+pub const MAX_MATCHED_FILES: usize = 100_000;
+
+/// The longest text line `lines()` yields, in bytes without its newline. A longer line (or a
+/// file without newlines, such as `/dev/zero`) is an error rather than a buffer that grows
+/// until the process runs out of memory.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
 /// Fills `files` of a files source from its glob `pattern`, sorted, as absolute paths (workers
-/// may run in another directory). A no-op for other sources or an already expanded list.
-pub fn expand_files(def: &mut pb::DatasetDef) -> Result<(), DatasetError> {
+/// may run in another directory). A no-op for other sources. An already filled list (a raw
+/// request may send one) is kept as it is when unrestricted; with data roots, every matched or
+/// listed file must pass them, and the stored list holds their canonical paths.
+pub fn expand_files(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(), DatasetError> {
     let Some(pb::Source {
         kind: Some(pb::source::Kind::Files(fs)),
     }) = def.source.as_mut()
@@ -28,19 +47,42 @@ pub fn expand_files(def: &mut pb::DatasetDef) -> Result<(), DatasetError> {
         return Ok(());
     };
     if !fs.files.is_empty() {
+        if fs.files.len() > MAX_MATCHED_FILES {
+            return Err(DatasetError::invalid(format!(
+                "the files source lists {} files; the limit is {MAX_MATCHED_FILES}",
+                fs.files.len()
+            )));
+        }
+        if access.is_restricted() {
+            fs.files = fs
+                .files
+                .iter()
+                .map(|f| access.resolve(f).map(path_string))
+                .collect::<Result<_, _>>()?;
+        }
         return Ok(());
     }
+    // A malformed pattern is reported as such first; `glob` lists nothing until iterated.
     let entries = glob::glob(&fs.pattern).map_err(|e| {
         DatasetError::invalid(format!("invalid file pattern '{}': {}", fs.pattern, e.msg))
     })?;
+    access.check_pattern(&fs.pattern)?;
     let mut files = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| DatasetError::io(&e.path().to_string_lossy(), e.error()))?;
         if path.is_dir() {
             continue;
         }
+        if files.len() == MAX_MATCHED_FILES {
+            return Err(DatasetError::invalid(format!(
+                "file pattern '{}' matches more than {MAX_MATCHED_FILES} files, the limit",
+                fs.pattern
+            )));
+        }
         let path = std::path::absolute(&path).unwrap_or(path);
-        files.push(path.to_string_lossy().into_owned());
+        // Refused at the first match outside the roots.
+        let path = access.resolve_match(&fs.pattern, &path.to_string_lossy())?;
+        files.push(path_string(path));
     }
     if files.is_empty() {
         return Err(DatasetError::invalid(format!(
@@ -53,35 +95,50 @@ pub fn expand_files(def: &mut pb::DatasetDef) -> Result<(), DatasetError> {
     Ok(())
 }
 
-/// The elements of one file, opened on first use.
-pub(crate) fn file_elements(path: String, format: pb::FileFormat) -> ElementIter {
-    match format {
-        pb::FileFormat::Tfrecord => Box::new(Lazy::Pending(path, open_tfrecord)),
-        pb::FileFormat::Lines | pb::FileFormat::Unspecified => {
-            Box::new(Lazy::Pending(path, open_lines))
-        }
-    }
+/// Whether `def` has a files source whose list is filled in.
+pub(crate) fn has_file_list(def: &pb::DatasetDef) -> bool {
+    matches!(
+        def.source.as_ref().and_then(|s| s.kind.as_ref()),
+        Some(pb::source::Kind::Files(fs)) if !fs.files.is_empty()
+    )
 }
 
-fn open_tfrecord(path: &str) -> Result<ElementIter, DatasetError> {
-    let reader = TfRecordReader::open(path)?;
+fn path_string(path: PathBuf) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// The elements of one file, opened on first use, after `access` allowed it.
+pub(crate) fn file_elements(
+    path: String,
+    format: pb::FileFormat,
+    access: &FileAccess,
+) -> ElementIter {
+    let open = match format {
+        pb::FileFormat::Tfrecord => open_tfrecord,
+        pb::FileFormat::Lines | pb::FileFormat::Unspecified => open_lines,
+    };
+    Box::new(Lazy::Pending(path, open, access.clone()))
+}
+
+/// Opens `path` (as named to the user) at `resolved` (what the access check allowed).
+type Opener = fn(&str, &std::path::Path) -> Result<ElementIter, DatasetError>;
+
+fn open_tfrecord(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
+    let reader = TfRecordReader::new(BufReader::with_capacity(256 * 1024, f), path);
     Ok(Box::new(reader.map(|r| {
         r.map(|b| Element::Tensor(Tensor::scalar_string(b)))
     })))
 }
 
-fn open_lines(path: &str) -> Result<ElementIter, DatasetError> {
-    let f = File::open(path).map_err(|e| DatasetError::io(path, &e))?;
-    Ok(Box::new(Lines {
-        reader: BufReader::with_capacity(256 * 1024, f),
-        path: path.to_string(),
-        done: false,
-    }))
+fn open_lines(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
+    Ok(Box::new(Lines::new(f, path.to_string(), MAX_LINE_BYTES)))
 }
 
-/// Opens on the first `next`, then delegates; an open error is yielded once.
+/// Opens on the first `next`, then delegates; a refusal or open error is yielded once.
 enum Lazy {
-    Pending(String, fn(&str) -> Result<ElementIter, DatasetError>),
+    Pending(String, Opener, FileAccess),
     Open(ElementIter),
     Done,
 }
@@ -90,8 +147,11 @@ impl Iterator for Lazy {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if let Lazy::Pending(path, open) = self {
-            match open(path) {
+        if let Lazy::Pending(path, open, access) = self {
+            match access
+                .resolve(path)
+                .and_then(|resolved| open(path, &resolved))
+            {
                 Ok(it) => *self = Lazy::Open(it),
                 Err(e) => {
                     *self = Lazy::Done;
@@ -106,14 +166,30 @@ impl Iterator for Lazy {
     }
 }
 
-/// Lines without their `\n` or `\r\n`; a last line without a newline counts.
-struct Lines {
-    reader: BufReader<File>,
+/// Lines without their `\n` or `\r\n`; a last line without a newline counts. A line longer
+/// than `max_len` ends the file with an error.
+struct Lines<R> {
+    reader: BufReader<R>,
     path: String,
+    max_len: usize,
+    /// Lines read so far (the 1-based number of the last one).
+    line: u64,
     done: bool,
 }
 
-impl Iterator for Lines {
+impl<R: Read> Lines<R> {
+    fn new(file: R, path: String, max_len: usize) -> Self {
+        Lines {
+            reader: BufReader::with_capacity(256 * 1024, file),
+            path,
+            max_len,
+            line: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: Read> Iterator for Lines<R> {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -121,17 +197,29 @@ impl Iterator for Lines {
             return None;
         }
         let mut line = Vec::new();
-        match self.reader.read_until(b'\n', &mut line) {
+        // At most the longest allowed line and its `\r\n`: a longer line is known to be too
+        // long without reading it whole.
+        let bound = self.max_len as u64 + 2;
+        match (&mut self.reader).take(bound).read_until(b'\n', &mut line) {
             Ok(0) => {
                 self.done = true;
                 None
             }
             Ok(_) => {
+                self.line += 1;
                 if line.last() == Some(&b'\n') {
                     line.pop();
                     if line.last() == Some(&b'\r') {
                         line.pop();
                     }
+                }
+                if line.len() > self.max_len {
+                    self.done = true;
+                    return Some(Err(DatasetError::LineTooLong {
+                        path: self.path.clone(),
+                        line: self.line,
+                        limit: self.max_len,
+                    }));
                 }
                 Some(Ok(Element::Tensor(Tensor::scalar_string(Bytes::from(
                     line,
@@ -146,71 +234,5 @@ impl Iterator for Lines {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dataset::Dataset;
-
-    #[test]
-    fn expansion_is_sorted_and_skips_directories() {
-        let dir = tempfile::tempdir().unwrap();
-        for name in ["b.txt", "a.txt", "c.csv"] {
-            std::fs::write(dir.path().join(name), "x\n").unwrap();
-        }
-        std::fs::create_dir(dir.path().join("d.txt")).unwrap();
-        let pattern = format!("{}/*.txt", dir.path().display());
-        let mut def = Dataset::files(&pattern).lines().into_def();
-        expand_files(&mut def).unwrap();
-        let Some(pb::source::Kind::Files(fs)) = def.source.unwrap().kind else {
-            panic!("files source")
-        };
-        let names: Vec<_> = fs
-            .files
-            .iter()
-            .map(|f| f.rsplit('/').next().unwrap().to_string())
-            .collect();
-        assert_eq!(names, ["a.txt", "b.txt"]);
-        assert!(fs
-            .files
-            .iter()
-            .all(|f| std::path::Path::new(f).is_absolute()));
-    }
-
-    #[test]
-    fn expansion_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let pattern = format!("{}/*.none", dir.path().display());
-        let mut def = Dataset::files(&pattern).lines().into_def();
-        assert_eq!(
-            expand_files(&mut def).unwrap_err().to_string(),
-            format!("no files match pattern '{pattern}'")
-        );
-        let mut def = Dataset::files("a/***/b").lines().into_def();
-        assert!(expand_files(&mut def)
-            .unwrap_err()
-            .to_string()
-            .starts_with("invalid file pattern 'a/***/b'"));
-    }
-
-    #[test]
-    fn lines_strip_newlines_and_missing_files_are_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.txt");
-        std::fs::write(&path, "one\r\ntwo\n\nthree").unwrap();
-        let got: Vec<_> = file_elements(path.to_string_lossy().into_owned(), pb::FileFormat::Lines)
-            .map(|e| e.unwrap().to_json())
-            .collect();
-        assert_eq!(got, ["one", "two", "", "three"]);
-        let missing = dir
-            .path()
-            .join("missing.txt")
-            .to_string_lossy()
-            .into_owned();
-        let got: Vec<_> = file_elements(missing.clone(), pb::FileFormat::Lines).collect();
-        assert_eq!(got.len(), 1);
-        let err = got[0].as_ref().unwrap_err().to_string();
-        assert!(
-            err.starts_with(&format!("cannot read '{missing}'")),
-            "{err}"
-        );
-    }
-}
+#[path = "files_tests.rs"]
+mod tests;

@@ -21,7 +21,10 @@
 //! - `ops`: the stateful op iterators (batch, shuffle, repeat, prefetch).
 //! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
 //! - `sources`: range, slices and files sources, whole or split by split.
-//! - `files`: glob expansion (`expand_files`) and reading lines or records of one file.
+//! - `data_roots`: `DataRoots`, the directories a server may read files from, and the check.
+//! - `file_access`: `FileAccess`, unrestricted (the user's own process) or a server's roots.
+//! - `files`: glob expansion (`expand_files`) and reading lines or records of one file, with
+//!   the bounds on matches and line length.
 //! - `tfrecord`: the TFRecord format, reader and writer.
 //! - `splits`: split providers and the `SplitSupplier` the worker implements.
 //! - `codec`: `encode_element` / `decode_element`, the wire form of one element.
@@ -32,11 +35,13 @@ mod analysis;
 mod autoshard;
 mod builtins;
 pub mod codec;
+mod data_roots;
 mod dataset;
 mod dtype;
 mod element;
 mod error;
 mod executor;
+mod file_access;
 mod files;
 mod lexer;
 mod ops;
@@ -56,12 +61,14 @@ pub use codec::{
     decode_element, decode_element_bytes, decode_element_parts, encode_element,
     encode_element_append, Compression,
 };
+pub use data_roots::DataRoots;
 pub use dataset::{render_def, render_ops, Dataset, FilesBuilder, Transform};
 pub use dtype::DType;
 pub use element::Element;
 pub use error::DatasetError;
 pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
-pub use files::expand_files;
+pub use file_access::FileAccess;
+pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};
 pub use packed::{Packed, PackedBuilder, PackedDecoder};
 pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};

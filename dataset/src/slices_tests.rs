@@ -130,7 +130,7 @@ fn one_tensor_keeps_the_original_encoding_and_old_definitions_decode() {
 #[test]
 fn each_split_is_one_structured_row() {
     let d = Dataset::from_structured_slices(nested()).unwrap();
-    let source = Source::from_def(d.def()).unwrap();
+    let source = Source::from_def(d.def(), &crate::file_access::FileAccess::Unrestricted).unwrap();
     assert!(source.split_is_one_element());
     assert_eq!(source.num_splits(), 3);
     let split: Vec<_> = source

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
+use crate::file_access::FileAccess;
 use crate::files::file_elements;
 use crate::pb;
 use crate::slices::Slices;
@@ -29,6 +30,8 @@ pub(crate) enum Source {
     Files {
         files: Vec<String>,
         format: pb::FileFormat,
+        /// Checked again before each file is opened (a worker's own data roots).
+        access: FileAccess,
     },
 }
 
@@ -46,8 +49,12 @@ pub(crate) fn range_len(start: i64, stop: i64, step: i64) -> u64 {
 }
 
 impl Source {
-    /// Resolves the source of `def`. A files source must already be expanded.
-    pub(crate) fn from_def(def: &pb::DatasetDef) -> Result<Source, DatasetError> {
+    /// Resolves the source of `def`. A files source must already be expanded; its files are
+    /// opened as `access` allows.
+    pub(crate) fn from_def(
+        def: &pb::DatasetDef,
+        access: &FileAccess,
+    ) -> Result<Source, DatasetError> {
         match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
             None => Err(DatasetError::invalid("dataset definition has no source")),
             Some(pb::source::Kind::Range(r)) => {
@@ -71,6 +78,7 @@ impl Source {
                 Ok(Source::Files {
                     files: fs.files.clone(),
                     format: fs.format(),
+                    access: access.clone(),
                 })
             }
         }
@@ -104,13 +112,17 @@ impl Source {
                 let s = s.clone();
                 Box::new((0..s.len()).map(move |i| s.row(i)))
             }
-            Source::Files { files, format } => {
-                let format = *format;
+            Source::Files {
+                files,
+                format,
+                access,
+            } => {
+                let (format, access) = (*format, access.clone());
                 Box::new(
                     files
                         .clone()
                         .into_iter()
-                        .flat_map(move |f| file_elements(f, format)),
+                        .flat_map(move |f| file_elements(f, format, &access)),
                 )
             }
         }
@@ -129,9 +141,11 @@ impl Source {
                 Box::new(std::iter::once(Ok(range_element(*start, *step, index))))
             }
             Source::Slices(s) => Box::new(std::iter::once(s.row(index as usize))),
-            Source::Files { files, format } => {
-                file_elements(files[index as usize].clone(), *format)
-            }
+            Source::Files {
+                files,
+                format,
+                access,
+            } => file_elements(files[index as usize].clone(), *format, access),
         })
     }
 }

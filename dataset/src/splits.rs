@@ -27,7 +27,7 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
             "split provider {provider} does not exist; there is only provider 0"
         )));
     }
-    Ok(Source::from_def(def)?.num_splits())
+    Ok(Source::from_def(def, &crate::file_access::FileAccess::Unrestricted)?.num_splits())
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
 //! The JSON document `sluice status` prints: this replica's view of the cluster and the state.
+//! A member's `addr` (client API) is `null` until the replica has recorded it; its `peer_addr`
+//! (Raft) is always known.
 
 use crate::ids::NodeId;
 use crate::raft_types::NodeInfo;
@@ -11,12 +13,18 @@ pub fn status_json(metrics: &RaftMetrics<NodeId, NodeInfo>, state: &DispatcherSt
     let members: Vec<Value> = membership
         .nodes()
         .map(|(id, node)| {
-            json!({"id": id, "addr": node.addr, "voter": membership.voter_ids().any(|v| v == *id)})
+            json!({
+                "id": id,
+                "addr": node.client_addr(),
+                "peer_addr": node.peer_addr,
+                "voter": membership.voter_ids().any(|v| v == *id),
+            })
         })
         .collect();
     let leader_addr = metrics
         .current_leader
-        .and_then(|l| membership.get_node(&l).map(|n| n.addr.clone()));
+        .and_then(|l| membership.get_node(&l))
+        .and_then(|n| n.client_addr().map(str::to_string));
     let workers: Vec<Value> = state
         .workers()
         .map(|w| {

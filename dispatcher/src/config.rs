@@ -2,6 +2,7 @@
 
 use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
+use sluice_security::ServerSecurity;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,12 +12,19 @@ use std::time::Duration;
 pub struct DispatcherConfig {
     /// This replica's Raft id.
     pub id: NodeId,
-    /// Address to serve on (both services); port 0 binds a free port.
+    /// Address of the client API (the `Dispatcher` service, for workers and clients); port 0
+    /// binds a free port.
     pub listen: String,
+    /// Address of the Raft peer listener (the `RaftPeer` service, for the other replicas only);
+    /// port 0 binds a free port.
+    pub peer_listen: String,
+    /// The client address put in the membership, which followers name as the leader hint;
+    /// `None`: the bound client address (wrong when listening on `0.0.0.0`).
+    pub advertise_address: Option<String>,
     /// The journal directory (sled db and format header).
     pub data_dir: PathBuf,
-    /// Every replica's id and address, the same on every node. Empty: a one-node cluster of
-    /// this replica at its bound address.
+    /// Every replica's id and peer address, the same on every node. Empty: a one-node cluster
+    /// of this replica at its bound peer address.
     pub peers: BTreeMap<NodeId, String>,
     /// Join an existing cluster (`sluice admin add-node`) instead of initializing one: the
     /// replica waits, empty, until a leader adds it.
@@ -50,6 +58,11 @@ pub struct DispatcherConfig {
     /// entry's position. Empty: any worker may register, and static sharding policies fail.
     /// Every replica must run with the same list.
     pub worker_addresses: Vec<String>,
+    /// TLS and authentication of every listener, and what this replica presents to its peers.
+    pub security: ServerSecurity,
+    /// The only directories `files()` datasets may name (canonicalized at start; each must be
+    /// an existing directory). Empty: every files source is refused, the safe default.
+    pub data_roots: Vec<PathBuf>,
 }
 
 impl Default for DispatcherConfig {
@@ -57,6 +70,8 @@ impl Default for DispatcherConfig {
         DispatcherConfig {
             id: 1,
             listen: "127.0.0.1:0".into(),
+            peer_listen: "127.0.0.1:0".into(),
+            advertise_address: None,
             data_dir: PathBuf::from("sluice-data"),
             peers: BTreeMap::new(),
             join: false,
@@ -71,6 +86,8 @@ impl Default for DispatcherConfig {
             raft_routes: BTreeMap::new(),
             faults: None,
             worker_addresses: Vec::new(),
+            security: ServerSecurity::default(),
+            data_roots: Vec::new(),
         }
     }
 }
@@ -104,6 +121,11 @@ impl DispatcherConfig {
                 self.worker_addresses
             ));
         }
+        if let Some(advertised) = &self.advertise_address {
+            if !is_host_port(advertised) {
+                return Err(format!("advertise address '{advertised}' is not HOST:PORT"));
+            }
+        }
         if self.snapshot_logs_since_last == 0 {
             return Err("snapshot interval must be at least one entry".into());
         }
@@ -119,7 +141,7 @@ impl DispatcherConfig {
             .collect()
     }
 
-    /// Parses `1=host:port,2=host:port,...`.
+    /// Parses `1=host:port,2=host:port,...` (peer addresses).
     pub fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
         let mut peers = BTreeMap::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -131,11 +153,7 @@ impl DispatcherConfig {
                 .parse()
                 .map_err(|_| format!("invalid peer '{item}': '{id}' is not a node id"))?;
             let addr = addr.trim();
-            if addr
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .is_none()
-            {
+            if !is_host_port(addr) {
                 return Err(format!("invalid peer '{item}': '{addr}' is not HOST:PORT"));
             }
             if peers.insert(id, addr.to_string()).is_some() {
@@ -144,6 +162,12 @@ impl DispatcherConfig {
         }
         Ok(peers)
     }
+}
+
+/// Whether `addr` has the form `HOST:PORT`.
+fn is_host_port(addr: &str) -> bool {
+    addr.rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
 }
 
 #[cfg(test)]

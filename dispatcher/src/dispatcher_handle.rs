@@ -1,12 +1,15 @@
-//! Starting and stopping one dispatcher replica: journal, Raft, proposer, and the gRPC server
-//! that carries both the dispatcher service and the Raft peer service on one address.
+//! Starting and stopping one dispatcher replica: journal, Raft, proposer, and its two listeners
+//! (see `grpc_servers`): the client API and the Raft peer listener.
 //!
-//! Bootstrap: every replica gets the same peer list; on first start the
-//! replica with the lowest id initializes the cluster once. A restarted replica recovers from
-//! its own data dir alone (its journal knows the membership).
+//! Bootstrap: every replica gets the same peer list (peer addresses); on first start the
+//! replica with the lowest id initializes the cluster once, knowing only its own client
+//! address; every replica then records its own (see `client_addr_announcer`). A restarted
+//! replica recovers from its own data dir alone (its journal knows the membership).
 
+use crate::client_addr_announcer::ClientAddrAnnouncer;
 use crate::config::DispatcherConfig;
 use crate::error::DispatcherError;
+use crate::grpc_servers::{self, ServerTask};
 use crate::ids::NodeId;
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
@@ -19,16 +22,15 @@ use crate::state::DispatcherState;
 use crate::timers::{TimerLoop, Timers};
 use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
+use sluice_dataset::DataRoots;
 use sluice_journal::Journal;
-use sluice_proto::dispatcher::dispatcher_server::DispatcherServer;
-use sluice_proto::raft::raft_peer_server::RaftPeerServer;
+use sluice_security::{ClientCerts, Role};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::JoinHandle;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 /// Largest gRPC message accepted (Raft batches and snapshot chunks can be large).
@@ -38,32 +40,70 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 pub struct DispatcherHandle {
     id: NodeId,
     addr: SocketAddr,
+    peer_addr: SocketAddr,
     raft: Raft,
     state: StateHandle,
     shutdown: CancellationToken,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    servers: [ServerTask; 2],
+}
+
+/// Binds `addr`, naming what it is for when that fails.
+async fn bind(what: &str, addr: &str) -> Result<TcpListener, DispatcherError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| DispatcherError::Startup(format!("bind {what} {addr}: {e}")))
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, DispatcherError> {
+    listener
+        .local_addr()
+        .map_err(|e| DispatcherError::Startup(format!("local address: {e}")))
 }
 
 impl DispatcherHandle {
-    /// Opens the journal, starts Raft and serves. Returns once the server is listening.
+    /// Opens the journal, starts Raft and serves. Returns once both listeners are bound.
     pub async fn start(config: DispatcherConfig) -> Result<DispatcherHandle, DispatcherError> {
         config.validate().map_err(DispatcherError::Startup)?;
-        let listener = tokio::net::TcpListener::bind(&config.listen)
-            .await
-            .map_err(|e| DispatcherError::Startup(format!("bind {}: {e}", config.listen)))?;
-        Self::start_on(listener, config).await
+        let listener = bind("client address", &config.listen).await?;
+        let peer_listener = bind("peer address", &config.peer_listen).await?;
+        Self::start_on(listener, peer_listener, config).await
     }
 
-    /// Like [`DispatcherHandle::start`], serving on an already bound listener (`config.listen`
-    /// is ignored). Lets a test harness learn every replica's port before any replica starts.
+    /// Like [`DispatcherHandle::start`], serving the client API on `listener` and the Raft peer
+    /// service on `peer_listener`, both already bound (`config.listen` and `config.peer_listen`
+    /// are ignored). Lets a test harness learn every replica's ports before any replica starts.
     pub async fn start_on(
-        listener: tokio::net::TcpListener,
+        listener: TcpListener,
+        peer_listener: TcpListener,
         config: DispatcherConfig,
     ) -> Result<DispatcherHandle, DispatcherError> {
         config.validate().map_err(DispatcherError::Startup)?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| DispatcherError::Startup(format!("local address: {e}")))?;
+        let addr = local_addr(&listener)?;
+        let peer_addr = local_addr(&peer_listener)?;
+        let client_addr = config
+            .advertise_address
+            .clone()
+            .unwrap_or_else(|| addr.to_string());
+        let security = &config.security;
+        let startup = |e: sluice_security::SecurityError| DispatcherError::Startup(e.to_string());
+        security
+            .check_exposure("dispatcher client API", &addr)
+            .map_err(startup)?;
+        security
+            .check_exposure("dispatcher peer listener", &peer_addr)
+            .map_err(startup)?;
+        // Callers may authenticate with a token instead of a certificate on the client API;
+        // on the peer listener a replica must present its certificate.
+        let client_tls = security
+            .tls_config(ClientCerts::Optional)
+            .map_err(startup)?;
+        let peer_tls = security
+            .tls_config(ClientCerts::Required)
+            .map_err(startup)?;
+        let authenticator = security.authenticator();
+        let peer_caller = security.caller(Role::Peer).map_err(startup)?;
+        let data_roots = DataRoots::new(&config.data_roots)
+            .map_err(|e| DispatcherError::Startup(e.to_string()))?;
         let journal = Journal::open(&config.data_dir)?;
         let log_store = journal.log_store::<TypeConfig>();
         let state_machine = journal.state_machine::<TypeConfig, DispatcherState>()?;
@@ -82,10 +122,16 @@ impl DispatcherHandle {
         }
         .validate()
         .map_err(|e| DispatcherError::Startup(format!("raft config: {e}")))?;
+        let network = PeerNetwork::new(
+            config.id,
+            config.faults.clone(),
+            config.raft_routes.clone(),
+            peer_caller,
+        );
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
-            PeerNetwork::new(config.id, config.faults.clone(), config.raft_routes.clone()),
+            network.clone(),
             log_store,
             state_machine,
         )
@@ -100,6 +146,7 @@ impl DispatcherHandle {
             proposer.clone(),
             state.clone(),
             liveness.clone(),
+            data_roots,
         );
         let shutdown = CancellationToken::new();
         let timers = TimerLoop {
@@ -111,43 +158,53 @@ impl DispatcherHandle {
             timers: Timers::new(&config),
         };
         tokio::spawn(timers.run(shutdown.clone()));
-        let server = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .add_service(
-                DispatcherServer::new(service)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
-                RaftPeerServer::new(RaftPeerService::new(raft.clone()))
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .serve_with_incoming_shutdown(
-                // Accepted sockets need TCP_NODELAY set here: the builder's `tcp_nodelay` only
-                // reaches sockets tonic binds itself. Without it, Nagle held the tail of each
-                // message until the peer's delayed ACK (~40 ms a message).
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown.clone().cancelled_owned(),
-            );
-        let server = tokio::spawn(server);
+        let announcer = ClientAddrAnnouncer {
+            id: config.id,
+            addr: client_addr.clone(),
+            raft: raft.clone(),
+            network,
+        };
+        tokio::spawn(announcer.run(shutdown.clone()));
+        let servers = [
+            grpc_servers::serve_client_api(
+                listener,
+                service,
+                client_tls,
+                authenticator.clone(),
+                shutdown.clone(),
+            ),
+            grpc_servers::serve_peers(
+                peer_listener,
+                RaftPeerService::new(raft.clone()),
+                peer_tls,
+                authenticator,
+                shutdown.clone(),
+            ),
+        ];
 
         let peers = if config.peers.is_empty() {
-            BTreeMap::from([(config.id, addr.to_string())])
+            BTreeMap::from([(config.id, peer_addr.to_string())])
         } else {
             config.peers.clone()
         };
         if !config.join {
-            bootstrap(&raft, config.id, &peers).await?;
+            bootstrap(&raft, config.id, &client_addr, &peers).await?;
         }
-        info!(node = config.id, %addr, data_dir = %config.data_dir.display(), "dispatcher serving");
+        info!(
+            node = config.id,
+            %addr,
+            %peer_addr,
+            data_dir = %config.data_dir.display(),
+            "dispatcher serving"
+        );
         Ok(DispatcherHandle {
             id: config.id,
             addr,
+            peer_addr,
             raft,
             state,
             shutdown,
-            server,
+            servers,
         })
     }
 
@@ -155,9 +212,14 @@ impl DispatcherHandle {
         self.id
     }
 
-    /// The address both services are served on.
+    /// The client API's address (the `Dispatcher` service).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The Raft peer listener's address (the `RaftPeer` service).
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
     }
 
     pub fn raft(&self) -> &Raft {
@@ -184,11 +246,15 @@ impl DispatcherHandle {
     /// shut down; the journal closes when the last handle drops.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
-        self.server.abort();
+        for server in &self.servers {
+            server.abort();
+        }
         if let Err(e) = self.raft.shutdown().await {
             warn!(node = self.id, error = %e, "raft shutdown");
         }
-        let _ = self.server.await;
+        for server in self.servers {
+            let _ = server.await;
+        }
     }
 
     /// Serves until `stop` is cancelled or the server fails, then shuts down.
@@ -202,10 +268,12 @@ impl DispatcherHandle {
     }
 }
 
-/// Initializes a pristine cluster from the replica with the lowest id, once.
+/// Initializes a pristine cluster from the replica with the lowest id, once. It knows its own
+/// client address (`client_addr`); the others' stay empty until they record theirs.
 async fn bootstrap(
     raft: &Raft,
     id: NodeId,
+    client_addr: &str,
     peers: &BTreeMap<NodeId, String>,
 ) -> Result<(), DispatcherError> {
     let lowest = *peers.keys().next().expect("peers is never empty here");
@@ -218,7 +286,14 @@ async fn bootstrap(
     }
     let members: BTreeMap<NodeId, NodeInfo> = peers
         .iter()
-        .map(|(id, addr)| (*id, NodeInfo { addr: addr.clone() }))
+        .map(|(member, peer_addr)| {
+            let addr = match *member == id {
+                true => client_addr.to_string(),
+                false => String::new(),
+            };
+            let peer_addr = peer_addr.clone();
+            (*member, NodeInfo { addr, peer_addr })
+        })
         .collect();
     match raft.initialize(members).await {
         Ok(()) => {

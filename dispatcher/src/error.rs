@@ -20,6 +20,10 @@ pub enum DispatcherError {
     /// The request itself is malformed; names the field.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A files source names a file outside this dispatcher's data roots (or it has none), or
+    /// one that is not a regular file; names the path and the roots.
+    #[error("{0}")]
+    FileRefused(String),
     /// The journal failed (disk); the node cannot serve.
     #[error("journal: {0}")]
     Journal(#[from] sluice_journal::JournalError),
@@ -47,6 +51,7 @@ impl DispatcherError {
             DispatcherError::RaftStopped(_) => true,
             DispatcherError::Rejected(_) => false,
             DispatcherError::InvalidArgument(_) => false,
+            DispatcherError::FileRefused(_) => false,
             DispatcherError::Journal(_) => false,
             DispatcherError::Startup(_) => false,
             DispatcherError::UnexpectedOutcome { .. } => false,
@@ -74,7 +79,11 @@ impl From<DispatcherError> for tonic::Status {
             DispatcherError::Rejected(Rejection::FailedPrecondition(_)) => {
                 tonic::Status::failed_precondition(message)
             }
+            DispatcherError::Rejected(Rejection::PermissionDenied(_)) => {
+                tonic::Status::permission_denied(message)
+            }
             DispatcherError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
+            DispatcherError::FileRefused(_) => tonic::Status::permission_denied(message),
             DispatcherError::Journal(_) => tonic::Status::internal(message),
             DispatcherError::Startup(_) => tonic::Status::internal(message),
             DispatcherError::UnexpectedOutcome { .. } => tonic::Status::internal(message),

@@ -38,6 +38,10 @@ fn every_error_maps_to_its_grpc_code() {
             DispatcherError::InvalidArgument("a".into()),
             Code::InvalidArgument,
         ),
+        (
+            DispatcherError::FileRefused("f".into()),
+            Code::PermissionDenied,
+        ),
         (DispatcherError::Journal(journal), Code::Internal),
         (DispatcherError::Startup("b".into()), Code::Internal),
         (

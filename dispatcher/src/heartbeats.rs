@@ -5,6 +5,7 @@
 //! poll: the reply waits, up to the caller's poll timeout, until there is something new to tell.
 //! A worker's poll is bounded by half the worker timeout, so a polling worker is never expired.
 
+use crate::access;
 use crate::config::DispatcherConfig;
 use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
@@ -14,6 +15,7 @@ use crate::proposer::ProposerHandle;
 use crate::state::{DispatcherState, Rejection};
 use crate::state_reader::StateReader;
 use sluice_proto::dispatcher as pb;
+use sluice_security::Identity;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,12 +78,16 @@ impl Heartbeats {
     pub async fn worker(
         &self,
         req: pb::WorkerHeartbeatRequest,
+        caller: &Identity,
     ) -> Result<pb::WorkerHeartbeatResponse, DispatcherError> {
         if req.worker_address.is_empty() {
             return Err(DispatcherError::InvalidArgument(
                 "`worker_address` is required".into(),
             ));
         }
+        // Before the liveness record: another worker's heartbeat must not keep this one alive.
+        self.reader
+            .read(|s| access::check_worker(s, caller, &req.worker_address))?;
         self.liveness.worker_seen(&req.worker_address);
         let poll = Duration::from_millis(req.poll_timeout_ms).min(self.max_worker_poll);
         let deadline = poll_deadline(poll);
@@ -98,6 +104,7 @@ impl Heartbeats {
                     req.worker_address.clone(),
                     req.tags.clone(),
                     self.worker_addresses.clone(),
+                    access::owner_of(caller),
                 )
                 .await?;
         }

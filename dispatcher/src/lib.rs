@@ -4,7 +4,8 @@
 //! [`proposer`] into the Raft log (openraft, journaled by `sluice-journal`), and every replica
 //! applies committed entries to its [`state::DispatcherState`]. Reads that must be current are
 //! served by the leader after a linearizable check. A replica that is not the leader answers
-//! `Unavailable` with the leader's address in the `x-sluice-leader` metadata entry.
+//! `Unavailable` with the leader's client address in the `x-sluice-leader` metadata entry.
+//! Raft traffic between replicas has a listener of its own, never the client API's.
 //!
 //! Layout:
 //! - `ids`: identifier newtypes.
@@ -12,6 +13,8 @@
 //! - `raft_types`: the openraft type configuration.
 //! - `config`: `DispatcherConfig`.
 //! - `dispatcher_handle`: starting and stopping a replica.
+//! - `grpc_servers`: the two listeners, the client API and the Raft peer listener.
+//! - `client_addr_announcer`: puts each replica's client address in the membership.
 //! - `proposer`: group commit of concurrent requests into one log entry.
 //! - `liveness`, `timers`: leader-local heartbeat times, and the timers' pure `decide` (worker
 //!   expiry, client timeouts, iteration garbage collection) with the thin loop that proposes
@@ -30,11 +33,14 @@
 //! - `task_remover`: the leader's barrier for removing a task from coordinated reads.
 //! - `error`: `DispatcherError` and its mapping to gRPC status codes.
 
+pub mod access;
+pub mod client_addr_announcer;
 pub mod cluster_status;
 pub mod config;
 pub mod convert;
 pub mod dispatcher_handle;
 pub mod error;
+pub mod grpc_servers;
 pub mod heartbeats;
 pub mod ids;
 pub mod liveness;

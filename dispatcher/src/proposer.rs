@@ -168,11 +168,13 @@ impl ProposerHandle {
         address: String,
         tags: Vec<String>,
         worker_addresses: Vec<String>,
+        owner: String,
     ) -> Result<Vec<TaskId>, DispatcherError> {
         let update = Update::RegisterWorker {
             address,
             tags,
             worker_addresses,
+            owner,
         };
         match self.accepted(id, update).await? {
             (_, Outcome::WorkerRegistered { tasks }) => Ok(tasks),
@@ -389,7 +391,8 @@ fn approx_bytes(update: &Update) -> usize {
                 address,
                 tags,
                 worker_addresses,
-            } => address.len() + strings(tags) + strings(worker_addresses),
+                owner,
+            } => address.len() + strings(tags) + strings(worker_addresses) + owner.len(),
             Update::GetOrCreateJob { job_name, .. } => job_name.as_ref().map_or(0, String::len),
             Update::FinishTasks { worker, task_ids } => worker.len() + 8 * task_ids.len(),
             Update::RemoveWorker { address } => address.len(),

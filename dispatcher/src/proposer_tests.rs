@@ -213,6 +213,7 @@ async fn a_failed_entry_fails_every_caller_in_it() {
     assert_eq!(jobs(&entry), [2, 3, 4]);
     let leader = NodeInfo {
         addr: "127.0.0.1:7003".into(),
+        peer_addr: "127.0.0.1:8003".into(),
     };
     let _ = answer.send(Err(RaftFailure::ForwardToLeader(Some(leader))));
     for caller in waiting {

@@ -31,7 +31,9 @@ pub enum RaftFailure {
 pub fn raft_error(failure: impl Into<RaftFailure>) -> DispatcherError {
     match failure.into() {
         RaftFailure::ForwardToLeader(leader) => DispatcherError::NotLeader {
-            leader: leader.map(|n| n.addr),
+            // A leader whose client address is not known yet gives no hint: clients then
+            // try their other addresses.
+            leader: leader.and_then(|n| n.client_addr().map(str::to_string)),
         },
         RaftFailure::QuorumNotEnough(why) => DispatcherError::QuorumUnavailable(why),
         RaftFailure::MembershipRefused(why) => {
@@ -93,6 +95,7 @@ mod tests {
             2,
             NodeInfo {
                 addr: "127.0.0.1:7002".into(),
+                peer_addr: "127.0.0.1:8002".into(),
             },
         )
     }
@@ -117,6 +120,20 @@ mod tests {
         ));
         assert!(matches!(
             unknown,
+            DispatcherError::NotLeader { leader: None }
+        ));
+        // A leader known only by its peer address: its peer port is no hint for a client.
+        let unannounced = raft_error(ClientWriteError::<NodeId, NodeInfo>::ForwardToLeader(
+            ForwardToLeader::new(
+                2,
+                NodeInfo {
+                    addr: String::new(),
+                    peer_addr: "127.0.0.1:8002".into(),
+                },
+            ),
+        ));
+        assert!(matches!(
+            unannounced,
             DispatcherError::NotLeader { leader: None }
         ));
     }

@@ -1,6 +1,8 @@
-//! Raft traffic to the other replicas over tonic: one lazily connected `Channel` per peer
-//! address, built once and cloned for every replication stream, and a deadline on every call
-//! (openraft's `hard_ttl`), so a hung peer can never block the Raft core.
+//! Raft traffic to the other replicas' peer listeners (`NodeInfo::peer_addr`, never their client
+//! API) over tonic: one lazily connected `Channel` per peer address, built once and cloned for
+//! every replication stream, and a deadline on every call (openraft's `hard_ttl`), so a hung
+//! peer can never block the Raft core. The replica's own `Announce` to the leader takes the same
+//! channels, routes and cut links.
 //!
 //! Payloads are openraft's own request and response types in the journal codec; the remote
 //! `Result` travels whole, so a remote Raft error reaches openraft as `RPCError::RemoteError`.
@@ -19,14 +21,19 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
-use sluice_proto::raft::RaftPayload;
+use sluice_proto::raft::{AnnounceRequest, RaftPayload};
+use sluice_security::{AuthChannel, ClientSecurity};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Connect timeout of a peer channel; RPC deadlines come from openraft per call.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Deadline of an `Announce`: the leader answers once its membership change commits, which may
+/// first wait for another change in progress.
+const ANNOUNCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Builds one [`PeerClient`] per replication stream, sharing channels per peer address.
 #[derive(Clone)]
@@ -38,6 +45,8 @@ pub struct PeerNetwork {
     faults: Option<Arc<NetworkFaults>>,
     /// Addresses that override the membership's for some peers (proxies of a chaos harness).
     routes: Arc<BTreeMap<NodeId, String>>,
+    /// TLS (this replica's certificate as a client certificate) and the peer token.
+    security: ClientSecurity,
 }
 
 impl PeerNetwork {
@@ -45,29 +54,69 @@ impl PeerNetwork {
         local: NodeId,
         faults: Option<Arc<NetworkFaults>>,
         routes: BTreeMap<NodeId, String>,
+        security: ClientSecurity,
     ) -> Self {
         PeerNetwork {
             local,
             channels: Arc::default(),
             faults,
             routes: Arc::new(routes),
+            security,
         }
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+    fn channel(&self, addr: &str) -> Result<AuthChannel, String> {
         let mut channels = self
             .channels
             .lock()
             .expect("peer channel map lock poisoned");
         if let Some(channel) = channels.get(addr) {
-            return Ok(channel.clone());
+            return Ok(self.security.authed(channel.clone()));
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        let channel = self
+            .security
+            .endpoint(addr)
+            .map_err(|e| e.to_string())?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .connect_lazy();
         channels.insert(addr.to_string(), channel.clone());
-        Ok(channel)
+        Ok(self.security.authed(channel))
+    }
+
+    /// Where this replica sends traffic for `target`: a harness route, else its peer address.
+    fn peer_addr<'a>(&'a self, target: NodeId, node: &'a NodeInfo) -> &'a str {
+        self.routes.get(&target).unwrap_or(&node.peer_addr)
+    }
+
+    /// Tells `leader` (at `node`) this replica's client address `addr`.
+    pub async fn announce(
+        &self,
+        leader: NodeId,
+        node: &NodeInfo,
+        addr: String,
+    ) -> Result<(), String> {
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.is_cut(self.local, leader))
+        {
+            return Err(format!("link {} -> {leader} is cut", self.local));
+        }
+        let channel = self
+            .channel(self.peer_addr(leader, node))
+            .map_err(|e| e.to_string())?;
+        let mut request = tonic::Request::new(AnnounceRequest {
+            node_id: self.local,
+            addr,
+        });
+        request.set_timeout(ANNOUNCE_TIMEOUT);
+        let mut client = RaftPeerClient::new(channel);
+        match tokio::time::timeout(ANNOUNCE_TIMEOUT, client.announce(request)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(format!("{}: {}", status.code(), status.message())),
+            Err(_) => Err(format!("no answer within {ANNOUNCE_TIMEOUT:?}")),
+        }
     }
 }
 
@@ -75,11 +124,9 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
-        let addr = self.routes.get(&target).unwrap_or(&node.addr);
         let client = self
-            .channel(addr)
-            .map(RaftPeerClient::new)
-            .map_err(|e| e.to_string());
+            .channel(self.peer_addr(target, node))
+            .map(RaftPeerClient::new);
         PeerClient {
             local: self.local,
             target,
@@ -95,7 +142,7 @@ pub struct PeerClient {
     target: NodeId,
     faults: Option<Arc<NetworkFaults>>,
     /// `Err` when the peer's address is not a valid URI: every call fails as unreachable.
-    client: Result<RaftPeerClient<Channel>, String>,
+    client: Result<RaftPeerClient<AuthChannel>, String>,
 }
 
 #[derive(Debug, thiserror::Error)]

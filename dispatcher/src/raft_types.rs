@@ -8,16 +8,31 @@ use std::fmt;
 // `declare_raft_types!` names `Cursor` unqualified for the default snapshot data type.
 use std::io::Cursor;
 
-/// What the cluster knows about a replica: the one address serving both its dispatcher service
-/// (for workers and clients) and its Raft peer service.
+/// What the cluster knows about a replica: its two listeners.
+///
+/// `peer_addr` is where the other replicas send Raft traffic; it is known from the start (the
+/// peer list, or `add-node`). `addr` is the client API, the address a follower names as the
+/// leader hint; it is empty until the replica has put it in the membership itself (see
+/// `client_addr_announcer`), and an empty one is never given as a hint.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
+    /// The client API (the `Dispatcher` service); empty while unknown.
     pub addr: String,
+    /// The Raft peer listener (the `RaftPeer` service).
+    pub peer_addr: String,
+}
+
+impl NodeInfo {
+    /// The client address, if the replica has announced one.
+    pub fn client_addr(&self) -> Option<&str> {
+        (!self.addr.is_empty()).then_some(self.addr.as_str())
+    }
 }
 
 impl fmt::Display for NodeInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.addr)
+        let addr = self.client_addr().unwrap_or("unknown");
+        write!(f, "{addr} (peer {})", self.peer_addr)
     }
 }
 

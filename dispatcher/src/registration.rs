@@ -6,13 +6,17 @@
 //! of each split provider, the element spec (computed unless the caller sent one) and the
 //! cardinality. The definition is stored with its file list expanded, so a worker on any
 //! replica's watch reads exactly the files counted here.
+//!
+//! Every file, matched by the pattern or listed by the caller (a raw request may send the list
+//! filled), must pass this dispatcher's data roots, and the stored list holds canonical paths.
+//! Preparing reads the file system, so the service runs it off the async runtime.
 
 use crate::convert;
 use crate::error::DispatcherError;
 use crate::ids::DatasetId;
 use crate::state::{DatasetMetadata, Update};
 use prost::Message;
-use sluice_dataset::{DatasetError, FunctionRegistry};
+use sluice_dataset::{DataRoots, DatasetError, FileAccess, FunctionRegistry};
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
 
@@ -29,21 +33,27 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// Prepares a `RegisterDataset` request: a missing or unanalysable definition and an
-    /// unknown compression are `InvalidArgument`.
-    pub fn prepare(request: pb::RegisterDatasetRequest) -> Result<Registration, DispatcherError> {
-        Self::prepare_with(request, &FunctionRegistry::global())
+    /// Prepares a `RegisterDataset` request: a missing or unanalysable definition, a bad
+    /// pattern and an unknown compression are `InvalidArgument`; a file outside `roots` is
+    /// `FileRefused`.
+    pub fn prepare(
+        request: pb::RegisterDatasetRequest,
+        roots: &DataRoots,
+    ) -> Result<Registration, DispatcherError> {
+        Self::prepare_with(request, &FunctionRegistry::global(), roots)
     }
 
     /// Like [`Registration::prepare`], resolving functions in `registry`.
     pub fn prepare_with(
         request: pb::RegisterDatasetRequest,
         registry: &FunctionRegistry,
+        roots: &DataRoots,
     ) -> Result<Registration, DispatcherError> {
         let mut def = request
             .dataset
             .ok_or_else(|| DispatcherError::InvalidArgument("`dataset` is required".into()))?;
-        sluice_dataset::expand_files(&mut def).map_err(invalid)?;
+        sluice_dataset::expand_files(&mut def, &FileAccess::Roots(roots.clone()))
+            .map_err(invalid)?;
         let num_splits = (0..sluice_dataset::num_split_providers(&def))
             .map(|p| sluice_dataset::num_splits(&def, p))
             .collect::<Result<Vec<u64>, _>>()
@@ -83,7 +93,10 @@ impl Registration {
 }
 
 fn invalid(e: DatasetError) -> DispatcherError {
-    DispatcherError::InvalidArgument(e.to_string())
+    match e {
+        DatasetError::FileRefused { .. } => DispatcherError::FileRefused(e.to_string()),
+        other => DispatcherError::InvalidArgument(other.to_string()),
+    }
 }
 
 #[cfg(test)]

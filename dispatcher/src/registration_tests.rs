@@ -1,4 +1,5 @@
-//! Tests of `Registration::prepare`: what the leader computes before proposing a dataset.
+//! Tests of `Registration::prepare`: what the leader computes before proposing a dataset, and
+//! which files it lets a dataset name.
 
 use super::*;
 use crate::state::Compression;
@@ -11,6 +12,11 @@ fn request(def: Option<dpb::DatasetDef>) -> pb::RegisterDatasetRequest {
     }
 }
 
+/// The default: a dispatcher started without `--data-root`.
+fn no_roots() -> DataRoots {
+    DataRoots::none()
+}
+
 fn invalid_argument(result: Result<Registration, DispatcherError>) -> String {
     match result {
         Err(DispatcherError::InvalidArgument(message)) => message,
@@ -20,7 +26,8 @@ fn invalid_argument(result: Result<Registration, DispatcherError>) -> String {
 
 #[test]
 fn a_range_gets_its_split_count_cardinality_and_computed_spec() {
-    let prepared = Registration::prepare(request(Some(Dataset::range(10).into_def()))).unwrap();
+    let prepared =
+        Registration::prepare(request(Some(Dataset::range(10).into_def())), &no_roots()).unwrap();
     assert_eq!(prepared.dataset_id, None);
     assert_eq!(prepared.num_splits, vec![10]);
     assert_eq!(prepared.metadata.cardinality, 10);
@@ -37,7 +44,8 @@ fn a_file_pattern_is_expanded_sorted_and_counted_as_one_split_per_file() {
     }
     let pattern = format!("{}/*.txt", dir.path().display());
     let def = Dataset::files(&pattern).lines().into_def();
-    let prepared = Registration::prepare(request(Some(def))).unwrap();
+    let roots = DataRoots::new([dir.path()]).unwrap();
+    let prepared = Registration::prepare(request(Some(def)), &roots).unwrap();
     assert_eq!(prepared.num_splits, vec![2]);
     let Some(dpb::Source {
         kind: Some(dpb::source::Kind::Files(files)),
@@ -61,16 +69,19 @@ fn a_file_pattern_is_expanded_sorted_and_counted_as_one_split_per_file() {
 #[test]
 fn a_given_spec_compression_and_id_are_kept() {
     let given = ElementSpec::scalar(DType::String).to_proto();
-    let prepared = Registration::prepare(pb::RegisterDatasetRequest {
-        dataset: Some(Dataset::range(3).into_def()),
-        dataset_id: Some("mine".into()),
-        metadata: Some(pb::DatasetMetadata {
-            element_spec: Some(given.clone()),
-            cardinality: 0,
-            compression: pb::Compression::None as i32,
-        }),
-        ..Default::default()
-    })
+    let prepared = Registration::prepare(
+        pb::RegisterDatasetRequest {
+            dataset: Some(Dataset::range(3).into_def()),
+            dataset_id: Some("mine".into()),
+            metadata: Some(pb::DatasetMetadata {
+                element_spec: Some(given.clone()),
+                cardinality: 0,
+                compression: pb::Compression::None as i32,
+            }),
+            ..Default::default()
+        },
+        &no_roots(),
+    )
     .unwrap();
     assert_eq!(prepared.dataset_id, Some(DatasetId("mine".into())));
     assert_eq!(prepared.metadata.element_spec, given.encode_to_vec());
@@ -79,11 +90,14 @@ fn a_given_spec_compression_and_id_are_kept() {
 
 #[test]
 fn an_empty_dataset_id_means_none() {
-    let prepared = Registration::prepare(pb::RegisterDatasetRequest {
-        dataset: Some(Dataset::range(3).into_def()),
-        dataset_id: Some(String::new()),
-        ..Default::default()
-    })
+    let prepared = Registration::prepare(
+        pb::RegisterDatasetRequest {
+            dataset: Some(Dataset::range(3).into_def()),
+            dataset_id: Some(String::new()),
+            ..Default::default()
+        },
+        &no_roots(),
+    )
     .unwrap();
     assert_eq!(prepared.dataset_id, None);
 }
@@ -91,20 +105,115 @@ fn an_empty_dataset_id_means_none() {
 #[test]
 fn bad_requests_are_invalid_arguments_naming_the_problem() {
     assert_eq!(
-        invalid_argument(Registration::prepare(request(None))),
+        invalid_argument(Registration::prepare(request(None), &no_roots())),
         "`dataset` is required"
     );
-    let no_source = invalid_argument(Registration::prepare(request(Some(
-        dpb::DatasetDef::default(),
-    ))));
+    let no_source = invalid_argument(Registration::prepare(
+        request(Some(dpb::DatasetDef::default())),
+        &no_roots(),
+    ));
     assert!(!no_source.is_empty());
-    let bad_compression = invalid_argument(Registration::prepare(pb::RegisterDatasetRequest {
-        dataset: Some(Dataset::range(3).into_def()),
-        metadata: Some(pb::DatasetMetadata {
-            compression: 99,
+    let bad_compression = invalid_argument(Registration::prepare(
+        pb::RegisterDatasetRequest {
+            dataset: Some(Dataset::range(3).into_def()),
+            metadata: Some(pb::DatasetMetadata {
+                compression: 99,
+                ..Default::default()
+            }),
             ..Default::default()
-        }),
-        ..Default::default()
-    }));
+        },
+        &no_roots(),
+    ));
     assert!(bad_compression.contains("99"), "{bad_compression}");
+}
+
+fn file_refused(result: Result<Registration, DispatcherError>) -> String {
+    match result {
+        Err(DispatcherError::FileRefused(message)) => message,
+        other => panic!("expected FileRefused, got {other:?}"),
+    }
+}
+
+fn files_def(files: &[String]) -> dpb::DatasetDef {
+    let mut def = Dataset::files("listed").lines().into_def();
+    let Some(dpb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut())
+    else {
+        panic!("a files source");
+    };
+    fs.files = files.to_vec();
+    def
+}
+
+#[test]
+fn files_outside_the_roots_are_refused_naming_the_path_and_the_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir(base.join("data")).unwrap();
+    std::fs::write(base.join("data/a.txt"), "x\n").unwrap();
+    std::fs::write(base.join("secret.txt"), "x\n").unwrap();
+    std::os::unix::fs::symlink(base.join("secret.txt"), base.join("data/link.txt")).unwrap();
+    let roots = DataRoots::new([base.join("data")]).unwrap();
+    let none = DataRoots::none();
+    let data = base.join("data").display().to_string();
+    let secret = base.join("secret.txt").display().to_string();
+    let link = base.join("data/link.txt").display().to_string();
+    let rows: Vec<(dpb::DatasetDef, &DataRoots, String)> = vec![
+        (
+            Dataset::files(&format!("{}/*.txt", base.display()))
+                .lines()
+                .into_def(),
+            &roots,
+            format!(
+                "refused to read '{}/*.txt': it matches files outside the data roots ({data})",
+                base.display()
+            ),
+        ),
+        (
+            Dataset::files("/etc/pass*").lines().into_def(),
+            &roots,
+            format!("refused to read '/etc/pass*': outside the data roots ({data})"),
+        ),
+        (
+            Dataset::files(&format!("{data}/l*.txt")).lines().into_def(),
+            &roots,
+            format!(
+                "refused to read '{link}': it resolves to '{secret}', outside the data roots \
+                 ({data})"
+            ),
+        ),
+        (
+            files_def(&[format!("{data}/a.txt"), secret.clone()]),
+            &roots,
+            format!("refused to read '{secret}': outside the data roots ({data})"),
+        ),
+        (
+            files_def(&["/dev/zero".into()]),
+            &roots,
+            format!("refused to read '/dev/zero': outside the data roots ({data})"),
+        ),
+        (
+            files_def(&[format!("{data}/a.txt")]),
+            &none,
+            format!("refused to read '{data}/a.txt': this server has no data roots"),
+        ),
+    ];
+    for (def, roots, want) in rows {
+        let got = file_refused(Registration::prepare(request(Some(def.clone())), roots));
+        assert!(got.starts_with(&want), "{def:?}: want {want}, got {got}");
+    }
+}
+
+#[test]
+fn a_listed_file_inside_the_roots_is_stored_canonical() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::write(base.join("a.txt"), "x\n").unwrap();
+    let roots = DataRoots::new([&base]).unwrap();
+    let listed = format!("{}/./a.txt", base.display());
+    let prepared = Registration::prepare(request(Some(files_def(&[listed]))), &roots).unwrap();
+    assert_eq!(
+        prepared.def,
+        files_def(&[base.join("a.txt").display().to_string()])
+    );
+    assert_eq!(prepared.num_splits, vec![1]);
 }

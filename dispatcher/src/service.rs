@@ -1,11 +1,14 @@
 //! The dispatcher's gRPC service: decode, delegate, map. Any replica serves it; a follower
 //! answers `Unavailable` with the leader's address, and the client libraries re-route.
 //!
-//! Handlers hold no logic: writes go to the proposer's typed methods (after the quorum-lease
+//! Every handler first checks that the caller's role may make the call (the caller was
+//! authenticated by the interceptor in front of the service; see `access`). Handlers hold no
+//! logic: writes go to the proposer's typed methods (after the quorum-lease
 //! check), current reads to the `StateReader`, heartbeats to `Heartbeats`, the task-removal vote
 //! to `TaskRemover`, dataset preparation to `Registration`, membership changes to
 //! `membership`. Every error leaves through `From<DispatcherError> for tonic::Status`.
 
+use crate::access;
 use crate::cluster_status;
 use crate::config::DispatcherConfig;
 use crate::convert::{decode_def, metadata_to_proto, request_id};
@@ -20,13 +23,17 @@ use crate::registration::Registration;
 use crate::state::{JobOptions, Rejection, ShardingPolicy, TargetWorkers};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
+use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
+use sluice_security::authorize;
 use std::sync::Arc;
 use tonic::{Request as GrpcRequest, Response, Status};
 
 pub struct DispatcherService {
     raft: Raft,
+    /// The directories files sources may name (canonical).
+    data_roots: DataRoots,
     proposer: ProposerHandle,
     reader: StateReader,
     heartbeats: Heartbeats,
@@ -44,10 +51,12 @@ impl DispatcherService {
         proposer: ProposerHandle,
         state: StateHandle,
         liveness: Arc<Liveness>,
+        data_roots: DataRoots,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout.1);
         DispatcherService {
             raft,
+            data_roots,
             heartbeats: Heartbeats::new(config, reader.clone(), proposer.clone(), liveness),
             proposer,
             reader,
@@ -68,9 +77,24 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::RegisterDatasetRequest>,
     ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
+        authorize(&request, "RegisterDataset", access::CLIENT)?;
         let mut req = request.into_inner();
         let id = request_id(req.request_id.take());
-        let registration = Registration::prepare(req)?;
+        // Globbing and resolving paths block on the file system: off the runtime.
+        let roots = self.data_roots.clone();
+        let prepared =
+            tokio::task::spawn_blocking(move || Registration::prepare(req, &roots)).await;
+        let registration = match prepared {
+            Ok(registration) => registration?,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => {
+                    return Err(
+                        DispatcherError::RaftStopped("the dispatcher is stopping".into()).into(),
+                    )
+                }
+            },
+        };
         let dataset_id = self.writer()?.register_dataset(id, registration).await?;
         Ok(Response::new(pb::RegisterDatasetResponse {
             dataset_id: dataset_id.0,
@@ -81,6 +105,7 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::GetDatasetRequest>,
     ) -> Result<Response<pb::GetDatasetResponse>, Status> {
+        authorize(&request, "GetDataset", access::READER)?;
         let id = DatasetId(request.into_inner().dataset_id);
         self.reader.linearizable().await?;
         let found = self.reader.read(|s| {
@@ -100,6 +125,7 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::GetOrCreateJobRequest>,
     ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
+        authorize(&request, "GetOrCreateJob", access::CLIENT)?;
         let req = request.into_inner();
         let sharding =
             ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?;
@@ -129,6 +155,7 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::GetOrCreateIterationRequest>,
     ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
+        authorize(&request, "GetOrCreateIteration", access::CLIENT)?;
         let req = request.into_inner();
         let (iteration_id, client_id) = self
             .writer()?
@@ -148,6 +175,7 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::ClientHeartbeatRequest>,
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
+        authorize(&request, "ClientHeartbeat", access::CLIENT)?;
         let response = self.heartbeats.client(request.into_inner()).await?;
         Ok(Response::new(response))
     }
@@ -156,6 +184,7 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::ReleaseIterationClientRequest>,
     ) -> Result<Response<pb::ReleaseIterationClientResponse>, Status> {
+        authorize(&request, "ReleaseIterationClient", access::CLIENT)?;
         let req = request.into_inner();
         self.writer()?
             .release_iteration_client(
@@ -170,7 +199,11 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
-        let response = self.heartbeats.worker(request.into_inner()).await?;
+        let caller = authorize(&request, "WorkerHeartbeat", access::WORKER)?;
+        let response = self
+            .heartbeats
+            .worker(request.into_inner(), &caller)
+            .await?;
         Ok(Response::new(response))
     }
 
@@ -178,13 +211,13 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::WorkerUpdateRequest>,
     ) -> Result<Response<pb::WorkerUpdateResponse>, Status> {
+        let caller = authorize(&request, "WorkerUpdate", access::WORKER)?;
         let req = request.into_inner();
+        let tasks: Vec<TaskId> = req.completed_tasks.into_iter().map(TaskId).collect();
+        self.reader
+            .read(|s| access::check_finish(s, &caller, &req.worker_address, &tasks))?;
         self.writer()?
-            .finish_tasks(
-                request_id(req.request_id),
-                req.worker_address,
-                req.completed_tasks.into_iter().map(TaskId).collect(),
-            )
+            .finish_tasks(request_id(req.request_id), req.worker_address, tasks)
             .await?;
         Ok(Response::new(pb::WorkerUpdateResponse {}))
     }
@@ -193,7 +226,10 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::LeaseSplitsRequest>,
     ) -> Result<Response<pb::LeaseSplitsResponse>, Status> {
+        let caller = authorize(&request, "LeaseSplits", access::WORKER)?;
         let req = request.into_inner();
+        self.reader
+            .read(|s| access::check_task(s, &caller, TaskId(req.task_id)))?;
         let lease = self
             .writer()?
             .lease_splits(
@@ -217,6 +253,7 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::MaybeRemoveTaskRequest>,
     ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
+        authorize(&request, "MaybeRemoveTask", access::CLIENT)?;
         let req = request.into_inner();
         let removed = self
             .task_remover
@@ -235,8 +272,9 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::AddNodeRequest>,
     ) -> Result<Response<pb::AddNodeResponse>, Status> {
+        authorize(&request, "AddNode", access::ADMIN)?;
         let req = request.into_inner();
-        let voters = membership::add_voter(&self.raft, req.node_id, req.addr).await?;
+        let voters = membership::add_voter(&self.raft, req.node_id, req.peer_addr).await?;
         Ok(Response::new(pb::AddNodeResponse { voters }))
     }
 
@@ -244,14 +282,16 @@ impl Dispatcher for DispatcherService {
         &self,
         request: GrpcRequest<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
+        authorize(&request, "RemoveNode", access::ADMIN)?;
         let voters = membership::remove_voter(&self.raft, request.into_inner().node_id).await?;
         Ok(Response::new(pb::RemoveNodeResponse { voters }))
     }
 
     async fn get_status(
         &self,
-        _request: GrpcRequest<pb::GetStatusRequest>,
+        request: GrpcRequest<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        authorize(&request, "GetStatus", access::READER)?;
         let metrics = self.raft.metrics().borrow().clone();
         let json = self
             .reader

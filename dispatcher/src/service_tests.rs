@@ -1,10 +1,13 @@
 //! The handlers' mapping of errors to gRPC codes, end to end over gRPC on real replicas (port
 //! 0, temp dirs): each bad request gets the code and message its error chose, and a follower
-//! answers `Unavailable` with the leader's address in `x-sluice-leader`.
+//! answers `Unavailable` with the leader's client address in `x-sluice-leader`. Raft and the
+//! client API are served each on its own port only.
 
 use crate::{DispatcherConfig, DispatcherHandle};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient;
+use sluice_proto::raft as pb_raft;
+use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_proto::LEADER_METADATA_KEY;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -160,16 +163,16 @@ async fn each_bad_request_gets_the_code_of_its_error() {
             "Task 9 not found",
         ),
         (
-            "add_node without an address",
+            "add_node without a peer address",
             failure(
                 c.add_node(pb::AddNodeRequest {
                     node_id: 2,
-                    addr: String::new(),
+                    peer_addr: String::new(),
                 })
                 .await,
             ),
             Code::InvalidArgument,
-            "`addr` is required",
+            "`peer_addr` is required",
         ),
     ];
     for (name, (code, message), expected_code, expected_message) in cases {
@@ -183,34 +186,154 @@ async fn each_bad_request_gets_the_code_of_its_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_answers_unavailable_naming_the_leader() {
+async fn raft_is_served_only_on_the_peer_port_and_the_client_api_only_on_the_client_port() {
     let dir = tempfile::tempdir().unwrap();
-    let listeners = [
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    let handle = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    handle.wait_for_leader(WAIT).await.unwrap();
+    assert_ne!(handle.addr(), handle.peer_addr());
+    let vote = || pb_raft::RaftPayload {
+        payload: b"not a vote".to_vec(),
+    };
+    let mut raft_on_client_port = RaftPeerClient::connect(format!("http://{}", handle.addr()))
+        .await
+        .unwrap();
+    let mut raft_on_peer_port = RaftPeerClient::connect(format!("http://{}", handle.peer_addr()))
+        .await
+        .unwrap();
+    let mut api_on_peer_port = DispatcherClient::connect(format!("http://{}", handle.peer_addr()))
+        .await
+        .unwrap();
+    let mut api_on_client_port = client(&handle).await;
+
+    let cases: Vec<(&str, Result<(), tonic::Status>, Option<Code>)> = vec![
+        (
+            "vote on the client port",
+            raft_on_client_port.vote(vote()).await.map(drop),
+            Some(Code::Unimplemented),
+        ),
+        (
+            "append_entries on the client port",
+            raft_on_client_port.append_entries(vote()).await.map(drop),
+            Some(Code::Unimplemented),
+        ),
+        (
+            "install_snapshot on the client port",
+            raft_on_client_port.install_snapshot(vote()).await.map(drop),
+            Some(Code::Unimplemented),
+        ),
+        (
+            "announce on the client port",
+            raft_on_client_port
+                .announce(pb_raft::AnnounceRequest::default())
+                .await
+                .map(drop),
+            Some(Code::Unimplemented),
+        ),
+        (
+            "get_status on the peer port",
+            api_on_peer_port
+                .get_status(pb::GetStatusRequest {})
+                .await
+                .map(drop),
+            Some(Code::Unimplemented),
+        ),
+        (
+            "add_node on the peer port",
+            api_on_peer_port
+                .add_node(pb::AddNodeRequest {
+                    node_id: 9,
+                    peer_addr: "127.0.0.1:1".into(),
+                })
+                .await
+                .map(drop),
+            Some(Code::Unimplemented),
+        ),
+        // The services are there, on their own ports: an undecodable vote reaches Raft's
+        // service (and is refused by it), and status is served.
+        (
+            "vote on the peer port",
+            raft_on_peer_port.vote(vote()).await.map(drop),
+            Some(Code::InvalidArgument),
+        ),
+        (
+            "get_status on the client port",
+            api_on_client_port
+                .get_status(pb::GetStatusRequest {})
+                .await
+                .map(drop),
+            None,
+        ),
     ];
+    for (what, got, want) in cases {
+        assert_eq!(got.err().map(|s| s.code()), want, "{what}");
+    }
+    handle.shutdown().await;
+}
+
+/// Waits until `handle`'s membership names each replica at its own client address.
+async fn wait_client_addrs_recorded(handle: &DispatcherHandle, handles: &[DispatcherHandle]) {
+    let want: BTreeMap<u64, String> = handles
+        .iter()
+        .map(|h| (h.id(), h.addr().to_string()))
+        .collect();
+    handle
+        .raft()
+        .wait(Some(WAIT))
+        .metrics(
+            |m| {
+                let recorded: BTreeMap<u64, String> = m
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(id, n)| (*id, n.addr.clone()))
+                    .collect();
+                recorded == want
+            },
+            "every replica's client address is recorded",
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_answers_unavailable_naming_the_leaders_client_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        listeners.push((
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        ));
+    }
+    // The peer list names peer addresses only; each replica records its client address.
     let peers: BTreeMap<u64, String> = listeners
         .iter()
         .zip(1..)
-        .map(|(l, id)| (id, l.local_addr().unwrap().to_string()))
+        .map(|((_, peer), id)| (id, peer.local_addr().unwrap().to_string()))
         .collect();
     let mut handles = Vec::new();
-    for (listener, id) in listeners.into_iter().zip(1..) {
+    for ((listener, peer_listener), id) in listeners.into_iter().zip(1..) {
         let config = DispatcherConfig {
             peers: peers.clone(),
             ..config(id, &dir)
         };
-        handles.push(DispatcherHandle::start_on(listener, config).await.unwrap());
+        handles.push(
+            DispatcherHandle::start_on(listener, peer_listener, config)
+                .await
+                .unwrap(),
+        );
     }
     let leader = handles[0].wait_for_leader(WAIT).await.unwrap();
     let follower = handles.iter().find(|h| h.id() != leader).unwrap();
-    // The follower must know the leader before it can name it.
+    let leader_addr = handles.iter().find(|h| h.id() == leader).unwrap().addr();
+    // The follower must know the leader's client address before it can name it.
     follower
         .raft()
         .wait(Some(WAIT))
         .current_leader(leader, "the follower knows the leader")
         .await
         .unwrap();
+    wait_client_addrs_recorded(follower, &handles).await;
     let mut c = client(follower).await;
     let write = c
         .lease_splits(pb::LeaseSplitsRequest::default())
@@ -226,9 +349,48 @@ async fn a_follower_answers_unavailable_naming_the_leader() {
             .metadata()
             .get(LEADER_METADATA_KEY)
             .expect("the leader's address in metadata");
-        assert_eq!(hint.to_str().unwrap(), peers[&leader]);
+        assert_eq!(hint.to_str().unwrap(), leader_addr.to_string());
+    }
+    let status: serde_json::Value = serde_json::from_str(
+        &c.get_status(pb::GetStatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .json,
+    )
+    .unwrap();
+    for h in &handles {
+        let member = status["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == h.id())
+            .expect("every replica is a member");
+        assert_eq!(member["addr"], h.addr().to_string(), "{status}");
+        assert_eq!(member["peer_addr"], h.peer_addr().to_string(), "{status}");
     }
     for handle in handles {
         handle.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_at_a_new_client_port_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    first.wait_for_leader(WAIT).await.unwrap();
+    let peer_addr = first.peer_addr().to_string();
+    let old_addr = first.addr();
+    first.shutdown().await;
+
+    // Same journal and peer address (its identity), another client port.
+    let restarted = DispatcherHandle::start(DispatcherConfig {
+        peer_listen: peer_addr,
+        ..config(1, &dir)
+    })
+    .await
+    .unwrap();
+    assert_ne!(restarted.addr(), old_addr);
+    wait_client_addrs_recorded(&restarted, std::slice::from_ref(&restarted)).await;
+    restarted.shutdown().await;
 }

@@ -56,6 +56,7 @@ fn state(sharding: ShardingPolicy) -> DispatcherState {
             address: "w1".into(),
             tags: vec![],
             worker_addresses: vec![],
+            owner: String::new(),
         },
     );
     apply(

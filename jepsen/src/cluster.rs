@@ -1,10 +1,11 @@
 //! `Cluster`: the dispatcher processes of a run, each the real `sluice` binary, started as
-//! `sluice dispatcher --id I --data-dir DIR/nI --peers ... --raft-routes ...` with stdout and
-//! stderr appended to `DIR/node-I.log`.
+//! `sluice dispatcher --id I --data-dir DIR/nI --listen CLIENT --peers ... --raft-routes ...`
+//! with stdout and stderr appended to `DIR/node-I.log`.
 //!
-//! Every node gets the same `--peers` (the real listen addresses, which clients and workers
-//! use) and its own `--raft-routes` (the link proxies). A node keeps its address and data dir
-//! across restarts, so a restart recovers from disk alone. Each node sits behind its own tokio
+//! Every node gets the same `--peers` (the real peer addresses; each node's Raft listener binds
+//! its own entry) and its own `--raft-routes` (the link proxies, in front of the peer ports).
+//! Clients and workers use the client addresses, which no proxy stands in front of. A node
+//! keeps its addresses and data dir across restarts, so a restart recovers from disk alone. Each node sits behind its own tokio
 //! mutex: the nemesis and the heal phase act on one node at a time, and a process handle is
 //! held across `.await` (waiting for exit or for `READY`).
 
@@ -43,16 +44,28 @@ pub enum NodeState {
     Down,
 }
 
+/// A node's two listeners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeAddrs {
+    /// The client API (clients, workers, status reads).
+    pub client: SocketAddr,
+    /// The Raft peer listener (reached through the link proxies).
+    pub peer: SocketAddr,
+}
+
 struct Node {
     id: u64,
-    addr: SocketAddr,
+    addrs: NodeAddrs,
     child: Option<Child>,
     state: NodeState,
 }
 
 pub struct Cluster {
     config: ClusterConfig,
+    /// `--peers`: every node's peer address.
     peers: String,
+    /// Every node's client address, comma-separated.
+    client_addrs: String,
     nodes: BTreeMap<u64, Mutex<Node>>,
     /// One lazily connected channel per node for status reads (reconnects after restarts).
     channels: BTreeMap<u64, Channel>,
@@ -62,40 +75,54 @@ pub struct Cluster {
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Cluster {
-    /// Picks a free port per node, so addresses stay fixed across restarts. (Another process
-    /// could take a port between the probe and the bind; the start then fails loudly.)
-    pub fn pick_addrs(n: u64) -> anyhow::Result<BTreeMap<u64, SocketAddr>> {
+    /// Picks two free ports per node (client and peer), so addresses stay fixed across
+    /// restarts. (Another process could take a port between the probe and the bind; the start
+    /// then fails loudly.)
+    pub fn pick_addrs(n: u64) -> anyhow::Result<BTreeMap<u64, NodeAddrs>> {
+        let probe = || std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port");
         let mut probes = Vec::new();
         for id in 1..=n {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port")?;
-            probes.push((id, probe.local_addr()?, probe));
+            let (client, peer) = (probe()?, probe()?);
+            let addrs = NodeAddrs {
+                client: client.local_addr()?,
+                peer: peer.local_addr()?,
+            };
+            probes.push((id, addrs, client, peer));
         }
-        Ok(probes.into_iter().map(|(id, addr, _)| (id, addr)).collect())
+        Ok(probes
+            .into_iter()
+            .map(|(id, addrs, _, _)| (id, addrs))
+            .collect())
     }
 
     /// Starts every node and waits for each `READY` line.
     pub async fn start(
         config: ClusterConfig,
-        addrs: &BTreeMap<u64, SocketAddr>,
+        addrs: &BTreeMap<u64, NodeAddrs>,
     ) -> anyhow::Result<Cluster> {
         let peers = addrs
             .iter()
-            .map(|(id, a)| format!("{id}={a}"))
+            .map(|(id, a)| format!("{id}={}", a.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let client_addrs = addrs
+            .values()
+            .map(|a| a.client.to_string())
             .collect::<Vec<_>>()
             .join(",");
         let mut nodes = BTreeMap::new();
         let mut channels = BTreeMap::new();
-        for (&id, &addr) in addrs {
+        for (&id, &node_addrs) in addrs {
             nodes.insert(
                 id,
                 Mutex::new(Node {
                     id,
-                    addr,
+                    addrs: node_addrs,
                     child: None,
                     state: NodeState::Down,
                 }),
             );
-            let channel = Endpoint::from_shared(format!("http://{addr}"))?
+            let channel = Endpoint::from_shared(format!("http://{}", node_addrs.client))?
                 .connect_timeout(Duration::from_millis(300))
                 .timeout(Duration::from_millis(700))
                 .connect_lazy();
@@ -104,6 +131,7 @@ impl Cluster {
         let cluster = Cluster {
             config,
             peers,
+            client_addrs,
             nodes,
             channels,
         };
@@ -119,21 +147,9 @@ impl Cluster {
         self.nodes.keys().copied()
     }
 
-    /// Every node's real address, comma-separated (what workers and clients are given).
+    /// Every node's client address, comma-separated (what workers and clients are given).
     pub fn addrs(&self) -> String {
-        self.peers
-            .split(',')
-            .filter_map(|p| p.split_once('=').map(|(_, a)| a.to_string()))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    pub fn addr_of(&self, id: u64) -> Option<String> {
-        self.peers
-            .split(',')
-            .filter_map(|p| p.split_once('='))
-            .find(|(i, _)| i.parse::<u64>().ok() == Some(id))
-            .map(|(_, a)| a.to_string())
+        self.client_addrs.clone()
     }
 
     fn node(&self, id: u64) -> anyhow::Result<&Mutex<Node>> {
@@ -167,6 +183,8 @@ impl Cluster {
             .arg(id.to_string())
             .arg("--data-dir")
             .arg(&data_dir)
+            .arg("--listen")
+            .arg(node.addrs.client.to_string())
             .arg("--peers")
             .arg(&self.peers)
             .arg("--raft-routes")
@@ -210,8 +228,10 @@ impl Cluster {
                 bail!("node {id} printed no READY within {READY_TIMEOUT:?}")
             }
         };
-        if addr != node.addr.to_string() {
-            bail!("node {id} serves at {addr}, expected {}", node.addr);
+        // `READY dispatcher CLIENT peer=PEER`.
+        let want = format!("{} peer={}", node.addrs.client, node.addrs.peer);
+        if addr != want {
+            bail!("node {id} serves at {addr}, expected {want}");
         }
         node.child = Some(child);
         node.state = NodeState::Running;

@@ -34,7 +34,7 @@ pub struct ProxyNet {
 }
 
 impl ProxyNet {
-    /// Binds a proxy for every directed link between `nodes` (id → real address).
+    /// Binds a proxy for every directed link between `nodes` (id → real peer address).
     pub async fn start(nodes: &BTreeMap<u64, SocketAddr>) -> anyhow::Result<ProxyNet> {
         let cancel = CancellationToken::new();
         let mut links = BTreeMap::new();

@@ -133,7 +133,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     let history = History::create(&out.join("history.jsonl"))?;
     history.record("harness", Kind::Invoke, "setup", json!({"seed": seed}));
     let addrs = Cluster::pick_addrs(args.nodes)?;
-    let net = Arc::new(ProxyNet::start(&addrs).await?);
+    // Only Raft links are proxied (cut by the nemesis): the peer ports.
+    let peer_addrs = addrs.iter().map(|(&id, a)| (id, a.peer)).collect();
+    let net = Arc::new(ProxyNet::start(&peer_addrs).await?);
     let config = ClusterConfig {
         bin: bin.clone(),
         dir: out.clone(),

@@ -28,8 +28,8 @@ use crate::type_config::JournalTypeConfig;
 /// On-disk format version, written at creation and required at open. It covers the encoding of
 /// what the journal stores for its state machine too (log entry payloads, snapshots): a build
 /// that changes those bumps it, so an older data dir is refused by name instead of misread.
-/// Version 3: a log entry carries the leader's time once for all its requests.
-pub const FORMAT_VERSION: u32 = 3;
+/// Version 4: a member carries two addresses, its client API and its Raft peer listener.
+pub const FORMAT_VERSION: u32 = 4;
 /// Name of the format file inside the data dir.
 pub const FORMAT_FILE: &str = "FORMAT";
 /// Name of the sled database directory inside the data dir.

@@ -48,9 +48,13 @@ class DispatchServer:
         client_timeout_ms: Optional[int] = None,
         job_gc_timeout_ms: Optional[int] = None,
         join: bool = False,
+        data_roots: Sequence[str] = (),
+        peer_listen: Optional[str] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
+    @property
+    def peer_address(self) -> str: ...
     @property
     def leader_id(self) -> Optional[int]: ...
     def join(self) -> None: ...
@@ -65,6 +69,7 @@ class WorkerServer:
         port: int,
         worker_tags: Sequence[str],
         heartbeat_interval_ms: Optional[int] = None,
+        data_roots: Sequence[str] = (),
         tls_cert: Optional[str] = None,
         tls_key: Optional[str] = None,
         tls_ca: Optional[str] = None,

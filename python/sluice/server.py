@@ -30,15 +30,21 @@ Peers = Union[Sequence[str], Mapping[int, str]]
 class DispatcherConfig:
     """A dispatcher replica's settings (tf.data's names where it has them).
 
-    - ``port``: 0 picks a free port (with ``peers``, 0 means this replica's own entry).
+    - ``port``: the client API's port (clients and workers); 0 picks a free port.
+    - ``peer_listen``: ``"host:port"`` of the Raft peer listener, which serves the other
+      replicas only; ``None`` is this replica's own entry in ``peers``, else a free port.
     - ``work_dir``: the journal's directory; ``None`` uses a temporary one, removed on stop.
-    - ``node_id``, ``peers``: the replica's Raft id and every replica's address, the same on
-      every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
-      one-node quorum.
+    - ``node_id``, ``peers``: the replica's Raft id and every replica's peer address, the same
+      on every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
+      one-node quorum. Each replica records its own client address once it runs.
     - ``join``: start with an empty journal and wait to be added to a running quorum with
-      :func:`sluice.add_node`, instead of creating one (no ``peers`` needed; port 0 works).
+      :func:`sluice.add_node` at its :attr:`DispatchServer.peer_address`, instead of creating
+      one (no ``peers`` needed; port 0 works).
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
+    - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
+      ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths
+      come from whoever can reach the dispatcher. Symlinks are resolved before the check.
     - ``protocol`` must be ``"grpc"``; ``fault_tolerant_mode`` is always on (Raft journal), and
       ``job_gc_check_interval_ms`` is accepted for tf.data's sake.
     """
@@ -56,6 +62,8 @@ class DispatcherConfig:
     client_timeout_ms: Optional[int] = None
     host: str = "127.0.0.1"
     join: bool = False
+    data_roots: Optional[List[str]] = None
+    peer_listen: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -66,6 +74,21 @@ class WorkerConfig:
       several replicas comma-separated).
     - ``port``: 0 picks a free port. ``worker_tags``: e.g. ``["COLOCATED"]``.
     - ``heartbeat_interval_ms``: how long a heartbeat may wait for news.
+    - ``data_roots``: the only directories tasks may read files below, checked again before
+      each file is opened (whatever the dispatcher allowed). ``None`` or empty refuses every
+      file. For example::
+
+        >>> import pathlib, tempfile, sluice
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = (pathlib.Path(root) / "a.txt").write_text("one\\ntwo\\n")
+        ...     d = sluice.DispatchServer(sluice.DispatcherConfig(data_roots=[root]))
+        ...     w = sluice.WorkerServer(sluice.WorkerConfig(d.target, data_roots=[root]))
+        ...     ds = sluice.data.TextLineDataset(root + "/a.txt").apply(
+        ...         sluice.distribute("parallel_epochs", d.target))
+        ...     lines = list(ds)
+        ...     w.stop(); d.stop()
+        >>> lines
+        [b'one', b'two']
     - ``tls_cert``, ``tls_key``: the worker's certificate and key (PEM); with them its port
       (gRPC and raw fetch streams) speaks TLS. ``tls_ca``: the CA that readers' client
       certificates and the dispatcher's certificate are verified against.
@@ -87,6 +110,7 @@ class WorkerConfig:
     dispatcher_timeout_ms: Optional[int] = None
     worker_tags: Optional[List[str]] = None
     host: str = "127.0.0.1"
+    data_roots: Optional[List[str]] = None
     tls_cert: Optional[str] = None
     tls_key: Optional[str] = None
     tls_ca: Optional[str] = None
@@ -141,8 +165,9 @@ class _Server:
 class DispatchServer(_Server):
     """A dispatcher replica serving in this process.
 
-    ``target`` is its address for clients and workers, ``"grpc://host:port"``. With
-    ``start=False`` it starts at :meth:`start`.
+    ``target`` is its address for clients and workers, ``"grpc://host:port"``;
+    ``peer_address`` is its Raft peer listener's, for the other replicas. With ``start=False``
+    it starts at :meth:`start`.
     """
 
     def __init__(self, config: Optional[DispatcherConfig] = None, start: bool = True) -> None:
@@ -164,12 +189,19 @@ class DispatchServer(_Server):
             client_timeout_ms=c.client_timeout_ms,
             job_gc_timeout_ms=c.job_gc_timeout_ms,
             join=bool(c.join),
+            data_roots=[str(r) for r in c.data_roots or []],
+            peer_listen=None if c.peer_listen is None else str(c.peer_listen),
         )
 
     @property
     def target(self) -> str:
         """``"grpc://host:port"``."""
         return f"grpc://{self._address}"
+
+    @property
+    def peer_address(self) -> str:
+        """``"host:port"`` of the Raft peer listener (what :func:`sluice.add_node` takes)."""
+        return str(self._running().peer_address)
 
     @property
     def node_id(self) -> int:
@@ -216,6 +248,7 @@ class WorkerServer(_Server):
             int(c.port),
             list(c.worker_tags or []),
             heartbeat_interval_ms=c.heartbeat_interval_ms,
+            data_roots=[str(r) for r in c.data_roots or []],
             tls_cert=_path(c.tls_cert),
             tls_key=_path(c.tls_key),
             tls_ca=_path(c.tls_ca),

@@ -176,24 +176,24 @@ def _mode(mode: ProcessingMode) -> str:
     )
 
 
-def add_node(service: Service, node_id: int, address: str) -> List[int]:
-    """Adds replica ``node_id``, serving at ``address`` and started with
-    ``DispatcherConfig(join=True)``, to the quorum at ``service``: it joins as a learner,
-    catches up, then votes. Returns the voters after the change. The same as
-    ``sluice admin add-node``; replicas started this way need no peer list agreed in advance,
-    so every one can take port 0::
+def add_node(service: Service, node_id: int, peer_address: str) -> List[int]:
+    """Adds replica ``node_id``, started with ``DispatcherConfig(join=True)`` and serving Raft
+    at ``peer_address`` (its :attr:`DispatchServer.peer_address`), to the quorum at
+    ``service``: it joins as a learner, catches up, then votes; it records its client address
+    itself. Returns the voters after the change. The same as ``sluice admin add-node``; replicas
+    started this way need no peer list agreed in advance, so every one can take port 0::
 
         >>> import sluice
         >>> first = sluice.DispatchServer()
         >>> second = sluice.DispatchServer(sluice.DispatcherConfig(node_id=2, join=True))
-        >>> sluice.add_node(first.target, 2, second.target.removeprefix("grpc://"))
+        >>> sluice.add_node(first.target, 2, second.peer_address)
         [1, 2]
         >>> sluice.remove_node(first.target, 2)
         [1]
         >>> for server in (second, first):
         ...     server.stop()
     """
-    return list(_native.add_node(_service(service), int(node_id), str(address)))
+    return list(_native.add_node(_service(service), int(node_id), str(peer_address)))
 
 
 def remove_node(service: Service, node_id: int) -> List[int]:

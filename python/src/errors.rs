@@ -29,7 +29,9 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::InvalidArgument(_)
         | DatasetError::Function { .. }
         | DatasetError::UnshardableSource(_)
-        | DatasetError::UnresolvedShardHint => "InvalidArgumentError",
+        | DatasetError::UnresolvedShardHint
+        | DatasetError::LineTooLong { .. } => "InvalidArgumentError",
+        DatasetError::FileRefused { .. } => "PermissionDeniedError",
         // The io::Error's text is all that is kept of it (its kind is not).
         DatasetError::Io { message, .. }
             if message.to_ascii_lowercase().contains("no such file") =>

@@ -29,10 +29,12 @@ fn dispatcher_error(e: DispatcherError) -> PyErr {
         DispatcherError::Rejected(Rejection::InvalidArgument(_)) => "InvalidArgumentError",
         DispatcherError::Rejected(Rejection::NotFound(_)) => "NotFoundError",
         DispatcherError::Rejected(Rejection::FailedPrecondition(_)) => "FailedPreconditionError",
+        DispatcherError::Rejected(Rejection::PermissionDenied(_)) => "PermissionDeniedError",
         DispatcherError::NotLeader { .. }
         | DispatcherError::QuorumUnavailable(_)
         | DispatcherError::RaftStopped(_) => "UnavailableError",
         DispatcherError::Startup(_) => "FailedPreconditionError",
+        DispatcherError::FileRefused(_) => "PermissionDeniedError",
         DispatcherError::Journal(_) => "DataLossError",
         DispatcherError::UnexpectedOutcome { .. } => "InternalError",
     };
@@ -93,7 +95,10 @@ impl Lifetime {
 /// A dispatcher replica serving in this process.
 #[pyclass(frozen, module = "sluice._native")]
 pub struct DispatchServer {
+    /// The client API's address.
     addr: String,
+    /// The Raft peer listener's address.
+    peer_addr: String,
     /// This replica's Raft handle, for `leader_id`.
     raft: sluice_dispatcher::raft_types::Raft,
     lifetime: Lifetime,
@@ -103,13 +108,15 @@ pub struct DispatchServer {
 
 #[pymethods]
 impl DispatchServer {
-    /// `peers`: every replica's `(node_id, "host:port")`, the same on every replica; empty for a
-    /// one-node quorum. With peers and port 0 the replica serves at its own entry's address.
+    /// `peers`: every replica's `(node_id, "host:port")` peer address, the same on every
+    /// replica; empty for a one-node quorum. `peer_listen`: where Raft traffic is served; `None`
+    /// is this replica's own entry in `peers`, else any free port on `host`.
     /// `join`: start with an empty journal and wait to be added to a running quorum
     /// (`add_node`), instead of creating one.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
-        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false))]
+        worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
+        data_roots=Vec::new(), peer_listen=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -123,11 +130,15 @@ impl DispatchServer {
         client_timeout_ms: Option<u64>,
         job_gc_timeout_ms: Option<i64>,
         join: bool,
+        data_roots: Vec<PathBuf>,
+        peer_listen: Option<String>,
     ) -> PyResult<DispatchServer> {
         let peers: BTreeMap<u64, String> = peers.into_iter().collect();
-        let listen = match peers.get(&node_id) {
-            Some(own) if port == 0 => own.clone(),
-            _ => format!("{host}:{port}"),
+        let listen = format!("{host}:{port}");
+        let peer_listen = match (peer_listen, peers.get(&node_id)) {
+            (Some(peer_listen), _) => peer_listen,
+            (None, Some(own)) => own.clone(),
+            (None, None) => format!("{host}:0"),
         };
         let (data_dir, temp_dir) = match work_dir {
             Some(dir) => (dir, None),
@@ -144,10 +155,12 @@ impl DispatchServer {
         let config = DispatcherConfig {
             id: node_id,
             listen,
+            peer_listen,
             join,
             data_dir,
             peers,
             worker_addresses,
+            data_roots,
             worker_timeout: worker_timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.worker_timeout),
@@ -170,6 +183,7 @@ impl DispatchServer {
         })?
         .map_err(dispatcher_error)?;
         let addr = handle.addr().to_string();
+        let peer_addr = handle.peer_addr().to_string();
         let raft = handle.raft().clone();
         let lifetime = Lifetime::new();
         let (stop, done) = (lifetime.stop.clone(), lifetime.done.clone());
@@ -179,16 +193,23 @@ impl DispatchServer {
         });
         Ok(DispatchServer {
             addr,
+            peer_addr,
             raft,
             lifetime,
             temp_dir: Mutex::new(temp_dir),
         })
     }
 
-    /// `host:port` the replica serves on.
+    /// `host:port` the replica serves clients and workers on.
     #[getter]
     fn address(&self) -> &str {
         &self.addr
+    }
+
+    /// `host:port` the replica serves Raft on, for the other replicas only.
+    #[getter]
+    fn peer_address(&self) -> &str {
+        &self.peer_addr
     }
 
     /// The leader this replica knows of (`None` while there is none, or once stopped).
@@ -230,7 +251,8 @@ impl WorkerServer {
     /// credentials, as `sluice worker`'s flags.
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
-        tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None, insecure=false))]
+        data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
+        insecure=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -239,6 +261,7 @@ impl WorkerServer {
         port: u16,
         worker_tags: Vec<String>,
         heartbeat_interval_ms: Option<u64>,
+        data_roots: Vec<PathBuf>,
         tls_cert: Option<PathBuf>,
         tls_key: Option<PathBuf>,
         tls_ca: Option<PathBuf>,
@@ -258,6 +281,7 @@ impl WorkerServer {
             dispatcher: dispatcher_address,
             listen: format!("{host}:{port}"),
             tags: worker_tags,
+            data_roots,
             heartbeat_poll: heartbeat_interval_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.heartbeat_poll),

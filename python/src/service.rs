@@ -157,14 +157,22 @@ pub fn from_dataset_id(
     })
 }
 
-/// Adds replica `node_id`, serving at `address` and started with `join`, to the quorum at
-/// `service` (a learner that catches up, then a voter). Returns the voters after the change.
+/// Adds replica `node_id`, started with `join` and serving Raft at `peer_address`, to the quorum
+/// at `service` (a learner that catches up, then a voter). Returns the voters after the change.
 #[pyfunction]
-pub fn add_node(py: Python<'_>, service: &str, node_id: u64, address: &str) -> PyResult<Vec<u64>> {
+pub fn add_node(
+    py: Python<'_>,
+    service: &str,
+    node_id: u64,
+    peer_address: &str,
+) -> PyResult<Vec<u64>> {
     let client = client(service).map_err(client_error)?;
-    let address = address.to_string();
-    wait(py, async move { client.add_node(node_id, &address).await })?
-        .map_err(|e| client_error(ClientError::from(e)))
+    let peer_address = peer_address.to_string();
+    wait(
+        py,
+        async move { client.add_node(node_id, &peer_address).await },
+    )?
+    .map_err(|e| client_error(ClientError::from(e)))
 }
 
 /// Removes replica `node_id` from the quorum at `service` (even the leader; the rest elect a new

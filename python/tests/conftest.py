@@ -20,9 +20,12 @@ class Cluster(NamedTuple):
 
 
 def start_cluster(num_workers: int, **config: object) -> Cluster:
+    """A dispatcher with `config`; its workers read files below the same `data_roots`."""
     dispatcher = sluice.DispatchServer(sluice.DispatcherConfig(**config))  # type: ignore[arg-type]
+    roots = config.get("data_roots")
     workers = [
-        sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target)) for _ in range(num_workers)
+        sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target, data_roots=roots))  # type: ignore[arg-type]
+        for _ in range(num_workers)
     ]
     return Cluster(dispatcher, workers)
 
@@ -33,9 +36,10 @@ def stop_cluster(cluster: Cluster) -> None:
 
 
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    """A dispatcher and two workers (the seed's cluster)."""
-    c = start_cluster(2)
+def cluster(tmp_path) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
+    """A dispatcher and two workers (the seed's cluster), reading files below the test's
+    `tmp_path`."""
+    c = start_cluster(2, data_roots=[str(tmp_path)])
     yield c
     stop_cluster(c)
 

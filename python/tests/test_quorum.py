@@ -47,7 +47,7 @@ def test_coordinated_reads_go_in_lockstep_rounds(cluster):
 
 def test_a_three_replica_quorum_survives_its_leader_stopped_mid_epoch(tmp_path):
     # Every replica takes port 0: the first creates the quorum, the others join it at the
-    # addresses they bound, so no port is picked before its server binds it.
+    # peer addresses they bound, so no port is picked before its server binds it.
     replicas = [sluice.DispatchServer(sluice.DispatcherConfig(work_dir=str(tmp_path / "r1")))]
     for node_id in (2, 3):
         replicas.append(
@@ -57,12 +57,21 @@ def test_a_three_replica_quorum_survives_its_leader_stopped_mid_epoch(tmp_path):
                 )
             )
         )
-    peers = [r.target.removeprefix("grpc://") for r in replicas]
-    service = ",".join(peers)
+    service = ",".join(r.target.removeprefix("grpc://") for r in replicas)
     workers = []
     try:
-        assert sluice.add_node(replicas[0].target, 2, peers[1]) == [1, 2]
-        assert sluice.add_node(replicas[0].target, 3, peers[2]) == [1, 2, 3]
+        assert sluice.add_node(replicas[0].target, 2, replicas[1].peer_address) == [1, 2]
+        assert sluice.add_node(replicas[0].target, 3, replicas[2].peer_address) == [1, 2, 3]
+
+        def members():
+            status = replicas[0].status()
+            return sorted((m["id"], m["addr"], m["peer_addr"]) for m in status["members"])
+
+        # Each replica records its own client address; status lists both of each member's.
+        want = [
+            (r.node_id, r.target.removeprefix("grpc://"), r.peer_address) for r in replicas
+        ]
+        wait_until(lambda: members() == want, "every member's addresses in status")
 
         def agreed_leader():
             views = {r.leader_id for r in replicas if r._native.running()}

@@ -309,12 +309,18 @@ impl DispatcherClient {
         Ok(response.json)
     }
 
-    /// Adds replica `node_id` at `addr` to the quorum (as a learner, then a voter). The replica
-    /// must be running with `join` set. Returns the voters after the change.
-    pub async fn add_node(&self, node_id: NodeId, addr: &str) -> Result<Vec<NodeId>, RpcError> {
+    /// Adds replica `node_id`, whose Raft peer listener is at `peer_addr`, to the quorum (as a
+    /// learner, then a voter). The replica must be running with `join` set; its client address
+    /// enters the membership once it has caught up and recorded it. Returns the voters after the
+    /// change.
+    pub async fn add_node(
+        &self,
+        node_id: NodeId,
+        peer_addr: &str,
+    ) -> Result<Vec<NodeId>, RpcError> {
         let request = pb::AddNodeRequest {
             node_id,
-            addr: addr.to_string(),
+            peer_addr: peer_addr.to_string(),
         };
         let response = self
             .call("add_node", MEMBERSHIP_WAIT, |mut c, timeout| {

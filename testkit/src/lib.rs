@@ -5,13 +5,17 @@
 //! library. Nothing here is part of the service itself.
 //!
 //! Layout:
+//! - `credentials`: `Credentials`, a cluster's certificates and tokens in a temp dir, and the
+//!   security settings of its dispatchers, workers and trainers.
 //! - `local_cluster`: `LocalCluster`, dispatcher replicas and workers in this process (real gRPC
 //!   on 127.0.0.1 port 0, a temp dir per replica, kill and restart, partitions).
 //! - `process`: `SluiceProcess`, a `sluice` server as a child process (spawn, wait for its READY
 //!   line, SIGKILL, restart), and `run` for a command run to completion.
 
+pub mod credentials;
 pub mod local_cluster;
 pub mod process;
 
+pub use credentials::Credentials;
 pub use local_cluster::{bind_again, local_dispatcher_config, LocalCluster, Tune};
 pub use process::SluiceProcess;

@@ -1,15 +1,20 @@
 //! `LocalCluster`: dispatcher replicas and workers in this process, each a real server on
-//! 127.0.0.1 with a port chosen by the OS, each replica with its own temp data dir. Replicas
-//! and workers can be killed and restarted at the same address (and, for replicas, from the same
-//! data dir). The demo runs on it, and the tests use it (as `TestCluster`) to show what survives
+//! 127.0.0.1 with a port chosen by the OS, each replica with its own temp data dir and two
+//! listeners (client API and Raft peer port). Replicas and workers can be killed and restarted
+//! at the same addresses (and, for replicas, from the same data dir). The demo runs on it, and the tests use it (as `TestCluster`) to show what survives
 //! a crash.
+//!
+//! Every replica and worker reads files only below one data root, a directory of the cluster's
+//! temp dir (`data_root()`): tests put the files their datasets name there.
 
+use crate::credentials::Credentials;
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
 use sluice_dispatcher::ids::NodeId;
 use sluice_dispatcher::network_faults::NetworkFaults;
 use sluice_dispatcher::state::DispatcherState;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_security::ClientSecurity;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +41,7 @@ async fn wait_until<F: FnMut() -> bool>(
 }
 
 /// Raft timings for a local cluster: fast failover, yet slow enough for a loaded 2-core machine.
+/// `peers` are the replicas' peer addresses.
 pub fn local_dispatcher_config(
     id: NodeId,
     data_dir: PathBuf,
@@ -53,7 +59,10 @@ pub fn local_dispatcher_config(
 }
 
 struct Replica {
+    /// Client API address.
     addr: String,
+    /// Raft peer address.
+    peer_addr: String,
     data_dir: PathBuf,
     handle: Option<DispatcherHandle>,
 }
@@ -70,13 +79,18 @@ pub type Tune = Arc<dyn Fn(&mut DispatcherConfig) + Send + Sync>;
 
 pub struct LocalCluster {
     _dir: TempDir,
+    /// The data root of every replica and worker (inside `_dir`).
+    data_root: PathBuf,
     /// Applied to every replica's config, at start and restart.
     tune: Tune,
     /// Raft links cut between replicas (partitions), shared by all of them.
     faults: Arc<NetworkFaults>,
     replicas: BTreeMap<NodeId, Replica>,
+    /// The peer list every replica is started with (peer addresses).
     peers: BTreeMap<NodeId, String>,
     workers: Vec<Worker>,
+    /// Certificates and tokens of a secure cluster; `None`: plain TCP, no authentication.
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl LocalCluster {
@@ -93,35 +107,63 @@ impl LocalCluster {
         workers: usize,
         tune: impl Fn(&mut DispatcherConfig) + Send + Sync + 'static,
     ) -> anyhow::Result<LocalCluster> {
-        let tune: Tune = Arc::new(tune);
+        Self::start_inner(replicas, workers, Arc::new(tune), None).await
+    }
+
+    /// Like [`LocalCluster::start`], with TLS on every listener and tokens on every call: new
+    /// certificates and tokens for the replicas, the workers and [`LocalCluster::client`], as
+    /// `sluice certs` makes them.
+    pub async fn start_secure(replicas: usize, workers: usize) -> anyhow::Result<LocalCluster> {
+        let credentials = Arc::new(Credentials::generate()?);
+        let security = credentials.dispatcher()?;
+        let tune: Tune = Arc::new(move |config: &mut DispatcherConfig| {
+            config.security = security.clone();
+        });
+        Self::start_inner(replicas, workers, tune, Some(credentials)).await
+    }
+
+    async fn start_inner(
+        replicas: usize,
+        workers: usize,
+        tune: Tune,
+        credentials: Option<Arc<Credentials>>,
+    ) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::tempdir()?;
+        let data_root = dir.path().join("data");
+        std::fs::create_dir(&data_root).context("create the cluster's data root")?;
         let mut listeners = BTreeMap::new();
         for id in 1..=replicas as NodeId {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            listeners.insert(id, listener);
+            let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            listeners.insert(id, (listener, peer_listener));
         }
         let peers: BTreeMap<NodeId, String> = listeners
             .iter()
-            .map(|(id, l)| (*id, l.local_addr().expect("bound").to_string()))
+            .map(|(id, (_, p))| (*id, p.local_addr().expect("bound").to_string()))
             .collect();
         let mut cluster = LocalCluster {
             _dir: dir,
+            data_root,
             tune: tune.clone(),
             faults: Arc::new(NetworkFaults::default()),
             replicas: BTreeMap::new(),
             peers: peers.clone(),
             workers: Vec::new(),
+            credentials,
         };
-        for (id, listener) in listeners {
+        for (id, (listener, peer_listener)) in listeners {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
             let mut config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
+            config.data_roots = vec![cluster.data_root.clone()];
             tune(&mut config);
             config.faults = Some(cluster.faults.clone());
-            let handle = DispatcherHandle::start_on(listener, config).await?;
+            let addr = listener.local_addr()?.to_string();
+            let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
             cluster.replicas.insert(
                 id,
                 Replica {
-                    addr: peers[&id].clone(),
+                    addr,
+                    peer_addr: peers[&id].clone(),
                     data_dir,
                     handle: Some(handle),
                 },
@@ -148,17 +190,25 @@ impl LocalCluster {
         .await
     }
 
-    /// Every replica's address, comma-separated, as clients and workers are given it.
+    /// Every replica's client address, comma-separated, as clients and workers are given it.
     pub fn dispatcher_addrs(&self) -> String {
-        self.peers.values().cloned().collect::<Vec<_>>().join(",")
+        let addrs: Vec<&str> = self.replicas.values().map(|r| r.addr.as_str()).collect();
+        addrs.join(",")
     }
 
+    /// A client of the quorum; on a secure cluster, with the CA and the client token.
     pub fn client(&self) -> DispatcherClient {
         let retry = RetryConfig {
             retry_timeout: Duration::from_secs(60),
             ..RetryConfig::default()
         };
-        DispatcherClient::with_retry(&self.dispatcher_addrs(), retry)
+        let security = match &self.credentials {
+            Some(credentials) => credentials
+                .client()
+                .expect("credentials made by the cluster are valid"),
+            None => ClientSecurity::default(),
+        };
+        DispatcherClient::connect(&self.dispatcher_addrs(), retry, security)
             .expect("cluster addresses are valid")
     }
 
@@ -211,31 +261,38 @@ impl LocalCluster {
         let replica = self.replicas.get_mut(&id).context("no such replica")?;
         anyhow::ensure!(replica.handle.is_none(), "replica {id} is running");
         let listener = bind_again(&replica.addr).await?;
+        let peer_listener = bind_again(&replica.peer_addr).await?;
         let mut config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
+        config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
         config.faults = Some(self.faults.clone());
-        replica.handle = Some(DispatcherHandle::start_on(listener, config).await?);
+        let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
+        replica.handle = Some(handle);
         info!(node = id, "--- restarted replica");
         Ok(())
     }
 
     /// Starts a new, empty replica that waits to be added (`join`); returns its id. Add it with
-    /// `DispatcherClient::add_node`.
+    /// `DispatcherClient::add_node` at its [`LocalCluster::replica_peer_addr`].
     pub async fn start_joining_replica(&mut self) -> anyhow::Result<NodeId> {
         let id = self.replicas.keys().max().copied().unwrap_or(0) + 1;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let peer_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
+        let peer_addr = peer_listener.local_addr()?.to_string();
         let data_dir = self._dir.path().join(format!("node-{id}"));
         let mut config = local_dispatcher_config(id, data_dir.clone(), BTreeMap::new());
+        config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
         config.join = true;
         config.faults = Some(self.faults.clone());
-        let handle = DispatcherHandle::start_on(listener, config).await?;
-        self.peers.insert(id, addr.clone());
+        let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
+        self.peers.insert(id, peer_addr.clone());
         self.replicas.insert(
             id,
             Replica {
                 addr,
+                peer_addr,
                 data_dir,
                 handle: Some(handle),
             },
@@ -243,9 +300,14 @@ impl LocalCluster {
         Ok(id)
     }
 
-    /// The address of replica `id`.
+    /// The client address of replica `id`.
     pub fn replica_addr(&self, id: NodeId) -> Option<&str> {
         self.replicas.get(&id).map(|r| r.addr.as_str())
+    }
+
+    /// The Raft peer address of replica `id` (what `add_node` takes).
+    pub fn replica_peer_addr(&self, id: NodeId) -> Option<&str> {
+        self.replicas.get(&id).map(|r| r.peer_addr.as_str())
     }
 
     /// Forgets a replica that was removed from the quorum (stopping it if running).
@@ -297,12 +359,24 @@ impl LocalCluster {
         .await
     }
 
+    /// The certificates and tokens of a cluster started with [`LocalCluster::start_secure`].
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.credentials.as_deref()
+    }
+
     pub fn worker_config(&self, listen: String) -> WorkerConfig {
         WorkerConfig {
             dispatcher: self.dispatcher_addrs(),
             listen,
+            data_roots: vec![self.data_root.clone()],
             ..WorkerConfig::default()
         }
+    }
+
+    /// The directory every replica and worker may read files below (the only one): where a
+    /// test writes the files its `files()` datasets name.
+    pub fn data_root(&self) -> &std::path::Path {
+        &self.data_root
     }
 
     /// Starts a new worker; returns its index.
@@ -318,6 +392,11 @@ impl LocalCluster {
         tune: impl FnOnce(&mut WorkerConfig),
     ) -> anyhow::Result<usize> {
         let mut config = self.worker_config("127.0.0.1:0".into());
+        if let Some(credentials) = &self.credentials {
+            // A secure cluster's workers serve TLS and tokens, and call the dispatcher with
+            // their certificate and worker token.
+            config.security = credentials.worker()?;
+        }
         tune(&mut config);
         let handle = WorkerHandle::start(config.clone()).await?;
         self.workers.push(Worker {

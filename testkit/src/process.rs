@@ -1,5 +1,6 @@
-//! Running the real `sluice` binary: spawn a server, wait for its `READY <role> <address>` line,
-//! SIGKILL it, restart it with the same arguments.
+//! Running the real `sluice` binary: spawn a server, wait for its `READY <role> <address>` line
+//! (a dispatcher's ends with `peer=<peer address>`), SIGKILL it, restart it with the same
+//! arguments.
 
 use anyhow::Context;
 use std::io::{BufRead, BufReader};
@@ -13,20 +14,29 @@ pub struct SluiceProcess {
     bin: PathBuf,
     args: Vec<String>,
     child: Option<Child>,
-    /// The address from the READY line.
+    /// The address from the READY line (a dispatcher's client API).
     pub addr: String,
+    /// A dispatcher's Raft peer address (`peer=` on its READY line); `None` for other roles.
+    pub peer_addr: Option<String>,
+}
+
+/// What a READY line announces.
+struct Ready {
+    addr: String,
+    peer_addr: Option<String>,
 }
 
 impl SluiceProcess {
     /// Starts `sluice <args>` and waits (up to `timeout`) for its READY line.
     pub fn spawn(bin: &Path, args: &[&str], timeout: Duration) -> anyhow::Result<SluiceProcess> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (child, addr) = start(bin, &args, timeout)?;
+        let (child, ready) = start(bin, &args, timeout)?;
         Ok(SluiceProcess {
             bin: bin.to_path_buf(),
             args,
             child: Some(child),
-            addr,
+            addr: ready.addr,
+            peer_addr: ready.peer_addr,
         })
     }
 
@@ -46,9 +56,10 @@ impl SluiceProcess {
     /// Starts the process again with the same arguments.
     pub fn restart(&mut self, timeout: Duration) -> anyhow::Result<()> {
         self.kill();
-        let (child, addr) = start(&self.bin, &self.args, timeout)?;
+        let (child, ready) = start(&self.bin, &self.args, timeout)?;
         self.child = Some(child);
-        self.addr = addr;
+        self.addr = ready.addr;
+        self.peer_addr = ready.peer_addr;
         Ok(())
     }
 }
@@ -59,7 +70,7 @@ impl Drop for SluiceProcess {
     }
 }
 
-fn start(bin: &Path, args: &[String], timeout: Duration) -> anyhow::Result<(Child, String)> {
+fn start(bin: &Path, args: &[String], timeout: Duration) -> anyhow::Result<(Child, Ready)> {
     let mut child = Command::new(bin)
         .args(args)
         .stdout(Stdio::piped())
@@ -78,12 +89,15 @@ fn start(bin: &Path, args: &[String], timeout: Duration) -> anyhow::Result<(Chil
     });
     match rx.recv_timeout(timeout) {
         Ok(ready) => {
-            let addr = ready
-                .split_whitespace()
-                .nth(1)
+            let mut fields = ready.split_whitespace().skip(1);
+            let addr = fields
+                .next()
                 .context("READY line without an address")?
                 .to_string();
-            Ok((child, addr))
+            let peer_addr = fields
+                .find_map(|f| f.strip_prefix("peer="))
+                .map(str::to_string);
+            Ok((child, Ready { addr, peer_addr }))
         }
         Err(_) => {
             let _ = child.kill();

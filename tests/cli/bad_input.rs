@@ -84,4 +84,46 @@ fn bad_input_gets_a_one_line_error() {
         "{err}"
     );
     assert_eq!(std::fs::read_dir(foreign.path()).expect("dir").count(), 1);
+
+    // The peer port serves Raft only: an admin's or client's request there is refused.
+    let peer_addr = dispatcher
+        .peer_addr
+        .as_deref()
+        .expect("READY names the peer port");
+    let err = one_line_error(&["status", "--dispatcher", peer_addr]);
+    assert!(err.contains("not implemented"), "{err}");
+    let err = one_line_error(&[
+        "admin",
+        "add-node",
+        "--dispatcher",
+        peer_addr,
+        "--id",
+        "2",
+        "--peer-addr",
+        "127.0.0.1:1",
+    ]);
+    assert!(err.contains("not implemented"), "{err}");
+
+    // Bad listener settings name the address.
+    let fresh = tempfile::tempdir().expect("temp dir");
+    let fresh_dir = fresh.path().to_str().expect("utf-8");
+    let err = one_line_error(&[
+        "dispatcher",
+        "--data-dir",
+        fresh_dir,
+        "--advertise-address",
+        "nowhere",
+    ]);
+    assert_eq!(err, "error: advertise address 'nowhere' is not HOST:PORT");
+    let err = one_line_error(&[
+        "dispatcher",
+        "--data-dir",
+        fresh_dir,
+        "--peer-listen",
+        peer_addr,
+    ]);
+    assert!(
+        err.contains(&format!("bind peer address {peer_addr}")),
+        "{err}"
+    );
 }

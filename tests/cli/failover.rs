@@ -25,8 +25,14 @@ fn wait_leader(addrs: &str) -> u64 {
     }
 }
 
-/// A replica's arguments, serving at `listen`.
-fn replica_args(id: u64, dir: &std::path::Path, join: bool, listen: &str) -> Vec<String> {
+/// A replica's arguments, serving clients at `listen` and Raft at `peer_listen`.
+fn replica_args(
+    id: u64,
+    dir: &std::path::Path,
+    join: bool,
+    listen: &str,
+    peer_listen: &str,
+) -> Vec<String> {
     let mut args = [
         "dispatcher",
         "--id",
@@ -35,6 +41,8 @@ fn replica_args(id: u64, dir: &std::path::Path, join: bool, listen: &str) -> Vec
         dir.to_str().expect("utf-8"),
         "--listen",
         listen,
+        "--peer-listen",
+        peer_listen,
     ]
     .map(str::to_string)
     .to_vec();
@@ -67,18 +75,46 @@ fn voters(addrs: &str) -> Vec<u64> {
     voters
 }
 
+/// Each member's (client, peer) address as `sluice status` reports it, by id.
+fn member_addrs(addrs: &str) -> Vec<(String, String)> {
+    let (ok, out, _) = sluice(&["status", "--dispatcher", addrs]);
+    let status: serde_json::Value = match ok.then(|| serde_json::from_str(&out)) {
+        Some(Ok(status)) => status,
+        _ => return Vec::new(),
+    };
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let mut members: Vec<(u64, (String, String))> = status["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| Some((m["id"].as_u64()?, (text(&m["addr"]), text(&m["peer_addr"])))))
+        .collect();
+    members.sort_unstable_by_key(|(id, _)| *id);
+    members.into_iter().map(|(_, addrs)| addrs).collect()
+}
+
 /// Three replicas, each on a port the OS chose: replica 1 initializes a one-node cluster,
 /// replicas 2 and 3 start empty (`--join`) and are added with `sluice admin add-node` at the
-/// addresses their READY lines reported. No port is picked before its server binds it.
-/// Returns the replicas and their arguments (each serving at its address, for restarts).
+/// peer addresses their READY lines reported. No port is picked before its server binds it.
+/// Returns the replicas and their arguments (each serving at its addresses, for restarts).
 fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
     let mut nodes = Vec::new();
     let mut args = Vec::new();
     for id in 1..=3u64 {
         let dir = data.join(format!("n{id}"));
-        let node = spawn(&replica_args(id, &dir, id > 1, "127.0.0.1:0"));
-        // A restarted replica serves at the address it has: that is its identity.
-        args.push(replica_args(id, &dir, id > 1, &node.addr));
+        let node = spawn(&replica_args(
+            id,
+            &dir,
+            id > 1,
+            "127.0.0.1:0",
+            "127.0.0.1:0",
+        ));
+        let peer_addr = node
+            .peer_addr
+            .clone()
+            .expect("a dispatcher's READY names its peer port");
+        // A restarted replica serves at the addresses it has: its peer address is its identity.
+        args.push(replica_args(id, &dir, id > 1, &node.addr, &peer_addr));
         nodes.push(node);
     }
     for (id, node) in nodes.iter().enumerate().skip(1) {
@@ -90,8 +126,8 @@ fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String
             &nodes[0].addr,
             "--id",
             &id,
-            "--addr",
-            &node.addr,
+            "--peer-addr",
+            node.peer_addr.as_deref().expect("a peer address"),
         ]);
         assert!(ok, "add-node {id}: {out} {err}");
     }
@@ -103,6 +139,19 @@ fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String
     let deadline = Instant::now() + Duration::from_secs(30);
     while voters(&all) != [1, 2, 3] {
         assert!(Instant::now() < deadline, "three voters within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every replica records its own client address; status lists both of each member's.
+    let want: Vec<(String, String)> = nodes
+        .iter()
+        .map(|n| (n.addr.clone(), n.peer_addr.clone().expect("a peer address")))
+        .collect();
+    while member_addrs(&all) != want {
+        assert!(
+            Instant::now() < deadline,
+            "every member's addresses in status within 30 s: {:?}",
+            member_addrs(&all)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     (nodes, args)

@@ -2,9 +2,11 @@
 //! processes on loopback, driven only through the command line, as a user drives them.
 
 mod bad_input;
+mod data_roots;
 mod failover;
 mod memory;
 mod reading;
+mod security;
 mod single_dispatcher;
 mod static_sharding;
 mod target_workers;
@@ -61,20 +63,22 @@ pub fn dispatcher(dir: &std::path::Path, extra: &[&str]) -> SluiceProcess {
 
 /// Starts workers registered with `dispatcher`.
 pub fn workers(dispatcher: &str, n: usize) -> Vec<SluiceProcess> {
+    workers_with(dispatcher, n, &[])
+}
+
+/// Starts workers registered with `dispatcher`, with `extra` arguments.
+pub fn workers_with(dispatcher: &str, n: usize, extra: &[&str]) -> Vec<SluiceProcess> {
     (0..n)
         .map(|_| {
-            SluiceProcess::spawn(
-                bin(),
-                &[
-                    "worker",
-                    "--dispatcher",
-                    dispatcher,
-                    "--listen",
-                    "127.0.0.1:0",
-                ],
-                STARTUP,
-            )
-            .expect("worker started")
+            let mut args = vec![
+                "worker",
+                "--dispatcher",
+                dispatcher,
+                "--listen",
+                "127.0.0.1:0",
+            ];
+            args.extend_from_slice(extra);
+            SluiceProcess::spawn(bin(), &args, STARTUP).expect("worker started")
         })
         .collect()
 }

@@ -62,8 +62,9 @@ fn max_outstanding_requests_bounds_client_memory() {
         writer.write_record(&record).expect("write record");
     }
     drop(writer);
-    let dispatcher = dispatcher(data.path(), &[]);
-    let _workers = workers(&dispatcher.addr, 1);
+    let root = data.path().to_str().expect("utf-8");
+    let dispatcher = dispatcher(data.path(), &["--data-root", root]);
+    let _workers = workers_with(&dispatcher.addr, 1, &["--data-root", root]);
     let pattern = path.to_str().expect("utf-8");
 
     let small = peak_with(&dispatcher.addr, pattern, 2);

@@ -3,6 +3,7 @@
 use crate::cross_trainer_cache::DEFAULT_CACHE_SIZE_BYTES;
 use sluice_security::ServerSecurity;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +63,10 @@ pub struct WorkerConfig {
     /// presents to the dispatcher (its certificate, its `worker` token). Default: open, which
     /// serves on loopback only.
     pub security: ServerSecurity,
+    /// The only directories a task may read files from (canonicalized at start; each must be
+    /// an existing directory). Checked before each file is opened, whatever the dispatcher
+    /// allowed. Empty: every file is refused, the safe default.
+    pub data_roots: Vec<PathBuf>,
 }
 
 impl Default for WorkerConfig {
@@ -79,6 +84,7 @@ impl Default for WorkerConfig {
             cross_trainer_cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
             local: true,
             security: ServerSecurity::default(),
+            data_roots: Vec::new(),
         }
     }
 }

@@ -73,6 +73,7 @@ pub(super) async fn start_with(tasks: Vec<TaskDef>, security: &ServerSecurity) -
             tokio::runtime::Handle::current(),
             WorkerConfig::default(),
             addr.to_string(),
+            sluice_dataset::DataRoots::none(),
         ));
     }
     let cancel = CancellationToken::new();

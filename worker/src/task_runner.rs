@@ -7,6 +7,10 @@
 //! the buffer (pipeline ended, buffer empty) is the task's end of sequence; a pipeline error is
 //! kept and reported to every later reader.
 //!
+//! Files are opened only below this worker's own data roots, checked again before each open:
+//! the dispatcher checked its roots at registration, but they need not be this worker's. A
+//! refused file is the task's pipeline error, naming the path and the roots.
+//!
 //! Static sharding (FILE, DATA, FILE_OR_DATA, HINT) happens here too, when the pipeline starts:
 //! the definition is rewritten with `auto_shard` for shard `worker_index` of `num_workers`
 //! (tf.data's `AutoShardRewriter` at task initialization). A failed rewrite is the task's
@@ -18,7 +22,9 @@ use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
 use bytes::BytesMut;
-use sluice_dataset::{pb as dpb, AutoShardPolicy, Compression, ExecOptions, SplitSupplier};
+use sluice_dataset::{
+    pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, SplitSupplier,
+};
 use sluice_proto::dispatcher::{self as pb, TaskDef};
 use sluice_rpc::{DispatcherClient, IterationId, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +39,8 @@ pub struct TaskRunner {
     config: WorkerConfig,
     /// This worker's address (for lease events).
     worker: String,
+    /// This worker's canonical data roots.
+    data_roots: DataRoots,
     /// The buffer, created with the thread on first read.
     buffer: OnceLock<Arc<TaskBuffer>>,
     /// Coordinated reads: the round server over the buffer, created on first use.
@@ -52,6 +60,7 @@ impl TaskRunner {
         runtime: Handle,
         config: WorkerConfig,
         worker: String,
+        data_roots: DataRoots,
     ) -> Self {
         TaskRunner {
             def,
@@ -59,6 +68,7 @@ impl TaskRunner {
             runtime,
             config,
             worker,
+            data_roots,
             buffer: OnceLock::new(),
             round_robin: OnceLock::new(),
             cache: OnceLock::new(),
@@ -141,9 +151,10 @@ impl TaskRunner {
             )) as Arc<dyn SplitSupplier>
         });
         let cancelled = self.cancelled.clone();
+        let access = FileAccess::Roots(self.data_roots.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-task-{}", def.task_id))
-            .spawn(move || produce(def, splits, tx, cancelled));
+            .spawn(move || produce(def, splits, access, tx, cancelled));
         if let Err(e) = spawned {
             warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
             self.set_error(format!("could not start the pipeline thread: {e}"));
@@ -165,16 +176,18 @@ impl Drop for TaskRunner {
 fn produce(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
+    file_access: FileAccess,
     mut tx: Producer,
     cancelled: Arc<AtomicBool>,
 ) {
-    let end = run_pipeline(def, splits, &mut tx, &cancelled);
+    let end = run_pipeline(def, splits, file_access, &mut tx, &cancelled);
     tx.finish(end);
 }
 
 fn run_pipeline(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
+    file_access: FileAccess,
     tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), String> {
@@ -188,6 +201,7 @@ fn run_pipeline(
     let dataset = sharded_definition(&def, dataset)?;
     let options = ExecOptions {
         splits,
+        file_access,
         ..ExecOptions::default()
     };
     let mut elements = sluice_dataset::iterate(&dataset, &options).map_err(|e| e.to_string())?;

@@ -10,6 +10,7 @@ use crate::error::WorkerError;
 use crate::raw_fetch;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
+use sluice_dataset::DataRoots;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
     WorkerId,
@@ -67,6 +68,8 @@ impl WorkerHandle {
             retry_timeout: Duration::from_secs(365 * 24 * 3600),
             ..RetryConfig::default()
         };
+        let data_roots =
+            DataRoots::new(&config.data_roots).map_err(|e| WorkerError::Config(e.to_string()))?;
         let client = DispatcherClient::connect(
             &config.dispatcher,
             retry,
@@ -82,6 +85,7 @@ impl WorkerHandle {
             client: client.clone(),
             state: state.clone(),
             config: config.clone(),
+            data_roots,
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
             WorkerError::Dispatcher(RpcError::FailedPrecondition(message)) => {
@@ -158,6 +162,8 @@ struct Heartbeat {
     client: DispatcherClient,
     state: Arc<WorkerState>,
     config: WorkerConfig,
+    /// The canonical roots every task's files must lie below.
+    data_roots: DataRoots,
 }
 
 impl Heartbeat {
@@ -181,6 +187,7 @@ impl Heartbeat {
                 tokio::runtime::Handle::current(),
                 self.config.clone(),
                 self.state.address.clone(),
+                self.data_roots.clone(),
             );
             self.state.add(runner);
         }

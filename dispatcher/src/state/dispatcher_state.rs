@@ -145,7 +145,8 @@ impl DispatcherState {
                 address,
                 tags,
                 worker_addresses,
-            } => self.register_worker(address, tags, worker_addresses),
+                owner,
+            } => self.register_worker(address, tags, worker_addresses, owner),
             Update::GetOrCreateJob {
                 dataset_id,
                 sharding,

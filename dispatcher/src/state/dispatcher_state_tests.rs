@@ -29,6 +29,7 @@ fn static_worker(address: &str, list: &[&str]) -> Update {
         address: address.into(),
         tags: vec![],
         worker_addresses: list.iter().map(|s| s.to_string()).collect(),
+        owner: String::new(),
     }
 }
 fn job(dataset: &str, sharding: ShardingPolicy, name: Option<&str>) -> Update {

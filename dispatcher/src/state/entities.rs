@@ -26,6 +26,9 @@ pub struct Worker {
     /// the same worker).
     pub address: String,
     pub tags: Vec<String>,
+    /// The name the worker authenticated as when it registered ("" without authentication).
+    /// Its tasks may be acted on by callers of that name only.
+    pub owner: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -79,6 +79,9 @@ pub enum Update {
         address: String,
         tags: Vec<String>,
         worker_addresses: Vec<String>,
+        /// The name the registering caller authenticated as ("" without authentication): only
+        /// the same name may register this address again while it is registered.
+        owner: String,
     },
     /// Returns the job named `job_name`, or creates it. Without a name a fresh anonymous job is
     /// created, named with the leader-chosen `anonymous_suffix`.
@@ -185,4 +188,6 @@ pub enum Rejection {
     InvalidArgument(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    #[error("{0}")]
+    PermissionDenied(String),
 }

@@ -141,8 +141,7 @@ async fn range_9_batch_4_over_two_replicas_locally_and_through_the_service() -> 
     assert!(epoch.next().await.is_none());
 
     info!("--- through the service: one file is one split, read by one worker in order");
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("range9.txt");
+    let file = cluster.data_root().join("range9.txt");
     std::fs::write(&file, (0..9).map(|i| format!("{i}\n")).collect::<String>())?;
     let pattern = file.to_str().expect("a utf-8 path");
     let service = cluster

@@ -5,6 +5,7 @@
 mod bad_input;
 mod coordinated_reads;
 mod cross_trainer_cache;
+mod data_roots;
 mod distribute;
 mod failover;
 mod jobs_and_datasets;
@@ -12,6 +13,7 @@ mod processing_modes;
 mod quorum;
 mod restart;
 mod secure_workers;
+mod security;
 mod static_sharding;
 mod target_workers;
 mod workers;

@@ -56,10 +56,12 @@ async fn distributed_epoch_over_a_range_yields_every_element_exactly_once() -> a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly_once(
 ) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
+    let cluster = sluice_tests::start_cluster(1, 2).await?;
+    // Below the cluster's data root: the only place its servers read files from.
+    let dir = cluster.data_root();
     let mut want = Vec::new();
     for f in 0..12 {
-        let mut writer = TfRecordWriter::create(dir.path().join(format!("part-{f:02}.tfrecord")))?;
+        let mut writer = TfRecordWriter::create(dir.join(format!("part-{f:02}.tfrecord")))?;
         for r in 0..50 {
             let record = format!("file{f}-record{r}");
             writer.write_record(record.as_bytes())?;
@@ -67,9 +69,8 @@ async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly
         }
         writer.flush()?;
     }
-    std::fs::write(dir.path().join("ignored.txt"), "not a record file")?;
-    let cluster = sluice_tests::start_cluster(1, 2).await?;
-    let pattern = format!("{}/*.tfrecord", dir.path().display());
+    std::fs::write(dir.join("ignored.txt"), "not a record file")?;
+    let pattern = format!("{}/*.tfrecord", dir.display());
     let service = cluster
         .client()
         .distribute(

@@ -141,14 +141,32 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
 
     info!("--- a fourth replica joins");
     let new = cluster.start_joining_replica().await?;
-    let addr = cluster.replica_addr(new).expect("started").to_string();
-    assert_eq!(client.add_node(new, &addr).await?, vec![1, 2, 3, 4]);
+    let peer_addr = cluster.replica_peer_addr(new).expect("started").to_string();
+    assert_eq!(client.add_node(new, &peer_addr).await?, vec![1, 2, 3, 4]);
     assert_eq!(
-        client.add_node(new, &addr).await?,
+        client.add_node(new, &peer_addr).await?,
         vec![1, 2, 3, 4],
         "adding a voter again changes nothing"
     );
     cluster.wait_caught_up(new, Duration::from_secs(20)).await?;
+    info!("--- the new replica's client address enters the membership");
+    let addr = cluster.replica_addr(new).expect("started").to_string();
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    cluster
+        .replica(leader)
+        .expect("running")
+        .raft()
+        .wait(Some(Duration::from_secs(20)))
+        .metrics(
+            |m| {
+                m.membership_config
+                    .membership()
+                    .get_node(&new)
+                    .is_some_and(|n| n.addr == addr && n.peer_addr == peer_addr)
+            },
+            "the new replica's addresses in the membership",
+        )
+        .await?;
     let state = cluster.state_of(new).expect("running");
     assert!(
         state

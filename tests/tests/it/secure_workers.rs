@@ -1,115 +1,33 @@
-//! A worker with TLS and tokens, read through the client library: readers with the cluster's CA
-//! and the client token read an epoch exactly once, over the raw stream and over coordinated
-//! reads (gRPC); readers without a credential, or with a worker's, get the worker's refusal
-//! (`Unauthenticated`, `PermissionDenied`) as their epoch's error instead of retrying forever.
-//!
-//! The dispatcher here speaks plain gRPC behind a TLS terminator in this process (a test
-//! stand-in for a dispatcher with a certificate), so the worker's calls to the dispatcher and
-//! the readers' use TLS as they would in a secured cluster.
+//! A secure cluster (TLS and tokens on the dispatcher and the worker), read through the client
+//! library: readers with the cluster's CA and the client token read an epoch exactly once, over
+//! the raw stream and over coordinated reads (gRPC); a worker that does not accept the reader's
+//! token gets its refusal (`Unauthenticated`, `PermissionDenied`) to the reader as the epoch's
+//! error instead of being retried forever.
 
 use crate::{assert_exactly_once, read_epoch, read_ints, sorted_ints};
-use sluice_client::{
-    ClientError, DispatcherClient, DispatcherClientExt, DistributeOptions, RetryConfig,
-    ShardingPolicy,
-};
+use sluice_client::{ClientError, DispatcherClientExt, DistributeOptions, ShardingPolicy};
 use sluice_dataset::{Dataset, Transform};
-use sluice_security::certs::{generate, CertsPlan};
-use sluice_security::{
-    ClientCerts, ClientSecurity, ClientSecurityFiles, Role, ServerSecurity, ServerSecurityFiles,
-};
+use sluice_security::{ServerSecurity, ServerSecurityFiles};
 use sluice_tests::TestCluster;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio_stream::StreamExt;
 use tonic::Code;
 use tracing::info;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// Accepts TLS on 127.0.0.1 port 0 with the dispatcher's certificate and forwards each
-/// connection to the plain dispatcher at `to`; returns its address.
-async fn tls_terminator(certs: &Path, to: String) -> anyhow::Result<String> {
-    let security = ServerSecurity::load(&ServerSecurityFiles {
-        tls_cert: Some(certs.join("dispatcher.pem")),
-        tls_key: Some(certs.join("dispatcher.key")),
-        ..ServerSecurityFiles::default()
-    })?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let mut connections = Box::pin(sluice_security::incoming(
-        listener,
-        security.tls_config(ClientCerts::Optional)?,
-    ));
-    tokio::spawn(async move {
-        while let Some(Ok(mut inbound)) = connections.next().await {
-            let to = to.clone();
-            tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                }
-            });
-        }
-    });
-    Ok(addr)
-}
-
-/// A reader of `dispatcher` with the cluster's CA and `token_file` read as `role`.
-fn reader(
-    dispatcher: &str,
-    certs: &Path,
-    token_file: Option<PathBuf>,
-    role: Role,
-) -> anyhow::Result<DispatcherClient> {
-    let security = ClientSecurity::load(
-        &ClientSecurityFiles {
-            tls_ca: Some(certs.join("ca.pem")),
-            token_file,
-            ..ClientSecurityFiles::default()
-        },
-        role,
-    )?;
-    Ok(DispatcherClient::connect(
-        dispatcher,
-        RetryConfig::default(),
-        security,
-    )?)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secured_worker_serves_readers_with_the_client_token_and_refuses_others(
 ) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let certs = dir.path().to_path_buf();
-    generate(&CertsPlan {
-        out: certs.clone(),
-        hosts: Vec::new(),
-        workers: Vec::new(),
-        days: 1,
-    })?;
-    let mut cluster: TestCluster = sluice_tests::start_cluster(1, 0).await?;
-    let dispatcher = tls_terminator(&certs, cluster.dispatcher_addrs()).await?;
-    let worker_security = ServerSecurity::load(&ServerSecurityFiles {
-        tls_cert: Some(certs.join("worker.pem")),
-        tls_key: Some(certs.join("worker.key")),
-        tls_ca: Some(certs.join("ca.pem")),
-        token_file: Some(certs.join("worker.tokens")),
-        insecure: false,
-    })?;
-    let worker_dispatcher = dispatcher.clone();
-    cluster
-        .add_worker_with(move |config| {
-            config.dispatcher = worker_dispatcher;
-            config.security = worker_security;
-        })
-        .await?;
+    sluice_tests::init_tracing();
+    let mut cluster = TestCluster::start_secure(1, 1).await?;
+    let certs = cluster
+        .credentials()
+        .expect("a secure cluster has credentials")
+        .dir()
+        .to_path_buf();
+    let client = cluster.client();
 
     info!("--- the client token: a distributed epoch, each element exactly once");
-    let client = reader(
-        &dispatcher,
-        &certs,
-        Some(certs.join("client.token")),
-        Role::Client,
-    )?;
     let n = 2000;
     let service = client
         .distribute(
@@ -141,18 +59,42 @@ async fn a_secured_worker_serves_readers_with_the_client_token_and_refuses_other
     assert_eq!(rounds, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]);
     drop(epoch);
 
-    info!("--- no credential, or a worker's: the epoch fails with the worker's refusal");
-    let refused: [(Option<PathBuf>, Role, Code, &str); 2] = [
-        (None, Role::Client, Code::Unauthenticated, "no credentials"),
+    info!("--- a worker that does not know the client token, or gives it another role");
+    // The dispatcher accepts the reader; the worker refuses it, and the epoch fails with the
+    // worker's answer rather than retrying it.
+    let worker_line = std::fs::read_to_string(certs.join("worker.tokens"))?
+        .lines()
+        .find(|line| line.starts_with("worker "))
+        .expect("worker.tokens has a worker line")
+        .to_string();
+    let client_token = std::fs::read_to_string(certs.join("client.token"))?;
+    let misconfigured: [(String, Code, &str); 2] = [
         (
-            Some(certs.join("worker.tokens")),
-            Role::Worker,
+            "client others 0123456789abcdef0123456789abcdef".into(),
+            Code::Unauthenticated,
+            "not valid on this server",
+        ),
+        (
+            format!("worker trainers {}", client_token.trim()),
             Code::PermissionDenied,
             "may not call Fetch",
         ),
     ];
-    for (token_file, role, code, why) in refused {
-        let client = reader(&dispatcher, &certs, token_file, role)?;
+    let dir = tempfile::tempdir()?;
+    for (i, (line, code, why)) in misconfigured.into_iter().enumerate() {
+        let tokens = dir.path().join(format!("worker-{i}.tokens"));
+        std::fs::write(&tokens, format!("{worker_line}\n{line}\n"))?;
+        let security = ServerSecurity::load(&ServerSecurityFiles {
+            tls_cert: Some(certs.join("worker.pem")),
+            tls_key: Some(certs.join("worker.key")),
+            tls_ca: Some(certs.join("ca.pem")),
+            token_file: Some(tokens),
+            insecure: false,
+        })?;
+        cluster.kill_worker(i).await?;
+        cluster
+            .add_worker_with(move |config| config.security = security)
+            .await?;
         let service = client
             .distribute(
                 &Dataset::range(10),
@@ -168,7 +110,7 @@ async fn a_secured_worker_serves_readers_with_the_client_token_and_refuses_other
                 }
                 other => panic!("expected the worker's refusal, got {other:?}"),
             },
-            Ok(elements) => panic!("read {} elements without a credential", elements.len()),
+            Ok(elements) => panic!("read {} elements from a refusing worker", elements.len()),
         }
     }
     cluster.shutdown().await;

@@ -222,10 +222,11 @@ async fn file_sharding_gives_each_worker_its_files() -> anyhow::Result<()> {
         [Some(0), Some(1), Some(2)].into(),
         "each worker has its own index"
     );
-    let dir = tempfile::tempdir()?;
+    // Below the cluster's data root: the only place its servers read files from.
+    let dir = cluster.data_root();
     let (files, records) = (7, 3);
-    write_tfrecords(dir.path(), files, records)?;
-    let dataset = Dataset::files(&pattern(dir.path(), "*.tfrecord")).tfrecord();
+    write_tfrecords(dir, files, records)?;
+    let dataset = Dataset::files(&pattern(dir, "*.tfrecord")).tfrecord();
 
     info!("--- FILE: worker i reads files i, i + 3, ...");
     let by_worker = read_by_worker(&cluster, &dataset, ShardingPolicy::File, 3).await?;
@@ -253,9 +254,9 @@ async fn file_sharding_gives_each_worker_its_files() -> anyhow::Result<()> {
     info!("--- FILE_OR_DATA over text files is FILE");
     for f in 0..5 {
         let text: String = (0..2).map(|l| format!("file {f} record {l}\n")).collect();
-        std::fs::write(dir.path().join(format!("lines-{f}.txt")), text)?;
+        std::fs::write(dir.join(format!("lines-{f}.txt")), text)?;
     }
-    let lines = Dataset::files(&pattern(dir.path(), "lines-*.txt")).lines();
+    let lines = Dataset::files(&pattern(dir, "lines-*.txt")).lines();
     let by_worker = read_by_worker(&cluster, &lines, ShardingPolicy::FileOrData, 3).await?;
     for (w, i) in index.iter().enumerate() {
         let i = i.expect("indexed") as usize;
@@ -351,9 +352,10 @@ async fn static_sharding_errors_reach_the_client_with_tf_data_texts() -> anyhow:
     let workers: Vec<String> = (0..3).map(|w| cluster.worker_addr(w).to_string()).collect();
 
     info!("--- fewer files than workers, under FILE and FILE_OR_DATA");
-    let dir = tempfile::tempdir()?;
-    write_tfrecords(dir.path(), 2, 3)?;
-    let two_files = Dataset::files(&pattern(dir.path(), "*.tfrecord")).tfrecord();
+    // Below the cluster's data root: the only place its servers read files from.
+    let dir = cluster.data_root();
+    write_tfrecords(dir, 2, 3)?;
+    let two_files = Dataset::files(&pattern(dir, "*.tfrecord")).tfrecord();
     for mode in [ShardingPolicy::File, ShardingPolicy::FileOrData] {
         let (address, message) = worker_error(&client, &two_files, mode).await;
         assert!(workers.contains(&address), "{address}");

@@ -12,7 +12,16 @@ impl DispatcherState {
         address: &str,
         tags: &[String],
         worker_addresses: &[String],
+        owner: &str,
     ) -> Result<Outcome, Rejection> {
+        if let Some(registered) = self.workers.get(address) {
+            if registered.owner != owner {
+                return Err(Rejection::PermissionDenied(format!(
+                    "worker address {address} is registered by '{}', not '{owner}'",
+                    registered.owner
+                )));
+            }
+        }
         self.worker_indices.record_config(worker_addresses)?;
         self.worker_indices.add_worker(address)?;
         self.workers.insert(
@@ -20,6 +29,7 @@ impl DispatcherState {
             Worker {
                 address: address.to_string(),
                 tags: tags.to_vec(),
+                owner: owner.to_string(),
             },
         );
         let needing_task: Vec<IterationId> = self
