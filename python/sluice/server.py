@@ -74,6 +74,15 @@ class WorkerConfig:
       several replicas comma-separated).
     - ``port``: 0 picks a free port. ``worker_tags``: e.g. ``["COLOCATED"]``.
     - ``heartbeat_interval_ms``: how long a heartbeat may wait for news.
+    - ``tls_cert``, ``tls_key``: the worker's certificate and key (PEM); with them its port
+      (gRPC and raw fetch streams) speaks TLS. ``tls_ca``: the CA that readers' client
+      certificates and the dispatcher's certificate are verified against.
+      ``auth_token_file``: the tokens readers must present (``ROLE NAME TOKEN`` lines; its
+      ``worker`` line is what the worker presents to the dispatcher), or
+      ``SLUICE_AUTH_TOKEN``. See ``sluice certs`` and docs/security.md.
+    - ``insecure``: serve beyond loopback without TLS and authentication; without it a worker
+      whose ``host`` is not a loopback address refuses to start unprotected.
+
     - ``data_roots``: the only directories tasks may read files below, checked again before
       each file is opened (whatever the dispatcher allowed). ``None`` or empty refuses every
       file. For example::
@@ -89,14 +98,6 @@ class WorkerConfig:
         ...     w.stop(); d.stop()
         >>> lines
         [b'one', b'two']
-    - ``tls_cert``, ``tls_key``: the worker's certificate and key (PEM); with them its port
-      (gRPC and raw fetch streams) speaks TLS. ``tls_ca``: the CA that readers' client
-      certificates and the dispatcher's certificate are verified against.
-      ``auth_token_file``: the tokens readers must present (``ROLE NAME TOKEN`` lines; its
-      ``worker`` line is what the worker presents to the dispatcher), or
-      ``SLUICE_AUTH_TOKEN``. See ``sluice certs`` and docs/security.md.
-    - ``insecure``: serve beyond loopback without TLS and authentication; without it a worker
-      whose ``host`` is not a loopback address refuses to start unprotected.
 
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
