@@ -21,7 +21,13 @@ Errors are :mod:`sluice.errors` exceptions, under :class:`sluice.errors.OpError`
 from __future__ import annotations
 
 from sluice import data, errors
-from sluice.server import DispatcherConfig, DispatchServer, WorkerConfig, WorkerServer
+from sluice.server import (
+    DispatcherConfig,
+    DispatchServer,
+    WorkerConfig,
+    WorkerServer,
+    make_credentials,
+)
 from sluice.strategy import (
     DistributedDataset,
     DistributedIterator,
@@ -58,6 +64,7 @@ __all__ = [
     "distribute",
     "errors",
     "from_dataset_id",
+    "make_credentials",
     "register_dataset",
     "remove_node",
 ]

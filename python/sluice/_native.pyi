@@ -50,6 +50,11 @@ class DispatchServer:
         join: bool = False,
         data_roots: Sequence[str] = (),
         peer_listen: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        auth_token_file: Optional[str] = None,
+        insecure: bool = False,
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -146,3 +151,7 @@ class DistributedDataset:
 class DistributedIterator:
     def get_next_as_optional(self) -> Optional[Tuple[Any, ...]]: ...
     def close(self) -> None: ...
+
+def make_credentials(
+    out: str, hosts: Sequence[str] = (), workers: Sequence[str] = (), days: int = 365
+) -> List[str]: ...

@@ -45,6 +45,14 @@ class DispatcherConfig:
     - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
       ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths
       come from whoever can reach the dispatcher. Symlinks are resolved before the check.
+    - ``tls_cert``, ``tls_key``: the replica's certificate and key (PEM); with them both its
+      listeners speak TLS. ``tls_ca``: the CA that callers' client certificates (and, on the
+      peer listener, the other replicas', which must present one) are verified against.
+      ``auth_token_file``: the tokens callers present (``ROLE NAME TOKEN`` lines; its ``peer``
+      line is what this replica presents to the others), or ``SLUICE_AUTH_TOKEN``. See
+      ``sluice certs`` and docs/security.md.
+    - ``insecure``: serve beyond loopback without TLS and authentication; without it a replica
+      whose ``host`` is not a loopback address refuses to start unprotected.
     - ``protocol`` must be ``"grpc"``; ``fault_tolerant_mode`` is always on (Raft journal), and
       ``job_gc_check_interval_ms`` is accepted for tf.data's sake.
     """
@@ -64,6 +72,11 @@ class DispatcherConfig:
     join: bool = False
     data_roots: Optional[List[str]] = None
     peer_listen: Optional[str] = None
+    tls_cert: Optional[str] = None
+    tls_key: Optional[str] = None
+    tls_ca: Optional[str] = None
+    auth_token_file: Optional[str] = None
+    insecure: bool = False
 
 
 @dataclasses.dataclass
@@ -192,6 +205,11 @@ class DispatchServer(_Server):
             join=bool(c.join),
             data_roots=[str(r) for r in c.data_roots or []],
             peer_listen=None if c.peer_listen is None else str(c.peer_listen),
+            tls_cert=_path(c.tls_cert),
+            tls_key=_path(c.tls_key),
+            tls_ca=_path(c.tls_ca),
+            auth_token_file=_path(c.auth_token_file),
+            insecure=bool(c.insecure),
         )
 
     @property
@@ -284,3 +302,22 @@ def _peers(peers: Optional[Peers]) -> List[tuple]:
         items: Dict[int, str] = {int(k): str(v) for k, v in peers.items()}
         return sorted(items.items())
     return [(i + 1, str(addr)) for i, addr in enumerate(peers)]
+
+
+def make_credentials(
+    out: Any, hosts: Sequence[str] = (), workers: Sequence[str] = (), days: int = 365
+) -> List[str]:
+    """Writes a cluster's credentials into the new directory ``out``, offline, as ``sluice
+    certs`` does: a CA (``ca.pem``), a certificate per role (``dispatcher``, ``worker`` or one
+    per name in ``workers``, ``client``, ``admin``; servers' certificates name ``hosts`` besides
+    the loopback names), and token files (``tokens`` for dispatchers, ``worker.tokens`` for
+    workers, ``client.token`` and ``admin.token``). Nothing existing is overwritten. Returns the
+    paths written::
+
+        >>> import pathlib, tempfile, sluice
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     files = sluice.make_credentials(pathlib.Path(d) / "certs")
+        ...     sorted(pathlib.Path(f).name for f in files)[:4]
+        ['admin.key', 'admin.pem', 'admin.token', 'ca.key']
+    """
+    return [str(p) for p in _native.make_credentials(str(out), list(hosts), list(workers), days)]

@@ -13,7 +13,8 @@
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
-//! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process.
+//! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process, and
+//!   `make_credentials` (`sluice certs`).
 
 mod convert;
 mod distribute;
@@ -41,5 +42,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(service::add_node, m)?)?;
     m.add_function(wrap_pyfunction!(service::remove_node, m)?)?;
     m.add_function(wrap_pyfunction!(service::status, m)?)?;
+    m.add_function(wrap_pyfunction!(servers::make_credentials, m)?)?;
     Ok(())
 }

@@ -112,11 +112,14 @@ impl DispatchServer {
     /// replica; empty for a one-node quorum. `peer_listen`: where Raft traffic is served; `None`
     /// is this replica's own entry in `peers`, else any free port on `host`.
     /// `join`: start with an empty journal and wait to be added to a running quorum
-    /// (`add_node`), instead of creating one.
+    /// (`add_node`), instead of creating one. `tls_cert`, `tls_key`, `tls_ca`,
+    /// `auth_token_file`, `insecure`: the replica's TLS and tokens, as `sluice dispatcher`'s
+    /// flags of the same names.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
-        data_roots=Vec::new(), peer_listen=None))]
+        data_roots=Vec::new(), peer_listen=None, tls_cert=None, tls_key=None, tls_ca=None,
+        auth_token_file=None, insecure=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -132,7 +135,20 @@ impl DispatchServer {
         join: bool,
         data_roots: Vec<PathBuf>,
         peer_listen: Option<String>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_ca: Option<PathBuf>,
+        auth_token_file: Option<PathBuf>,
+        insecure: bool,
     ) -> PyResult<DispatchServer> {
+        let security = ServerSecurity::load(&ServerSecurityFiles {
+            tls_cert,
+            tls_key,
+            tls_ca,
+            token_file: auth_token_file,
+            insecure,
+        })
+        .map_err(|e| dispatcher_error(DispatcherError::Startup(e.to_string())))?;
         let peers: BTreeMap<u64, String> = peers.into_iter().collect();
         let listen = format!("{host}:{port}");
         let peer_listen = match (peer_listen, peers.get(&node_id)) {
@@ -161,6 +177,7 @@ impl DispatchServer {
             peers,
             worker_addresses,
             data_roots,
+            security,
             worker_timeout: worker_timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.worker_timeout),
@@ -315,4 +332,23 @@ impl WorkerServer {
     fn running(&self) -> bool {
         !self.lifetime.done.is_cancelled()
     }
+}
+
+/// Writes a cluster's CA, certificates and tokens into `out` (as `sluice certs`); returns the
+/// files written.
+#[pyfunction]
+#[pyo3(signature = (out, hosts=Vec::new(), workers=Vec::new(), days=365))]
+pub fn make_credentials(
+    out: PathBuf,
+    hosts: Vec<String>,
+    workers: Vec<String>,
+    days: u32,
+) -> PyResult<Vec<PathBuf>> {
+    sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
+        out,
+        hosts,
+        workers,
+        days,
+    })
+    .map_err(|e| error("FailedPreconditionError", e.to_string()))
 }

@@ -55,9 +55,15 @@ fn mode_of(text: &str) -> PyResult<ShardingPolicy> {
 /// for mutual TLS) and `SLUICE_AUTH_TOKEN` or `SLUICE_AUTH_TOKEN_FILE`. Workers are read with
 /// the same credentials.
 fn client(service: &str) -> Result<DispatcherClient, ClientError> {
+    client_as(service, Role::Client)
+}
+
+/// A client of `service` acting as `role` (`Role::Admin` for membership changes: a token file
+/// with role lines presents its `admin` line).
+fn client_as(service: &str, role: Role) -> Result<DispatcherClient, ClientError> {
     let files = ClientSecurityFiles::default().or_env();
-    let security = ClientSecurity::load(&files, Role::Client)
-        .map_err(|e| ClientError::InvalidArgument(format!("reader credentials: {e}")))?;
+    let security = ClientSecurity::load(&files, role)
+        .map_err(|e| ClientError::InvalidArgument(format!("{role} credentials: {e}")))?;
     DispatcherClient::connect(service, RetryConfig::default(), security).map_err(ClientError::from)
 }
 
@@ -166,7 +172,7 @@ pub fn add_node(
     node_id: u64,
     peer_address: &str,
 ) -> PyResult<Vec<u64>> {
-    let client = client(service).map_err(client_error)?;
+    let client = client_as(service, Role::Admin).map_err(client_error)?;
     let peer_address = peer_address.to_string();
     wait(
         py,
@@ -179,7 +185,7 @@ pub fn add_node(
 /// one). Returns the voters after the change.
 #[pyfunction]
 pub fn remove_node(py: Python<'_>, service: &str, node_id: u64) -> PyResult<Vec<u64>> {
-    let client = client(service).map_err(client_error)?;
+    let client = client_as(service, Role::Admin).map_err(client_error)?;
     wait(py, async move { client.remove_node(node_id).await })?
         .map_err(|e| client_error(ClientError::from(e)))
 }
