@@ -4,6 +4,7 @@
 //! a worker cannot act for another worker's tasks.
 
 use sluice_client::{DispatcherClientExt, RegisterOptions};
+use sluice_dispatcher::raft_types::TypeConfig;
 use sluice_dispatcher::DispatcherConfig;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as Stub;
@@ -383,7 +384,7 @@ async fn roles_decide_what_a_caller_may_call() {
     }
 }
 #[tokio::test]
-async fn a_forged_vote_from_a_non_peer_changes_nothing() {
+async fn forged_raft_requests_from_a_non_peer_change_nothing() {
     let creds = Creds::new();
     let cluster = secure_cluster(&creds).await;
     let leader = cluster
@@ -418,6 +419,21 @@ async fn a_forged_vote_from_a_non_peer_changes_nothing() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // An append from a "leader" of a far higher term: it would depose the leader and could
+    // overwrite the log.
+    let append = openraft::raft::AppendEntriesRequest::<TypeConfig> {
+        vote: openraft::Vote::new_committed(before.current_term + 100, 99),
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    };
+    let status = raft
+        .append_entries(sluice_proto::raft::RaftPayload {
+            payload: sluice_journal::codec::encode(&append),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     let after = cluster
         .replica(leader)
         .unwrap()
@@ -427,6 +443,7 @@ async fn a_forged_vote_from_a_non_peer_changes_nothing() {
         .clone();
     assert_eq!(after.current_term, before.current_term);
     assert_eq!(after.current_leader, Some(leader));
+    assert_eq!(after.last_applied, before.last_applied);
 }
 
 #[tokio::test]
