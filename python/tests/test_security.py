@@ -62,9 +62,8 @@ def test_a_trainer_with_the_ca_and_its_token_reads_exactly_once(secure, env):  #
 def test_a_trainer_without_credentials_is_told_what_it_lacks(secure, env):  # type: ignore[no-untyped-def]
     certs, dispatcher = secure
     env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
-    ds = Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target))
     with pytest.raises(errors.UnauthenticatedError) as e:
-        list(ds)
+        list(Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target)))
     assert "no credentials" in str(e.value)
 
 
@@ -75,11 +74,10 @@ def test_a_trainers_token_may_not_change_the_quorum(secure, env):  # type: ignor
     with pytest.raises(errors.PermissionDeniedError) as e:
         sluice.remove_node(dispatcher.target, 7)
     assert "needs the admin role" in str(e.value)
-    # The cluster's token file presents its admin line for membership changes.
+    # The cluster's token file presents its admin line for membership changes (node 7 is no
+    # member: the voters stay as they are).
     env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "tokens"))
-    with pytest.raises(errors.OpError) as e:
-        sluice.remove_node(dispatcher.target, 7)
-    assert "may not call" not in str(e.value)
+    assert sluice.remove_node(dispatcher.target, 7) == [1]
 
 
 def test_a_replica_beyond_loopback_needs_tls_and_a_token_or_insecure(env):  # type: ignore[no-untyped-def]
