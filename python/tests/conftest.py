@@ -44,6 +44,21 @@ def cluster(tmp_path) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
     stop_cluster(c)
 
 
+@pytest.fixture
+def no_credentials_in_env(monkeypatch):  # type: ignore[no-untyped-def]
+    """A clean slate of reader credentials: none of the ``SLUICE_*`` variables a reader takes its
+    CA, certificate and token from; returns ``monkeypatch`` to set some."""
+    for name in (
+        "SLUICE_TLS_CA",
+        "SLUICE_TLS_CERT",
+        "SLUICE_TLS_KEY",
+        "SLUICE_AUTH_TOKEN",
+        "SLUICE_AUTH_TOKEN_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Polls `condition` until it holds; fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -13,19 +13,6 @@ from sluice.data import Dataset
 
 
 @pytest.fixture
-def env(monkeypatch):  # type: ignore[no-untyped-def]
-    for name in (
-        "SLUICE_TLS_CA",
-        "SLUICE_TLS_CERT",
-        "SLUICE_TLS_KEY",
-        "SLUICE_AUTH_TOKEN",
-        "SLUICE_AUTH_TOKEN_FILE",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
-
-@pytest.fixture
 def secure(tmp_path):  # type: ignore[no-untyped-def]
     certs = tmp_path / "certs"
     sluice.make_credentials(certs)
@@ -51,36 +38,36 @@ def secure(tmp_path):  # type: ignore[no-untyped-def]
     dispatcher.stop()
 
 
-def test_a_trainer_with_the_ca_and_its_token_reads_exactly_once(secure, env):  # type: ignore[no-untyped-def]
+def test_a_trainer_with_the_ca_and_its_token_reads_exactly_once(secure, no_credentials_in_env):  # type: ignore[no-untyped-def]
     certs, dispatcher = secure
-    env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
-    env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "client.token"))
+    no_credentials_in_env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
+    no_credentials_in_env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "client.token"))
     ds = Dataset.range(100).apply(sluice.distribute("distributed_epoch", dispatcher.target))
     assert sorted(int(x) for x in ds) == list(range(100))
 
 
-def test_a_trainer_without_credentials_is_told_what_it_lacks(secure, env):  # type: ignore[no-untyped-def]
+def test_a_trainer_without_credentials_is_told_what_it_lacks(secure, no_credentials_in_env):  # type: ignore[no-untyped-def]
     certs, dispatcher = secure
-    env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
+    no_credentials_in_env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
     with pytest.raises(errors.UnauthenticatedError) as e:
         list(Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target)))
     assert "no credentials" in str(e.value)
 
 
-def test_a_trainers_token_may_not_change_the_quorum(secure, env):  # type: ignore[no-untyped-def]
+def test_a_trainers_token_may_not_change_the_quorum(secure, no_credentials_in_env):  # type: ignore[no-untyped-def]
     certs, dispatcher = secure
-    env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
-    env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "client.token"))
+    no_credentials_in_env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
+    no_credentials_in_env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "client.token"))
     with pytest.raises(errors.PermissionDeniedError) as e:
         sluice.remove_node(dispatcher.target, 7)
     assert "needs the admin role" in str(e.value)
     # The cluster's token file presents its admin line for membership changes (node 7 is no
     # member: the voters stay as they are).
-    env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "tokens"))
+    no_credentials_in_env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "tokens"))
     assert sluice.remove_node(dispatcher.target, 7) == [1]
 
 
-def test_a_replica_beyond_loopback_needs_tls_and_a_token_or_insecure(env):  # type: ignore[no-untyped-def]
+def test_a_replica_beyond_loopback_needs_tls_and_a_token_or_insecure(no_credentials_in_env):  # type: ignore[no-untyped-def]
     with pytest.raises(errors.FailedPreconditionError) as e:
         sluice.DispatchServer(sluice.DispatcherConfig(host="0.0.0.0"))
     assert "without TLS and authentication" in str(e.value)

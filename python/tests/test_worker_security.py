@@ -17,19 +17,6 @@ def ints(ds) -> list:  # type: ignore[no-untyped-def]
     return sorted(int(x) for x in ds)
 
 
-@pytest.fixture
-def no_credentials_in_env(monkeypatch):  # type: ignore[no-untyped-def]
-    for name in (
-        "SLUICE_TLS_CA",
-        "SLUICE_TLS_CERT",
-        "SLUICE_TLS_KEY",
-        "SLUICE_AUTH_TOKEN",
-        "SLUICE_AUTH_TOKEN_FILE",
-    ):
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
-
 def test_a_worker_beyond_loopback_needs_tls_and_a_token_or_insecure(no_credentials_in_env):
     with sluice.DispatchServer() as dispatcher:
         with pytest.raises(errors.FailedPreconditionError) as e:

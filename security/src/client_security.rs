@@ -12,11 +12,10 @@ use crate::tls::{ClientTls, KeyPairFiles};
 use crate::token_file::{Token, TokenFile};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, BufReader, ReadBuf};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
@@ -169,7 +168,7 @@ impl ClientSecurity {
         let socket = TcpStream::connect(addr).await?;
         socket.set_nodelay(true)?;
         let Some(connector) = &self.raw_tls else {
-            return Ok(RawStream::Plain(socket));
+            return Ok(Either::Left(socket));
         };
         let host = addr
             .rsplit_once(':')
@@ -183,7 +182,7 @@ impl ClientSecurity {
         })?;
         let socket = BufReader::with_capacity(RAW_TLS_READ_BUFFER, socket);
         let stream = connector.connect(name, socket).await?;
-        Ok(RawStream::Tls(Box::new(stream)))
+        Ok(Either::Right(Box::new(stream)))
     }
 }
 
@@ -217,66 +216,6 @@ impl Interceptor for TokenInterceptor {
     }
 }
 
-/// A caller's raw fetch connection, in TLS or not.
-pub enum RawStream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<BufReader<TcpStream>>>),
-}
-
-impl AsyncRead for RawStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RawStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for RawStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            RawStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            RawStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            RawStream::Plain(s) => s.is_write_vectored(),
-            RawStream::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RawStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            RawStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            RawStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+/// A caller's raw fetch connection, in TLS or not. A TLS stream reads the socket through a
+/// buffer of its own (see `RAW_TLS_READ_BUFFER`).
+pub type RawStream = Either<TcpStream, Box<tokio_rustls::client::TlsStream<BufReader<TcpStream>>>>;

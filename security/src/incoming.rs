@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::either::Either;
 use tracing::{debug, warn};
 
 /// A TLS handshake must finish within this.
@@ -42,17 +43,15 @@ pub struct ConnInfo {
     pub alpn: Option<Vec<u8>>,
 }
 
-/// An accepted connection, in TLS or not.
-pub enum SecureStream {
-    Plain(TcpStream, ConnInfo),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, ConnInfo),
+/// An accepted connection, in TLS or not, and what is known about its caller.
+pub struct SecureStream {
+    io: Either<TcpStream, Box<tokio_rustls::server::TlsStream<TcpStream>>>,
+    info: ConnInfo,
 }
 
 impl SecureStream {
     pub fn info(&self) -> &ConnInfo {
-        match self {
-            SecureStream::Plain(_, info) | SecureStream::Tls(_, info) => info,
-        }
+        &self.info
     }
 }
 
@@ -87,7 +86,10 @@ pub fn incoming(
             };
             let Some(acceptor) = acceptor.clone() else {
                 if tx
-                    .send(Ok(SecureStream::Plain(socket, info)))
+                    .send(Ok(SecureStream {
+                        io: Either::Left(socket),
+                        info,
+                    }))
                     .await
                     .is_err()
                 {
@@ -118,7 +120,11 @@ pub fn incoming(
                         Err(why) => warn!(%remote, "{why}"),
                     }
                 }
-                let _ = tx.send(Ok(SecureStream::Tls(Box::new(stream), info))).await;
+                let stream = SecureStream {
+                    io: Either::Right(Box::new(stream)),
+                    info,
+                };
+                let _ = tx.send(Ok(stream)).await;
             });
         }
     });
@@ -131,10 +137,7 @@ impl AsyncRead for SecureStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            SecureStream::Plain(s, _) => Pin::new(s).poll_read(cx, buf),
-            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
     }
 }
 
@@ -144,10 +147,7 @@ impl AsyncWrite for SecureStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            SecureStream::Plain(s, _) => Pin::new(s).poll_write(cx, buf),
-            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -155,31 +155,19 @@ impl AsyncWrite for SecureStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            SecureStream::Plain(s, _) => Pin::new(s).poll_write_vectored(cx, bufs),
-            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            SecureStream::Plain(s, _) => s.is_write_vectored(),
-            SecureStream::Tls(s, _) => s.is_write_vectored(),
-        }
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            SecureStream::Plain(s, _) => Pin::new(s).poll_flush(cx),
-            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            SecureStream::Plain(s, _) => Pin::new(s).poll_shutdown(cx),
-            SecureStream::Tls(s, _) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
