@@ -33,9 +33,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// Largest gRPC message accepted (Raft batches and snapshot chunks can be large).
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
-
 /// A running dispatcher replica.
 pub struct DispatcherHandle {
     id: NodeId,

@@ -11,7 +11,6 @@
 //! tail of each message until the peer's delayed ACK, ~40 ms a message), and every request
 //! through the authenticator's interceptor before the handler authorizes it.
 
-use crate::dispatcher_handle::MAX_MESSAGE_BYTES;
 use crate::raft_service::RaftPeerService;
 use crate::service::DispatcherService;
 use sluice_proto::dispatcher::dispatcher_server::DispatcherServer;
@@ -23,6 +22,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
+
+/// Largest gRPC message accepted (Raft batches and snapshot chunks can be large).
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
 /// A running listener; ends when the shutdown token is cancelled or the server fails.
 pub type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
