@@ -65,6 +65,11 @@ pub struct RunArgs {
     /// A worker's first and largest split lease, `FIRST,MAX`.
     #[arg(long, default_value = "16,64")]
     pub split_lease: String,
+    /// Run without TLS and tokens (plain TCP, every caller trusted). By default every port
+    /// speaks TLS, replicas authenticate each other with mutual TLS, and every call carries a
+    /// token; the certificates and tokens are made in OUT/certs.
+    #[arg(long)]
+    pub plain: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -77,6 +82,9 @@ pub struct SelfTestArgs {
     pub time: Duration,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run without TLS and tokens (as `run --plain`).
+    #[arg(long)]
+    pub plain: bool,
 }
 
 impl RunArgs {

@@ -1,6 +1,6 @@
 //! `Cluster`: the dispatcher processes of a run, each the real `sluice` binary, started as
 //! `sluice dispatcher --id I --data-dir DIR/nI --listen CLIENT --peers ... --raft-routes ...`
-//! with stdout and stderr appended to `DIR/node-I.log`.
+//! (plus the run's security flags) with stdout and stderr appended to `DIR/node-I.log`.
 //!
 //! Every node gets the same `--peers` (the real peer addresses; each node's Raft listener binds
 //! its own entry) and its own `--raft-routes` (the link proxies, in front of the peer ports).
@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
+use sluice_security::{AuthChannel, ClientSecurity};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -24,7 +25,6 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Mutex;
-use tonic::transport::{Channel, Endpoint};
 
 /// How the dispatcher processes are started.
 #[derive(Clone, Debug)]
@@ -34,6 +34,10 @@ pub struct ClusterConfig {
     pub election_timeout: Duration,
     /// `--raft-routes` per node id.
     pub routes: BTreeMap<u64, String>,
+    /// Flags every node gets besides its addresses (TLS and token files).
+    pub server_flags: Vec<String>,
+    /// What the status reads present.
+    pub status_security: ClientSecurity,
 }
 
 /// Where a node's process is.
@@ -67,8 +71,9 @@ pub struct Cluster {
     /// Every node's client address, comma-separated.
     client_addrs: String,
     nodes: BTreeMap<u64, Mutex<Node>>,
-    /// One lazily connected channel per node for status reads (reconnects after restarts).
-    channels: BTreeMap<u64, Channel>,
+    /// One lazily connected channel per node for status reads (reconnects after restarts),
+    /// carrying the status reads' token.
+    channels: BTreeMap<u64, AuthChannel>,
 }
 
 /// How long a node may take to print `READY`.
@@ -122,11 +127,13 @@ impl Cluster {
                     state: NodeState::Down,
                 }),
             );
-            let channel = Endpoint::from_shared(format!("http://{}", node_addrs.client))?
+            let channel = config
+                .status_security
+                .endpoint(&node_addrs.client.to_string())?
                 .connect_timeout(Duration::from_millis(300))
                 .timeout(Duration::from_millis(700))
                 .connect_lazy();
-            channels.insert(id, channel);
+            channels.insert(id, config.status_security.authed(channel));
         }
         let cluster = Cluster {
             config,
@@ -191,6 +198,7 @@ impl Cluster {
             .arg(self.config.routes.get(&id).cloned().unwrap_or_default())
             .arg("--election-timeout")
             .arg(humantime::format_duration(self.config.election_timeout).to_string())
+            .args(&self.config.server_flags)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))

@@ -16,6 +16,8 @@
 //! - `nemesis`: `Nemesis`, executes the schedule against the cluster and the proxies.
 //! - `monitor`: `Monitor`, polls every node's status and records leader changes.
 //! - `workload`: in-process workers (with a lease observer) and clients.
+//! - `run_security`: `RunSecurity`, the run's certificates and tokens (TLS and tokens unless
+//!   `--plain`).
 //! - `history`: `History`, the append-only `history.jsonl` and its `Event`s.
 //! - `checker`: one property per file, and the verdict.
 //! - `report`: `report.html`, a self-contained SVG timeline.
@@ -28,6 +30,7 @@ pub mod monitor;
 pub mod nemesis;
 pub mod proxy;
 pub mod report;
+pub mod run_security;
 pub mod runner;
 pub mod schedule;
 pub mod self_test;

@@ -1,5 +1,5 @@
-//! One run, phase by phase: setup (schedule, proxies, dispatcher processes, a leader, workers,
-//! clients) → fault phase (the nemesis plays the schedule for `--time`) → heal (every link to
+//! One run, phase by phase: setup (schedule, credentials unless `--plain`, proxies, dispatcher
+//! processes, a leader, workers, clients) → fault phase (the nemesis plays the schedule for `--time`) → heal (every link to
 //! pass, SIGCONT, restart whatever is down) → final epoch (a fresh client, no faults) → final
 //! reads (every node's status once they agree) → checks, `report.html`, the verdict line.
 //!
@@ -14,6 +14,7 @@ use crate::monitor::Monitor;
 use crate::nemesis::Nemesis;
 use crate::proxy::ProxyNet;
 use crate::report;
+use crate::run_security::RunSecurity;
 use crate::schedule::{NemesisKind, Schedule};
 use crate::workload::{self, Client, WorkloadConfig};
 use anyhow::{bail, Context};
@@ -114,6 +115,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
     let bin = resolve_bin(args.sluice_bin.clone())?;
 
+    let security = if args.plain {
+        RunSecurity::plain()
+    } else {
+        RunSecurity::generate(&out.join("certs"), args.workers)?
+    };
     let schedule = Schedule::generate(seed, args.time, args.nodes, &nemeses);
     println!(
         "sluice-jepsen run: seed {seed}, {} nodes, {} workers, {} clients, {:?} of faults, binary {}",
@@ -123,6 +129,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         args.time,
         bin.display()
     );
+    println!("security: {}", security.describe());
     print!("{}", schedule.describe());
     std::fs::write(
         out.join("schedule.json"),
@@ -131,7 +138,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     .context("write schedule.json")?;
 
     let history = History::create(&out.join("history.jsonl"))?;
-    history.record("harness", Kind::Invoke, "setup", json!({"seed": seed}));
+    history.record(
+        "harness",
+        Kind::Invoke,
+        "setup",
+        json!({"seed": seed, "secure": !args.plain}),
+    );
     let addrs = Cluster::pick_addrs(args.nodes)?;
     // Only Raft links are proxied (cut by the nemesis): the peer ports.
     let peer_addrs = addrs.iter().map(|(&id, a)| (id, a.peer)).collect();
@@ -141,6 +153,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         dir: out.clone(),
         election_timeout: args.election_timeout,
         routes: addrs.keys().map(|&id| (id, net.routes_of(id))).collect(),
+        server_flags: security.dispatcher_flags(),
+        status_security: security.client()?,
     };
     let cluster = Arc::new(Cluster::start(config, &addrs).await?);
     let stop_monitor = CancellationToken::new();
@@ -149,7 +163,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         history.clone(),
         stop_monitor.clone(),
     ));
-    let result = drive(&args, seed, &schedule, &history, &cluster, &net, &monitor).await;
+    let run = Run {
+        args: &args,
+        seed,
+        schedule: &schedule,
+        history: &history,
+        cluster: &cluster,
+        net: &net,
+        monitor: &monitor,
+        security: &security,
+    };
+    let result = drive(run).await;
     stop_monitor.cancel();
     cluster.shutdown().await;
     history.flush()?;
@@ -212,16 +236,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome { verdict, results })
 }
 
-/// Everything between the cluster's start and its shutdown.
-async fn drive(
-    args: &RunArgs,
+/// What `drive` works with.
+struct Run<'a> {
+    args: &'a RunArgs,
     seed: u64,
-    schedule: &Schedule,
-    history: &History,
-    cluster: &Arc<Cluster>,
-    net: &Arc<ProxyNet>,
-    monitor: &Arc<Monitor>,
-) -> anyhow::Result<()> {
+    schedule: &'a Schedule,
+    history: &'a History,
+    cluster: &'a Arc<Cluster>,
+    net: &'a Arc<ProxyNet>,
+    monitor: &'a Arc<Monitor>,
+    security: &'a RunSecurity,
+}
+
+/// Everything between the cluster's start and its shutdown.
+async fn drive(run: Run<'_>) -> anyhow::Result<()> {
+    let Run {
+        args,
+        seed,
+        schedule,
+        history,
+        cluster,
+        net,
+        monitor,
+        security,
+    } = run;
     let Some(leader) = monitor.wait_leader(Duration::from_secs(30)).await else {
         bail!("no leader within 30 s of the start");
     };
@@ -235,8 +273,9 @@ async fn drive(
         op_timeout: Duration::from_secs(3),
         epoch_retry: Duration::from_secs(10),
         epoch_timeout: Duration::from_secs(30),
+        client_security: security.client()?,
     };
-    let workers = workload::start_workers(args.workers, &config, history).await?;
+    let workers = workload::start_workers(args.workers, &config, history, security).await?;
     let stop_clients = CancellationToken::new();
     let mut clients = tokio::task::JoinSet::new();
     for i in 1..=args.clients {

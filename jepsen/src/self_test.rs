@@ -54,6 +54,7 @@ async fn self_test(args: SelfTestArgs) -> anyhow::Result<bool> {
         time: args.time,
         seed: Some(args.seed),
         sluice_bin: Some(bin),
+        plain: args.plain,
         ..RunArgs::defaults(args.out)
     };
     let outcome = runner::run(run).await?;

@@ -1,6 +1,7 @@
 //! The workload: in-process workers (the `sluice-worker` library, with a lease observer) and
 //! clients (the `sluice-client` library), all given every dispatcher's real address, so they
-//! follow the leader by themselves.
+//! follow the leader by themselves. Workers serve and call with their own credentials and
+//! clients present the client's (see `run_security`), unless the run is plain.
 //!
 //! A client reads distributed epochs of `range(N)`, one named job per epoch
 //! (`j<seed>-c<client>-e<epoch>`), so an element's split identity is (job, value): value v is
@@ -15,6 +16,7 @@
 //! - `status`: one node's `GetStatus` (its local view; not checked, drawn in the report).
 
 use crate::history::{History, Kind};
+use crate::run_security::RunSecurity;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -24,6 +26,7 @@ use sluice_client::{
     RegisterOptions, RetryConfig, RpcError, ShardingPolicy,
 };
 use sluice_dataset::Dataset;
+use sluice_security::ClientSecurity;
 use sluice_worker::{LeaseEvent, LeaseObserver, WorkerConfig, WorkerHandle};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,13 +51,17 @@ pub struct WorkloadConfig {
     pub epoch_retry: Duration,
     /// An epoch that takes longer is abandoned (`info`).
     pub epoch_timeout: Duration,
+    /// What clients present to dispatchers and workers.
+    pub client_security: ClientSecurity,
 }
 
-/// Starts `n` workers whose leases are recorded as `process: worker-I, f: lease`.
+/// Starts `n` workers whose leases are recorded as `process: worker-I, f: lease`; worker I
+/// runs with `security.worker(I)`.
 pub async fn start_workers(
     n: u32,
     config: &WorkloadConfig,
     history: &History,
+    security: &RunSecurity,
 ) -> anyhow::Result<Vec<WorkerHandle>> {
     let mut workers = Vec::new();
     for i in 1..=n {
@@ -76,6 +83,7 @@ pub async fn start_workers(
             dispatcher: config.dispatchers.clone(),
             split_lease: config.split_lease,
             lease_observer: Some(observer),
+            security: security.worker(i)?,
             ..WorkerConfig::default()
         })
         .await?;
@@ -120,21 +128,23 @@ impl Client {
         config: WorkloadConfig,
         history: History,
     ) -> anyhow::Result<Client> {
-        let ops = DispatcherClient::with_retry(
+        let ops = DispatcherClient::connect(
             &config.dispatchers,
             RetryConfig {
                 rpc_timeout: config.op_timeout.min(Duration::from_secs(2)),
                 retry_timeout: config.op_timeout,
                 ..RetryConfig::default()
             },
+            config.client_security.clone(),
         )?;
-        let epochs = DispatcherClient::with_retry(
+        let epochs = DispatcherClient::connect(
             &config.dispatchers,
             RetryConfig {
                 rpc_timeout: Duration::from_secs(2),
                 retry_timeout: config.epoch_retry,
                 ..RetryConfig::default()
             },
+            config.client_security.clone(),
         )?;
         let rng = StdRng::seed_from_u64(config.seed.wrapping_mul(1000).wrapping_add(index as u64));
         Ok(Client {
@@ -268,13 +278,14 @@ impl Client {
         let value = json!({"addr": addrs[node]});
         self.history
             .record(&self.process, Kind::Invoke, "status", value.clone());
-        let one = DispatcherClient::with_retry(
+        let one = DispatcherClient::connect(
             &addrs[node],
             RetryConfig {
                 rpc_timeout: Duration::from_millis(500),
                 retry_timeout: Duration::from_millis(500),
                 ..RetryConfig::default()
             },
+            self.config.client_security.clone(),
         );
         let result = match one {
             Ok(one) => one.get_status().await,

@@ -1,10 +1,74 @@
-//! Three dispatcher processes: the leader is SIGKILLed mid-epoch, twice.
+//! Three dispatcher processes: the leader is SIGKILLed mid-epoch, twice; on plain TCP, and with
+//! TLS and tokens on every port (replicas in mutual TLS, each worker its own identity).
 
+use crate::security::{certs, cred, secure_dispatcher_flags};
 use crate::*;
 use std::time::{Duration, Instant};
 
-fn leader_of(addrs: &str) -> Option<u64> {
-    let (ok, out, _) = sluice(&["status", "--dispatcher", addrs]);
+/// The flags each kind of process is started with beyond its addresses: none on a plain
+/// cluster, credentials on a secure one.
+#[derive(Default)]
+struct Flags {
+    dispatcher: Vec<String>,
+    /// One list per worker.
+    workers: Vec<Vec<String>>,
+    /// `sluice read` and `sluice status`.
+    client: Vec<String>,
+    /// `sluice admin`.
+    admin: Vec<String>,
+}
+
+impl Flags {
+    /// Two plain workers.
+    fn plain() -> Flags {
+        Flags {
+            workers: vec![Vec::new(), Vec::new()],
+            ..Flags::default()
+        }
+    }
+
+    /// TLS and tokens everywhere, from the files of `sluice certs` in `creds` (workers `a`
+    /// and `b`, each with its own certificate and token).
+    fn secure(creds: &tempfile::TempDir) -> Flags {
+        let caller = |token: &str| {
+            vec![
+                "--tls-ca".into(),
+                cred(creds, "ca.pem"),
+                "--auth-token-file".into(),
+                cred(creds, token),
+            ]
+        };
+        let worker = |name: &str| {
+            vec![
+                "--tls-cert".into(),
+                cred(creds, &format!("worker-{name}.pem")),
+                "--tls-key".into(),
+                cred(creds, &format!("worker-{name}.key")),
+                "--tls-ca".into(),
+                cred(creds, "ca.pem"),
+                "--auth-token-file".into(),
+                cred(creds, &format!("worker-{name}.tokens")),
+            ]
+        };
+        Flags {
+            dispatcher: secure_dispatcher_flags(creds),
+            workers: vec![worker("a"), worker("b")],
+            client: caller("client.token"),
+            admin: caller("admin.token"),
+        }
+    }
+}
+
+/// `sluice <command> --dispatcher <addrs> <args> <flags>`.
+fn sluice_at(command: &[&str], addrs: &str, flags: &[String]) -> (bool, String, String) {
+    let mut args: Vec<&str> = command.to_vec();
+    args.extend(["--dispatcher", addrs]);
+    args.extend(flags.iter().map(String::as_str));
+    sluice(&args)
+}
+
+fn leader_of(addrs: &str, flags: &Flags) -> Option<u64> {
+    let (ok, out, _) = sluice_at(&["status"], addrs, &flags.client);
     if !ok {
         return None;
     }
@@ -14,10 +78,10 @@ fn leader_of(addrs: &str) -> Option<u64> {
         .flatten()
 }
 
-fn wait_leader(addrs: &str) -> u64 {
+fn wait_leader(addrs: &str, flags: &Flags) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(leader) = leader_of(addrs) {
+        if let Some(leader) = leader_of(addrs, flags) {
             return leader;
         }
         assert!(Instant::now() < deadline, "no leader within 30 s");
@@ -32,6 +96,7 @@ fn replica_args(
     join: bool,
     listen: &str,
     peer_listen: &str,
+    flags: &Flags,
 ) -> Vec<String> {
     let mut args = [
         "dispatcher",
@@ -49,6 +114,7 @@ fn replica_args(
     if join {
         args.push("--join".into());
     }
+    args.extend(flags.dispatcher.iter().cloned());
     args
 }
 
@@ -58,8 +124,8 @@ fn spawn(args: &[String]) -> SluiceProcess {
 }
 
 /// The voters `sluice status` reports, sorted.
-fn voters(addrs: &str) -> Vec<u64> {
-    let (ok, out, _) = sluice(&["status", "--dispatcher", addrs]);
+fn voters(addrs: &str, flags: &Flags) -> Vec<u64> {
+    let (ok, out, _) = sluice_at(&["status"], addrs, &flags.client);
     let status: serde_json::Value = match ok.then(|| serde_json::from_str(&out)) {
         Some(Ok(status)) => status,
         _ => return Vec::new(),
@@ -76,8 +142,8 @@ fn voters(addrs: &str) -> Vec<u64> {
 }
 
 /// Each member's (client, peer) address as `sluice status` reports it, by id.
-fn member_addrs(addrs: &str) -> Vec<(String, String)> {
-    let (ok, out, _) = sluice(&["status", "--dispatcher", addrs]);
+fn member_addrs(addrs: &str, flags: &Flags) -> Vec<(String, String)> {
+    let (ok, out, _) = sluice_at(&["status"], addrs, &flags.client);
     let status: serde_json::Value = match ok.then(|| serde_json::from_str(&out)) {
         Some(Ok(status)) => status,
         _ => return Vec::new(),
@@ -97,7 +163,7 @@ fn member_addrs(addrs: &str) -> Vec<(String, String)> {
 /// replicas 2 and 3 start empty (`--join`) and are added with `sluice admin add-node` at the
 /// peer addresses their READY lines reported. No port is picked before its server binds it.
 /// Returns the replicas and their arguments (each serving at its addresses, for restarts).
-fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
+fn three_replicas(data: &std::path::Path, flags: &Flags) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
     let mut nodes = Vec::new();
     let mut args = Vec::new();
     for id in 1..=3u64 {
@@ -108,27 +174,39 @@ fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String
             id > 1,
             "127.0.0.1:0",
             "127.0.0.1:0",
+            flags,
         ));
         let peer_addr = node
             .peer_addr
             .clone()
             .expect("a dispatcher's READY names its peer port");
         // A restarted replica serves at the addresses it has: its peer address is its identity.
-        args.push(replica_args(id, &dir, id > 1, &node.addr, &peer_addr));
+        args.push(replica_args(
+            id,
+            &dir,
+            id > 1,
+            &node.addr,
+            &peer_addr,
+            flags,
+        ));
         nodes.push(node);
     }
     for (id, node) in nodes.iter().enumerate().skip(1) {
         let id = (id + 1).to_string();
-        let (ok, out, err) = sluice(&[
-            "admin",
-            "add-node",
-            "--dispatcher",
+        let (ok, out, err) = sluice_at(
+            &["admin", "add-node"],
             &nodes[0].addr,
-            "--id",
-            &id,
-            "--peer-addr",
-            node.peer_addr.as_deref().expect("a peer address"),
-        ]);
+            &[
+                vec![
+                    "--id".to_string(),
+                    id.clone(),
+                    "--peer-addr".into(),
+                    node.peer_addr.clone().expect("a peer address"),
+                ],
+                flags.admin.clone(),
+            ]
+            .concat(),
+        );
         assert!(ok, "add-node {id}: {out} {err}");
     }
     let all = nodes
@@ -137,7 +215,7 @@ fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String
         .collect::<Vec<_>>()
         .join(",");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while voters(&all) != [1, 2, 3] {
+    while voters(&all, flags) != [1, 2, 3] {
         assert!(Instant::now() < deadline, "three voters within 30 s");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -146,11 +224,11 @@ fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String
         .iter()
         .map(|n| (n.addr.clone(), n.peer_addr.clone().expect("a peer address")))
         .collect();
-    while member_addrs(&all) != want {
+    while member_addrs(&all, flags) != want {
         assert!(
             Instant::now() < deadline,
             "every member's addresses in status within 30 s: {:?}",
-            member_addrs(&all)
+            member_addrs(&all, flags)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -159,19 +237,44 @@ fn three_replicas(data: &std::path::Path) -> (Vec<SluiceProcess>, Vec<Vec<String
 
 #[test]
 fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
+    leader_killed_twice_mid_epoch(&Flags::plain());
+}
+
+#[test]
+fn with_tls_and_tokens_sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
+    let creds = certs();
+    leader_killed_twice_mid_epoch(&Flags::secure(&creds));
+}
+
+/// Three replicas, a worker per `flags.workers` entry, a reader of `range(200000)` at 40,000
+/// elements a second; the leader is SIGKILLed at a third of the epoch and the next leader at two
+/// thirds (after the first is restarted). Every element arrives exactly once, and the reader
+/// never waits 2 s or more.
+fn leader_killed_twice_mid_epoch(flags: &Flags) {
     let data = tempfile::tempdir().expect("temp dir");
-    let (mut nodes, args) = three_replicas(data.path());
+    let (mut nodes, args) = three_replicas(data.path(), flags);
     let all = nodes
         .iter()
         .map(|n| n.addr.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    let _workers = workers(&all, 2);
-    let first = wait_leader(&all);
+    let _workers: Vec<SluiceProcess> = flags
+        .workers
+        .iter()
+        .flat_map(|extra| {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            workers_with(&all, 1, &extra)
+        })
+        .collect();
+    let first = wait_leader(&all, flags);
+    if !flags.client.is_empty() {
+        let (ok, out, _) = sluice_at(&["status"], &all, &[]);
+        assert!(!ok, "a caller without credentials was served: {out}");
+    }
 
     let n = 200_000;
     let range = format!("range({n})");
-    let reader = Reader::start(&[
+    let mut read_args = vec![
         "--dispatcher",
         &all,
         "--dataset",
@@ -182,7 +285,9 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
         "40000",
         "--max-outstanding-requests",
         "16",
-    ]);
+    ];
+    read_args.extend(flags.client.iter().map(String::as_str));
+    let reader = Reader::start(&read_args);
     let mut got = Vec::new();
     let mut kills = Vec::new();
     let mut longest_stall = Duration::ZERO;
@@ -207,7 +312,7 @@ fn sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_once() {
         let leader = if kills.is_empty() {
             first
         } else {
-            wait_leader(&all)
+            wait_leader(&all, flags)
         };
         nodes[leader as usize - 1].kill();
         kills.push(leader);
