@@ -10,6 +10,7 @@
 use crate::cert_identity::cert_identity;
 use crate::role::Identity;
 use futures::Stream;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -20,7 +21,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::either::Either;
 use tracing::{debug, warn};
 
@@ -56,79 +56,110 @@ impl SecureStream {
 }
 
 /// Turns a bound listener into a stream of connections (TLS handshakes done) for tonic's
-/// `serve_with_incoming` or a server's own accept loop. The loop ends when the stream is dropped.
-pub fn incoming(
+/// `serve_with_incoming` or a server's own accept loop.
+///
+/// The stream owns the listener: the port is closed the moment the stream is dropped (a
+/// server that stops can be started again on the same port at once). Accepting happens as the
+/// stream is polled; each TLS handshake runs in a task of its own, whose connection the stream
+/// yields when it is done.
+pub fn incoming(listener: TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Incoming {
+    let (handshaken_tx, handshaken) = mpsc::channel(BACKLOG);
+    Incoming {
+        listener,
+        acceptor: tls.map(TlsAcceptor::from),
+        handshaken,
+        handshaken_tx,
+        backoff: None,
+    }
+}
+
+/// See [`incoming`].
+pub struct Incoming {
     listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-) -> impl Stream<Item = io::Result<SecureStream>> + Send + 'static {
-    let (tx, rx) = mpsc::channel(BACKLOG);
-    let acceptor = tls.map(TlsAcceptor::from);
-    tokio::spawn(async move {
+    acceptor: Option<TlsAcceptor>,
+    /// Connections whose TLS handshake has finished.
+    handshaken: mpsc::Receiver<SecureStream>,
+    handshaken_tx: mpsc::Sender<SecureStream>,
+    /// A pause after a failed accept (out of descriptors and the like), so that polling does
+    /// not spin while the condition lasts.
+    backoff: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Stream for Incoming {
+    type Item = io::Result<SecureStream>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if let Poll::Ready(Some(stream)) = this.handshaken.poll_recv(cx) {
+            return Poll::Ready(Some(Ok(stream)));
+        }
+        if let Some(backoff) = &mut this.backoff {
+            if backoff.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.backoff = None;
+        }
         loop {
-            let accepted = tokio::select! {
-                _ = tx.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (socket, remote) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors and the like: keep accepting, after a pause, so the
-                    // loop does not spin while the condition lasts.
+            let (socket, remote) = match this.listener.poll_accept(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(accepted)) => accepted,
+                Poll::Ready(Err(e)) => {
                     debug!(error = %e, "accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
+                    this.backoff = Some(Box::pin(tokio::time::sleep(ACCEPT_BACKOFF)));
+                    return Poll::Ready(Some(Err(e)));
                 }
             };
             let _ = socket.set_nodelay(true);
-            let mut info = ConnInfo {
+            let info = ConnInfo {
                 remote: Some(remote),
                 ..ConnInfo::default()
             };
-            let Some(acceptor) = acceptor.clone() else {
-                if tx
-                    .send(Ok(SecureStream {
-                        io: Either::Left(socket),
-                        info,
-                    }))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                continue;
+            let Some(acceptor) = this.acceptor.clone() else {
+                let io = Either::Left(socket);
+                return Poll::Ready(Some(Ok(SecureStream { io, info })));
             };
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let stream =
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
-                        Ok(Ok(stream)) => stream,
-                        Ok(Err(e)) => {
-                            warn!(%remote, error = %e, "TLS handshake refused");
-                            return;
-                        }
-                        Err(_) => {
-                            warn!(%remote, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                let (_, session) = stream.get_ref();
-                info.tls = true;
-                info.alpn = session.alpn_protocol().map(<[u8]>::to_vec);
-                if let Some(leaf) = session.peer_certificates().and_then(|c| c.first()) {
-                    match cert_identity(leaf) {
-                        Ok(identity) => info.cert_identity = Some(identity),
-                        Err(why) => warn!(%remote, "{why}"),
-                    }
-                }
-                let stream = SecureStream {
-                    io: Either::Right(Box::new(stream)),
-                    info,
-                };
-                let _ = tx.send(Ok(stream)).await;
-            });
+            tokio::spawn(handshake(
+                acceptor,
+                socket,
+                info,
+                this.handshaken_tx.clone(),
+            ));
         }
-    });
-    ReceiverStream::new(rx)
+    }
+}
+
+/// Runs one TLS handshake under its deadline and hands the connection to the stream; a failed
+/// handshake is logged and its connection dropped.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    socket: TcpStream,
+    mut info: ConnInfo,
+    done: mpsc::Sender<SecureStream>,
+) {
+    let remote = info.remote;
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            warn!(?remote, error = %e, "TLS handshake refused");
+            return;
+        }
+        Err(_) => {
+            warn!(?remote, "TLS handshake timed out");
+            return;
+        }
+    };
+    let (_, session) = stream.get_ref();
+    info.tls = true;
+    info.alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+    if let Some(leaf) = session.peer_certificates().and_then(|c| c.first()) {
+        match cert_identity(leaf) {
+            Ok(identity) => info.cert_identity = Some(identity),
+            Err(why) => warn!(?remote, "{why}"),
+        }
+    }
+    let io = Either::Right(Box::new(stream));
+    // The stream may be gone (the server stopped): the connection is dropped with it.
+    let _ = done.send(SecureStream { io, info }).await;
 }
 
 impl AsyncRead for SecureStream {

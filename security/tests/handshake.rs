@@ -66,7 +66,17 @@ async fn certificates_identify_callers_and_strangers_are_refused() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let tls = security.tls_config(ClientCerts::Required).unwrap();
-    let mut connections = Box::pin(incoming(listener, tls));
+    // The listener accepts as its stream is polled, as a server's accept loop does, whatever
+    // the test is waiting on.
+    let (accepted_tx, mut connections) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut incoming = Box::pin(incoming(listener, tls));
+        while let Some(connection) = incoming.next().await {
+            if accepted_tx.send(connection).is_err() {
+                return;
+            }
+        }
+    });
 
     // A worker's certificate under our CA: accepted, and named.
     let mut stream = caller(ours.path(), Some("worker"))
@@ -74,7 +84,7 @@ async fn certificates_identify_callers_and_strangers_are_refused() {
         .await
         .unwrap();
     stream.write_all(b"ping").await.unwrap();
-    let mut accepted = tokio::time::timeout(Duration::from_secs(10), connections.next())
+    let mut accepted = tokio::time::timeout(Duration::from_secs(10), connections.recv())
         .await
         .unwrap()
         .unwrap()
