@@ -4,15 +4,7 @@
 use crate::*;
 
 fn worker(dispatcher: &str, extra: &[&str]) -> SluiceProcess {
-    let mut args = vec![
-        "worker",
-        "--dispatcher",
-        dispatcher,
-        "--listen",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    SluiceProcess::spawn(bin(), &args, STARTUP).expect("worker started")
+    workers_with(dispatcher, 1, extra).remove(0)
 }
 
 /// The one-line error of `sluice read --dispatcher addr extra...`.
