@@ -13,7 +13,7 @@
 //! The generic retry loop (`call`) is private to this crate: callers use the typed methods in
 //! `dispatcher_rpcs`, one per dispatcher RPC, which fill in request ids and deadlines.
 
-use crate::error::{is_retryable_code, RpcError};
+use crate::error::{is_retryable_status, RpcError};
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
@@ -234,7 +234,7 @@ impl DispatcherClient {
                     tonic::Status::deadline_exceeded(format!("{name} timed out after {timeout:?}"))
                 }
             };
-            if !is_retryable_code(status.code()) {
+            if !is_retryable_status(&status) {
                 return Err(RpcError::from_status(&status));
             }
             let hint = status

@@ -50,6 +50,26 @@ impl RpcError {
     }
 }
 
+/// Whether a failed attempt may be retried: its code is retryable, or its HTTP/2 stream broke
+/// under it. tonic reports a stream the peer reset (a replica killed or cut mid-call) as
+/// `Internal`, though no server answered; every mutating call carries a request id, so sending
+/// it again cannot apply it twice.
+pub fn is_retryable_status(status: &tonic::Status) -> bool {
+    is_retryable_code(status.code()) || broken_stream(status)
+}
+
+/// An `Internal` status that tonic made from an HTTP/2 error rather than one a server sent.
+fn broken_stream(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<h2::Error>() {
+            return status.code() == tonic::Code::Internal;
+        }
+        source = error.source();
+    }
+    false
+}
+
 /// Codes after which the same request may succeed later or on another replica. Exhaustive, so a
 /// code added to tonic must be placed on one side.
 pub fn is_retryable_code(code: tonic::Code) -> bool {
@@ -71,5 +91,26 @@ pub fn is_retryable_code(code: tonic::Code) -> bool {
         | tonic::Code::Internal
         | tonic::Code::DataLoss
         | tonic::Code::Unauthenticated => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_stream_is_retried_and_a_servers_internal_error_is_not() {
+        let reset =
+            tonic::Status::from_error(Box::new(h2::Error::from(h2::Reason::INTERNAL_ERROR)));
+        assert_eq!(reset.code(), tonic::Code::Internal);
+        assert!(is_retryable_status(&reset), "{reset:?}");
+        let answered = tonic::Status::internal("the journal failed");
+        assert!(!is_retryable_status(&answered));
+        assert!(is_retryable_status(&tonic::Status::unavailable(
+            "not the leader"
+        )));
+        assert!(!is_retryable_status(&tonic::Status::permission_denied(
+            "no"
+        )));
     }
 }

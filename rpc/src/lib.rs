@@ -33,7 +33,7 @@ pub use dispatcher_client::{DispatcherClient, RetryConfig};
 pub use dispatcher_rpcs::{
     ClientHeartbeat, IterationClient, JobRequest, LeaseRequest, SplitLease, WorkerHeartbeat,
 };
-pub use error::{is_retryable_code, RpcError};
+pub use error::{is_retryable_code, is_retryable_status, RpcError};
 pub use ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};
 pub use invalid_value::InvalidValue;
 pub use local_workers::{LocalWorker, LocalWorkers};
