@@ -23,6 +23,7 @@ use crate::element::Element;
 use crate::error::DatasetError;
 use crate::file_access::FileAccess;
 use crate::files::{expand_files, has_file_list};
+use crate::image_ops;
 use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -194,6 +195,8 @@ enum Stage {
     Prefetch(usize),
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
+    DecodeImage(pb::DecodeImageOp),
+    Resize(pb::ResizeOp),
     /// A map on a carrier's element, keeping its split index.
     MapCarried(MapFn),
     /// `enumerate` on carriers: the index is `start + split index`. The last one of the prefix
@@ -268,6 +271,14 @@ impl Stage {
             }
             Some(OpKind::Prefetch(p)) => Stage::Prefetch(to_usize(p.buffer_size)),
             Some(OpKind::Enumerate(e)) => Stage::Enumerate(e.start),
+            Some(OpKind::DecodeImage(d)) => {
+                image_ops::check_decode_image(d)?;
+                Stage::DecodeImage(d.clone())
+            }
+            Some(OpKind::Resize(r)) => {
+                image_ops::check_resize(r)?;
+                Stage::Resize(r.clone())
+            }
         })
     }
 
@@ -337,6 +348,14 @@ impl Stage {
                         Element::Tuple(vec![index, e])
                     })
                 }))
+            }
+            Stage::DecodeImage(op) => {
+                let op = op.clone();
+                Box::new(input.map(move |r| r.and_then(|e| image_ops::decode_image(&op, e))))
+            }
+            Stage::Resize(op) => {
+                let op = op.clone();
+                Box::new(input.map(move |r| r.and_then(|e| image_ops::resize(&op, e))))
             }
             Stage::MapCarried(f) => {
                 let f = f.clone();

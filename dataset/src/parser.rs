@@ -10,12 +10,14 @@ use bytes::Bytes;
 use crate::dataset::{implied_dtype, Dataset, Transform};
 use crate::dtype::DType;
 use crate::error::DatasetError;
+use crate::image_ops::MAX_IMAGE_SIDE;
 use crate::lexer::{parse_error, tokenize, Tok, Token};
 use crate::pb;
 use crate::tensor::{Tensor, TensorValue};
 
 const TRANSFORMATIONS: &str =
-    "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate";
+    "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, \
+     resize";
 const SOURCES: &str = "range, from_slices, files";
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 const SHARD_HINT: &str = "SHARD_HINT";
@@ -334,6 +336,8 @@ impl Parser {
                 | "shard"
                 | "prefetch"
                 | "enumerate"
+                | "decode_image"
+                | "resize"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -409,6 +413,23 @@ impl Parser {
                     builder.enumerate_from(self.i64_arg("enumerate start")?.0)
                 }
             }
+            "decode_image" => {
+                let (key, channels) = self.decode_image_args()?;
+                builder.decode_image(key.as_deref(), channels)
+            }
+            "resize" => {
+                let height = self.image_side_arg("resize height")?;
+                self.expect_punct(',', "','")?;
+                let width = self.image_side_arg("resize width")?;
+                let mut key = None;
+                if self.more_args()? {
+                    if !self.keyword("key") {
+                        return Err(self.unexpected("'key='"));
+                    }
+                    key = Some(self.string_arg("a dict key")?);
+                }
+                builder.resize(key.as_deref(), height, width)
+            }
             _ => builder.prefetch(self.u64_arg("prefetch buffer size")?),
         };
         self.close()?;
@@ -416,6 +437,48 @@ impl Parser {
             .into_iter()
             .next()
             .expect("the builder pushed exactly one op"))
+    }
+
+    /// `decode_image`'s keyword arguments, in any order: `key="name"`, `channels=1|3|4`
+    /// (default 3). Leaves the closing `)` for `close`.
+    fn decode_image_args(&mut self) -> Result<(Option<String>, u32), DatasetError> {
+        let (mut key, mut channels) = (None, 3);
+        while !self.is_punct(')') {
+            if self.keyword("key") {
+                key = Some(self.string_arg("a dict key")?);
+            } else if self.keyword("channels") {
+                let col = self.peek().col;
+                let c = self.u64_arg("channels")?;
+                channels = match c {
+                    1 | 3 | 4 => c as u32,
+                    _ => {
+                        return Err(parse_error(
+                            col,
+                            format!("channels must be 1, 3 or 4, found {c}"),
+                        ))
+                    }
+                };
+            } else {
+                return Err(self.unexpected("'key=', 'channels=' or ')'"));
+            }
+            if !self.more_args()? {
+                break;
+            }
+        }
+        Ok((key, channels))
+    }
+
+    /// An image side: positive and at most `MAX_IMAGE_SIDE`.
+    fn image_side_arg(&mut self, what: &str) -> Result<u64, DatasetError> {
+        let col = self.peek().col;
+        let v = self.positive_arg(what)?;
+        if v > MAX_IMAGE_SIDE {
+            return Err(parse_error(
+                col,
+                format!("{what} must be at most {MAX_IMAGE_SIDE}, found {v}"),
+            ));
+        }
+        Ok(v)
     }
 
     /// A nested list literal or a leaf value.
