@@ -225,7 +225,7 @@ class Dataset:
         return self._chain(self._native.enumerate(int(start)))
 
     def decode_image(self, key: Optional[str] = None, channels: int = 3) -> "Dataset":
-        """Decodes JPEG or PNG bytes to a ``uint8`` array of shape ``(height, width, channels)``.
+        r"""Decodes JPEG or PNG bytes to a ``uint8`` array of shape ``(height, width, channels)``.
 
         The element must be ``bytes``, or, with ``key``, a dict whose entry ``key`` is (the
         other entries pass through). ``channels`` is 1 (grey), 3 (RGB) or 4 (RGBA); the image
@@ -240,7 +240,7 @@ class Dataset:
             ...     return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
             >>> ihdr = struct.pack(">IIBBBBB", 2, 1, 8, 0, 0, 0, 0)  # 2x1, 8-bit grey
             >>> png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
-            ...        + chunk(b"IDAT", zlib.compress(b"\x00\x10\xf0")) + chunk(b"IEND", b""))
+            ...        + chunk(b"IDAT", zlib.compress(bytes([0, 16, 240]))) + chunk(b"IEND", b""))
             >>> [image] = Dataset.from_tensor_slices([png]).decode_image(channels=3)
             >>> image.shape, image.dtype, image[0].tolist()
             ((1, 2, 3), dtype('uint8'), [[16, 16, 16], [240, 240, 240]])
