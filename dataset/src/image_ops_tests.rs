@@ -306,3 +306,46 @@ fn a_tfrecord_file_of_pngs_decodes_and_resizes_through_the_executor() {
         "{err}"
     );
 }
+
+/// Hands out the given splits of repetition 0, in order.
+struct Splits(std::sync::Mutex<Vec<u64>>);
+
+impl crate::splits::SplitSupplier for Splits {
+    fn next_split(&self, _provider: u32, repetition: u64) -> Result<Option<u64>, DatasetError> {
+        let mut left = self.0.lock().unwrap();
+        Ok((repetition == 0 && !left.is_empty()).then(|| left.remove(0)))
+    }
+}
+
+#[test]
+fn image_ops_before_enumerate_keep_split_indices_in_distributed_epoch_mode() {
+    let pngs: Vec<Bytes> = (1..=3u32)
+        .map(|w| Bytes::from(encode(GrayImage::new(w, 1).into(), ImageFormat::Png)))
+        .collect();
+    let def = Dataset::from_slices(Tensor::from_strings(vec![3], pngs).unwrap())
+        .decode_image(None, 1)
+        .resize(None, 2, 2)
+        .enumerate()
+        .into_def();
+    let opts = ExecOptions {
+        splits: Some(std::sync::Arc::new(Splits(std::sync::Mutex::new(vec![
+            2, 0,
+        ])))),
+        ..ExecOptions::default()
+    };
+    let out: Vec<Element> = iterate(&def, &opts).unwrap().map(Result::unwrap).collect();
+    let indices: Vec<Option<i64>> = out
+        .iter()
+        .map(|e| match e {
+            Element::Tuple(items) => items[0].as_i64(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(indices, vec![Some(2), Some(0)]);
+    for e in &out {
+        let Element::Tuple(items) = e else {
+            panic!("a tuple")
+        };
+        assert_eq!(u8_image(&items[1]).0, vec![2, 2, 1]);
+    }
+}
