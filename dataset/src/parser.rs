@@ -10,7 +10,6 @@ use bytes::Bytes;
 use crate::dataset::{implied_dtype, Dataset, Transform};
 use crate::dtype::DType;
 use crate::error::DatasetError;
-use crate::image_ops::MAX_IMAGE_SIDE;
 use crate::lexer::{parse_error, tokenize, Tok, Token};
 use crate::pb;
 use crate::tensor::{Tensor, TensorValue};
@@ -418,16 +417,7 @@ impl Parser {
                 builder.decode_image(key.as_deref(), channels)
             }
             "resize" => {
-                let height = self.image_side_arg("resize height")?;
-                self.expect_punct(',', "','")?;
-                let width = self.image_side_arg("resize width")?;
-                let mut key = None;
-                if self.more_args()? {
-                    if !self.keyword("key") {
-                        return Err(self.unexpected("'key='"));
-                    }
-                    key = Some(self.string_arg("a dict key")?);
-                }
+                let (height, width, key) = self.resize_args()?;
                 builder.resize(key.as_deref(), height, width)
             }
             _ => builder.prefetch(self.u64_arg("prefetch buffer size")?),
@@ -437,48 +427,6 @@ impl Parser {
             .into_iter()
             .next()
             .expect("the builder pushed exactly one op"))
-    }
-
-    /// `decode_image`'s keyword arguments, in any order: `key="name"`, `channels=1|3|4`
-    /// (default 3). Leaves the closing `)` for `close`.
-    fn decode_image_args(&mut self) -> Result<(Option<String>, u32), DatasetError> {
-        let (mut key, mut channels) = (None, 3);
-        while !self.is_punct(')') {
-            if self.keyword("key") {
-                key = Some(self.string_arg("a dict key")?);
-            } else if self.keyword("channels") {
-                let col = self.peek().col;
-                let c = self.u64_arg("channels")?;
-                channels = match c {
-                    1 | 3 | 4 => c as u32,
-                    _ => {
-                        return Err(parse_error(
-                            col,
-                            format!("channels must be 1, 3 or 4, found {c}"),
-                        ))
-                    }
-                };
-            } else {
-                return Err(self.unexpected("'key=', 'channels=' or ')'"));
-            }
-            if !self.more_args()? {
-                break;
-            }
-        }
-        Ok((key, channels))
-    }
-
-    /// An image side: positive and at most `MAX_IMAGE_SIDE`.
-    fn image_side_arg(&mut self, what: &str) -> Result<u64, DatasetError> {
-        let col = self.peek().col;
-        let v = self.positive_arg(what)?;
-        if v > MAX_IMAGE_SIDE {
-            return Err(parse_error(
-                col,
-                format!("{what} must be at most {MAX_IMAGE_SIDE}, found {v}"),
-            ));
-        }
-        Ok(v)
     }
 
     /// A nested list literal or a leaf value.
@@ -679,6 +627,9 @@ fn ints<T: TensorValue + TryFrom<i128>>(
         .collect::<Result<Vec<T>, _>>()?;
     Tensor::from_values(shape, &values)
 }
+
+#[path = "parser_image.rs"]
+mod image;
 
 #[cfg(test)]
 #[path = "parser_tests.rs"]
