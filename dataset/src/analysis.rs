@@ -6,6 +6,7 @@
 
 use crate::dtype::DType;
 use crate::error::DatasetError;
+use crate::image_ops;
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
 use crate::pb::source::Kind as SourceKind;
@@ -54,6 +55,8 @@ pub fn ops_element_spec(
             Some(OpKind::Enumerate(_)) => {
                 ElementSpec::Tuple(vec![ElementSpec::scalar(DType::Int64), spec])
             }
+            Some(OpKind::DecodeImage(d)) => image_ops::decode_image_spec(d, spec)?,
+            Some(OpKind::Resize(r)) => image_ops::resize_spec(r, spec)?,
             Some(
                 OpKind::Shuffle(_)
                 | OpKind::Repeat(_)
@@ -82,7 +85,12 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
         n = match &op.kind {
             None => UNKNOWN,
             Some(
-                OpKind::Map(_) | OpKind::Shuffle(_) | OpKind::Prefetch(_) | OpKind::Enumerate(_),
+                OpKind::Map(_)
+                | OpKind::Shuffle(_)
+                | OpKind::Prefetch(_)
+                | OpKind::Enumerate(_)
+                | OpKind::DecodeImage(_)
+                | OpKind::Resize(_),
             ) => n,
             Some(OpKind::Filter(_)) => UNKNOWN,
             Some(OpKind::Batch(b)) => match n {
@@ -192,6 +200,8 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                     s.index, s.num_shards
                 )));
             }
+            Some(OpKind::DecodeImage(d)) => image_ops::check_decode_image(d)?,
+            Some(OpKind::Resize(r)) => image_ops::check_resize(r)?,
             Some(
                 OpKind::Batch(_)
                 | OpKind::Shuffle(_)

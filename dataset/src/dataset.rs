@@ -190,6 +190,25 @@ pub trait Transform: Sized {
     fn enumerate_from(self, start: i64) -> Self {
         self.push_op(op(OpKind::Enumerate(pb::EnumerateOp { start })))
     }
+
+    /// Decodes JPEG or PNG bytes (the element, a scalar string, or its dict entry `key`) to a
+    /// uint8 `[height, width, channels]` tensor; `channels` is 1, 3 or 4.
+    fn decode_image(self, key: Option<&str>, channels: u32) -> Self {
+        self.push_op(op(OpKind::DecodeImage(pb::DecodeImageOp {
+            key: key.map(str::to_string),
+            channels,
+        })))
+    }
+
+    /// Resizes a uint8 or float32 `[h, w, c]` image (the element, or its dict entry `key`)
+    /// bilinearly to `[height, width, c]`.
+    fn resize(self, key: Option<&str>, height: u64, width: u64) -> Self {
+        self.push_op(op(OpKind::Resize(pb::ResizeOp {
+            key: key.map(str::to_string),
+            height,
+            width,
+        })))
+    }
 }
 
 fn op(kind: OpKind) -> pb::Op {
@@ -279,6 +298,23 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
             Some(OpKind::Prefetch(p)) => write!(out, ".prefetch({})", p.buffer_size),
             Some(OpKind::Enumerate(e)) if e.start == 0 => write!(out, ".enumerate()"),
             Some(OpKind::Enumerate(e)) => write!(out, ".enumerate({})", e.start),
+            Some(OpKind::DecodeImage(d)) => {
+                out.push_str(".decode_image(");
+                if let Some(key) = &d.key {
+                    out.push_str("key=");
+                    quote(&mut out, key.as_bytes());
+                    out.push_str(", ");
+                }
+                write!(out, "channels={})", d.channels)
+            }
+            Some(OpKind::Resize(r)) => {
+                let _ = write!(out, ".resize({}, {}", r.height, r.width);
+                if let Some(key) = &r.key {
+                    out.push_str(", key=");
+                    quote(&mut out, key.as_bytes());
+                }
+                write!(out, ")")
+            }
         };
     }
     out

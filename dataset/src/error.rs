@@ -55,6 +55,16 @@ pub enum DatasetError {
     #[error("function '{name}' failed: {message}")]
     Function { name: String, message: String },
 
+    /// `decode_image` or `resize` failed on an element: a corrupt or unsupported image, an
+    /// element of the wrong type, or a size past the bounds. `key` is the dict entry the op
+    /// works on, if any.
+    #[error("{op}{} failed: {message}", key.as_ref().map(|k| format!(" of key '{k}'")).unwrap_or_default())]
+    Image {
+        op: &'static str,
+        key: Option<String>,
+        message: String,
+    },
+
     /// An encoded element that cannot be decoded.
     #[error("cannot decode element: {0}")]
     Codec(String),
@@ -91,6 +101,7 @@ impl DatasetError {
             DatasetError::LineTooLong { .. } => false,
             DatasetError::CorruptRecord { .. } => false,
             DatasetError::Function { .. } => false,
+            DatasetError::Image { .. } => false,
             DatasetError::Codec(_) => false,
             DatasetError::Splits { retryable, .. } => *retryable,
             DatasetError::Cancelled => false,

@@ -12,7 +12,8 @@
 //! position in the source, which for range and slices sources is its split index. The ops up to
 //! the last `enumerate` then run on *carriers* `(split index, element)`: maps apply to the
 //! element, each `enumerate` reads the index. Only ops that keep one element per split in order
-//! (map, prefetch, enumerate) may come before an `enumerate` there; anything else is refused
+//! (map and the native per-element ops decode_image and resize, prefetch, enumerate) may come
+//! before an `enumerate` there; anything else is refused
 //! (`enumerate_prefix`), never answered with indices that would not recover the order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use crate::element::Element;
 use crate::error::DatasetError;
 use crate::file_access::FileAccess;
 use crate::files::{expand_files, has_file_list};
+use crate::image_ops;
 use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -140,14 +142,20 @@ fn enumerate_prefix(ops: &[pb::Op], source: &Source) -> Result<usize, DatasetErr
     let keeps_positions = ops[..last].iter().all(|op| {
         matches!(
             op.kind,
-            Some(OpKind::Map(_) | OpKind::Prefetch(_) | OpKind::Enumerate(_))
+            Some(
+                OpKind::Map(_)
+                    | OpKind::DecodeImage(_)
+                    | OpKind::Resize(_)
+                    | OpKind::Prefetch(_)
+                    | OpKind::Enumerate(_)
+            )
         )
     });
     if !source.split_is_one_element() || !keeps_positions {
         return Err(DatasetError::invalid(
             "enumerate in distributed_epoch mode needs a range or from_slices source with only \
-             map, prefetch or enumerate before it: its index is the element's split index, its \
-             position in the source",
+             map, decode_image, resize, prefetch or enumerate before it: its index is the element's \
+             split index, its position in the source",
         ));
     }
     Ok(last + 1)
@@ -214,6 +222,10 @@ impl Stage {
     fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<Stage, DatasetError> {
         Ok(match &op.kind {
             Some(OpKind::Map(m)) => Stage::MapCarried(opts.registry.map_fn(&m.function)?.0),
+            Some(OpKind::DecodeImage(_) | OpKind::Resize(_)) => match Stage::new(op, opts)? {
+                Stage::Map(f) => Stage::MapCarried(f),
+                _ => unreachable!("the image ops are per-element maps"),
+            },
             Some(OpKind::Enumerate(e)) => Stage::EnumerateCarried {
                 start: e.start,
                 unwrap: last,
@@ -268,6 +280,16 @@ impl Stage {
             }
             Some(OpKind::Prefetch(p)) => Stage::Prefetch(to_usize(p.buffer_size)),
             Some(OpKind::Enumerate(e)) => Stage::Enumerate(e.start),
+            Some(OpKind::DecodeImage(d)) => {
+                image_ops::check_decode_image(d)?;
+                let d = d.clone();
+                Stage::Map(Arc::new(move |e| image_ops::decode_image(&d, e)))
+            }
+            Some(OpKind::Resize(r)) => {
+                image_ops::check_resize(r)?;
+                let r = r.clone();
+                Stage::Map(Arc::new(move |e| image_ops::resize(&r, e)))
+            }
         })
     }
 

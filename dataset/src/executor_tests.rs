@@ -570,8 +570,8 @@ fn enumerate_in_distributed_epoch_mode_is_the_position_in_the_source() {
         assert_eq!(
             err.to_string(),
             "enumerate in distributed_epoch mode needs a range or from_slices source with only \
-             map, prefetch or enumerate before it: its index is the element's split index, its \
-             position in the source",
+             map, decode_image, resize, prefetch or enumerate before it: its index is the element's \
+             split index, its position in the source",
             "{expr}"
         );
     }

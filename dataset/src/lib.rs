@@ -25,6 +25,7 @@
 //! - `file_access`: `FileAccess`, unrestricted (the user's own process) or a server's roots.
 //! - `files`: glob expansion (`expand_files`) and reading lines or records of one file, with
 //!   the bounds on matches and line length.
+//! - `image_ops`: the native `decode_image` (JPEG, PNG) and `resize` ops, with their bounds.
 //! - `tfrecord`: the TFRecord format, reader and writer.
 //! - `splits`: split providers and the `SplitSupplier` the worker implements.
 //! - `codec`: `encode_element` / `decode_element`, the wire form of one element.
@@ -43,6 +44,7 @@ mod error;
 mod executor;
 mod file_access;
 mod files;
+mod image_ops;
 mod lexer;
 mod ops;
 mod packed;
@@ -69,6 +71,7 @@ pub use error::DatasetError;
 pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
 pub use file_access::FileAccess;
 pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};
+pub use image_ops::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
 pub use packed::{Packed, PackedBuilder, PackedDecoder};
 pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};

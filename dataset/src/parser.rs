@@ -15,7 +15,8 @@ use crate::pb;
 use crate::tensor::{Tensor, TensorValue};
 
 const TRANSFORMATIONS: &str =
-    "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate";
+    "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, \
+     resize";
 const SOURCES: &str = "range, from_slices, files";
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 const SHARD_HINT: &str = "SHARD_HINT";
@@ -334,6 +335,8 @@ impl Parser {
                 | "shard"
                 | "prefetch"
                 | "enumerate"
+                | "decode_image"
+                | "resize"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -408,6 +411,14 @@ impl Parser {
                     self.keyword("start");
                     builder.enumerate_from(self.i64_arg("enumerate start")?.0)
                 }
+            }
+            "decode_image" => {
+                let (key, channels) = self.decode_image_args()?;
+                builder.decode_image(key.as_deref(), channels)
+            }
+            "resize" => {
+                let (height, width, key) = self.resize_args()?;
+                builder.resize(key.as_deref(), height, width)
             }
             _ => builder.prefetch(self.u64_arg("prefetch buffer size")?),
         };
@@ -616,6 +627,9 @@ fn ints<T: TensorValue + TryFrom<i128>>(
         .collect::<Result<Vec<T>, _>>()?;
     Tensor::from_values(shape, &values)
 }
+
+#[path = "parser_image.rs"]
+mod image;
 
 #[cfg(test)]
 #[path = "parser_tests.rs"]

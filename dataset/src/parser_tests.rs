@@ -163,7 +163,7 @@ fn malformed_expressions_name_the_column() {
         ("range(10", "invalid dataset expression at column 9: expected ')' or ',', found end of input"),
         (
             "range(10).mapp(square)",
-            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate",
+            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize",
         ),
         ("rang(10)", "unknown source 'rang' at column 1; expected one of range, from_slices, files"),
         ("", "invalid dataset expression at column 1: expected a source (range, from_slices, files), found end of input"),
@@ -244,7 +244,7 @@ fn op_chains() {
     }
     assert_eq!(
         parse_ops("range(10)").unwrap_err().to_string(),
-        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate"
+        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize"
     );
     assert_eq!(
         parse_ops("map(square) batch(2)").unwrap_err().to_string(),

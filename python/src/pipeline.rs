@@ -171,6 +171,16 @@ impl Dataset {
         chain!(self, |d| d.enumerate_from(start))
     }
 
+    #[pyo3(signature = (key, channels))]
+    fn decode_image(&self, key: Option<&str>, channels: u32) -> Dataset {
+        chain!(self, |d| d.decode_image(key, channels))
+    }
+
+    #[pyo3(signature = (key, height, width))]
+    fn resize(&self, key: Option<&str>, height: u64, width: u64) -> Dataset {
+        chain!(self, |d| d.resize(key, height, width))
+    }
+
     fn is_service(&self) -> bool {
         matches!(self.pipeline, Pipeline::Service(_))
     }

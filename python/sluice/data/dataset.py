@@ -224,6 +224,60 @@ class Dataset:
         """
         return self._chain(self._native.enumerate(int(start)))
 
+    def decode_image(self, key: Optional[str] = None, channels: int = 3) -> "Dataset":
+        r"""Decodes JPEG or PNG bytes to a ``uint8`` array of shape ``(height, width, channels)``.
+
+        The element must be ``bytes``, or, with ``key``, a dict whose entry ``key`` is (the
+        other entries pass through). ``channels`` is 1 (grey), 3 (RGB) or 4 (RGBA); the image
+        is converted as needed. It runs natively, on the workers when it comes before
+        ``distribute``. Bytes that are not a valid JPEG or PNG, or an image past 16384 pixels
+        on a side or 256 MiB decoded, raise :class:`~sluice.errors.InvalidArgumentError`
+        naming the op and the key::
+
+            >>> import struct, zlib
+            >>> def chunk(kind, data):
+            ...     body = kind + data
+            ...     return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+            >>> ihdr = struct.pack(">IIBBBBB", 2, 1, 8, 0, 0, 0, 0)  # 2x1, 8-bit grey
+            >>> png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
+            ...        + chunk(b"IDAT", zlib.compress(bytes([0, 16, 240]))) + chunk(b"IEND", b""))
+            >>> [image] = Dataset.from_tensor_slices([png]).decode_image(channels=3)
+            >>> image.shape, image.dtype, image[0].tolist()
+            ((1, 2, 3), dtype('uint8'), [[16, 16, 16], [240, 240, 240]])
+        """
+        if channels not in (1, 3, 4):
+            raise InvalidArgumentError(f"decode_image channels must be 1, 3 or 4, got {channels!r}")
+        return self._chain(self._native.decode_image(_image_key(key), int(channels)))
+
+    def resize(
+        self, key: Optional[str] = None, size: Optional[Sequence[int]] = None
+    ) -> "Dataset":
+        """Resizes ``uint8`` or ``float32`` images of shape ``(h, w, channels)`` bilinearly to
+        ``size = (height, width)``; 1 to 4 channels. Shrinking is antialiased (the filter
+        widens with the scale).
+
+        The element is the image, or, with ``key``, a dict whose entry ``key`` is. ``size`` may
+        also come first: ``resize((224, 224))``. Each side is between 1 and 16384::
+
+            >>> ramp = np.array([[[0.0], [300.0]]], dtype=np.float32)  # 1x2, one channel
+            >>> [out] = Dataset.from_tensor_slices(ramp[None]).resize(size=(1, 3))
+            >>> out.shape, round(float(out[0, 1, 0]), 3)
+            ((1, 3, 1), 150.0)
+        """
+        if size is None and isinstance(key, (tuple, list)):
+            key, size = None, key
+        if size is None:
+            raise InvalidArgumentError("resize needs size=(height, width)")
+        if len(size) != 2:
+            raise InvalidArgumentError(f"resize size must be (height, width), got {size!r}")
+        height, width = (int(s) for s in size)
+        for name, side in (("height", height), ("width", width)):
+            if not 1 <= side <= 16384:
+                raise InvalidArgumentError(
+                    f"resize {name} must be between 1 and 16384, got {side}"
+                )
+        return self._chain(self._native.resize(_image_key(key), height, width))
+
     def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         """``transformation_func(self)``, e.g. ``dataset.apply(sluice.distribute(...))``."""
         result = transformation_func(self)
@@ -262,6 +316,12 @@ class Dataset:
 
     def _chain(self, native: _native.Dataset) -> "Dataset":
         return Dataset(native)
+
+
+def _image_key(key: Any) -> Optional[str]:
+    if key is not None and not isinstance(key, str):
+        raise InvalidArgumentError(f"key must be a dict key (a str) or None, got {key!r}")
+    return key
 
 
 def TFRecordDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:
