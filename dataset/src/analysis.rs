@@ -6,6 +6,8 @@
 
 use crate::dtype::DType;
 use crate::error::DatasetError;
+use crate::example_parser::ExampleParser;
+use crate::files::Reading;
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
 use crate::pb::source::Kind as SourceKind;
@@ -54,6 +56,10 @@ pub fn ops_element_spec(
             Some(OpKind::Enumerate(_)) => {
                 ElementSpec::Tuple(vec![ElementSpec::scalar(DType::Int64), spec])
             }
+            Some(OpKind::ParseExample(p)) => {
+                ExampleParser::check_input(&spec)?;
+                ExampleParser::new(p)?.spec()
+            }
             Some(
                 OpKind::Shuffle(_)
                 | OpKind::Repeat(_)
@@ -82,7 +88,11 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
         n = match &op.kind {
             None => UNKNOWN,
             Some(
-                OpKind::Map(_) | OpKind::Shuffle(_) | OpKind::Prefetch(_) | OpKind::Enumerate(_),
+                OpKind::Map(_)
+                | OpKind::Shuffle(_)
+                | OpKind::Prefetch(_)
+                | OpKind::Enumerate(_)
+                | OpKind::ParseExample(_),
             ) => n,
             Some(OpKind::Filter(_)) => UNKNOWN,
             Some(OpKind::Batch(b)) => match n {
@@ -159,6 +169,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                     "files source has no format (lines or tfrecord)",
                 ));
             }
+            Reading::from_proto(fs)?;
         }
     }
     for op in &def.ops {
@@ -169,6 +180,9 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             }
             Some(OpKind::Filter(f)) => {
                 registry.filter_fn(&f.predicate)?;
+            }
+            Some(OpKind::ParseExample(p)) => {
+                ExampleParser::new(p)?;
             }
             Some(OpKind::Batch(b)) if b.batch_size == 0 => {
                 return Err(DatasetError::invalid("batch size must be positive, got 0"));

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::analysis::validate;
 use crate::element::Element;
 use crate::error::DatasetError;
+use crate::example_parser::ExampleParser;
 use crate::file_access::FileAccess;
 use crate::files::{expand_files, has_file_list};
 use crate::ops::batch::BatchIter;
@@ -192,6 +193,7 @@ enum Stage {
         index: u64,
     },
     Prefetch(usize),
+    ParseExample(Arc<ExampleParser>),
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
     /// A map on a carrier's element, keeping its split index.
@@ -268,6 +270,7 @@ impl Stage {
             }
             Some(OpKind::Prefetch(p)) => Stage::Prefetch(to_usize(p.buffer_size)),
             Some(OpKind::Enumerate(e)) => Stage::Enumerate(e.start),
+            Some(OpKind::ParseExample(p)) => Stage::ParseExample(Arc::new(ExampleParser::new(p)?)),
         })
     }
 
@@ -324,6 +327,10 @@ impl Stage {
                     }
                     Err(err) => Some(Err(err)),
                 }))
+            }
+            Stage::ParseExample(parser) => {
+                let parser = parser.clone();
+                Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
             Stage::Prefetch(0) => input,
             Stage::Prefetch(n) => prefetch(input, *n),

@@ -15,6 +15,7 @@
 //! - `dataset`: the `Dataset` builder, the `Transform` trait, rendering to text.
 //! - `lexer`: tokens of the expression syntax, with columns.
 //! - `parser`: `parse` and `parse_ops`, text to definitions, with positioned errors.
+//! - `example_parser`: `ExampleParser`, the `parse_example` op on serialized tf.train.Example.
 //! - `registry`: `FunctionRegistry` of named map and filter functions.
 //! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
 //! - `executor`: `iterate` and `apply_ops`, definitions to element iterators.
@@ -40,6 +41,7 @@ mod dataset;
 mod dtype;
 mod element;
 mod error;
+mod example_parser;
 mod executor;
 mod file_access;
 mod files;
@@ -66,6 +68,7 @@ pub use dataset::{render_def, render_ops, Dataset, FilesBuilder, Transform};
 pub use dtype::DType;
 pub use element::Element;
 pub use error::DatasetError;
+pub use example_parser::{fixed_len_feature, var_len_feature, ExampleParser};
 pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
 pub use file_access::FileAccess;
 pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};

@@ -30,7 +30,8 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::Function { .. }
         | DatasetError::UnshardableSource(_)
         | DatasetError::UnresolvedShardHint
-        | DatasetError::LineTooLong { .. } => "InvalidArgumentError",
+        | DatasetError::LineTooLong { .. }
+        | DatasetError::BadExample { .. } => "InvalidArgumentError",
         DatasetError::FileRefused { .. } => "PermissionDeniedError",
         // The io::Error's text is all that is kept of it (its kind is not).
         DatasetError::Io { message, .. }

@@ -85,7 +85,7 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Skip(_)
                 | Kind::Take(_),
             ) => continue,
-            Some(Kind::Map(_) | Kind::Enumerate(_)) | None => return None,
+            Some(Kind::Map(_) | Kind::Enumerate(_) | Kind::ParseExample(_)) | None => return None,
         }
     }
     None
