@@ -310,7 +310,7 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
 }
 
 /// `.parse_example(label=fixed(int64), v=fixed(float32, shape=[2], default=[0.0, 1.0]),
-/// tags=var(string))`; a name that is not an identifier is quoted.
+/// tags=var(bytes))`; a name that is not an identifier is quoted.
 fn render_parse_example(out: &mut String, p: &pb::ParseExampleOp) {
     out.push_str(".parse_example(");
     for (i, f) in p.features.iter().enumerate() {
@@ -318,7 +318,11 @@ fn render_parse_example(out: &mut String, p: &pb::ParseExampleOp) {
             out.push_str(", ");
         }
         function_name(out, &f.name);
-        let dtype = DType::try_from(f.dtype()).map_or("<invalid dtype>", DType::name);
+        let dtype = match DType::try_from(f.dtype()) {
+            Ok(DType::String) => "bytes",
+            Ok(d) => d.name(),
+            Err(_) => "<invalid dtype>",
+        };
         if f.var_len {
             let _ = write!(out, "=var({dtype})");
             continue;
