@@ -366,6 +366,44 @@ fn checked_default(
     })
 }
 
+/// A `tf.train.Example` holding `features`, serialized (for tests and data generation): integer
+/// tensors become int64 lists, float tensors float lists (float64 narrowed to float32, as
+/// TensorFlow stores them), strings bytes lists; every tensor is flattened row-major.
+pub fn serialize_example(features: &BTreeMap<String, Tensor>) -> Result<Vec<u8>, DatasetError> {
+    let mut out = std::collections::HashMap::new();
+    for (name, t) in features {
+        let kind = match t.dtype() {
+            DType::String => ex::feature::Kind::BytesList(ex::BytesList {
+                value: t.strings().unwrap_or(&[]).to_vec(),
+            }),
+            DType::Float32 | DType::Float64 => ex::feature::Kind::FloatList(ex::FloatList {
+                value: t
+                    .to_f64s()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|v| v as f32)
+                    .collect(),
+            }),
+            d if d.is_integer() && d != DType::UInt64 => {
+                ex::feature::Kind::Int64List(ex::Int64List {
+                    value: t.to_i64s().unwrap_or_default(),
+                })
+            }
+            d => {
+                return Err(DatasetError::invalid(format!(
+                    "feature '{name}' is {d}; a tf.train.Example holds integers (up to int64), \
+                     floats or strings"
+                )))
+            }
+        };
+        out.insert(name.clone(), ex::Feature { kind: Some(kind) });
+    }
+    Ok(ex::Example {
+        features: Some(ex::Features { feature: out }),
+    }
+    .encode_to_vec())
+}
+
 #[cfg(test)]
 #[path = "example_parser_tests.rs"]
 mod tests;

@@ -357,3 +357,28 @@ fn a_pipeline_parses_gzip_tfrecords_of_examples() {
         "parse_example needs scalar string elements (serialized tf.train.Example records), got TensorSpec(shape=(), dtype=int64)"
     );
 }
+
+#[test]
+fn serialized_examples_parse_back() {
+    let features: BTreeMap<String, Tensor> = [
+        ("i", Tensor::from_i64s(vec![2], &[1, -2]).unwrap()),
+        ("f", Tensor::from_f64s(vec![1], &[0.5]).unwrap()),
+        ("s", Tensor::scalar_string("x")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let bytes = serialize_example(&features).unwrap();
+    let p = parser(vec![
+        var_len_feature("i", DType::Int64),
+        fixed_len_feature("f", vec![], DType::Float32, None),
+        fixed_len_feature("s", vec![], DType::String, None),
+    ]);
+    let e = Element::Tensor(Tensor::scalar_string(bytes));
+    assert_eq!(parse_json(&p, &e), r#"{"f":0.5,"i":[1,-2],"s":"x"}"#);
+    let bad: BTreeMap<String, Tensor> = [("b".to_string(), Tensor::scalar_bool(true))].into();
+    assert_eq!(
+        serialize_example(&bad).unwrap_err().to_string(),
+        "feature 'b' is bool; a tf.train.Example holds integers (up to int64), floats or strings"
+    );
+}

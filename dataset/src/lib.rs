@@ -27,6 +27,7 @@
 //! - `files`: glob expansion (`expand_files`) and reading lines or records of one file, with
 //!   the bounds on matches and line length.
 //! - `tfrecord`: the TFRecord format, reader and writer.
+//! - `tfrecord_file`: `TfRecordFile`, a TFRecord file written plain, GZIP or ZLIB.
 //! - `splits`: split providers and the `SplitSupplier` the worker implements.
 //! - `codec`: `encode_element` / `decode_element`, the wire form of one element.
 
@@ -56,6 +57,7 @@ mod spec;
 mod splits;
 mod tensor;
 pub mod tfrecord;
+mod tfrecord_file;
 
 pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINITE, UNKNOWN};
 pub use autoshard::{auto_shard, AutoShardPolicy};
@@ -68,7 +70,7 @@ pub use dataset::{render_def, render_ops, Dataset, FilesBuilder, Transform};
 pub use dtype::DType;
 pub use element::Element;
 pub use error::DatasetError;
-pub use example_parser::{fixed_len_feature, var_len_feature, ExampleParser};
+pub use example_parser::{fixed_len_feature, serialize_example, var_len_feature, ExampleParser};
 pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
 pub use file_access::FileAccess;
 pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};
@@ -78,3 +80,4 @@ pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use spec::ElementSpec;
 pub use splits::{num_split_providers, num_splits, SplitSupplier};
 pub use tensor::{Tensor, TensorValue};
+pub use tfrecord_file::TfRecordFile;
