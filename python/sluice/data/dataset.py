@@ -234,7 +234,8 @@ class Dataset:
 
         >>> import os, tempfile
         >>> import numpy as np
-        >>> from sluice.io import FixedLenFeature, TFRecordWriter, VarLenFeature, serialize_example
+        >>> from sluice.io import FixedLenFeature, TFRecordWriter, VarLenFeature
+        >>> from sluice.io import serialize_example
         >>> path = os.path.join(tempfile.mkdtemp(), "a.tfrecord")
         >>> with TFRecordWriter(path) as w:
         ...     w.write(serialize_example({"label": 7, "tags": [1, 2]}))
