@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/dispatcher.proto",
         "proto/worker.proto",
         "proto/raft.proto",
+        "proto/example.proto",
     ];
     let fds = protox::compile(files, ["proto"])?;
     tonic_prost_build::configure()
@@ -15,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sluice.worker.v1.ElementBatch.packed")
         .bytes(".sluice.worker.v1.ElementBatch.payloads")
         .bytes(".sluice.worker.v1.GetElementResponse.element")
+        .bytes(".sluice.example.v1.BytesList.value")
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

@@ -6,6 +6,8 @@
 
 use crate::dtype::DType;
 use crate::error::DatasetError;
+use crate::example_parser::ExampleParser;
+use crate::files::Reading;
 use crate::image_ops;
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
@@ -57,6 +59,10 @@ pub fn ops_element_spec(
             }
             Some(OpKind::DecodeImage(d)) => image_ops::decode_image_spec(d, spec)?,
             Some(OpKind::Resize(r)) => image_ops::resize_spec(r, spec)?,
+            Some(OpKind::ParseExample(p)) => {
+                ExampleParser::check_input(&spec)?;
+                ExampleParser::new(p)?.spec()
+            }
             Some(
                 OpKind::Shuffle(_)
                 | OpKind::Repeat(_)
@@ -90,7 +96,8 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
                 | OpKind::Prefetch(_)
                 | OpKind::Enumerate(_)
                 | OpKind::DecodeImage(_)
-                | OpKind::Resize(_),
+                | OpKind::Resize(_)
+                | OpKind::ParseExample(_),
             ) => n,
             Some(OpKind::Filter(_)) => UNKNOWN,
             Some(OpKind::Batch(b)) => match n {
@@ -167,6 +174,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                     "files source has no format (lines or tfrecord)",
                 ));
             }
+            Reading::from_proto(fs)?;
         }
     }
     for op in &def.ops {
@@ -177,6 +185,9 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             }
             Some(OpKind::Filter(f)) => {
                 registry.filter_fn(&f.predicate)?;
+            }
+            Some(OpKind::ParseExample(p)) => {
+                ExampleParser::new(p)?;
             }
             Some(OpKind::Batch(b)) if b.batch_size == 0 => {
                 return Err(DatasetError::invalid("batch size must be positive, got 0"));

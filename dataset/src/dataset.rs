@@ -32,19 +32,26 @@ pub struct FilesBuilder {
 impl FilesBuilder {
     /// Every line of every file, without its `\n` / `\r\n`, as a scalar string.
     pub fn lines(self) -> Dataset {
-        self.with_format(pb::FileFormat::Lines)
+        self.with_format(pb::FileFormat::Lines, pb::RecordCompression::None)
     }
 
     /// Every record of every TFRecord file as a scalar string.
     pub fn tfrecord(self) -> Dataset {
-        self.with_format(pb::FileFormat::Tfrecord)
+        self.tfrecord_compressed(pb::RecordCompression::None)
     }
 
-    fn with_format(self, format: pb::FileFormat) -> Dataset {
+    /// Every record of every TFRecord file, each file compressed as a whole (GZIP or ZLIB, as
+    /// TensorFlow's `TFRecordDataset(compression_type=...)` reads them).
+    pub fn tfrecord_compressed(self, compression: pb::RecordCompression) -> Dataset {
+        self.with_format(pb::FileFormat::Tfrecord, compression)
+    }
+
+    fn with_format(self, format: pb::FileFormat, compression: pb::RecordCompression) -> Dataset {
         Dataset::with_source(SourceKind::Files(pb::FilesSource {
             pattern: self.pattern,
             format: format as i32,
             files: Vec::new(),
+            compression: compression as i32,
         }))
     }
 }
@@ -209,6 +216,14 @@ pub trait Transform: Sized {
             width,
         })))
     }
+
+    /// Parses each scalar string element, a serialized `tf.train.Example`, into a dict with one
+    /// tensor per feature (see `fixed_len_feature`, `var_len_feature`). Features are kept
+    /// sorted by name, as dict specs are.
+    fn parse_example(self, mut features: Vec<pb::FeatureSpec>) -> Self {
+        features.sort_by(|a, b| a.name.cmp(&b.name));
+        self.push_op(op(OpKind::ParseExample(pb::ParseExampleOp { features })))
+    }
 }
 
 fn op(kind: OpKind) -> pb::Op {
@@ -253,9 +268,15 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
         Some(SourceKind::Files(fs)) => {
             out.push_str("files(");
             quote(&mut out, fs.pattern.as_bytes());
-            out.push_str(match fs.format() {
-                pb::FileFormat::Tfrecord => ").tfrecord()",
-                pb::FileFormat::Lines | pb::FileFormat::Unspecified => ").lines()",
+            out.push_str(match (fs.format(), fs.compression()) {
+                (pb::FileFormat::Tfrecord, pb::RecordCompression::None) => ").tfrecord()",
+                (pb::FileFormat::Tfrecord, pb::RecordCompression::Gzip) => {
+                    ").tfrecord(compression=\"GZIP\")"
+                }
+                (pb::FileFormat::Tfrecord, pb::RecordCompression::Zlib) => {
+                    ").tfrecord(compression=\"ZLIB\")"
+                }
+                (pb::FileFormat::Lines | pb::FileFormat::Unspecified, _) => ").lines()",
             });
         }
     }
@@ -315,9 +336,48 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 }
                 write!(out, ")")
             }
+            Some(OpKind::ParseExample(p)) => {
+                render_parse_example(&mut out, p);
+                Ok(())
+            }
         };
     }
     out
+}
+
+/// `.parse_example(label=fixed(int64), v=fixed(float32, shape=[2], default=[0.0, 1.0]),
+/// tags=var(bytes))`; a name that is not an identifier is quoted.
+fn render_parse_example(out: &mut String, p: &pb::ParseExampleOp) {
+    out.push_str(".parse_example(");
+    for (i, f) in p.features.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        function_name(out, &f.name);
+        let dtype = match DType::try_from(f.dtype()) {
+            Ok(DType::String) => "bytes",
+            Ok(d) => d.name(),
+            Err(_) => "<invalid dtype>",
+        };
+        if f.var_len {
+            let _ = write!(out, "=var({dtype})");
+            continue;
+        }
+        let _ = write!(out, "=fixed({dtype}");
+        if !f.shape.is_empty() {
+            let dims: Vec<String> = f.shape.iter().map(u64::to_string).collect();
+            let _ = write!(out, ", shape=[{}]", dims.join(", "));
+        }
+        if let Some(d) = &f.default_value {
+            out.push_str(", default=");
+            match Tensor::from_proto(d) {
+                Ok(t) => render_values(out, &t),
+                Err(_) => out.push_str("<invalid tensor>"),
+            }
+        }
+        out.push(')');
+    }
+    out.push(')');
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -400,6 +460,21 @@ fn render_columns(out: &mut String, e: &Element) {
 }
 
 fn render_tensor(out: &mut String, t: &Tensor) {
+    render_values(out, t);
+    let d = t.dtype();
+    let n = t.num_elements();
+    if implied_dtype(
+        d == DType::String && n > 0,
+        d.is_float() && n > 0,
+        d == DType::Bool && n > 0,
+    ) != d
+    {
+        let _ = write!(out, ", dtype={}", t.dtype());
+    }
+}
+
+/// The values nested as the shape is, without the dtype (where the context gives it).
+fn render_values(out: &mut String, t: &Tensor) {
     let values: Vec<String> = match t.dtype() {
         DType::String => t
             .strings()
@@ -444,16 +519,6 @@ fn render_tensor(out: &mut String, t: &Tensor) {
     };
     let mut values = values.into_iter();
     nested(out, &mut values, t.shape());
-    let d = t.dtype();
-    let n = t.num_elements();
-    if implied_dtype(
-        d == DType::String && n > 0,
-        d.is_float() && n > 0,
-        d == DType::Bool && n > 0,
-    ) != d
-    {
-        let _ = write!(out, ", dtype={}", t.dtype());
-    }
 }
 
 fn float(v: f64, debug: String) -> String {

@@ -64,6 +64,10 @@ pub enum DatasetError {
         key: Option<String>,
         message: String,
     },
+    /// A `tf.train.Example` whose feature does not fit the feature's spec in `parse_example`:
+    /// missing without a default, of another type, or with the wrong number of values.
+    #[error("parse_example: feature '{feature}' {message}")]
+    BadExample { feature: String, message: String },
 
     /// An encoded element that cannot be decoded.
     #[error("cannot decode element: {0}")]
@@ -102,6 +106,7 @@ impl DatasetError {
             DatasetError::CorruptRecord { .. } => false,
             DatasetError::Function { .. } => false,
             DatasetError::Image { .. } => false,
+            DatasetError::BadExample { .. } => false,
             DatasetError::Codec(_) => false,
             DatasetError::Splits { retryable, .. } => *retryable,
             DatasetError::Cancelled => false,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use crate::analysis::validate;
 use crate::element::Element;
 use crate::error::DatasetError;
+use crate::example_parser::ExampleParser;
 use crate::file_access::FileAccess;
 use crate::files::{expand_files, has_file_list};
 use crate::image_ops;
@@ -200,6 +201,7 @@ enum Stage {
         index: u64,
     },
     Prefetch(usize),
+    ParseExample(Arc<ExampleParser>),
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
     /// A map on a carrier's element, keeping its split index.
@@ -290,6 +292,7 @@ impl Stage {
                 let r = r.clone();
                 Stage::Map(Arc::new(move |e| image_ops::resize(&r, e)))
             }
+            Some(OpKind::ParseExample(p)) => Stage::ParseExample(Arc::new(ExampleParser::new(p)?)),
         })
     }
 
@@ -346,6 +349,10 @@ impl Stage {
                     }
                     Err(err) => Some(Err(err)),
                 }))
+            }
+            Stage::ParseExample(parser) => {
+                let parser = parser.clone();
+                Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
             Stage::Prefetch(0) => input,
             Stage::Prefetch(n) => prefetch(input, *n),

@@ -1,5 +1,7 @@
 //! File sources: glob expansion at registration (`expand_files`) and reading one file's elements
-//! as text lines or TFRecords.
+//! as text lines or TFRecords, the latter optionally GZIP- or ZLIB-compressed as TensorFlow
+//! writes them (the whole file is one compressed stream around the record framing, so the record
+//! checksums still guard every record and byte offsets in errors count decompressed bytes).
 //!
 //! The expansion is done once, where the definition is registered, and stored in the definition
 //! (`FilesSource.files`) so every worker and dispatcher replica sees the same sorted list; split
@@ -17,6 +19,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use flate2::read::{MultiGzDecoder, ZlibDecoder};
 
 use crate::element::Element;
 use crate::error::DatasetError;
@@ -107,15 +110,37 @@ fn path_string(path: PathBuf) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// How the files of a files source are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    Lines,
+    TfRecord(pb::RecordCompression),
+}
+
+impl Reading {
+    /// Refuses compression on text lines: only TFRecord files are read compressed.
+    pub(crate) fn from_proto(fs: &pb::FilesSource) -> Result<Reading, DatasetError> {
+        match (fs.format(), fs.compression()) {
+            (pb::FileFormat::Tfrecord, c) => Ok(Reading::TfRecord(c)),
+            (pb::FileFormat::Lines | pb::FileFormat::Unspecified, pb::RecordCompression::None) => {
+                Ok(Reading::Lines)
+            }
+            (_, c) => Err(DatasetError::invalid(format!(
+                "files source '{}': compression {} applies to tfrecord files only",
+                fs.pattern,
+                c.as_str_name()
+            ))),
+        }
+    }
+}
+
 /// The elements of one file, opened on first use, after `access` allowed it.
-pub(crate) fn file_elements(
-    path: String,
-    format: pb::FileFormat,
-    access: &FileAccess,
-) -> ElementIter {
-    let open = match format {
-        pb::FileFormat::Tfrecord => open_tfrecord,
-        pb::FileFormat::Lines | pb::FileFormat::Unspecified => open_lines,
+pub(crate) fn file_elements(path: String, reading: Reading, access: &FileAccess) -> ElementIter {
+    let open = match reading {
+        Reading::TfRecord(pb::RecordCompression::None) => open_tfrecord,
+        Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
+        Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
+        Reading::Lines => open_lines,
     };
     Box::new(Lazy::Pending(path, open, access.clone()))
 }
@@ -123,12 +148,37 @@ pub(crate) fn file_elements(
 /// Opens `path` (as named to the user) at `resolved` (what the access check allowed).
 type Opener = fn(&str, &std::path::Path) -> Result<ElementIter, DatasetError>;
 
+const READ_BUFFER: usize = 256 * 1024;
+
 fn open_tfrecord(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    let reader = TfRecordReader::new(BufReader::with_capacity(256 * 1024, f), path);
-    Ok(Box::new(reader.map(|r| {
-        r.map(|b| Element::Tensor(Tensor::scalar_string(b)))
-    })))
+    Ok(records(BufReader::with_capacity(READ_BUFFER, f), path))
+}
+
+/// A gzip file; concatenated gzip members read as one stream, as gzip itself reads them.
+fn open_tfrecord_gzip(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
+    let inflated = MultiGzDecoder::new(BufReader::with_capacity(READ_BUFFER, f));
+    Ok(records(
+        BufReader::with_capacity(READ_BUFFER, inflated),
+        path,
+    ))
+}
+
+fn open_tfrecord_zlib(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
+    let inflated = ZlibDecoder::new(BufReader::with_capacity(READ_BUFFER, f));
+    Ok(records(
+        BufReader::with_capacity(READ_BUFFER, inflated),
+        path,
+    ))
+}
+
+/// The records of a (decompressed) stream as scalar strings. A decompression error surfaces
+/// as a read error naming the file.
+fn records(stream: impl Read + Send + 'static, path: &str) -> ElementIter {
+    let reader = TfRecordReader::new(stream, path);
+    Box::new(reader.map(|r| r.map(|b| Element::Tensor(Tensor::scalar_string(b)))))
 }
 
 fn open_lines(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {

@@ -53,7 +53,7 @@ fn lines_strip_newlines_and_missing_files_are_errors() {
     std::fs::write(&path, "one\r\ntwo\n\nthree").unwrap();
     let got: Vec<_> = file_elements(
         path.to_string_lossy().into_owned(),
-        pb::FileFormat::Lines,
+        Reading::Lines,
         &FileAccess::Unrestricted,
     )
     .map(|e| e.unwrap().to_json())
@@ -64,12 +64,8 @@ fn lines_strip_newlines_and_missing_files_are_errors() {
         .join("missing.txt")
         .to_string_lossy()
         .into_owned();
-    let got: Vec<_> = file_elements(
-        missing.clone(),
-        pb::FileFormat::Lines,
-        &FileAccess::Unrestricted,
-    )
-    .collect();
+    let got: Vec<_> =
+        file_elements(missing.clone(), Reading::Lines, &FileAccess::Unrestricted).collect();
     assert_eq!(got.len(), 1);
     let err = got[0].as_ref().unwrap_err().to_string();
     assert!(
@@ -224,7 +220,7 @@ fn too_many_listed_files_are_refused_naming_the_limit() {
 fn a_file_is_checked_again_when_it_is_opened() {
     let rooted = Rooted::new();
     let read = |path: String| -> Vec<Result<String, String>> {
-        file_elements(path, pb::FileFormat::Lines, &rooted.access)
+        file_elements(path, Reading::Lines, &rooted.access)
             .map(|e| {
                 e.map(|e| e.to_json().to_string())
                     .map_err(|e| e.to_string())
@@ -242,7 +238,12 @@ fn a_file_is_checked_again_when_it_is_opened() {
         )),
         "{err}"
     );
-    let got: Vec<_> = file_elements(secret, pb::FileFormat::Tfrecord, &rooted.access).collect();
+    let got: Vec<_> = file_elements(
+        secret,
+        Reading::TfRecord(pb::RecordCompression::None),
+        &rooted.access,
+    )
+    .collect();
     assert!(
         matches!(&got[..], [Err(DatasetError::FileRefused { .. })]),
         "{got:?}"
@@ -289,7 +290,7 @@ fn a_line_longer_than_the_limit_is_an_error_naming_file_line_and_limit() {
 fn dev_zero_read_as_lines_ends_with_an_error_not_an_endless_line() {
     let got: Vec<_> = file_elements(
         "/dev/zero".into(),
-        pb::FileFormat::Lines,
+        Reading::Lines,
         &FileAccess::Unrestricted,
     )
     .collect();
@@ -331,4 +332,128 @@ fn a_worker_pipeline_reads_allowed_files_and_fails_where_it_reaches_a_refused_on
         .unwrap()
         .collect();
     assert!(all.iter().all(Result::is_ok), "{all:?}");
+}
+
+/// Writes `records` as one TFRecord stream, compressed as `compression` says.
+fn write_tfrecords(
+    path: &std::path::Path,
+    records: &[Vec<u8>],
+    compression: pb::RecordCompression,
+) {
+    use std::io::Write as _;
+    let mut framed = crate::tfrecord::TfRecordWriter::new(Vec::new());
+    for r in records {
+        framed.write_record(r).unwrap();
+    }
+    let framed = framed.into_inner().unwrap();
+    let bytes = match compression {
+        pb::RecordCompression::None => framed,
+        pb::RecordCompression::Gzip => {
+            let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            z.write_all(&framed).unwrap();
+            z.finish().unwrap()
+        }
+        pb::RecordCompression::Zlib => {
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+            z.write_all(&framed).unwrap();
+            z.finish().unwrap()
+        }
+    };
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn read_all(def: &pb::DatasetDef) -> Vec<Result<Element, DatasetError>> {
+    crate::executor::iterate(def, &crate::executor::ExecOptions::default())
+        .unwrap()
+        .collect()
+}
+
+#[test]
+fn compressed_tfrecords_read_back_in_file_order() {
+    use crate::dataset::Dataset;
+    for compression in [
+        pb::RecordCompression::None,
+        pb::RecordCompression::Gzip,
+        pb::RecordCompression::Zlib,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let records = |f: usize| -> Vec<Vec<u8>> {
+            (0..300)
+                .map(|i| format!("file {f} record {i}").into_bytes())
+                .collect()
+        };
+        for f in 0..2 {
+            write_tfrecords(
+                &dir.path().join(format!("{f}.tfrecord")),
+                &records(f),
+                compression,
+            );
+        }
+        let pattern = format!("{}/*.tfrecord", dir.path().display());
+        let def = Dataset::files(&pattern)
+            .tfrecord_compressed(compression)
+            .into_def();
+        let got: Vec<String> = read_all(&def)
+            .into_iter()
+            .map(|e| e.unwrap().to_json().as_str().unwrap().to_string())
+            .collect();
+        let want: Vec<String> = (0..2)
+            .flat_map(records)
+            .map(|r| String::from_utf8(r).unwrap())
+            .collect();
+        assert_eq!(got, want, "{compression:?}");
+    }
+}
+
+#[test]
+fn a_corrupt_compressed_file_is_an_error_naming_it() {
+    use crate::dataset::Dataset;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.tfrecord.gz");
+    let name = path.to_string_lossy().into_owned();
+    let records: Vec<Vec<u8>> = (0..50).map(|i| vec![i as u8; 100]).collect();
+
+    // Plain records read as GZIP: not a gzip stream.
+    write_tfrecords(&path, &records, pb::RecordCompression::None);
+    let def = Dataset::files(&name)
+        .tfrecord_compressed(pb::RecordCompression::Gzip)
+        .into_def();
+    let got = read_all(&def);
+    assert_eq!(got.len(), 1);
+    let err = got[0].as_ref().unwrap_err().to_string();
+    assert!(err.starts_with(&format!("cannot read '{name}'")), "{err}");
+
+    // GZIP records read without compression: the framing checksums catch it.
+    write_tfrecords(&path, &records, pb::RecordCompression::Gzip);
+    let def = Dataset::files(&name).tfrecord().into_def();
+    let got = read_all(&def);
+    assert!(matches!(
+        got.last().unwrap(),
+        Err(DatasetError::CorruptRecord { .. })
+    ));
+
+    // A truncated GZIP file: the records before the cut, then an error naming the file.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let def = Dataset::files(&name)
+        .tfrecord_compressed(pb::RecordCompression::Gzip)
+        .into_def();
+    let got = read_all(&def);
+    let err = got.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(err.contains(&name), "{err}");
+    assert!(got[..got.len() - 1].iter().all(Result::is_ok));
+}
+
+#[test]
+fn compression_applies_to_tfrecord_files_only() {
+    let mut def = Dataset::files("x/*.txt").lines().into_def();
+    if let Some(pb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut()) {
+        fs.compression = pb::RecordCompression::Gzip as i32;
+    }
+    assert_eq!(
+        crate::analysis::validate(&def, &crate::registry::FunctionRegistry::new())
+            .unwrap_err()
+            .to_string(),
+        "files source 'x/*.txt': compression GZIP applies to tfrecord files only"
+    );
 }

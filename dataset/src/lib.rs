@@ -15,6 +15,7 @@
 //! - `dataset`: the `Dataset` builder, the `Transform` trait, rendering to text.
 //! - `lexer`: tokens of the expression syntax, with columns.
 //! - `parser`: `parse` and `parse_ops`, text to definitions, with positioned errors.
+//! - `example_parser`: `ExampleParser`, the `parse_example` op on serialized tf.train.Example.
 //! - `registry`: `FunctionRegistry` of named map and filter functions.
 //! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
 //! - `executor`: `iterate` and `apply_ops`, definitions to element iterators.
@@ -27,6 +28,7 @@
 //!   the bounds on matches and line length.
 //! - `image_ops`: the native `decode_image` (JPEG, PNG) and `resize` ops, with their bounds.
 //! - `tfrecord`: the TFRecord format, reader and writer.
+//! - `tfrecord_file`: `TfRecordFile`, a TFRecord file written plain, GZIP or ZLIB.
 //! - `splits`: split providers and the `SplitSupplier` the worker implements.
 //! - `codec`: `encode_element` / `decode_element`, the wire form of one element.
 
@@ -41,6 +43,7 @@ mod dataset;
 mod dtype;
 mod element;
 mod error;
+mod example_parser;
 mod executor;
 mod file_access;
 mod files;
@@ -56,6 +59,7 @@ mod spec;
 mod splits;
 mod tensor;
 pub mod tfrecord;
+mod tfrecord_file;
 
 pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINITE, UNKNOWN};
 pub use autoshard::{auto_shard, AutoShardPolicy};
@@ -68,6 +72,7 @@ pub use dataset::{render_def, render_ops, Dataset, FilesBuilder, Transform};
 pub use dtype::DType;
 pub use element::Element;
 pub use error::DatasetError;
+pub use example_parser::{fixed_len_feature, serialize_example, var_len_feature, ExampleParser};
 pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
 pub use file_access::FileAccess;
 pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};
@@ -78,3 +83,4 @@ pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use spec::ElementSpec;
 pub use splits::{num_split_providers, num_splits, SplitSupplier};
 pub use tensor::{Tensor, TensorValue};
+pub use tfrecord_file::TfRecordFile;

@@ -14,9 +14,8 @@ use crate::lexer::{parse_error, tokenize, Tok, Token};
 use crate::pb;
 use crate::tensor::{Tensor, TensorValue};
 
-const TRANSFORMATIONS: &str =
-    "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, \
-     resize";
+const TRANSFORMATIONS: &str = "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
+     enumerate, decode_image, resize, parse_example";
 const SOURCES: &str = "range, from_slices, files";
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 const SHARD_HINT: &str = "SHARD_HINT";
@@ -277,15 +276,24 @@ impl Parser {
                 self.close()?;
                 self.expect_punct('.', "'.lines()' or '.tfrecord()'")?;
                 let builder = Dataset::files(&pattern);
-                let ds = match &self.peek().tok {
-                    Tok::Ident(f) if f == "lines" => builder.lines(),
-                    Tok::Ident(f) if f == "tfrecord" => builder.tfrecord(),
+                let tfrecord = match &self.peek().tok {
+                    Tok::Ident(f) if f == "lines" => false,
+                    Tok::Ident(f) if f == "tfrecord" => true,
                     _ => return Err(self.unexpected("'lines' or 'tfrecord'")),
                 };
                 self.next();
                 self.expect_punct('(', "'('")?;
+                if !tfrecord {
+                    self.close()?;
+                    return Ok(builder.lines());
+                }
+                let compression = if self.is_punct(')') {
+                    pb::RecordCompression::None
+                } else {
+                    self.compression_arg()?
+                };
                 self.close()?;
-                Ok(ds)
+                Ok(builder.tfrecord_compressed(compression))
             }
             _ => Err(DatasetError::Parse {
                 column: t.col,
@@ -337,6 +345,7 @@ impl Parser {
                 | "enumerate"
                 | "decode_image"
                 | "resize"
+                | "parse_example"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -404,6 +413,7 @@ impl Parser {
                 }
                 builder.shard(n, index)
             }
+            "parse_example" => builder.parse_example(self.feature_args()?),
             "enumerate" => {
                 if self.is_punct(')') {
                     builder.enumerate()
@@ -479,6 +489,9 @@ impl Parser {
         }
     }
 }
+
+#[path = "parser_features.rs"]
+mod features;
 
 /// Collects ops pushed through `Transform`, so the parser builds ops exactly as the builder does.
 #[derive(Default)]

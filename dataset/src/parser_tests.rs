@@ -34,6 +34,13 @@ const FORMS: &[&str] = &[
     "range(100).shuffle(10, seed=1).map(square).batch(4, drop_remainder=true).repeat().take(7)",
     "range(9).enumerate()",
     "range(9).enumerate(-3).batch(4)",
+    "files(\"d/*.tfrecord\").tfrecord(compression=\"GZIP\")",
+    "files(\"d/*.tfrecord.z\").tfrecord(compression=\"ZLIB\").take(2)",
+    "files(\"d/*\").tfrecord().parse_example(label=fixed(int64))",
+    "files(\"d/*\").tfrecord(compression=\"GZIP\").parse_example(\"a b\"=var(float32), \
+     image=fixed(bytes), label=fixed(int64, default=-1), m=fixed(int64, shape=[2, 2]), \
+     name=fixed(bytes, default=\"none\"), tags=var(int64), \
+     xy=fixed(float32, shape=[2], default=[0.0, 0.5])).batch(8)",
 ];
 
 #[test]
@@ -163,7 +170,7 @@ fn malformed_expressions_name_the_column() {
         ("range(10", "invalid dataset expression at column 9: expected ')' or ',', found end of input"),
         (
             "range(10).mapp(square)",
-            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize",
+            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example",
         ),
         ("rang(10)", "unknown source 'rang' at column 1; expected one of range, from_slices, files"),
         ("", "invalid dataset expression at column 1: expected a source (range, from_slices, files), found end of input"),
@@ -244,7 +251,7 @@ fn op_chains() {
     }
     assert_eq!(
         parse_ops("range(10)").unwrap_err().to_string(),
-        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize"
+        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example"
     );
     assert_eq!(
         parse_ops("map(square) batch(2)").unwrap_err().to_string(),
@@ -254,4 +261,66 @@ fn op_chains() {
         parse_ops("(").unwrap_err().to_string(),
         "invalid dataset expression at column 1: expected a transformation, found '('"
     );
+}
+
+#[test]
+fn parse_example_and_compression_parse_to_the_builder_definitions() {
+    use crate::example_parser::{fixed_len_feature, var_len_feature};
+    let got = parse(
+        "files(\"d/*.tfrecord\").tfrecord(compression=\"GZIP\")\
+         .parse_example(tags=var(int64), label=fixed(int64), image=fixed(string), \
+         xy=fixed(float32, shape=[2], default=[0, 1]))",
+    )
+    .unwrap();
+    let want = Dataset::files("d/*.tfrecord")
+        .tfrecord_compressed(pb::RecordCompression::Gzip)
+        .parse_example(vec![
+            var_len_feature("tags", DType::Int64),
+            fixed_len_feature("label", vec![], DType::Int64, None),
+            fixed_len_feature("image", vec![], DType::String, None),
+            fixed_len_feature(
+                "xy",
+                vec![2],
+                DType::Float32,
+                Some(Tensor::from_f32s(vec![2], &[0.0, 1.0]).unwrap()),
+            ),
+        ]);
+    assert_eq!(got, want);
+    assert_eq!(
+        parse("files(\"d\").tfrecord(\"\")").unwrap(),
+        Dataset::files("d").tfrecord()
+    );
+}
+
+#[test]
+fn parse_example_and_compression_errors_name_the_column() {
+    let cases = [
+        (
+            "files(\"d\").tfrecord(compression=\"LZ4\")",
+            "invalid dataset expression at column 33: unknown compression 'LZ4'; expected \"GZIP\", \"ZLIB\" or \"\"",
+        ),
+        (
+            "files(\"d\").tfrecord().parse_example(a=fixed(int32))",
+            "invalid dataset expression at column 45: unknown feature dtype 'int32'; expected int64, float32 or bytes",
+        ),
+        (
+            "files(\"d\").tfrecord().parse_example(a=list(int64))",
+            "invalid dataset expression at column 39: expected 'fixed(...)' or 'var(...)', found 'list'",
+        ),
+        (
+            "files(\"d\").tfrecord().parse_example(a=fixed(int64, size=[2]))",
+            "invalid dataset expression at column 52: expected 'shape=' or 'default=', found 'size'",
+        ),
+        (
+            "files(\"d\").tfrecord().parse_example(a=var(int64, shape=[2]))",
+            "invalid dataset expression at column 48: expected ')', found ','",
+        ),
+        (
+            "files(\"d\").tfrecord().parse_example()",
+            "invalid dataset expression at column 37: expected a feature name, found ')'",
+        ),
+    ];
+    for (expr, want) in cases {
+        assert_eq!(parse(expr).unwrap_err().to_string(), want, "{expr}");
+    }
 }

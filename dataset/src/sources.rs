@@ -12,7 +12,7 @@ use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
 use crate::file_access::FileAccess;
-use crate::files::file_elements;
+use crate::files::{file_elements, Reading};
 use crate::pb;
 use crate::slices::Slices;
 use crate::splits::SplitSupplier;
@@ -29,7 +29,7 @@ pub(crate) enum Source {
     Slices(Slices),
     Files {
         files: Vec<String>,
-        format: pb::FileFormat,
+        reading: Reading,
         /// Checked again before each file is opened (a worker's own data roots).
         access: FileAccess,
     },
@@ -77,7 +77,7 @@ impl Source {
                 }
                 Ok(Source::Files {
                     files: fs.files.clone(),
-                    format: fs.format(),
+                    reading: Reading::from_proto(fs)?,
                     access: access.clone(),
                 })
             }
@@ -114,15 +114,15 @@ impl Source {
             }
             Source::Files {
                 files,
-                format,
+                reading,
                 access,
             } => {
-                let (format, access) = (*format, access.clone());
+                let (reading, access) = (*reading, access.clone());
                 Box::new(
                     files
                         .clone()
                         .into_iter()
-                        .flat_map(move |f| file_elements(f, format, &access)),
+                        .flat_map(move |f| file_elements(f, reading, &access)),
                 )
             }
         }
@@ -143,9 +143,9 @@ impl Source {
             Source::Slices(s) => Box::new(std::iter::once(s.row(index as usize))),
             Source::Files {
                 files,
-                format,
+                reading,
                 access,
-            } => file_elements(files[index as usize].clone(), *format, access),
+            } => file_elements(files[index as usize].clone(), *reading, access),
         })
     }
 }

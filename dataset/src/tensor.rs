@@ -199,6 +199,23 @@ impl Tensor {
         self.dtype
     }
 
+    /// The same values (shared, not copied) in another shape with as many elements.
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor, DatasetError> {
+        let n = checked_num_elements(shape)?;
+        if n != self.num_elements() {
+            return Err(DatasetError::invalid(format!(
+                "cannot reshape {} values of shape {:?} to shape {shape:?} ({n} values)",
+                self.num_elements(),
+                self.shape
+            )));
+        }
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            data: self.data.clone(),
+        })
+    }
+
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }

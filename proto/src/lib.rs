@@ -5,6 +5,7 @@
 //! - `dispatcher`: the dispatcher's client- and worker-facing service.
 //! - `worker`: the worker's element-streaming service.
 //! - `raft`: the Raft peer service between dispatcher replicas (openraft messages as bytes).
+//! - `example`: TensorFlow's `tf.train.Example` record format, wire-compatible.
 //!
 //! Nothing but generated code lives here; conversions to domain types belong to the crates that
 //! own those types.
@@ -34,11 +35,17 @@ mod generated {
                 tonic::include_proto!("sluice.raft.v1");
             }
         }
+        pub mod example {
+            pub mod v1 {
+                tonic::include_proto!("sluice.example.v1");
+            }
+        }
     }
 }
 
 pub use generated::sluice::dataset::v1 as dataset;
 pub use generated::sluice::dispatcher::v1 as dispatcher;
+pub use generated::sluice::example::v1 as example;
 pub use generated::sluice::raft::v1 as raft;
 pub use generated::sluice::worker::v1 as worker;
 

@@ -20,7 +20,7 @@ Errors are :mod:`sluice.errors` exceptions, under :class:`sluice.errors.OpError`
 
 from __future__ import annotations
 
-from sluice import data, errors
+from sluice import data, errors, io
 from sluice.server import (
     DispatcherConfig,
     DispatchServer,
@@ -64,6 +64,7 @@ __all__ = [
     "distribute",
     "errors",
     "from_dataset_id",
+    "io",
     "make_credentials",
     "register_dataset",
     "remove_node",

@@ -31,7 +31,8 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::UnshardableSource(_)
         | DatasetError::UnresolvedShardHint
         | DatasetError::LineTooLong { .. }
-        | DatasetError::Image { .. } => "InvalidArgumentError",
+        | DatasetError::Image { .. }
+        | DatasetError::BadExample { .. } => "InvalidArgumentError",
         DatasetError::FileRefused { .. } => "PermissionDeniedError",
         // The io::Error's text is all that is kept of it (its kind is not).
         DatasetError::Io { message, .. }

@@ -10,14 +10,15 @@ use pyo3::prelude::*;
 use pyo3::types::PyAny;
 use sluice_client::{ElementStream, ServiceDataset};
 use sluice_dataset::{
-    cardinality, iterate, pb, render_def, render_ops, Dataset as LocalDataset, Element,
-    ElementIter, ExecOptions, Transform,
+    cardinality, fixed_len_feature, iterate, pb, render_def, render_ops, var_len_feature, DType,
+    Dataset as LocalDataset, Element, ElementIter, ExampleParser, ExecOptions, Transform,
 };
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use crate::convert::{columns_from_py, element_to_py, spec_to_py, tensor_from_parts};
 use crate::errors::{client_error, dataset_error, invalid_argument};
+use crate::io::compression_from_py;
 use crate::runtime::{wait, wait_borrowed};
 
 #[derive(Clone)]
@@ -97,14 +98,22 @@ impl Dataset {
     }
 
     /// `format` is `lines` or `tfrecord`; `files`, when given, is the list read in order
-    /// (`pattern` is then only its name).
+    /// (`pattern` is then only its name); `compression` (TFRecord only) as
+    /// `compression_from_py` takes it.
     #[staticmethod]
-    #[pyo3(signature = (pattern, format, files=None))]
-    fn files(pattern: &str, format: &str, files: Option<Vec<String>>) -> PyResult<Dataset> {
+    #[pyo3(signature = (pattern, format, files=None, compression=None))]
+    fn files(
+        pattern: &str,
+        format: &str,
+        files: Option<Vec<String>>,
+        compression: Option<&str>,
+    ) -> PyResult<Dataset> {
         let builder = LocalDataset::files(pattern);
+        let compression = compression_from_py(compression)?;
         let dataset = match format {
-            "lines" => builder.lines(),
-            "tfrecord" => builder.tfrecord(),
+            "lines" if compression == pb::RecordCompression::None => builder.lines(),
+            "lines" => return Err(invalid_argument("text lines cannot be read compressed")),
+            "tfrecord" => builder.tfrecord_compressed(compression),
             other => return Err(invalid_argument(format!("unknown file format '{other}'"))),
         };
         let dataset = match files {
@@ -179,6 +188,39 @@ impl Dataset {
     #[pyo3(signature = (key, height, width))]
     fn resize(&self, key: Option<&str>, height: u64, width: u64) -> Dataset {
         chain!(self, |d| d.resize(key, height, width))
+    }
+
+    /// `features`: `(name, var_len, dtype, shape, default)`, `default` `None` or
+    /// `(dtype, shape, data)` as `tensor_from_parts` takes it. Checked here, so a bad feature
+    /// is an error at the call, as in tf.data.
+    #[allow(clippy::type_complexity)]
+    fn parse_example<'py>(
+        &self,
+        features: Vec<(
+            String,
+            bool,
+            String,
+            Vec<u64>,
+            Option<(String, Vec<usize>, Bound<'py, PyAny>)>,
+        )>,
+    ) -> PyResult<Dataset> {
+        let mut specs = Vec::with_capacity(features.len());
+        for (name, var_len, dtype, shape, default) in features {
+            let dtype: DType = dtype.parse().map_err(dataset_error)?;
+            specs.push(if var_len {
+                var_len_feature(&name, dtype)
+            } else {
+                let default = default
+                    .map(|(d, s, data)| tensor_from_parts(&d, s, &data))
+                    .transpose()?;
+                fixed_len_feature(&name, shape, dtype, default)
+            });
+        }
+        ExampleParser::new(&pb::ParseExampleOp {
+            features: specs.clone(),
+        })
+        .map_err(dataset_error)?;
+        Ok(chain!(self, |d| d.parse_example(specs)))
     }
 
     fn is_service(&self) -> bool {

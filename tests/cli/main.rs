@@ -5,6 +5,7 @@ mod bad_input;
 mod data_roots;
 mod failover;
 mod memory;
+mod parse_example;
 mod reading;
 mod security;
 mod single_dispatcher;

@@ -85,7 +85,13 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Skip(_)
                 | Kind::Take(_),
             ) => continue,
-            Some(Kind::Map(_) | Kind::Enumerate(_) | Kind::DecodeImage(_) | Kind::Resize(_))
+            Some(
+                Kind::Map(_)
+                | Kind::Enumerate(_)
+                | Kind::DecodeImage(_)
+                | Kind::Resize(_)
+                | Kind::ParseExample(_),
+            )
             | None => return None,
         }
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import glob as _glob
 import weakref
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -277,6 +277,33 @@ class Dataset:
                     f"resize {name} must be between 1 and 16384, got {side}"
                 )
         return self._chain(self._native.resize(_image_key(key), height, width))
+    def parse_example(self, features: Mapping[str, Any]) -> "Dataset":
+        """Parses each element, a serialized ``tf.train.Example``, into a dict of arrays, one per
+        feature: ``features`` maps names to :class:`sluice.io.FixedLenFeature` or
+        :class:`sluice.io.VarLenFeature`. It runs natively (on the workers when before
+        ``distribute``). A record missing a feature without a default, or holding a feature of
+        another type or length, raises :class:`sluice.errors.InvalidArgumentError` naming the
+        feature.
+
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> from sluice.io import FixedLenFeature, TFRecordWriter, VarLenFeature
+        >>> from sluice.io import serialize_example
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.tfrecord")
+        >>> with TFRecordWriter(path) as w:
+        ...     w.write(serialize_example({"label": 7, "tags": [1, 2]}))
+        >>> ds = TFRecordDataset(path).parse_example(
+        ...     {"label": FixedLenFeature((), np.int64), "tags": VarLenFeature(np.int64)})
+        >>> element = next(iter(ds))
+        >>> int(element["label"]), element["tags"].tolist()
+        (7, [1, 2])
+        """
+        from sluice.io import _feature_parts
+
+        if not isinstance(features, Mapping) or not features:
+            raise InvalidArgumentError("`features` must be a non-empty dict of feature specs")
+        parts = [_feature_parts(str(name), f) for name, f in features.items()]
+        return self._chain(self._native.parse_example(parts))
 
     def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         """``transformation_func(self)``, e.g. ``dataset.apply(sluice.distribute(...))``."""
@@ -324,13 +351,21 @@ def _image_key(key: Any) -> Optional[str]:
     return key
 
 
-def TFRecordDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:
+def TFRecordDataset(
+    filenames: Union[str, Sequence[str], Dataset], compression_type: Optional[str] = None
+) -> Dataset:
     """Every record of the TFRecord files, as ``bytes``.
 
     ``filenames`` is a glob pattern, a list of file names, or a :meth:`Dataset.list_files`
-    dataset (its files are read in sorted order).
+    dataset (its files are read in sorted order). ``compression_type`` is ``None`` (or ``""``),
+    ``"GZIP"`` or ``"ZLIB"``: each file compressed as a whole, as TensorFlow writes them; the
+    records are still checksummed.
     """
-    return _files(filenames, "tfrecord")
+    if compression_type not in (None, "", "GZIP", "ZLIB"):
+        raise InvalidArgumentError(
+            f"`compression_type` must be None, '', 'GZIP' or 'ZLIB', got {compression_type!r}"
+        )
+    return _files(filenames, "tfrecord", compression_type or None)
 
 
 def TextLineDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:
@@ -341,7 +376,9 @@ def TextLineDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:
     return _files(filenames, "lines")
 
 
-def _files(filenames: Union[str, Sequence[str], Dataset], fmt: str) -> Dataset:
+def _files(
+    filenames: Union[str, Sequence[str], Dataset], fmt: str, compression: Optional[str] = None
+) -> Dataset:
     if isinstance(filenames, Dataset):
         if filenames._files is None:
             raise InvalidArgumentError(
@@ -349,10 +386,10 @@ def _files(filenames: Union[str, Sequence[str], Dataset], fmt: str) -> Dataset:
             )
         files: Optional[List[str]] = list(filenames._files)
     elif isinstance(filenames, str):
-        return Dataset(_native.Dataset.files(filenames, fmt, None))
+        return Dataset(_native.Dataset.files(filenames, fmt, None, compression))
     else:
         files = [str(f) for f in filenames]
-    return Dataset(_native.Dataset.files(",".join(files), fmt, files))
+    return Dataset(_native.Dataset.files(",".join(files), fmt, files, compression))
 
 
 def _function_name(function: object, op: str) -> str:
