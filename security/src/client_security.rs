@@ -11,7 +11,7 @@ use crate::security_error::SecurityError;
 use crate::tls::{ClientTls, KeyPairFiles};
 use crate::token_file::{Token, TokenFile};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
@@ -118,9 +118,7 @@ impl ClientSecurity {
                     files
                         .token_file
                         .as_deref()
-                        .map(Path::display)
-                        .map(|d| d.to_string())
-                        .unwrap_or_default()
+                        .map_or(String::new(), |p| p.display().to_string())
                 ))
             })?),
         };
