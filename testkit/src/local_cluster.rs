@@ -344,10 +344,17 @@ impl LocalCluster {
         metrics.last_applied.map(|l| l.index)
     }
 
-    /// Waits until replica `id` has applied everything the leader had applied when called.
+    /// Waits until replica `id` has applied everything in the leader's log when called.
+    ///
+    /// The target is the leader's last log index, not its applied index: a leader fresh from an
+    /// election applies the entries of earlier terms only once its own first entry commits, so
+    /// until then its applied index trails what the cluster has already committed.
     pub async fn wait_caught_up(&self, id: NodeId, timeout: Duration) -> anyhow::Result<()> {
         let leader = self.wait_for_leader(timeout).await?;
-        let target = self.applied_index(leader).unwrap_or(0);
+        let target = self
+            .replica(leader)
+            .and_then(|handle| handle.raft().metrics().borrow().last_log_index)
+            .unwrap_or(0);
         wait_until(
             &format!("replica {id} to apply index {target}"),
             timeout,
