@@ -10,6 +10,7 @@ use crate::example_parser::ExampleParser;
 use crate::files::Reading;
 use crate::image_ops;
 use crate::pb;
+use crate::python_fn;
 use crate::pb::op::Kind as OpKind;
 use crate::pb::source::Kind as SourceKind;
 use crate::registry::FunctionRegistry;
@@ -63,6 +64,7 @@ pub fn ops_element_spec(
                 ExampleParser::check_input(&spec)?;
                 ExampleParser::new(p)?.spec()
             }
+            Some(OpKind::PyFunction(f)) => python_fn::output_spec(f, spec)?,
             Some(
                 OpKind::Shuffle(_)
                 | OpKind::Repeat(_)
@@ -100,6 +102,10 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
                 | OpKind::ParseExample(_),
             ) => n,
             Some(OpKind::Filter(_)) => UNKNOWN,
+            Some(OpKind::PyFunction(f)) => match python_fn::kind_of(f) {
+                Ok(pb::PyFunctionKind::Map) => n,
+                _ => UNKNOWN,
+            },
             Some(OpKind::Batch(b)) => match n {
                 INFINITE | UNKNOWN => n,
                 _ if b.batch_size == 0 => UNKNOWN,
@@ -189,6 +195,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             Some(OpKind::ParseExample(p)) => {
                 ExampleParser::new(p)?;
             }
+            Some(OpKind::PyFunction(f)) => python_fn::check(f)?,
             Some(OpKind::Batch(b)) if b.batch_size == 0 => {
                 return Err(DatasetError::invalid("batch size must be positive, got 0"));
             }

@@ -340,6 +340,12 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 render_parse_example(&mut out, p);
                 Ok(())
             }
+            // Shown for reading only: a Python function has no text form to parse back.
+            Some(OpKind::PyFunction(f)) => {
+                let _ = write!(out, ".{}(", crate::python_fn::syntax_name(f));
+                quote(&mut out, f.name.as_bytes());
+                write!(out, ")")
+            }
         };
     }
     out

@@ -69,6 +69,16 @@ pub enum DatasetError {
     #[error("parse_example: feature '{feature}' {message}")]
     BadExample { feature: String, message: String },
 
+    /// A user's Python function raised an exception (boxed: a traceback is long).
+    #[error("{0}")]
+    Python(Box<crate::python_fn::PythonException>),
+
+    /// A Python op could not run: no Python runner here (a worker not started with
+    /// `--python`), an interpreter or cloudpickle version other than the pickling one, an
+    /// executor process that died during the call, or a function that does not unpickle.
+    #[error("{0}")]
+    PythonRuntime(String),
+
     /// An encoded element that cannot be decoded.
     #[error("cannot decode element: {0}")]
     Codec(String),
@@ -107,6 +117,8 @@ impl DatasetError {
             DatasetError::Function { .. } => false,
             DatasetError::Image { .. } => false,
             DatasetError::BadExample { .. } => false,
+            DatasetError::Python(_) => false,
+            DatasetError::PythonRuntime(_) => false,
             DatasetError::Codec(_) => false,
             DatasetError::Splits { retryable, .. } => *retryable,
             DatasetError::Cancelled => false,

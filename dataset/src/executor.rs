@@ -32,6 +32,7 @@ use crate::ops::repeat::RepeatIter;
 use crate::ops::shuffle::{pass_seed, ShuffleIter};
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
+use crate::python_fn::{self, PythonRunner, PythonStage};
 use crate::registry::{FunctionRegistry, MapFn, PredicateFn};
 use crate::sources::{Source, SplitIter};
 use crate::splits::SplitSupplier;
@@ -53,6 +54,8 @@ pub struct ExecOptions {
     /// Unrestricted in the user's own process (the default); a server's data roots on a
     /// worker, checked before each file is opened.
     pub file_access: FileAccess,
+    /// Runs the definition's Python ops; `None` refuses them (`DatasetError::PythonRuntime`).
+    pub python: Option<Arc<dyn PythonRunner>>,
 }
 
 impl Default for ExecOptions {
@@ -61,6 +64,7 @@ impl Default for ExecOptions {
             registry: FunctionRegistry::global(),
             splits: None,
             file_access: FileAccess::Unrestricted,
+            python: None,
         }
     }
 }
@@ -71,6 +75,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("registry", &self.registry)
             .field("splits", &self.splits.as_ref().map(|_| "SplitSupplier"))
             .field("file_access", &self.file_access)
+            .field("python", &self.python)
             .finish()
     }
 }
@@ -202,6 +207,7 @@ enum Stage {
     },
     Prefetch(usize),
     ParseExample(Arc<ExampleParser>),
+    Python(PythonStage),
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
     /// A map on a carrier's element, keeping its split index.
@@ -293,6 +299,7 @@ impl Stage {
                 Stage::Map(Arc::new(move |e| image_ops::resize(&r, e)))
             }
             Some(OpKind::ParseExample(p)) => Stage::ParseExample(Arc::new(ExampleParser::new(p)?)),
+            Some(OpKind::PyFunction(f)) => Stage::Python(python_fn::prepare(f, opts.python.as_ref())?),
         })
     }
 
@@ -354,6 +361,7 @@ impl Stage {
                 let parser = parser.clone();
                 Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
+            Stage::Python(stage) => stage.apply(input),
             Stage::Prefetch(0) => input,
             Stage::Prefetch(n) => prefetch(input, *n),
             Stage::Enumerate(start) => {

@@ -29,6 +29,8 @@
 //! - `image_ops`: the native `decode_image` (JPEG, PNG) and `resize` ops, with their bounds.
 //! - `tfrecord`: the TFRecord format, reader and writer.
 //! - `tfrecord_file`: `TfRecordFile`, a TFRecord file written plain, GZIP or ZLIB.
+//! - `python_fn`: the `PythonRunner` and `PythonFunction` traits that run users' Python ops,
+//!   and `PythonException`, what such a function raised.
 //! - `splits`: split providers and the `SplitSupplier` the worker implements.
 //! - `codec`: `encode_element` / `decode_element`, the wire form of one element.
 
@@ -52,6 +54,7 @@ mod lexer;
 mod ops;
 mod packed;
 mod parser;
+mod python_fn;
 mod registry;
 mod slices;
 mod sources;
@@ -79,6 +82,7 @@ pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};
 pub use image_ops::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
 pub use packed::{Packed, PackedBuilder, PackedDecoder};
 pub use parser::{parse, parse_ops};
+pub use python_fn::{CallResult, PythonException, PythonFunction, PythonRunner};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use spec::ElementSpec;
 pub use splits::{num_split_providers, num_splits, SplitSupplier};

@@ -159,6 +159,7 @@ fn drop_first_dim(spec: ElementSpec) -> ElementSpec {
                 .map(|(k, v)| (k, drop_first_dim(v)))
                 .collect(),
         ),
+        ElementSpec::Unknown => ElementSpec::Unknown,
     }
 }
 

@@ -20,6 +20,9 @@ pub enum ElementSpec {
     },
     Tuple(Vec<ElementSpec>),
     Dict(BTreeMap<String, ElementSpec>),
+    /// Not known before elements exist: the output of a Python function given no output spec
+    /// (and whatever follows it). Its proto form is an `ElementSpec` with no kind.
+    Unknown,
 }
 
 impl ElementSpec {
@@ -61,6 +64,17 @@ impl ElementSpec {
                     .map(|(k, v)| (k.clone(), v.batched(batch_size, drop_remainder)))
                     .collect(),
             ),
+            ElementSpec::Unknown => ElementSpec::Unknown,
+        }
+    }
+
+    /// Whether any part is `Unknown`.
+    pub fn has_unknown(&self) -> bool {
+        match self {
+            ElementSpec::Tensor { .. } => false,
+            ElementSpec::Tuple(items) => items.iter().any(ElementSpec::has_unknown),
+            ElementSpec::Dict(fields) => fields.values().any(ElementSpec::has_unknown),
+            ElementSpec::Unknown => true,
         }
     }
 
@@ -76,6 +90,7 @@ impl ElementSpec {
             ElementSpec::Tensor { dtype, .. } => out.push(*dtype),
             ElementSpec::Tuple(items) => items.iter().for_each(|i| i.collect_dtypes(out)),
             ElementSpec::Dict(fields) => fields.values().for_each(|v| v.collect_dtypes(out)),
+            ElementSpec::Unknown => {}
         }
     }
 
@@ -95,12 +110,14 @@ impl ElementSpec {
                     .map(|(k, v)| (k.clone(), v.with_dtype(to)))
                     .collect(),
             ),
+            ElementSpec::Unknown => ElementSpec::Unknown,
         }
     }
 
     pub fn to_proto(&self) -> pb::ElementSpec {
         use pb::element_spec::Kind;
         let kind = match self {
+            ElementSpec::Unknown => return pb::ElementSpec { kind: None },
             ElementSpec::Tensor { dtype, shape } => Kind::Tensor(pb::ComponentSpec {
                 dtype: pb::DType::from(*dtype) as i32,
                 shape: shape.iter().map(|d| d.map_or(-1, |d| d as i64)).collect(),
@@ -124,7 +141,7 @@ impl ElementSpec {
     pub fn from_proto(p: &pb::ElementSpec) -> Result<Self, DatasetError> {
         use pb::element_spec::Kind;
         match &p.kind {
-            None => Err(DatasetError::invalid("element spec is empty")),
+            None => Ok(ElementSpec::Unknown),
             Some(Kind::Tensor(c)) => {
                 let dtype = DType::try_from(c.dtype)?;
                 let shape = c
@@ -211,6 +228,7 @@ impl fmt::Display for ElementSpec {
                 }
                 f.write_str("}")
             }
+            ElementSpec::Unknown => f.write_str("<known from the first element>"),
         }
     }
 }
@@ -258,7 +276,10 @@ mod tests {
             ])),
         ]);
         assert_eq!(ElementSpec::from_proto(&spec.to_proto()).unwrap(), spec);
-        assert!(ElementSpec::from_proto(&pb::ElementSpec { kind: None }).is_err());
+        assert_eq!(
+            ElementSpec::from_proto(&pb::ElementSpec { kind: None }).unwrap(),
+            ElementSpec::Unknown
+        );
         let bad = pb::ElementSpec {
             kind: Some(pb::element_spec::Kind::Tensor(pb::ComponentSpec {
                 dtype: 5,

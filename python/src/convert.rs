@@ -267,5 +267,7 @@ pub fn spec_to_py<'py>(py: Python<'py>, spec: &ElementSpec) -> PyResult<Bound<'p
             }
             Ok(dict.into_any())
         }
+        // The Python layer reads `None` as "known from the first element".
+        ElementSpec::Unknown => Ok(py.None().into_bound(py)),
     }
 }

@@ -34,6 +34,8 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::Image { .. }
         | DatasetError::BadExample { .. } => "InvalidArgumentError",
         DatasetError::FileRefused { .. } => "PermissionDeniedError",
+        DatasetError::Python(_) => "InvalidArgumentError",
+        DatasetError::PythonRuntime(_) => "FailedPreconditionError",
         // The io::Error's text is all that is kept of it (its kind is not).
         DatasetError::Io { message, .. }
             if message.to_ascii_lowercase().contains("no such file") =>

@@ -85,12 +85,18 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Skip(_)
                 | Kind::Take(_),
             ) => continue,
+            Some(Kind::PyFunction(f))
+                if f.kind() == pb::PyFunctionKind::Filter =>
+            {
+                continue
+            }
             Some(
                 Kind::Map(_)
                 | Kind::Enumerate(_)
                 | Kind::DecodeImage(_)
                 | Kind::Resize(_)
-                | Kind::ParseExample(_),
+                | Kind::ParseExample(_)
+                | Kind::PyFunction(_),
             )
             | None => return None,
         }
@@ -104,6 +110,7 @@ fn leading_dims(spec: &ElementSpec, out: &mut Vec<Option<usize>>) {
         ElementSpec::Tensor { shape, .. } => out.push(shape.first().copied().flatten()),
         ElementSpec::Tuple(items) => items.iter().for_each(|i| leading_dims(i, out)),
         ElementSpec::Dict(fields) => fields.values().for_each(|v| leading_dims(v, out)),
+        ElementSpec::Unknown => out.push(None),
     }
 }
 
@@ -145,6 +152,7 @@ pub(crate) fn per_replica_spec(
                 .map(|(k, v)| Ok((k.clone(), per_replica_spec(v, num_replicas)?)))
                 .collect::<Result<_, ClientError>>()?,
         ),
+        ElementSpec::Unknown => ElementSpec::Unknown,
     })
 }
 
