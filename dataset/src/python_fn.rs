@@ -68,6 +68,29 @@ impl fmt::Display for PythonException {
     }
 }
 
+impl PythonException {
+    /// The form a worker sends its reader (`ElementBatch.python_exception`).
+    pub fn to_proto(&self) -> sluice_proto::worker::PythonException {
+        sluice_proto::worker::PythonException {
+            type_module: self.type_module.clone(),
+            type_name: self.type_name.clone(),
+            message: self.message.clone(),
+            traceback: self.traceback.clone(),
+            function: self.function.clone(),
+        }
+    }
+
+    pub fn from_proto(p: sluice_proto::worker::PythonException) -> PythonException {
+        PythonException {
+            type_module: p.type_module,
+            type_name: p.type_name,
+            message: p.message,
+            traceback: p.traceback,
+            function: p.function,
+        }
+    }
+}
+
 /// The op's kind, refusing an unset one.
 pub(crate) fn kind_of(op: &pb::PyFunctionOp) -> Result<pb::PyFunctionKind, DatasetError> {
     match pb::PyFunctionKind::try_from(op.kind) {
@@ -195,7 +218,9 @@ impl OrderedCalls {
             };
             match input.next() {
                 None => self.input = None,
-                Some(Ok(e)) => self.pending.push_back(Pending::Call(self.stage.function.call(e))),
+                Some(Ok(e)) => self
+                    .pending
+                    .push_back(Pending::Call(self.stage.function.call(e))),
                 Some(Err(err)) => {
                     self.pending.push_back(Pending::Failed(err));
                     // Stop reading ahead past an error: what follows it is produced only if the
