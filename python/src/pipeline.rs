@@ -317,6 +317,15 @@ impl Dataset {
         spec_to_py(py, self.first_spec.get_or_init(|| spec.filled_from(&first)))
     }
 
+    /// Takes `spec` (`TensorSpec`s in tuples and dicts) as the element spec where it is known
+    /// only from elements, as `from_dataset_id(element_spec=...)` gives it for a dataset
+    /// whose Python function has no output spec.
+    fn assume_element_spec(&self, spec: &Bound<'_, PyAny>) -> PyResult<()> {
+        let spec = spec_from_py(spec)?;
+        let _ = self.first_spec.set(spec);
+        Ok(())
+    }
+
     /// tf's cardinality: a count, `-1` infinite, `-2` unknown.
     fn cardinality(&self) -> PyResult<i64> {
         match &self.pipeline {

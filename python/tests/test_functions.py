@@ -233,3 +233,16 @@ def test_a_function_of_a_module_only_the_client_has_still_loads_without_it(tmp_p
     assert loaded.stdout.decode().strip() == "8"
     assert pickled.python_version == f"{sys.version_info.major}.{sys.version_info.minor}"
     assert pickled.name == f"{name}.scale"
+
+
+def test_from_dataset_id_takes_the_callers_spec_for_a_python_output(cluster):
+    # Registered with a Python function whose output spec is unknown; nothing runs it here.
+    ds = Dataset.range(3).map(lambda x: x * 2)
+    dataset_id = sluice.register_dataset(cluster.target, ds)
+    unknown = sluice.from_dataset_id("parallel_epochs", cluster.target, dataset_id)
+    with pytest.raises(FailedPreconditionError, match="output_signature"):
+        unknown.element_spec
+    given = sluice.from_dataset_id(
+        "parallel_epochs", cluster.target, dataset_id, element_spec=TensorSpec((), "int64")
+    )
+    assert given.element_spec == TensorSpec((), "int64")
