@@ -94,6 +94,9 @@ def _user_modules(fn: Callable[..., Any]) -> List[types.ModuleType]:
             if _is_user_module(obj):
                 found.setdefault(obj.__name__, obj)
             continue
+        if isinstance(obj, functools.partial):
+            todo.extend([obj.func, *obj.args, *obj.keywords.values()])
+            continue
         module = sys.modules.get(getattr(obj, "__module__", None) or "")
         if module is None or not _is_user_module(module):
             if not isinstance(obj, (types.FunctionType, types.MethodType)) and callable(obj):

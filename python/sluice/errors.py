@@ -168,12 +168,13 @@ _combined: Dict[type, Type[PythonFunctionError]] = {}
 
 
 def _builtin_exception(type_module: str, type_name: str) -> Optional[type]:
-    """The built-in exception class named, if it is one: only ``builtins`` is looked in, so no
-    module is ever imported on a remote exception's word."""
+    """The built-in exception class named, if it is one (``KeyboardInterrupt`` and
+    ``SystemExit`` too): only ``builtins`` is looked in, so no module is ever imported on a
+    remote exception's word."""
     if type_module != "builtins" or "." in type_name:
         return None
     cls = getattr(builtins, type_name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, BaseException):
         return cls
     return None
 

@@ -246,3 +246,12 @@ def test_from_dataset_id_takes_the_callers_spec_for_a_python_output(cluster):
         "parallel_epochs", cluster.target, dataset_id, element_spec=TensorSpec((), "int64")
     )
     assert given.element_spec == TensorSpec((), "int64")
+
+
+def test_a_partial_of_a_function_pickles_with_its_arguments():
+    import functools
+
+    def add(x, y):
+        return x + y
+
+    assert ints(Dataset.range(3).map(functools.partial(add, y=np.int64(5)))) == [5, 6, 7]
