@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 import sysconfig
+import threading
 import traceback
 import types
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
@@ -61,17 +62,22 @@ def pickle_function(fn: Callable[..., Any]) -> Pickled:
     """
     if not callable(fn):
         raise TypeError(f"expected a callable, got {type(fn).__name__}")
-    registered = set(cloudpickle.list_registry_pickle_by_value())
-    added = [m for m in _user_modules(fn) if m.__name__ not in registered]
-    for module in added:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        pickled = cloudpickle.dumps(fn)
-    finally:
+    with _registry_lock:
+        registered = set(cloudpickle.list_registry_pickle_by_value())
+        added = [m for m in _user_modules(fn) if m.__name__ not in registered]
         for module in added:
-            cloudpickle.unregister_pickle_by_value(module)
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            pickled = cloudpickle.dumps(fn)
+        finally:
+            for module in added:
+                cloudpickle.unregister_pickle_by_value(module)
     return Pickled(pickled, function_name(fn), python_version(), cloudpickle_version())
 
+
+# cloudpickle's by-value registry is process-wide: one pickling at a time registers and
+# unregisters, so threads pickling at once do not undo each other's registrations.
+_registry_lock = threading.Lock()
 
 # Objects looked at while collecting a function's modules at most: a bound on the walk through
 # a large module's globals.
