@@ -165,7 +165,13 @@ async fn python_ops_after_distribute_run_with_the_given_runner_and_keep_its_exce
         python: Some(runner),
         ..ExecOptions::default()
     };
-    let out = run_local_ops(rx, &[op.clone()], &options, CancellationToken::new()).unwrap();
+    let out = run_local_ops(
+        rx,
+        std::slice::from_ref(&op),
+        &options,
+        CancellationToken::new(),
+    )
+    .unwrap();
     let mut epoch = stream(out);
     assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(0));
     assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(2));
