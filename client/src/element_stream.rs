@@ -19,7 +19,9 @@ use crate::coordinated::{self, CoordinatedConfig};
 use crate::error::ClientError;
 use crate::options::{deletes_task_when_done, reads_task, DistributeOptions};
 use crate::task_stream::{self, TaskStreamConfig};
-use sluice_dataset::{pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder};
+use sluice_dataset::{
+    pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder, PythonRunner,
+};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
     ClientHeartbeat, ClientId, DispatcherClient, LocalWorkers, TargetWorkers, TaskId,
@@ -127,6 +129,7 @@ impl ElementStream {
         client_id: ClientId,
         options: &DistributeOptions,
         local_ops: Vec<dpb::Op>,
+        python: Option<Arc<dyn PythonRunner>>,
     ) -> Result<ElementStream, ClientError> {
         let cancel = CancellationToken::new();
         let (tx, rx) = flume::unbounded();
@@ -152,7 +155,11 @@ impl ElementStream {
         let rx = if local_ops.is_empty() {
             rx
         } else {
-            run_local_ops(rx, &local_ops, cancel.clone())?
+            let options = ExecOptions {
+                python,
+                ..ExecOptions::default()
+            };
+            run_local_ops(rx, &local_ops, &options, cancel.clone())?
         };
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(driver);
@@ -525,6 +532,7 @@ async fn heartbeat(
 fn run_local_ops(
     input: flume::Receiver<Delivery>,
     ops: &[dpb::Op],
+    options: &ExecOptions,
     cancel: CancellationToken,
 ) -> Result<flume::Receiver<Delivery>, ClientError> {
     let service_error: Arc<Mutex<Option<ClientError>>> = Arc::new(Mutex::new(None));
@@ -543,7 +551,7 @@ fn run_local_ops(
             Err(_) => return None,
         }
     }));
-    let mut pipeline = sluice_dataset::apply_ops(source, ops, &ExecOptions::default())?;
+    let mut pipeline = sluice_dataset::apply_ops(source, ops, options)?;
     let (tx, rx) = flume::bounded(1);
     std::thread::Builder::new()
         .name("sluice-local-ops".into())

@@ -102,3 +102,96 @@ async fn a_batch_gives_its_permits_back_with_its_last_element() {
     }
     assert_eq!(permits.available_permits(), n);
 }
+
+/// A runner of "Python" ops for tests: doubles integers, and raises on 3.
+#[derive(Debug)]
+struct Doubling;
+
+struct DoublingFunction;
+
+impl sluice_dataset::PythonRunner for Doubling {
+    fn prepare(
+        &self,
+        _op: &dpb::PyFunctionOp,
+    ) -> Result<Arc<dyn sluice_dataset::PythonFunction>, DatasetError> {
+        Ok(Arc::new(DoublingFunction))
+    }
+}
+
+impl sluice_dataset::PythonFunction for DoublingFunction {
+    fn call(&self, input: Element) -> std::sync::mpsc::Receiver<sluice_dataset::CallResult> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let result = match input.as_i64() {
+            Some(3) => Err(DatasetError::Python(Box::new(
+                sluice_dataset::PythonException {
+                    type_module: "builtins".into(),
+                    type_name: "ValueError".into(),
+                    message: "three".into(),
+                    traceback: "Traceback (most recent call last):\n".into(),
+                    function: "double".into(),
+                },
+            ))),
+            Some(v) => Ok(vec![scalar(v * 2)]),
+            None => Err(DatasetError::Cancelled),
+        };
+        let _ = tx.send(result);
+        rx
+    }
+
+    fn parallelism(&self) -> usize {
+        1
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_ops_after_distribute_run_with_the_given_runner_and_keep_its_exception() {
+    let (tx, rx) = flume::unbounded();
+    for v in 0..5 {
+        tx.send(delivered(Elements::one(scalar(v)))).unwrap();
+    }
+    drop(tx);
+    let op = dpb::Op {
+        kind: Some(dpb::op::Kind::PyFunction(dpb::PyFunctionOp {
+            kind: dpb::PyFunctionKind::Map as i32,
+            pickled: vec![1],
+            name: "double".into(),
+            python_version: "3.11".into(),
+            cloudpickle_version: "3.1.2".into(),
+            ..Default::default()
+        })),
+    };
+    let runner: Arc<dyn sluice_dataset::PythonRunner> = Arc::new(Doubling);
+    let options = ExecOptions {
+        python: Some(runner),
+        ..ExecOptions::default()
+    };
+    let out = run_local_ops(
+        rx,
+        std::slice::from_ref(&op),
+        &options,
+        CancellationToken::new(),
+    )
+    .unwrap();
+    let mut epoch = stream(out);
+    assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(0));
+    assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(2));
+    assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(4));
+    match epoch.next().await {
+        Some(Err(ClientError::Dataset(e))) => match *e {
+            DatasetError::Python(p) => assert_eq!(
+                (p.type_name.as_str(), p.message.as_str()),
+                ("ValueError", "three")
+            ),
+            other => panic!("not a python exception: {other}"),
+        },
+        other => panic!("not a dataset error: {other:?}"),
+    }
+
+    // Without a runner the op is refused when the epoch starts.
+    let (_tx, rx) = flume::unbounded();
+    let refused = run_local_ops(rx, &[op], &ExecOptions::default(), CancellationToken::new());
+    assert!(matches!(
+        refused.err(),
+        Some(ClientError::Dataset(e)) if matches!(*e, DatasetError::PythonRuntime(_))
+    ));
+}

@@ -20,6 +20,14 @@ pub enum ClientError {
     /// A worker failed to produce elements for a task.
     #[error("Failed to get element from worker {address}: {message}")]
     Worker { address: String, message: String },
+    /// A worker's pipeline failed with an error the reader raises again as its own kind: a
+    /// user's Python function raised (`DatasetError::Python`, its type, message and traceback
+    /// as the worker's executor saw them). Boxed for the same reason as `Dataset`.
+    #[error("Failed to get element from worker {address}: {error}")]
+    WorkerPipeline {
+        address: String,
+        error: Box<DatasetError>,
+    },
     /// The dataset definition or an element was bad (parse, unknown function, codec). Boxed, so
     /// a `Result<Element, ClientError>` is no larger than an element: the result is built in
     /// place rather than moved into a wider layout, once per element.
@@ -48,6 +56,7 @@ impl ClientError {
             ClientError::FailedPrecondition(_) => false,
             ClientError::Unavailable { .. } => true,
             ClientError::Worker { .. } => false,
+            ClientError::WorkerPipeline { error, .. } => error.is_retryable(),
             ClientError::Dataset(e) => e.is_retryable(),
             ClientError::OutOfRange(_) => false,
             ClientError::Rpc { code, .. } => is_retryable_code(*code),

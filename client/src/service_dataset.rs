@@ -12,7 +12,7 @@ use crate::element_stream::ElementStream;
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, RegisterOptions};
 use crate::read_params::ReadParams;
-use sluice_dataset::{pb as dpb, Dataset, ElementSpec, FunctionRegistry, Transform};
+use sluice_dataset::{pb as dpb, Dataset, ElementSpec, FunctionRegistry, PythonRunner, Transform};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{Compression, DatasetId, DispatcherClient, JobRequest, ShardingPolicy};
 use std::future::Future;
@@ -34,6 +34,9 @@ pub struct ServiceDataset {
     cardinality: i64,
     compression: Compression,
     local_ops: Vec<dpb::Op>,
+    /// Runs the Python ops among `local_ops` (the reader's own interpreter); `None` refuses
+    /// them when an epoch starts.
+    python: Option<Arc<dyn PythonRunner>>,
     /// Next repetition, shared by clones (they are the same dataset object).
     repetition: Arc<AtomicU64>,
 }
@@ -45,6 +48,7 @@ impl std::fmt::Debug for ServiceDataset {
             .field("mode", &self.mode)
             .field("job_name", &self.options.job_name)
             .field("local_ops", &self.local_ops.len())
+            .field("python", &self.python)
             .finish()
     }
 }
@@ -85,6 +89,14 @@ impl ServiceDataset {
         ServiceDataset {
             local_ops: Vec::new(),
             ..self.clone()
+        }
+    }
+
+    /// The same dataset object whose local Python ops run with `runner`.
+    pub fn with_python_runner(self, runner: Arc<dyn PythonRunner>) -> ServiceDataset {
+        ServiceDataset {
+            python: Some(runner),
+            ..self
         }
     }
 
@@ -144,6 +156,7 @@ impl ServiceDataset {
             iteration.client_id,
             &self.options,
             self.local_ops.clone(),
+            self.python.clone(),
         )
     }
 }
@@ -311,6 +324,7 @@ fn service_dataset(
         element_spec,
         cardinality,
         local_ops: Vec::new(),
+        python: None,
         repetition: Arc::new(AtomicU64::new(0)),
     }
 }

@@ -14,7 +14,8 @@
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
-use sluice_proto::worker::FetchRequest;
+use sluice_dataset::{DatasetError, PythonException};
+use sluice_proto::worker::{ElementBatch, FetchRequest};
 use sluice_rpc::raw_fetch;
 use sluice_security::ClientSecurity;
 use std::sync::Arc;
@@ -203,10 +204,7 @@ async fn fetch(
             Err(status) => return Err(classify(&config.address, status)),
         };
         if !batch.error.is_empty() {
-            return Err(FetchError::Fatal(ClientError::Worker {
-                address: config.address.clone(),
-                message: batch.error,
-            }));
+            return Err(FetchError::Fatal(batch_error(&config.address, batch)));
         }
         let elements = sluice_dataset::Packed::from_wire(
             batch.packed,
@@ -242,9 +240,62 @@ async fn fetch(
     }
 }
 
+/// The error a failed batch ends the epoch with: a Python function's exception as
+/// `DatasetError::Python` (the reader raises it again), anything else as the worker's text.
+fn batch_error(address: &str, batch: ElementBatch) -> ClientError {
+    match batch.python_exception {
+        Some(exception) => ClientError::WorkerPipeline {
+            address: address.to_string(),
+            error: Box::new(DatasetError::Python(Box::new(PythonException::from_proto(
+                exception,
+            )))),
+        },
+        None => ClientError::Worker {
+            address: address.to_string(),
+            message: batch.error,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_python_exception_from_the_worker_is_raised_again_with_its_fields() {
+        let exception = sluice_proto::worker::PythonException {
+            type_module: "builtins".into(),
+            type_name: "KeyError".into(),
+            message: "'x'".into(),
+            traceback: "Traceback (most recent call last):\n  File \"m.py\", line 3".into(),
+            function: "m.f".into(),
+        };
+        let batch = ElementBatch {
+            error: "python function 'm.f' raised KeyError: 'x'".into(),
+            python_exception: Some(exception.clone()),
+            ..Default::default()
+        };
+        let error = batch_error("w:1", batch);
+        assert_eq!(
+            error.to_string(),
+            "Failed to get element from worker w:1: python function 'm.f' raised KeyError: 'x'"
+        );
+        let ClientError::WorkerPipeline { error, .. } = error else {
+            panic!("not a pipeline error: {error:?}");
+        };
+        assert_eq!(
+            *error,
+            DatasetError::Python(Box::new(PythonException::from_proto(exception)))
+        );
+        let plain = ElementBatch {
+            error: "boom".into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            batch_error("w:1", plain),
+            ClientError::Worker { address, message } if address == "w:1" && message == "boom"
+        ));
+    }
 
     /// A raw fetch stream's status frames become the gRPC statuses the worker would have failed
     /// the call with; classifying them must not depend on the transport.

@@ -224,6 +224,12 @@ pub trait Transform: Sized {
         features.sort_by(|a, b| a.name.cmp(&b.name));
         self.push_op(op(OpKind::ParseExample(pb::ParseExampleOp { features })))
     }
+
+    /// A user's Python function (map, filter or flat_map), pickled by the Python package. It
+    /// runs where the pipeline runs, with the runner of `ExecOptions::python`.
+    fn py_function(self, function: pb::PyFunctionOp) -> Self {
+        self.push_op(op(OpKind::PyFunction(function)))
+    }
 }
 
 fn op(kind: OpKind) -> pb::Op {

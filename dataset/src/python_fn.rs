@@ -68,6 +68,29 @@ impl fmt::Display for PythonException {
     }
 }
 
+impl PythonException {
+    /// The form a worker sends its reader (`ElementBatch.python_exception`).
+    pub fn to_proto(&self) -> sluice_proto::worker::PythonException {
+        sluice_proto::worker::PythonException {
+            type_module: self.type_module.clone(),
+            type_name: self.type_name.clone(),
+            message: self.message.clone(),
+            traceback: self.traceback.clone(),
+            function: self.function.clone(),
+        }
+    }
+
+    pub fn from_proto(p: sluice_proto::worker::PythonException) -> PythonException {
+        PythonException {
+            type_module: p.type_module,
+            type_name: p.type_name,
+            message: p.message,
+            traceback: p.traceback,
+            function: p.function,
+        }
+    }
+}
+
 /// The op's kind, refusing an unset one.
 pub(crate) fn kind_of(op: &pb::PyFunctionOp) -> Result<pb::PyFunctionKind, DatasetError> {
     match pb::PyFunctionKind::try_from(op.kind) {

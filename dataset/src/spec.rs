@@ -68,6 +68,37 @@ impl ElementSpec {
         }
     }
 
+    /// This spec with its `Unknown` parts taken from `element`, the first element a dataset
+    /// produced (so every dimension of those parts is the element's); known parts stay as
+    /// they are. A structure that does not match the element's keeps its `Unknown` parts.
+    pub fn filled_from(&self, element: &crate::Element) -> ElementSpec {
+        use crate::Element;
+        match (self, element) {
+            (ElementSpec::Unknown, e) => e.spec(),
+            (ElementSpec::Tuple(specs), Element::Tuple(items)) if specs.len() == items.len() => {
+                ElementSpec::Tuple(
+                    specs
+                        .iter()
+                        .zip(items)
+                        .map(|(s, e)| s.filled_from(e))
+                        .collect(),
+                )
+            }
+            (ElementSpec::Dict(specs), Element::Dict(fields)) => ElementSpec::Dict(
+                specs
+                    .iter()
+                    .map(|(k, s)| {
+                        let filled = fields
+                            .get(k)
+                            .map_or_else(|| s.clone(), |e| s.filled_from(e));
+                        (k.clone(), filled)
+                    })
+                    .collect(),
+            ),
+            (known, _) => known.clone(),
+        }
+    }
+
     /// Whether any part is `Unknown`.
     pub fn has_unknown(&self) -> bool {
         match self {
@@ -242,6 +273,46 @@ mod tests {
             dtype,
             shape: shape.to_vec(),
         }
+    }
+
+    #[test]
+    fn unknown_parts_are_filled_from_the_first_element_and_known_ones_kept() {
+        use crate::{Element, Tensor};
+        let element = Element::Tuple(vec![
+            Element::Tensor(Tensor::scalar_i64(1)),
+            Element::Tensor(Tensor::from_values(vec![2], &[1.0f32, 2.0]).unwrap()),
+        ]);
+        let cases = [
+            (
+                ElementSpec::Unknown,
+                ElementSpec::Tuple(vec![t(DType::Int64, &[]), t(DType::Float32, &[Some(2)])]),
+            ),
+            (
+                ElementSpec::Tuple(vec![t(DType::Int64, &[]), ElementSpec::Unknown]),
+                ElementSpec::Tuple(vec![t(DType::Int64, &[]), t(DType::Float32, &[Some(2)])]),
+            ),
+            (
+                ElementSpec::Tuple(vec![t(DType::Int64, &[]), t(DType::Float32, &[None])]),
+                ElementSpec::Tuple(vec![t(DType::Int64, &[]), t(DType::Float32, &[None])]),
+            ),
+            // A structure other than the element's stays as it was.
+            (
+                ElementSpec::Tuple(vec![ElementSpec::Unknown]),
+                ElementSpec::Tuple(vec![ElementSpec::Unknown]),
+            ),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(spec.filled_from(&element), want, "{spec}");
+        }
+        let dict = Element::Dict(BTreeMap::from([(
+            "a".to_string(),
+            Element::Tensor(Tensor::scalar_bool(true)),
+        )]));
+        let spec = ElementSpec::Dict(BTreeMap::from([("a".to_string(), ElementSpec::Unknown)]));
+        assert_eq!(
+            spec.filled_from(&dict),
+            ElementSpec::Dict(BTreeMap::from([("a".to_string(), t(DType::Bool, &[]))]))
+        );
     }
 
     #[test]

@@ -99,6 +99,7 @@ fn classify(e: &ClientError) -> Kind {
         | ClientError::NotFound(_)
         | ClientError::FailedPrecondition(_)
         | ClientError::Dataset(_)
+        | ClientError::WorkerPipeline { .. }
         | ClientError::OutOfRange(_) => Kind::Fail,
         ClientError::Unavailable { .. } | ClientError::Worker { .. } | ClientError::Rpc { .. } => {
             Kind::Info

@@ -8,8 +8,14 @@ version that wrote them, since a pickle loads only under those.
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
-from typing import Any, Callable, List
+import sysconfig
+import threading
+import traceback
+import types
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import cloudpickle
 
@@ -35,6 +41,147 @@ def function_name(fn: Callable[..., Any]) -> str:
     target = fn if hasattr(fn, "__qualname__") else type(fn)
     module = getattr(target, "__module__", None) or "?"
     return f"{module}.{getattr(target, '__qualname__', type(fn).__name__)}"
+
+
+class Pickled(NamedTuple):
+    """A function as a definition carries it."""
+
+    pickled: bytes
+    name: str
+    python_version: str
+    cloudpickle_version: str
+
+
+def pickle_function(fn: Callable[..., Any]) -> Pickled:
+    """``fn`` as cloudpickle bytes, with the versions that can load them.
+
+    Lambdas, closures and callable objects go by value, as cloudpickle does. So do functions
+    and classes of the user's own modules (any module that is neither the standard library, an
+    installed package, nor sluice), and of the user's modules they refer to: a worker need not
+    have those modules. The registration that makes cloudpickle do so is undone afterwards.
+    """
+    if not callable(fn):
+        raise TypeError(f"expected a callable, got {type(fn).__name__}")
+    with _registry_lock:
+        registered = set(cloudpickle.list_registry_pickle_by_value())
+        added = [m for m in _user_modules(fn) if m.__name__ not in registered]
+        for module in added:
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            pickled = cloudpickle.dumps(fn)
+        finally:
+            for module in added:
+                cloudpickle.unregister_pickle_by_value(module)
+    return Pickled(pickled, function_name(fn), python_version(), cloudpickle_version())
+
+
+# cloudpickle's by-value registry is process-wide: one pickling at a time registers and
+# unregisters, so threads pickling at once do not undo each other's registrations.
+_registry_lock = threading.Lock()
+
+# Objects looked at while collecting a function's modules at most: a bound on the walk through
+# a large module's globals.
+_MAX_VISITS = 10_000
+
+
+def _user_modules(fn: Callable[..., Any]) -> List[types.ModuleType]:
+    """The user's modules that ``fn`` needs: its own, and those of the functions, classes and
+    modules its code refers to (through globals, closures and, for a callable object, its
+    class), followed through functions of those modules in turn."""
+    found: Dict[str, types.ModuleType] = {}
+    seen: Set[int] = set()
+    todo: List[Any] = [fn]
+    while todo and len(seen) < _MAX_VISITS:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, types.ModuleType):
+            if _is_user_module(obj):
+                found.setdefault(obj.__name__, obj)
+            continue
+        if isinstance(obj, functools.partial):
+            todo.extend([obj.func, *obj.args, *obj.keywords.values()])
+            continue
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        if module is None or not _is_user_module(module):
+            if not isinstance(obj, (types.FunctionType, types.MethodType)) and callable(obj):
+                todo.append(type(obj))  # a callable object of a user's class
+            continue
+        found.setdefault(module.__name__, module)
+        todo.extend(_referenced(obj))
+    return list(found.values())
+
+
+def _referenced(obj: Any) -> Iterable[Any]:
+    """What a function (its globals by name, its closure), a method, a class (its methods) or a
+    callable object (its class) refers to."""
+    if isinstance(obj, types.MethodType):
+        return [obj.__func__, obj.__self__]
+    if isinstance(obj, types.FunctionType):
+        names: Set[str] = set()
+        codes = [obj.__code__]
+        while codes:
+            code = codes.pop()
+            names.update(code.co_names)
+            codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+        refs = [obj.__globals__[n] for n in names if n in obj.__globals__]
+        for cell in obj.__closure__ or ():
+            try:
+                refs.append(cell.cell_contents)
+            except ValueError:
+                pass  # an empty cell
+        return refs
+    if isinstance(obj, type):
+        return [v for v in vars(obj).values() if isinstance(v, (types.FunctionType, type))]
+    return [type(obj)]
+
+
+@functools.lru_cache(maxsize=None)
+def _library_dirs() -> Tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        for scheme_key in ("stdlib", "platstdlib"):
+            try:
+                dirs.add(sysconfig.get_path(scheme_key, vars={"base": prefix, "platbase": prefix}))
+            except KeyError:
+                pass
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+def _is_user_module(module: types.ModuleType) -> bool:
+    """A module of the user's own: not built in, not the standard library, not an installed
+    package, not sluice. ``__main__`` counts (cloudpickle pickles it by value anyway)."""
+    name = module.__name__
+    top = name.partition(".")[0]
+    if name == "__main__":
+        return True
+    if top == "sluice" or top in sys.builtin_module_names:
+        return False
+    if top in getattr(sys, "stdlib_module_names", ()):
+        return False
+    path = getattr(module, "__file__", None)
+    if not path:
+        return False  # built in, or a namespace package
+    real = os.path.realpath(path)
+    if any(f"{os.sep}{d}{os.sep}" in real for d in ("site-packages", "dist-packages")):
+        return False
+    return not any(real.startswith(d) for d in _library_dirs())
+
+
+def exception_parts(
+    exc: BaseException, tb: Optional[types.TracebackType] = None
+) -> Tuple[str, str, str, str]:
+    """``(type module, type qualname, str(exc), traceback text)`` of an exception a user's
+    function raised, as the reader raises it again; the traceback (``tb``, or the exception's
+    own) starts at the user's code."""
+    tb = tb if tb is not None else exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    kind = type(exc)
+    text = "".join(traceback.format_exception(kind, exc, tb))
+    return kind.__module__, kind.__qualname__, str(exc), text
 
 
 def call(kind: int, fn: Callable[..., Any], element: Any) -> List[Any]:

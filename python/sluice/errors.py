@@ -14,6 +14,9 @@ gRPC status code as in TensorFlow::
 
 from __future__ import annotations
 
+import builtins
+from typing import Dict, Optional, Type
+
 __all__ = [
     "OpError",
     "SluiceError",
@@ -33,6 +36,7 @@ __all__ = [
     "UnavailableError",
     "DataLossError",
     "UnauthenticatedError",
+    "PythonFunctionError",
 ]
 
 
@@ -116,3 +120,94 @@ class DataLossError(OpError):
 
 class UnauthenticatedError(OpError):
     """The caller's credentials were missing or wrong."""
+
+
+class PythonFunctionError(OpError):
+    """A user's Python function in a pipeline raised an exception, on a worker or here.
+
+    When the original exception's class is a built-in one (``ValueError``, ``KeyError``, ...),
+    the error raised is also an instance of it, so ``except ValueError`` catches it. Its
+    ``str`` is ``"ValueError: message"``, then where it was raised and the remote traceback::
+
+        >>> import sluice
+        >>> ds = sluice.data.Dataset.range(3).map(lambda x: int("x"))
+        >>> try:
+        ...     next(iter(ds))
+        ... except ValueError as e:
+        ...     print(e.type_name, isinstance(e, sluice.errors.PythonFunctionError))
+        ValueError True
+
+    Attributes: ``type_module`` and ``type_name`` (the original class's ``__module__`` and
+    ``__qualname__``), ``remote_traceback`` (the formatted traceback where it was raised), and
+    ``function`` (the function's qualified name).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        type_module: str = "",
+        type_name: str = "",
+        remote_traceback: str = "",
+        function: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.type_module = type_module
+        self.type_name = type_name
+        self.remote_traceback = remote_traceback
+        self.function = function
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"PythonFunctionError({self.type_name!r}, {self.message!r})"
+
+
+# The subclasses of PythonFunctionError made for built-in exception classes, by class.
+_combined: Dict[type, Type[PythonFunctionError]] = {}
+
+
+def _builtin_exception(type_module: str, type_name: str) -> Optional[type]:
+    """The built-in exception class named, if it is one (``KeyboardInterrupt`` and
+    ``SystemExit`` too): only ``builtins`` is looked in, so no module is ever imported on a
+    remote exception's word."""
+    if type_module != "builtins" or "." in type_name:
+        return None
+    cls = getattr(builtins, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        return cls
+    return None
+
+
+def _python_function_error(
+    context: str,
+    type_module: str,
+    type_name: str,
+    message: str,
+    remote_traceback: str,
+    function: str,
+) -> PythonFunctionError:
+    """The exception the reader raises for a Python function's exception (called by the
+    native module). ``context`` is Sluice's own text, which says where it was raised."""
+    text = f"{type_name}: {message}\n\n{context}"
+    if remote_traceback:
+        text += f"\n\nRemote traceback:\n{remote_traceback.rstrip()}"
+    args = (text, type_module, type_name, remote_traceback, function)
+    builtin = _builtin_exception(type_module, type_name)
+    if builtin is not None:
+        cls = _combined.get(builtin)
+        if cls is None:
+            try:
+                cls = type(
+                    "PythonFunctionError",
+                    (PythonFunctionError, builtin),
+                    {"__module__": __name__, "__qualname__": "PythonFunctionError"},
+                )
+            except TypeError:
+                cls = PythonFunctionError  # a layout that does not combine
+            _combined[builtin] = cls
+        try:
+            return cls(*args)
+        except Exception:  # a class whose constructor wants other arguments
+            pass
+    return PythonFunctionError(*args)

@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 
 from sluice import _native
 from sluice.data import Dataset
-from sluice.errors import InvalidArgumentError
+from sluice.errors import FailedPreconditionError, InvalidArgumentError
 
 __all__ = [
     "ShardingPolicy",
@@ -156,7 +156,15 @@ def from_dataset_id(
         target_workers=_target_workers(target_workers),
     )
     dataset = Dataset(native)
-    if element_spec is not None and element_spec != dataset.element_spec:
+    if element_spec is None:
+        return dataset
+    try:
+        known = dataset.element_spec
+    except FailedPreconditionError:
+        # A Python function's output, known only from elements: the caller's word is taken.
+        native.assume_element_spec(element_spec)
+        known = element_spec
+    if element_spec != known:
         raise InvalidArgumentError(
             f"The `element_spec` {element_spec!r} does not match the element spec of dataset "
             f"{dataset_id}: {dataset.element_spec!r}"

@@ -245,6 +245,49 @@ pub fn columns_from_py(value: &Bound<'_, PyAny>) -> PyResult<Element> {
     )?))
 }
 
+/// An element spec from `sluice.data.TensorSpec` leaves (anything with a `shape` of ints and
+/// `None`s and a `dtype` whose `str` is a Sluice dtype name) in tuples and dicts.
+pub fn spec_from_py(value: &Bound<'_, PyAny>) -> PyResult<ElementSpec> {
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        return Ok(ElementSpec::Tuple(
+            tuple
+                .iter()
+                .map(|item| spec_from_py(&item))
+                .collect::<PyResult<_>>()?,
+        ));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut fields = std::collections::BTreeMap::new();
+        for (k, v) in dict.iter() {
+            let key: String = k
+                .extract()
+                .map_err(|_| invalid_argument("element spec dict keys must be strings"))?;
+            fields.insert(key, spec_from_py(&v)?);
+        }
+        return Ok(ElementSpec::Dict(fields));
+    }
+    let not_a_spec = || {
+        invalid_argument(format!(
+            "an element spec is TensorSpecs in tuples and dicts, got {}",
+            value
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "?".into())
+        ))
+    };
+    let shape: Vec<Option<usize>> = value
+        .getattr("shape")
+        .and_then(|s| s.extract())
+        .map_err(|_| not_a_spec())?;
+    let dtype: String = value
+        .getattr("dtype")
+        .and_then(|d| d.str())
+        .map(|d| d.to_string())
+        .map_err(|_| not_a_spec())?;
+    let dtype: DType = dtype.parse().map_err(dataset_error)?;
+    Ok(ElementSpec::Tensor { dtype, shape })
+}
+
 /// An element spec as `sluice.data.TensorSpec` leaves in tuples and dicts.
 pub fn spec_to_py<'py>(py: Python<'py>, spec: &ElementSpec) -> PyResult<Bound<'py, PyAny>> {
     match spec {

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use crate::convert::{element_to_py, spec_to_py};
 use crate::errors::{client_error, invalid_argument};
+use crate::in_process;
 use crate::pipeline::{lock, Dataset, Pipeline};
 use crate::runtime::{wait, wait_borrowed};
 
@@ -132,7 +133,9 @@ impl DistributedDataset {
             auto_shard_policy,
         )?;
         let inner = RustDistributedDataset::new(input(dataset), config).map_err(client_error)?;
-        Ok(DistributedDataset { inner })
+        Ok(DistributedDataset {
+            inner: inner.with_python_runner(in_process::runner()),
+        })
     }
 
     /// `distribute_datasets_from_function` once Python has called the function: `dataset` is
@@ -156,7 +159,9 @@ impl DistributedDataset {
             distribute_datasets_from_function(&config, async |_: &RustInputContext| Ok(input)).await
         })?
         .map_err(client_error)?;
-        Ok(DistributedDataset { inner })
+        Ok(DistributedDataset {
+            inner: inner.with_python_runner(in_process::runner()),
+        })
     }
 
     /// The spec of one replica's value in a step.

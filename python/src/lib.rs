@@ -13,6 +13,8 @@
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
 //! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB) and `serialize_example` (a `tf.train.Example`).
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
+//! - `in_process`: the runner of users' Python functions in this interpreter (local
+//!   iteration, and ops chained after `distribute`).
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process, and
 //!   `make_credentials` (`sluice certs`).
@@ -20,6 +22,7 @@
 mod convert;
 mod distribute;
 mod errors;
+mod in_process;
 mod io;
 mod pipeline;
 mod runtime;

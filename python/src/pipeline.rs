@@ -7,17 +7,19 @@
 //! does on drop.
 
 use pyo3::prelude::*;
-use pyo3::types::PyAny;
+use pyo3::types::{PyAny, PyBytes};
 use sluice_client::{ElementStream, ServiceDataset};
 use sluice_dataset::{
     cardinality, fixed_len_feature, iterate, pb, render_def, render_ops, var_len_feature, DType,
-    Dataset as LocalDataset, Element, ElementIter, ExampleParser, ExecOptions, Transform,
+    Dataset as LocalDataset, Element, ElementIter, ElementSpec, ExampleParser, ExecOptions,
+    Transform,
 };
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
-use crate::convert::{columns_from_py, element_to_py, spec_to_py, tensor_from_parts};
-use crate::errors::{client_error, dataset_error, invalid_argument};
+use crate::convert::{columns_from_py, element_to_py, spec_from_py, spec_to_py, tensor_from_parts};
+use crate::errors::{client_error, dataset_error, error, invalid_argument};
+use crate::in_process;
 use crate::io::compression_from_py;
 use crate::runtime::{wait, wait_borrowed};
 
@@ -30,27 +32,47 @@ pub enum Pipeline {
 /// Applies a `Transform` method to either kind of pipeline.
 macro_rules! chain {
     ($self:ident, |$d:ident| $e:expr) => {
-        Dataset {
-            pipeline: match &$self.pipeline {
-                Pipeline::Local($d) => {
-                    let $d = $d.clone();
-                    Pipeline::Local($e)
-                }
-                Pipeline::Service($d) => {
-                    let $d = ServiceDataset::clone($d);
-                    Pipeline::Service(Box::new($e))
-                }
-            },
-        }
+        Dataset::new(match &$self.pipeline {
+            Pipeline::Local($d) => {
+                let $d = $d.clone();
+                Pipeline::Local($e)
+            }
+            Pipeline::Service($d) => {
+                let $d = ServiceDataset::clone($d);
+                Pipeline::Service(Box::new($e))
+            }
+        })
     };
 }
 
 #[pyclass(frozen, module = "sluice._native")]
 pub struct Dataset {
     pub pipeline: Pipeline,
+    /// The spec of this dataset's first element, once one was produced: it fills the parts of
+    /// the element spec that are not known statically (a Python function's output). Shared
+    /// with the dataset's iterators, which record it.
+    first_spec: Arc<OnceLock<ElementSpec>>,
 }
 
 impl Dataset {
+    pub fn new(pipeline: Pipeline) -> Dataset {
+        Dataset {
+            pipeline,
+            first_spec: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The element spec as known statically, with `Unknown` for a Python function's output.
+    fn static_spec(&self) -> PyResult<ElementSpec> {
+        match &self.pipeline {
+            Pipeline::Local(d) => {
+                sluice_dataset::element_spec(d.def(), &ExecOptions::default().registry)
+                    .map_err(dataset_error)
+            }
+            Pipeline::Service(d) => d.element_spec().map_err(client_error),
+        }
+    }
+
     pub fn local(&self) -> PyResult<&LocalDataset> {
         match &self.pipeline {
             Pipeline::Local(d) => Ok(d),
@@ -68,9 +90,9 @@ impl Dataset {
         if step == 0 {
             return Err(invalid_argument("step must not be 0"));
         }
-        Ok(Dataset {
-            pipeline: Pipeline::Local(LocalDataset::range_with(start, stop, step)),
-        })
+        Ok(Dataset::new(Pipeline::Local(LocalDataset::range_with(
+            start, stop, step,
+        ))))
     }
 
     #[staticmethod]
@@ -81,20 +103,18 @@ impl Dataset {
             ));
         }
         let tensor = tensor_from_parts(dtype, shape, data)?;
-        Ok(Dataset {
-            pipeline: Pipeline::Local(LocalDataset::from_slices(tensor)),
-        })
+        Ok(Dataset::new(Pipeline::Local(LocalDataset::from_slices(
+            tensor,
+        ))))
     }
 
     /// `columns` as `columns_from_py` reads them: tuples and dicts of `[dtype, shape, data]`.
     #[staticmethod]
     fn from_structured_slices(columns: &Bound<'_, PyAny>) -> PyResult<Dataset> {
         let columns = columns_from_py(columns)?;
-        Ok(Dataset {
-            pipeline: Pipeline::Local(
-                LocalDataset::from_structured_slices(columns).map_err(dataset_error)?,
-            ),
-        })
+        Ok(Dataset::new(Pipeline::Local(
+            LocalDataset::from_structured_slices(columns).map_err(dataset_error)?,
+        )))
     }
 
     /// `format` is `lines` or `tfrecord`; `files`, when given, is the list read in order
@@ -129,9 +149,7 @@ impl Dataset {
                 LocalDataset::from_def(def)
             }
         };
-        Ok(Dataset {
-            pipeline: Pipeline::Local(dataset),
-        })
+        Ok(Dataset::new(Pipeline::Local(dataset)))
     }
 
     fn map(&self, function: &str) -> Dataset {
@@ -223,20 +241,89 @@ impl Dataset {
         Ok(chain!(self, |d| d.parse_example(specs)))
     }
 
+    /// A user's Python function: `kind` a `PyFunctionKind`, `pickled` what
+    /// `sluice._functions.pickle_function` made, `output_spec` `None` or a structure of
+    /// `TensorSpec`s.
+    #[pyo3(signature = (kind, pickled, name, python_version, cloudpickle_version, num_parallel_calls, output_spec=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_function(
+        &self,
+        kind: i32,
+        pickled: &Bound<'_, PyBytes>,
+        name: String,
+        python_version: String,
+        cloudpickle_version: String,
+        num_parallel_calls: u32,
+        output_spec: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Dataset> {
+        let output_spec = output_spec.map(spec_from_py).transpose()?;
+        let op = pb::PyFunctionOp {
+            kind,
+            pickled: pickled.as_bytes().to_vec(),
+            name,
+            python_version,
+            cloudpickle_version,
+            num_parallel_calls,
+            output_spec: output_spec.map(|s| s.to_proto()),
+        };
+        Ok(chain!(self, |d| d.py_function(op.clone())))
+    }
+
     fn is_service(&self) -> bool {
         matches!(self.pipeline, Pipeline::Service(_))
     }
 
-    /// The element spec, as `sluice.data.TensorSpec` leaves.
+    /// The element spec, as `sluice.data.TensorSpec` leaves. Parts known only from elements (a
+    /// Python function's output without an output spec) are the first element's: a local
+    /// dataset produces one here, once; a dataset read from the service takes them from the
+    /// first element an epoch read, and fails before that.
     fn element_spec<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let spec = match &self.pipeline {
-            Pipeline::Local(d) => {
-                sluice_dataset::element_spec(d.def(), &ExecOptions::default().registry)
-                    .map_err(dataset_error)?
+        let spec = self.static_spec()?;
+        if !spec.has_unknown() {
+            return spec_to_py(py, &spec);
+        }
+        if let Some(known) = self.first_spec.get() {
+            return spec_to_py(py, known);
+        }
+        let def = match &self.pipeline {
+            Pipeline::Local(d) => d.def().clone(),
+            Pipeline::Service(_) => {
+                return Err(error(
+                    "FailedPreconditionError",
+                    "the element spec of this dataset is known only from its first element \
+                     (a Python function's output): read an element first, or give the \
+                     function its output_signature (e.g. \
+                     `map(f, output_signature=sluice.data.TensorSpec((), \"int64\"))`)"
+                        .to_string(),
+                ))
             }
-            Pipeline::Service(d) => d.element_spec().map_err(client_error)?,
         };
-        spec_to_py(py, &spec)
+        let first = py
+            .detach(
+                || -> Result<Option<Element>, sluice_dataset::DatasetError> {
+                    iterate(&def, &local_options())?.next().transpose()
+                },
+            )
+            .map_err(dataset_error)?;
+        let Some(first) = first else {
+            return Err(error(
+                "FailedPreconditionError",
+                "the element spec of this dataset is known only from its first element (a \
+                 Python function's output), and it has none: give the function its \
+                 output_signature"
+                    .to_string(),
+            ));
+        };
+        spec_to_py(py, self.first_spec.get_or_init(|| spec.filled_from(&first)))
+    }
+
+    /// Takes `spec` (`TensorSpec`s in tuples and dicts) as the element spec where it is known
+    /// only from elements, as `from_dataset_id(element_spec=...)` gives it for a dataset
+    /// whose Python function has no output spec.
+    fn assume_element_spec(&self, spec: &Bound<'_, PyAny>) -> PyResult<()> {
+        let spec = spec_from_py(spec)?;
+        let _ = self.first_spec.set(spec);
+        Ok(())
     }
 
     /// tf's cardinality: a count, `-1` infinite, `-2` unknown.
@@ -276,11 +363,14 @@ impl Dataset {
 
     /// A new epoch: local execution, or a new iteration of the service's job.
     fn iter(&self, py: Python<'_>) -> PyResult<Iterator> {
+        let spec = self.static_spec()?;
+        let first_spec = (spec.has_unknown() && self.first_spec.get().is_none())
+            .then(|| (spec, self.first_spec.clone()));
         let source = match &self.pipeline {
             Pipeline::Local(d) => {
                 let def = d.def().clone();
                 let elements = py
-                    .detach(|| iterate(&def, &ExecOptions::default()))
+                    .detach(|| iterate(&def, &local_options()))
                     .map_err(dataset_error)?;
                 Source::Local(elements)
             }
@@ -293,7 +383,16 @@ impl Dataset {
         };
         Ok(Iterator {
             source: Mutex::new(Some(source)),
+            first_spec: Mutex::new(first_spec),
         })
+    }
+}
+
+/// How this process runs a pipeline itself: Python functions in this interpreter.
+fn local_options() -> ExecOptions {
+    ExecOptions {
+        python: Some(in_process::runner()),
+        ..ExecOptions::default()
     }
 }
 
@@ -310,6 +409,9 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 #[pyclass(frozen, weakref, module = "sluice._native")]
 pub struct Iterator {
     source: Mutex<Option<Source>>,
+    /// The dataset's static spec and where its first element's spec goes, until this epoch
+    /// produced one (only when the static spec has parts known from elements alone).
+    first_spec: Mutex<Option<(ElementSpec, Arc<OnceLock<ElementSpec>>)>>,
 }
 
 #[pymethods]
@@ -356,7 +458,12 @@ impl Iterator {
             },
         };
         match result {
-            Some(Ok(e)) => Ok(Some(e)),
+            Some(Ok(e)) => {
+                if let Some((spec, cell)) = lock(py, &self.first_spec)?.take() {
+                    cell.get_or_init(|| spec.filled_from(&e));
+                }
+                Ok(Some(e))
+            }
             None => {
                 *guard = None;
                 Ok(None)

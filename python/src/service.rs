@@ -12,6 +12,7 @@ use sluice_client::RetryConfig;
 use sluice_security::{ClientSecurity, ClientSecurityFiles, Role};
 
 use crate::errors::{client_error, dataset_error, invalid_argument};
+use crate::in_process;
 use crate::pipeline::{Dataset, Pipeline};
 use crate::runtime::wait;
 
@@ -100,9 +101,9 @@ pub fn distribute(
         client(&service)?.distribute(&local, mode, options).await
     })?
     .map_err(client_error)?;
-    Ok(Dataset {
-        pipeline: Pipeline::Service(Box::new(service)),
-    })
+    Ok(Dataset::new(Pipeline::Service(Box::new(
+        service.with_python_runner(in_process::runner()),
+    ))))
 }
 
 #[pyfunction]
@@ -158,9 +159,9 @@ pub fn from_dataset_id(
             .await
     })?
     .map_err(client_error)?;
-    Ok(Dataset {
-        pipeline: Pipeline::Service(Box::new(service)),
-    })
+    Ok(Dataset::new(Pipeline::Service(Box::new(
+        service.with_python_runner(in_process::runner()),
+    ))))
 }
 
 /// Adds replica `node_id`, started with `join` and serving Raft at `peer_address`, to the quorum

@@ -81,9 +81,9 @@ def test_invalid_argument_a_different_dataset_under_a_taken_id(cluster):
         sluice.register_dataset(cluster.target, Dataset.range(7), dataset_id="taken")
 
 
-def test_invalid_argument_python_functions_are_not_supported_yet():
-    with pytest.raises(errors.InvalidArgumentError, match="built-in function"):
-        Dataset.range(3).map(lambda x: x)
+def test_invalid_argument_a_map_of_neither_a_callable_nor_a_name():
+    with pytest.raises(errors.InvalidArgumentError, match="callable or the name of a built-in"):
+        Dataset.range(3).map(3)  # type: ignore[arg-type]
 
 
 def test_invalid_argument_compression_and_target_workers(cluster):

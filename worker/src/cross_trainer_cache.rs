@@ -17,6 +17,7 @@
 //! Nothing here is replicated: a restarted worker starts the task, and its window, from scratch.
 
 use crate::task_buffer::{contiguous, Taken, TaskBuffer};
+use crate::task_failure::TaskFailure;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ const END_OF_SEQUENCE: &str = "Cross-trainer caching requires the input dataset 
 pub enum CacheError {
     /// The read failed, with tf.data's message (the reader's epoch fails).
     #[error("{0}")]
-    Failed(String),
+    Failed(TaskFailure),
     /// The task was stopped (deleted, or the worker is shutting down): not the input's end.
     #[error("the task was stopped")]
     Stopped,
@@ -166,11 +167,14 @@ impl CrossTrainerCache {
             Ok(element) => {
                 let size = element.len() as u64;
                 if size > self.max_bytes {
-                    return Err(CacheError::Failed(format!(
-                        "tf.data service element size is larger than cache size in bytes. Got \
-                         element size: {size} and cache size: {}",
-                        self.max_bytes
-                    )));
+                    return Err(CacheError::Failed(
+                        format!(
+                            "tf.data service element size is larger than cache size in bytes. \
+                             Got element size: {size} and cache size: {}",
+                            self.max_bytes
+                        )
+                        .into(),
+                    ));
                 }
                 while window.bytes + size > self.max_bytes {
                     let Some(evicted) = window.elements.pop_front() else {

@@ -11,6 +11,7 @@
 
 use crate::cross_trainer_cache::{CacheError, CrossTrainerCache};
 use crate::task_buffer::{Taken, TaskBuffer};
+use crate::task_failure::TaskFailure;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
 use bytes::Bytes;
@@ -28,7 +29,7 @@ pub(crate) enum Took {
     /// without an end of sequence, as it would if the worker went away, and the reader retries.
     Stopped,
     /// The input failed: the stream ends with this error.
-    Error(String),
+    Error(TaskFailure),
 }
 
 /// The elements of one message, being gathered.
@@ -45,7 +46,7 @@ pub(crate) trait FetchSource: Send + Sync + 'static {
 
     /// A failure recorded before this message (by this stream or another): the stream ends
     /// with it at once.
-    fn failed(&self) -> Option<String>;
+    fn failed(&self) -> Option<TaskFailure>;
 
     /// Waits until elements are ready and moves up to `max` (at least one) of them into
     /// `message`. Cancel-safe: a call dropped before it returns took nothing.
@@ -137,7 +138,7 @@ fn as_usize(max: u64) -> usize {
 impl FetchSource for BufferSource {
     type Message = Chunks;
 
-    fn failed(&self) -> Option<String> {
+    fn failed(&self) -> Option<TaskFailure> {
         self.runner.error()
     }
 
@@ -184,7 +185,7 @@ impl FetchSource for CacheSource {
 
     /// A failed read fails only the stream that made it: the cache records the input's failure
     /// itself, for every trainer.
-    fn failed(&self) -> Option<String> {
+    fn failed(&self) -> Option<TaskFailure> {
         None
     }
 

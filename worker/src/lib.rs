@@ -15,6 +15,7 @@
 //!   both transports), one loop for every source of elements.
 //! - `fetch_source`: those sources: the task's buffer, and its cross-trainer cache.
 //! - `raw_fetch`: the worker's port shared by gRPC and raw fetch streams (no protobuf copies).
+//! - `task_failure`: why a task's pipeline failed, with a Python function's exception.
 //! - `error`: `WorkerError`, and its one map to the gRPC status a reader sees.
 
 pub mod config;
@@ -27,10 +28,12 @@ pub mod round_robin;
 pub mod service;
 pub mod split_leaser;
 pub mod task_buffer;
+pub mod task_failure;
 pub mod task_runner;
 pub mod worker_handle;
 pub mod worker_state;
 
 pub use config::{LeaseEvent, LeaseObserver, WorkerConfig};
 pub use error::WorkerError;
+pub use task_failure::TaskFailure;
 pub use worker_handle::WorkerHandle;

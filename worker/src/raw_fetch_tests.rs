@@ -383,3 +383,77 @@ async fn shutdown_cuts_open_raw_streams() {
         assert!(elements <= 4, "{elements} elements for 4 credits");
     }
 }
+
+/// The first message of a fetch stream of `task_id` over gRPC, and over a raw stream.
+async fn first_batches(addr: SocketAddr, task_id: u64) -> (ElementBatch, ElementBatch) {
+    let mut worker = grpc_client(&ClientSecurity::default(), addr)
+        .await
+        .expect("connect");
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(request(task_id, 8)).await.expect("open");
+    let mut stream = worker
+        .fetch(ReceiverStream::new(rx))
+        .await
+        .expect("served")
+        .into_inner();
+    let grpc = tokio::time::timeout(DEADLINE, stream.message())
+        .await
+        .expect("a batch in time")
+        .expect("a batch, not a status")
+        .expect("a batch before the end");
+    let socket = raw_fetch::connect(&addr.to_string(), &ClientSecurity::default())
+        .await
+        .expect("connect");
+    let (_requests, mut batches) = raw_fetch::open(socket, None, request(task_id, 8), 8)
+        .await
+        .expect("open");
+    let raw = tokio::time::timeout(DEADLINE, batches.message())
+        .await
+        .expect("a batch in time")
+        .expect("a batch, not a status")
+        .expect("a batch before the end");
+    (grpc, raw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_functions_exception_reaches_readers_of_both_transports_intact() {
+    let worker = start(vec![task(9, Dataset::range(10).repeat_forever())]).await;
+    let exception = sluice_dataset::PythonException {
+        type_module: "builtins".into(),
+        type_name: "ValueError".into(),
+        message: "bad pixel".into(),
+        traceback:
+            "Traceback (most recent call last):\n  File \"aug.py\", line 7, in augment\n    \
+                    raise ValueError(\"bad pixel\")\nValueError: bad pixel\n"
+                .into(),
+        function: "aug.augment".into(),
+    };
+    let failure = crate::TaskFailure::from(sluice_dataset::DatasetError::Python(Box::new(
+        exception.clone(),
+    )));
+    worker.state.get(9).expect("the task").set_error(failure);
+
+    info!("--- the failed task's first message carries the exception beside the text");
+    let (grpc, raw) = first_batches(worker.addr, 9).await;
+    for batch in [grpc, raw] {
+        assert_eq!(
+            batch.error,
+            "python function 'aug.augment' raised ValueError: bad pixel"
+        );
+        let got = batch.python_exception.expect("the exception");
+        assert_eq!(sluice_dataset::PythonException::from_proto(got), exception);
+    }
+
+    info!("--- another task's failure carries none");
+    let plain = start(vec![task(10, Dataset::range(10).repeat_forever())]).await;
+    plain
+        .state
+        .get(10)
+        .expect("the task")
+        .set_error("a file went away".into());
+    let (grpc, raw) = first_batches(plain.addr, 10).await;
+    for batch in [grpc, raw] {
+        assert_eq!(batch.error, "a file went away");
+        assert_eq!(batch.python_exception, None);
+    }
+}

@@ -231,7 +231,7 @@ impl RoundRobin {
                     rounds.buffer.extend(elements.encoded().map(contiguous))
                 }
                 Taken::Error(error) => {
-                    rounds.error = Some(error);
+                    rounds.error = Some(error.message);
                     return false;
                 }
                 Taken::Stopped => {

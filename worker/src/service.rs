@@ -15,6 +15,7 @@
 use crate::error::WorkerError;
 use crate::fetch_source::{BufferSource, CacheSource, FetchSource, Message, Took};
 use crate::round_robin::RoundReply;
+use crate::task_failure::TaskFailure;
 use crate::worker_state::WorkerState;
 use sluice_dataset::Packed;
 use sluice_proto::worker::worker_server::Worker;
@@ -64,6 +65,16 @@ fn batch_of(elements: Packed) -> ElementBatch {
         each_length,
         payloads,
         ..Default::default()
+    }
+}
+
+/// The last message of a failed stream: the elements produced before the failure, and the
+/// failure (with a Python function's exception, when one raised).
+fn failed_batch(failure: TaskFailure, elements: Packed) -> ElementBatch {
+    ElementBatch {
+        python_exception: failure.python_proto(),
+        error: failure.message,
+        ..batch_of(elements)
     }
 }
 
@@ -217,13 +228,8 @@ async fn serve<S: FetchSource>(
     tx: Batches,
 ) {
     loop {
-        if let Some(error) = source.failed() {
-            let _ = tx
-                .send(Ok(ElementBatch {
-                    error,
-                    ..Default::default()
-                }))
-                .await;
+        if let Some(failure) = source.failed() {
+            let _ = tx.send(Ok(failed_batch(failure, Packed::default()))).await;
             return;
         }
         // Wait for credits, then for at least one element (or more credits).
@@ -241,14 +247,14 @@ async fn serve<S: FetchSource>(
                 return;
             }
         };
-        let (mut error, mut end_of_sequence) = (String::new(), false);
+        let (mut failure, mut end_of_sequence) = (None, false);
         let mut next = Some(first);
         // One message: what is ready now, up to the credits and the byte bound.
         while let Some(took) = next.take() {
             match took {
                 Took::Elements(n) => credits -= n,
                 Took::Error(e) => {
-                    error = e;
+                    failure = Some(e);
                     break;
                 }
                 Took::Stopped => {
@@ -266,11 +272,13 @@ async fn serve<S: FetchSource>(
                 next = source.try_take(credits, &mut message);
             }
         }
-        let last = end_of_sequence || !error.is_empty();
-        let batch = ElementBatch {
-            error,
-            end_of_sequence,
-            ..batch_of(message.finish())
+        let last = end_of_sequence || failure.is_some();
+        let batch = match failure {
+            Some(failure) => failed_batch(failure, message.finish()),
+            None => ElementBatch {
+                end_of_sequence,
+                ..batch_of(message.finish())
+            },
         };
         if tx.send(Ok(batch)).await.is_err() || last {
             return;

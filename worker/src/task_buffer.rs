@@ -42,6 +42,7 @@
 //! pipeline is a `Producer`, which is not `Clone` and pushes through `&mut self`. Where
 //! `membarrier(2)` is missing, both sides fence (see `membarrier`).
 
+use crate::task_failure::TaskFailure;
 use bytes::{Bytes, BytesMut};
 use sluice_dataset::{encode_element_append, Compression, Element, Packed, PackedBuilder};
 use std::cell::UnsafeCell;
@@ -124,7 +125,7 @@ pub enum Taken {
     /// not an end of sequence, so readers retry and find out what became of the task.
     Stopped,
     /// The pipeline failed after every element before the failure was taken.
-    Error(String),
+    Error(TaskFailure),
 }
 
 /// The open chunk: elements are encoded straight into its buffer. Who may touch it when is in
@@ -174,7 +175,7 @@ struct Inner {
     /// from this whether to wait for the open chunk, without touching it.
     open_since: Option<Instant>,
     /// `Some` once the pipeline ended: `Ok` at its end, `Err` with its error.
-    end: Option<Result<(), String>>,
+    end: Option<Result<(), TaskFailure>>,
     /// Pipelines waiting for room, so tests see a push block without guessing how long to wait.
     #[cfg(test)]
     waiting_pushers: usize,
@@ -520,11 +521,11 @@ impl Producer {
     }
 
     /// The pipeline ended (`Ok`) or failed: readers see it after every element pushed.
-    pub fn finish(mut self, end: Result<(), String>) {
+    pub fn finish(mut self, end: Result<(), TaskFailure>) {
         self.end(end);
     }
 
-    fn end(&mut self, end: Result<(), String>) {
+    fn end(&mut self, end: Result<(), TaskFailure>) {
         self.finished = true;
         let buffer = &*self.buffer;
         // Poisoned: a panic under the lock, which readers see as a panic of their own.
@@ -547,7 +548,7 @@ impl Drop for Producer {
             } else {
                 "the task's pipeline stopped without an end"
             };
-            self.end(Err(why.to_string()));
+            self.end(Err(why.into()));
         }
     }
 }

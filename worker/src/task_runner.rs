@@ -21,6 +21,7 @@ use crate::cross_trainer_cache::CrossTrainerCache;
 use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
+use crate::task_failure::TaskFailure;
 use bytes::BytesMut;
 use sluice_dataset::{
     pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, SplitSupplier,
@@ -50,7 +51,7 @@ pub struct TaskRunner {
     /// Set when the task is deleted: the thread stops at its next element.
     cancelled: Arc<AtomicBool>,
     /// The pipeline's error, once seen by a reader, for every later reader.
-    error: Mutex<Option<String>>,
+    error: Mutex<Option<TaskFailure>>,
 }
 
 impl TaskRunner {
@@ -111,15 +112,15 @@ impl TaskRunner {
         )
     }
 
-    pub fn error(&self) -> Option<String> {
+    pub fn error(&self) -> Option<TaskFailure> {
         self.error.lock().expect("error lock poisoned").clone()
     }
 
-    pub fn set_error(&self, message: String) {
+    pub fn set_error(&self, failure: TaskFailure) {
         self.error
             .lock()
             .expect("error lock poisoned")
-            .get_or_insert(message);
+            .get_or_insert(failure);
     }
 
     pub fn cancel(&self) {
@@ -157,7 +158,7 @@ impl TaskRunner {
             .spawn(move || produce(def, splits, access, tx, cancelled));
         if let Err(e) = spawned {
             warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
-            self.set_error(format!("could not start the pipeline thread: {e}"));
+            self.set_error(format!("could not start the pipeline thread: {e}").into());
         }
         buffer
     }
@@ -190,13 +191,13 @@ fn run_pipeline(
     file_access: FileAccess,
     tx: &mut Producer,
     cancelled: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), TaskFailure> {
     let task_id = def.task_id;
     // A compression this worker does not know is the task's error, never a silent default.
     let compression =
         Compression::from_proto(def.compression).map_err(|e| format!("task {task_id}: {e}"))?;
     let Some(dataset) = def.dataset.as_ref() else {
-        return Err(format!("task {task_id} has no dataset definition"));
+        return Err(format!("task {task_id} has no dataset definition").into());
     };
     let dataset = sharded_definition(&def, dataset)?;
     let options = ExecOptions {
@@ -204,7 +205,7 @@ fn run_pipeline(
         file_access,
         ..ExecOptions::default()
     };
-    let mut elements = sluice_dataset::iterate(&dataset, &options).map_err(|e| e.to_string())?;
+    let mut elements = sluice_dataset::iterate(&dataset, &options)?;
     let mut produced = 0u64;
     // Room to encode large elements outside the open chunk (see `push_element`).
     let mut scratch = BytesMut::new();
@@ -214,7 +215,7 @@ fn run_pipeline(
         let next = elements.next();
         let element = match &next {
             Some(Ok(element)) => element,
-            Some(Err(e)) => return Err(e.to_string()),
+            Some(Err(e)) => return Err(TaskFailure::from(e.clone())),
             None => break,
         };
         if cancelled.load(Ordering::Relaxed) {

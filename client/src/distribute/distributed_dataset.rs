@@ -36,8 +36,10 @@ use super::rebatch::{compute_batch_size, per_replica_spec, Rebatch};
 use crate::error::ClientError;
 use crate::service_dataset::ServiceDataset;
 use sluice_dataset::{
-    auto_shard, pb, AutoShardPolicy, Dataset, ElementSpec, ExecOptions, FunctionRegistry, Transform,
+    auto_shard, pb, AutoShardPolicy, Dataset, ElementSpec, ExecOptions, FunctionRegistry,
+    PythonRunner, Transform,
 };
+use std::sync::Arc;
 use tracing::debug;
 
 /// What a distributed dataset reads: a local pipeline or the service.
@@ -69,6 +71,8 @@ pub struct DistributedDataset {
     config: DistributeConfig,
     steps: Steps,
     element_spec: ElementSpec,
+    /// Runs a local input's Python ops (a service input carries its own runner).
+    python: Option<Arc<dyn PythonRunner>>,
 }
 
 impl DistributedDataset {
@@ -109,7 +113,16 @@ impl DistributedDataset {
             config,
             steps: Steps::Rebatch(rebatch),
             element_spec,
+            python: None,
         })
+    }
+
+    /// The same dataset, whose local input runs its Python ops with `runner`.
+    pub fn with_python_runner(self, runner: Arc<dyn PythonRunner>) -> DistributedDataset {
+        DistributedDataset {
+            python: Some(runner),
+            ..self
+        }
     }
 
     /// The spec of one replica's value in a step.
@@ -131,7 +144,11 @@ impl DistributedDataset {
     pub async fn iter(&self) -> Result<DistributedIterator, ClientError> {
         let feed = match &self.input {
             DistributedInput::Local(d) => {
-                Feed::local(sluice_dataset::iterate(d.def(), &ExecOptions::default())?)?
+                let options = ExecOptions {
+                    python: self.python.clone(),
+                    ..ExecOptions::default()
+                };
+                Feed::local(sluice_dataset::iterate(d.def(), &options)?)?
             }
             DistributedInput::Service(s) => Feed::Service(Box::new(s.iter().await?)),
         };
@@ -170,6 +187,7 @@ where
         config: config.clone(),
         steps: Steps::Whole,
         element_spec,
+        python: None,
     })
 }
 

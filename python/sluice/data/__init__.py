@@ -9,9 +9,10 @@ values: numpy scalars, arrays, ``bytes`` for strings, tuples and dicts kept::
     >>> list(Dataset.range(5).map("square").batch(2).as_numpy_iterator())
     [array([0, 1]), array([4, 9]), array([16])]
 
-``map`` and ``filter`` take the names of built-in functions (``identity``, ``square``,
-``negate``, ``add_one``, ``to_float``; ``is_even``, ``is_odd``); Python functions are not
-supported in pipelines yet.
+``map``, ``filter`` and ``flat_map`` take any Python callable; before ``distribute`` it runs
+on the workers, after it in this process. ``map`` and ``filter`` also take the names of
+built-in functions, which run natively (``identity``, ``square``, ``negate``, ``add_one``,
+``to_float``; ``is_even``, ``is_odd``).
 """
 
 from __future__ import annotations

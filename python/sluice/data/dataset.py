@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, U
 
 import numpy as np
 
-from sluice import _native
+from sluice import _functions, _native
+from sluice.data.tensor_spec import TensorSpec
 from sluice.errors import InvalidArgumentError, OpError
 
 # Epochs not yet ended. A reader that exits mid-epoch closes them on the way out, so the
@@ -135,21 +136,109 @@ class Dataset:
 
     # Ops.
 
-    def map(self, map_func: str) -> "Dataset":
-        """Applies the built-in function ``map_func`` to every element.
+    def map(
+        self,
+        map_func: Union[str, Callable[..., Any]],
+        num_parallel_calls: Optional[int] = None,
+        deterministic: Optional[bool] = None,
+        output_signature: Any = None,
+    ) -> "Dataset":
+        """Applies ``map_func`` to every element: any Python callable (a lambda, a closure, a
+        function of your own module, a callable object), or the name of a built-in function
+        (``"square"``, ...), which runs natively.
+
+        The function takes and returns numpy values; a tuple element is passed as positional
+        arguments, as in tf.data. It returns an element: a numpy array or scalar, a Python
+        number, ``bytes``, or a tuple or dict of them::
+
+            >>> [int(x) for x in Dataset.range(4).map(lambda x: x * 10)]
+            [0, 10, 20, 30]
+            >>> ds = Dataset.from_tensor_slices(([1, 2], [3, 4])).map(lambda a, b: a + b)
+            >>> [int(x) for x in ds]
+            [4, 6]
+
+        Before :func:`sluice.distribute` the function runs on the workers, in their Python
+        executor processes; after it, or when the dataset is iterated here, in this
+        interpreter. It travels pickled with cloudpickle, once per op: your own modules go by
+        value, so workers need not have them; installed packages (numpy, ...) go by reference
+        and must be installed on the workers, with the same Python minor version and
+        cloudpickle version as here (a worker refuses the task otherwise, naming both).
+
+        ``num_parallel_calls``: how many calls may run at once; ``None`` or ``AUTOTUNE`` let
+        the runner decide (a worker runs as many as it has executors). Outputs keep the input
+        order whatever ``deterministic`` says. ``output_signature``: the output's element
+        spec (:class:`TensorSpec` leaves in tuples and dicts); without it, the spec is known
+        from the first element (see :attr:`element_spec`). A function that raises ends the
+        epoch with :class:`sluice.errors.PythonFunctionError`, which is also an instance of
+        the original class when that is a built-in one.
 
         >>> [int(x) for x in Dataset.range(4).map("square").as_numpy_iterator()]
         [0, 1, 4, 9]
         """
-        return self._chain(self._native.map(_function_name(map_func, "map")))
+        del deterministic  # outputs are always in input order
+        if isinstance(map_func, str):
+            return self._chain(self._native.map(map_func))
+        parallel = _parallel_calls(num_parallel_calls)
+        return self._py_function(_functions.KIND_MAP, map_func, parallel, output_signature)
 
-    def filter(self, predicate: str) -> "Dataset":
-        """Keeps the elements for which the built-in predicate holds.
+    def filter(self, predicate: Union[str, Callable[..., Any]]) -> "Dataset":
+        """Keeps the elements for which ``predicate`` holds: a Python callable returning a bool
+        (or a scalar that converts to one), or the name of a built-in predicate. Where it runs
+        and how it travels is as for :meth:`map`.
 
+        >>> [int(x) for x in Dataset.range(6).filter(lambda x: x % 3 == 0)]
+        [0, 3]
         >>> [int(x) for x in Dataset.range(6).filter("is_odd").as_numpy_iterator()]
         [1, 3, 5]
         """
-        return self._chain(self._native.filter(_function_name(predicate, "filter")))
+        if isinstance(predicate, str):
+            return self._chain(self._native.filter(predicate))
+        return self._py_function(_functions.KIND_FILTER, predicate, 0, None)
+
+    def flat_map(
+        self, map_func: Callable[..., Any], output_signature: Any = None
+    ) -> "Dataset":
+        """Replaces each element by the elements of what ``map_func`` returns: a
+        :class:`Dataset` or any iterable (a list, a numpy array's rows). Where it runs and how
+        it travels is as for :meth:`map`.
+
+        >>> ds = Dataset.range(1, 4).flat_map(lambda n: Dataset.range(int(n)))
+        >>> [int(x) for x in ds]
+        [0, 0, 1, 0, 1, 2]
+        >>> [int(x) for x in Dataset.range(2).flat_map(lambda x: [x, x])]
+        [0, 0, 1, 1]
+        """
+        return self._py_function(_functions.KIND_FLAT_MAP, map_func, 0, output_signature)
+
+    def _py_function(
+        self, kind: int, fn: Any, num_parallel_calls: int, output_signature: Any
+    ) -> "Dataset":
+        op = _functions.KIND_NAMES[kind]
+        if not callable(fn):
+            raise InvalidArgumentError(
+                f"{op} takes a Python callable or the name of a built-in function, got "
+                f"{type(fn).__name__}"
+            )
+        if output_signature is not None:
+            _check_signature(output_signature)
+        try:
+            p = _functions.pickle_function(fn)
+        except Exception as e:
+            raise InvalidArgumentError(
+                f"{op}: cannot pickle {_functions.function_name(fn)} with cloudpickle: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        return self._chain(
+            self._native.py_function(
+                kind,
+                p.pickled,
+                p.name,
+                p.python_version,
+                p.cloudpickle_version,
+                num_parallel_calls,
+                output_signature,
+            )
+        )
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> "Dataset":
         """Stacks ``batch_size`` consecutive elements into one.
@@ -318,7 +407,17 @@ class Dataset:
 
     @property
     def element_spec(self) -> Any:
-        """The elements' type: :class:`TensorSpec` leaves in tuples and dicts."""
+        """The elements' type: :class:`TensorSpec` leaves in tuples and dicts.
+
+        The output of a Python function given no ``output_signature`` is known only from the
+        first element, whose shapes it takes: a local dataset produces one element to find
+        out (once per dataset object); a dataset read from the service takes it from the
+        first element read, and raises :class:`~sluice.errors.FailedPreconditionError`
+        before that. Give ``output_signature`` to know it up front::
+
+            >>> Dataset.range(3).map(lambda x: (x, x * 0.5)).element_spec
+            (TensorSpec(shape=(), dtype=int64), TensorSpec(shape=(), dtype=float64))
+        """
         return self._native.element_spec()
 
     def cardinality(self) -> int:
@@ -392,13 +491,28 @@ def _files(
     return Dataset(_native.Dataset.files(",".join(files), fmt, files, compression))
 
 
-def _function_name(function: object, op: str) -> str:
-    if isinstance(function, str):
-        return function
-    raise InvalidArgumentError(
-        f"{op} takes the name of a built-in function (e.g. 'square', 'is_even'); "
-        "Python functions in pipelines are not supported yet"
-    )
+def _parallel_calls(value: Optional[int]) -> int:
+    """``num_parallel_calls`` as the definition carries it: 0 lets the runner decide."""
+    if value is None or value == AUTOTUNE:
+        return 0
+    return _positive(value, "num_parallel_calls")
+
+
+def _check_signature(signature: Any) -> None:
+    """``output_signature`` is TensorSpecs in tuples and dicts with string keys."""
+    if isinstance(signature, tuple):
+        for s in signature:
+            _check_signature(s)
+    elif isinstance(signature, dict):
+        for k, s in signature.items():
+            if not isinstance(k, str):
+                raise InvalidArgumentError(f"output_signature dict keys must be str, got {k!r}")
+            _check_signature(s)
+    elif not isinstance(signature, TensorSpec):
+        raise InvalidArgumentError(
+            "output_signature must be sluice.data.TensorSpec values in tuples and dicts, got "
+            f"{type(signature).__name__}"
+        )
 
 
 def _positive(value: int, name: str) -> int:
