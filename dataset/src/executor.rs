@@ -299,7 +299,9 @@ impl Stage {
                 Stage::Map(Arc::new(move |e| image_ops::resize(&r, e)))
             }
             Some(OpKind::ParseExample(p)) => Stage::ParseExample(Arc::new(ExampleParser::new(p)?)),
-            Some(OpKind::PyFunction(f)) => Stage::Python(python_fn::prepare(f, opts.python.as_ref())?),
+            Some(OpKind::PyFunction(f)) => {
+                Stage::Python(python_fn::prepare(f, opts.python.as_ref())?)
+            }
         })
     }
 

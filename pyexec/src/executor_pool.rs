@@ -127,7 +127,10 @@ impl ExecutorPool {
 
     /// The executors' Python `major.minor` and cloudpickle version.
     pub fn versions(&self) -> (&str, &str) {
-        (&self.shared.python_version, &self.shared.cloudpickle_version)
+        (
+            &self.shared.python_version,
+            &self.shared.cloudpickle_version,
+        )
     }
 
     /// The executors' current process ids (for tests and diagnostics).

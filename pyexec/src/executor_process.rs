@@ -68,7 +68,10 @@ impl ExecutorProcess {
             Ok(Some(Frame { kind, body })) if kind == protocol::HELLO => {
                 serde_json::from_slice::<Hello>(&body).map_err(|e| e.to_string())
             }
-            Ok(Some(frame)) => Err(format!("a frame of kind {:#x} before its hello", frame.kind)),
+            Ok(Some(frame)) => Err(format!(
+                "a frame of kind {:#x} before its hello",
+                frame.kind
+            )),
             Ok(None) => Err("no hello".to_string()),
             Err(e) => Err(e.to_string()),
         };

@@ -32,7 +32,9 @@ impl PoolConfig {
             ));
         }
         if self.python.as_os_str().is_empty() {
-            return Err(PoolError::Config("the Python interpreter path is empty".into()));
+            return Err(PoolError::Config(
+                "the Python interpreter path is empty".into(),
+            ));
         }
         Ok(())
     }

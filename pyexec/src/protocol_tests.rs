@@ -52,11 +52,21 @@ fn outputs_round_trip_in_order() {
     let outputs = vec![
         int(1),
         Element::Tuple(vec![int(2), int(3)]),
-        Element::Tensor(Tensor::from_raw(sluice_dataset::DType::UInt8, vec![2, 2], Bytes::from(vec![1, 2, 3, 4])).unwrap()),
+        Element::Tensor(
+            Tensor::from_raw(
+                sluice_dataset::DType::UInt8,
+                vec![2, 2],
+                Bytes::from(vec![1, 2, 3, 4]),
+            )
+            .unwrap(),
+        ),
     ];
     let body = Bytes::from(encode_outputs(&outputs));
     assert_eq!(decode_outputs(&body).unwrap(), outputs);
-    assert_eq!(decode_outputs(&Bytes::from(encode_outputs(&[]))).unwrap(), vec![]);
+    assert_eq!(
+        decode_outputs(&Bytes::from(encode_outputs(&[]))).unwrap(),
+        vec![]
+    );
 }
 
 #[test]
@@ -67,7 +77,10 @@ fn garbage_outputs_are_a_codec_error() {
         ("truncated element", good[..good.len() - 1].to_vec()),
         ("trailing byte", [good.as_slice(), &[0]].concat()),
         ("huge count", u32::MAX.to_le_bytes().to_vec()),
-        ("length past the end", [&1u32.to_le_bytes()[..], &100u32.to_le_bytes()].concat()),
+        (
+            "length past the end",
+            [&1u32.to_le_bytes()[..], &100u32.to_le_bytes()].concat(),
+        ),
     ];
     for (what, body) in cases {
         let err = decode_outputs(&Bytes::from(body)).unwrap_err();

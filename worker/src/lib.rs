@@ -32,6 +32,6 @@ pub mod worker_handle;
 pub mod worker_state;
 
 pub use config::{LeaseEvent, LeaseObserver, WorkerConfig};
-pub use sluice_pyexec::PoolConfig;
 pub use error::WorkerError;
+pub use sluice_pyexec::PoolConfig;
 pub use worker_handle::WorkerHandle;

@@ -23,7 +23,8 @@ use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
 use bytes::BytesMut;
 use sluice_dataset::{
-    pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, PythonRunner, SplitSupplier,
+    pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, PythonRunner,
+    SplitSupplier,
 };
 use sluice_proto::dispatcher::{self as pb, TaskDef};
 use sluice_rpc::{DispatcherClient, IterationId, TaskId};
