@@ -281,8 +281,8 @@ class WorkerServer(_Server):
             tls_ca=_path(c.tls_ca),
             auth_token_file=_path(c.auth_token_file),
             insecure=bool(c.insecure),
-            python=sys.executable if c.python_executors != 0 else None,
-            python_executors=c.python_executors or None,
+            python=(sys.executable or None) if c.python_executors != 0 else None,
+            python_executors=_executors(c.python_executors),
         )
 
     @property
@@ -298,6 +298,15 @@ class WorkerServer(_Server):
 def _check_protocol(protocol: str) -> None:
     if protocol != "grpc":
         raise InvalidArgumentError(f"Unsupported protocol {protocol!r}; Sluice serves grpc")
+
+
+def _executors(count: Optional[int]) -> Optional[int]:
+    """``python_executors`` for the native worker: ``None`` for one per core."""
+    if count is None or count == 0:
+        return None
+    if count < 0:
+        raise InvalidArgumentError(f"`python_executors` must be 0 or more, got {count}")
+    return int(count)
 
 
 def _path(path: Optional[Any]) -> Optional[str]:

@@ -169,3 +169,8 @@ def test_a_missing_interpreter_fails_the_worker_naming_it():
             )
     finally:
         d.stop()
+
+
+def test_a_negative_number_of_executors_is_refused():
+    with pytest.raises(sluice.errors.InvalidArgumentError, match="python_executors"):
+        sluice.WorkerServer(sluice.WorkerConfig("127.0.0.1:1", python_executors=-1))
