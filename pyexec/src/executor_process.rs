@@ -9,9 +9,13 @@
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::error::PoolError;
 use crate::protocol::{self, Frame, Hello};
+
+/// How long an executor whose pipe broke may take to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 pub struct ExecutorProcess {
     child: Child,
@@ -118,9 +122,19 @@ impl ExecutorProcess {
         self.child.wait().ok()
     }
 
-    /// Waits for an executor whose pipe broke to be gone (it is killed if it lingers, as it
-    /// may when only its stdout was closed); its exit status.
+    /// Waits for an executor whose pipe broke to be gone; its exit status. Its pipe closes a
+    /// moment before its status is known, so it is given `EXIT_GRACE` to exit by itself (and
+    /// its own status is reported) before it is killed, as one that closed only its stdout
+    /// would linger.
     pub fn reap_after_failure(&mut self) -> Option<ExitStatus> {
+        let deadline = Instant::now() + EXIT_GRACE;
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                Err(_) => break,
+            }
+        }
         self.kill_and_reap()
     }
 }
