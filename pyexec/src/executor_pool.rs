@@ -45,8 +45,9 @@ pub struct ExecutorPool {
 
 struct Shared {
     calls: flume::Sender<Call>,
-    /// Function ids by pickle content (std `Mutex`: held only to look up or insert).
-    functions: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Function ids by kind and pickle content: the same callable as a map and as a filter
+    /// is loaded twice (std `Mutex`: held only to look up or insert).
+    functions: Mutex<HashMap<(i32, Vec<u8>), u64>>,
     next_id: AtomicU64,
     python: PathBuf,
     /// What the executors reported in their handshake.
@@ -185,7 +186,7 @@ impl PythonRunner for ExecutorPool {
                 .lock()
                 .map_err(|_| DatasetError::PythonRuntime("executor pool poisoned".into()))?;
             *functions
-                .entry(op.pickled.clone())
+                .entry((kind as i32, op.pickled.clone()))
                 .or_insert_with(|| shared.next_id.fetch_add(1, Ordering::Relaxed))
         };
         Ok(Arc::new(PoolFunction {
