@@ -89,6 +89,12 @@ def test_filter_and_flat_map_run_on_the_workers(service):
     assert [int(x) for x in service.read(repeated)] == [2, 4, 4, 6, 6, 6, 8, 8, 8, 8]
 
 
+def test_one_callable_as_a_filter_and_as_a_map_keeps_both_meanings(service):
+    by_three = lambda x: x % 3 == 0  # noqa: E731 - one object, pickled twice alike
+    ds = with_python(with_python(Dataset.range(10), KIND_FILTER, by_three), KIND_MAP, by_three)
+    assert [bool(x) for x in service.read(ds)] == [True, True, True, True]
+
+
 def test_a_raising_function_fails_the_epoch_with_its_type_and_message(service):
     def check(x):
         if x == 3:
