@@ -262,6 +262,15 @@ pub struct WorkerArgs {
     /// refused.
     #[arg(long = "data-root", value_name = "DIR")]
     pub data_roots: Vec<PathBuf>,
+    /// Run pipelines' Python functions in executor processes of this interpreter (it must
+    /// import sluice, numpy and cloudpickle, at the clients' Python and cloudpickle versions).
+    /// Without it, pipelines with Python functions are refused. Their code runs on this
+    /// worker: serve only trusted, authenticated clients.
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Python executor processes (default: one per core); needs --python.
+    #[arg(long, value_name = "N", requires = "python")]
+    pub python_executors: Option<usize>,
 }
 
 /// A size in bytes with an optional unit: `500`, `64KiB`, `64MiB`, `10GB` (case-insensitive).

@@ -13,7 +13,7 @@ use sluice_client::{
 use sluice_dataset::Transform;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_security::Role;
-use sluice_worker::{WorkerConfig, WorkerHandle};
+use sluice_worker::{PoolConfig, WorkerConfig, WorkerHandle};
 use std::io::Write;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -115,6 +115,11 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         cross_trainer_cache_size_bytes: args.cross_trainer_cache_size,
         data_roots: args.data_roots,
         security: args.security.load()?,
+        python: args.python.map(|python| {
+            let mut pool = PoolConfig::with_cores(python);
+            pool.executors = args.python_executors.unwrap_or(pool.executors);
+            pool
+        }),
         ..WorkerConfig::default()
     };
     let handle = WorkerHandle::start(config).await?;

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from sluice import _native
@@ -112,6 +113,12 @@ class WorkerConfig:
         >>> lines
         [b'one', b'two']
 
+    - ``python_executors``: how many Python executor processes run the Python functions of
+      pipelines (``Dataset.map`` of a callable before ``distribute``), with this process's own
+      interpreter (``sys.executable``). ``None``: one per core; ``0``: none, and pipelines
+      with Python functions are refused. Their code runs in this worker's executors: serve
+      only trusted clients.
+
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
     """
@@ -130,6 +137,7 @@ class WorkerConfig:
     tls_ca: Optional[str] = None
     auth_token_file: Optional[str] = None
     insecure: bool = False
+    python_executors: Optional[int] = None
 
 
 class _Server:
@@ -273,6 +281,8 @@ class WorkerServer(_Server):
             tls_ca=_path(c.tls_ca),
             auth_token_file=_path(c.auth_token_file),
             insecure=bool(c.insecure),
+            python=(sys.executable or None) if c.python_executors != 0 else None,
+            python_executors=_executors(c.python_executors),
         )
 
     @property
@@ -288,6 +298,15 @@ class WorkerServer(_Server):
 def _check_protocol(protocol: str) -> None:
     if protocol != "grpc":
         raise InvalidArgumentError(f"Unsupported protocol {protocol!r}; Sluice serves grpc")
+
+
+def _executors(count: Optional[int]) -> Optional[int]:
+    """``python_executors`` for the native worker: ``None`` for one per core."""
+    if count is None or count == 0:
+        return None
+    if count < 0:
+        raise InvalidArgumentError(f"`python_executors` must be 0 or more, got {count}")
+    return int(count)
 
 
 def _path(path: Optional[Any]) -> Optional[str]:

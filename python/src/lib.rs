@@ -10,11 +10,13 @@
 //! - `runtime`: the module's runtime and `wait`, a future awaited without the GIL.
 //! - `errors`: `ClientError`, `DatasetError` and server errors as `sluice.errors` exceptions.
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
+//! - `executor_codec`: elements to and from a Python executor's frames (`sluice._executor`).
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
 //! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB) and `serialize_example` (a `tf.train.Example`).
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
 //! - `in_process`: the runner of users' Python functions in this interpreter (local
 //!   iteration, and ops chained after `distribute`).
+//! - `py_function_op`: `_with_py_function`, a Python op from its raw fields (tests).
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process, and
 //!   `make_credentials` (`sluice certs`).
@@ -23,8 +25,10 @@ mod convert;
 mod distribute;
 mod errors;
 mod in_process;
+mod executor_codec;
 mod io;
 mod pipeline;
+mod py_function_op;
 mod runtime;
 mod servers;
 mod service;
@@ -43,6 +47,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::WorkerServer>()?;
     m.add_class::<io::TfRecordWriter>()?;
     m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
+    m.add_function(wrap_pyfunction!(executor_codec::decode_element, m)?)?;
+    m.add_function(wrap_pyfunction!(executor_codec::encode_elements, m)?)?;
+    m.add_function(wrap_pyfunction!(py_function_op::_with_py_function, m)?)?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
     m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;

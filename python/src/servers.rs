@@ -7,7 +7,7 @@ use sluice_client::ClientError;
 use sluice_dispatcher::state::Rejection;
 use sluice_dispatcher::{DispatcherConfig, DispatcherError, DispatcherHandle};
 use sluice_security::{SecurityError, ServerSecurity, ServerSecurityFiles};
-use sluice_worker::{WorkerConfig, WorkerError, WorkerHandle};
+use sluice_worker::{PoolConfig, WorkerConfig, WorkerError, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -265,11 +265,13 @@ pub struct WorkerServer {
 #[pymethods]
 impl WorkerServer {
     /// `tls_cert`, `tls_key`, `tls_ca`, `auth_token_file`, `insecure`: the worker's TLS and
-    /// credentials, as `sluice worker`'s flags.
+    /// credentials, as `sluice worker`'s flags. `python`: the interpreter of the worker's
+    /// Python executors (`None`: no executors, Python functions refused), `python_executors`
+    /// how many (`None`: one per core).
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
-        insecure=false))]
+        insecure=false, python=None, python_executors=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -284,6 +286,8 @@ impl WorkerServer {
         tls_ca: Option<PathBuf>,
         auth_token_file: Option<PathBuf>,
         insecure: bool,
+        python: Option<PathBuf>,
+        python_executors: Option<usize>,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -303,6 +307,11 @@ impl WorkerServer {
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.heartbeat_poll),
             security,
+            python: python.map(|python| {
+                let mut pool = PoolConfig::with_cores(python);
+                pool.executors = python_executors.unwrap_or(pool.executors);
+                pool
+            }),
             ..defaults
         };
         let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;

@@ -6,6 +6,7 @@ mod data_roots;
 mod failover;
 mod memory;
 mod parse_example;
+mod python_workers;
 mod reading;
 mod security;
 mod single_dispatcher;

@@ -1,6 +1,7 @@
 //! `WorkerConfig`: what a worker needs to start, validated once.
 
 use crate::cross_trainer_cache::DEFAULT_CACHE_SIZE_BYTES;
+use sluice_pyexec::PoolConfig;
 use sluice_security::ServerSecurity;
 use std::fmt;
 use std::path::PathBuf;
@@ -67,6 +68,9 @@ pub struct WorkerConfig {
     /// an existing directory). Checked before each file is opened, whatever the dispatcher
     /// allowed. Empty: every file is refused, the safe default.
     pub data_roots: Vec<PathBuf>,
+    /// The Python executors that run the Python functions of pipelines, started with the
+    /// worker. `None`: pipelines with Python functions are refused.
+    pub python: Option<PoolConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -85,6 +89,7 @@ impl Default for WorkerConfig {
             local: true,
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
+            python: None,
         }
     }
 }
@@ -111,6 +116,9 @@ impl WorkerConfig {
             return Err(format!(
                 "split lease sizes {first}..{max} must be positive and increasing"
             ));
+        }
+        if let Some(python) = &self.python {
+            python.validate().map_err(|e| e.to_string())?;
         }
         Ok(())
     }

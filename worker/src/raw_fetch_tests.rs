@@ -74,6 +74,7 @@ pub(super) async fn start_with(tasks: Vec<TaskDef>, security: &ServerSecurity) -
             WorkerConfig::default(),
             addr.to_string(),
             sluice_dataset::DataRoots::none(),
+            None,
         ));
     }
     let cancel = CancellationToken::new();

@@ -24,7 +24,8 @@ use crate::task_buffer::{Producer, TaskBuffer};
 use crate::task_failure::TaskFailure;
 use bytes::BytesMut;
 use sluice_dataset::{
-    pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, SplitSupplier,
+    pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, PythonRunner,
+    SplitSupplier,
 };
 use sluice_proto::dispatcher::{self as pb, TaskDef};
 use sluice_rpc::{DispatcherClient, IterationId, TaskId};
@@ -42,6 +43,8 @@ pub struct TaskRunner {
     worker: String,
     /// This worker's canonical data roots.
     data_roots: DataRoots,
+    /// The worker's Python executors, for pipelines with Python functions.
+    python: Option<Arc<dyn PythonRunner>>,
     /// The buffer, created with the thread on first read.
     buffer: OnceLock<Arc<TaskBuffer>>,
     /// Coordinated reads: the round server over the buffer, created on first use.
@@ -62,6 +65,7 @@ impl TaskRunner {
         config: WorkerConfig,
         worker: String,
         data_roots: DataRoots,
+        python: Option<Arc<dyn PythonRunner>>,
     ) -> Self {
         TaskRunner {
             def,
@@ -70,6 +74,7 @@ impl TaskRunner {
             config,
             worker,
             data_roots,
+            python,
             buffer: OnceLock::new(),
             round_robin: OnceLock::new(),
             cache: OnceLock::new(),
@@ -153,9 +158,10 @@ impl TaskRunner {
         });
         let cancelled = self.cancelled.clone();
         let access = FileAccess::Roots(self.data_roots.clone());
+        let python = self.python.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-task-{}", def.task_id))
-            .spawn(move || produce(def, splits, access, tx, cancelled));
+            .spawn(move || produce(def, splits, access, python, tx, cancelled));
         if let Err(e) = spawned {
             warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
             self.set_error(format!("could not start the pipeline thread: {e}").into());
@@ -178,10 +184,11 @@ fn produce(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
     file_access: FileAccess,
+    python: Option<Arc<dyn PythonRunner>>,
     mut tx: Producer,
     cancelled: Arc<AtomicBool>,
 ) {
-    let end = run_pipeline(def, splits, file_access, &mut tx, &cancelled);
+    let end = run_pipeline(def, splits, file_access, python, &mut tx, &cancelled);
     tx.finish(end);
 }
 
@@ -189,6 +196,7 @@ fn run_pipeline(
     def: TaskDef,
     splits: Option<Arc<dyn SplitSupplier>>,
     file_access: FileAccess,
+    python: Option<Arc<dyn PythonRunner>>,
     tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), TaskFailure> {
@@ -203,6 +211,7 @@ fn run_pipeline(
     let options = ExecOptions {
         splits,
         file_access,
+        python,
         ..ExecOptions::default()
     };
     let mut elements = sluice_dataset::iterate(&dataset, &options)?;

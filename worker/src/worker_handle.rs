@@ -10,7 +10,8 @@ use crate::error::WorkerError;
 use crate::raw_fetch;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
-use sluice_dataset::DataRoots;
+use sluice_dataset::{DataRoots, PythonRunner};
+use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
     WorkerId,
@@ -70,6 +71,18 @@ impl WorkerHandle {
         };
         let data_roots =
             DataRoots::new(&config.data_roots).map_err(|e| WorkerError::Config(e.to_string()))?;
+        // Python executors start before registration: a worker that cannot run them does not
+        // join the cluster. Starting them waits on child processes, off the async threads.
+        let python = match config.python.clone() {
+            None => None,
+            Some(pool) => {
+                let started = tokio::task::spawn_blocking(move || ExecutorPool::start(&pool))
+                    .await
+                    .map_err(|e| WorkerError::Config(format!("python executors: {e}")))?
+                    .map_err(|e| WorkerError::Config(e.to_string()))?;
+                Some(Arc::new(started) as Arc<dyn PythonRunner>)
+            }
+        };
         let client = DispatcherClient::connect(
             &config.dispatcher,
             retry,
@@ -86,6 +99,7 @@ impl WorkerHandle {
             state: state.clone(),
             config: config.clone(),
             data_roots,
+            python,
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
             WorkerError::Dispatcher(RpcError::FailedPrecondition(message)) => {
@@ -164,6 +178,8 @@ struct Heartbeat {
     config: WorkerConfig,
     /// The canonical roots every task's files must lie below.
     data_roots: DataRoots,
+    /// The worker's Python executors, shared by its tasks.
+    python: Option<Arc<dyn PythonRunner>>,
 }
 
 impl Heartbeat {
@@ -188,6 +204,7 @@ impl Heartbeat {
                 self.config.clone(),
                 self.state.address.clone(),
                 self.data_roots.clone(),
+                self.python.clone(),
             );
             self.state.add(runner);
         }

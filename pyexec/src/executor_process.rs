@@ -1,0 +1,185 @@
+//! `ExecutorProcess`: one `PYTHON -m sluice._executor` child and its pipes, spoken to with the
+//! framed protocol. Only the pool's thread for this executor uses it, one request at a time.
+//!
+//! Invariants: the child's stdin and stdout are the protocol, its stderr is the worker's own
+//! (users' prints land there); dropping an `ExecutorProcess` kills and reaps the child, so
+//! no executor outlives its pool and none is left a zombie. The child also exits on its own
+//! when its stdin closes.
+
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::PoolError;
+use crate::protocol::{self, Frame, Hello};
+
+/// How long an executor whose pipe broke may take to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+pub struct ExecutorProcess {
+    child: Child,
+    stdin: BufWriter<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub hello: Hello,
+}
+
+impl ExecutorProcess {
+    /// Starts an executor and reads its handshake. A missing interpreter, or one that cannot
+    /// import what the executor needs, is an error naming the interpreter and what it printed.
+    pub fn start(python: &Path) -> Result<ExecutorProcess, PoolError> {
+        let mut process = Self::spawn(python)?;
+        process.handshake(python)?;
+        Ok(process)
+    }
+
+    /// Starts the process without waiting for it (so many can start at once); `handshake`
+    /// must follow before any request.
+    pub fn spawn(python: &Path) -> Result<ExecutorProcess, PoolError> {
+        let mut child = Command::new(python)
+            .args(["-m", "sluice._executor"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| PoolError::Spawn {
+                python: python.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(PoolError::Spawn {
+                python: python.to_path_buf(),
+                message: "its pipes were not set up".into(),
+            });
+        };
+        Ok(ExecutorProcess {
+            child,
+            stdin: BufWriter::with_capacity(64 << 10, stdin),
+            stdout: BufReader::with_capacity(64 << 10, stdout),
+            hello: Hello {
+                python: String::new(),
+                cloudpickle: String::new(),
+                pid: 0,
+            },
+        })
+    }
+
+    /// Reads the executor's HELLO; on failure the executor is killed and the error says why.
+    pub fn handshake(&mut self, python: &Path) -> Result<(), PoolError> {
+        let hello = match protocol::read_frame(&mut self.stdout) {
+            Ok(Some(Frame { kind, body })) if kind == protocol::HELLO => {
+                serde_json::from_slice::<Hello>(&body).map_err(|e| e.to_string())
+            }
+            Ok(Some(frame)) => Err(format!(
+                "a frame of kind {:#x} before its hello",
+                frame.kind
+            )),
+            Ok(None) => Err("no hello".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match hello {
+            Ok(hello) => {
+                self.hello = hello;
+                Ok(())
+            }
+            Err(what) => {
+                let status = self.kill_and_reap();
+                Err(PoolError::Handshake {
+                    python: python.to_path_buf(),
+                    message: format!(
+                        "{what} (the executor {}); {}",
+                        describe_exit(status),
+                        diagnose(python)
+                    ),
+                })
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends one frame whose body is `parts` concatenated.
+    pub fn send(&mut self, kind: u8, parts: &[&[u8]]) -> std::io::Result<()> {
+        protocol::write_frame(&mut self.stdin, kind, parts)
+    }
+
+    /// Reads the next reply; an end of stream is an error (the executor went away).
+    pub fn receive(&mut self) -> std::io::Result<Frame> {
+        protocol::read_frame(&mut self.stdout)?
+            .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+    }
+
+    /// Kills the executor (if it still runs) and waits for it; its exit status if known.
+    pub fn kill_and_reap(&mut self) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok()
+    }
+
+    /// Waits for an executor whose pipe broke to be gone; its exit status. Its pipe closes a
+    /// moment before its status is known, so it is given `EXIT_GRACE` to exit by itself (and
+    /// its own status is reported) before it is killed, as one that closed only its stdout
+    /// would linger.
+    pub fn reap_after_failure(&mut self) -> Option<ExitStatus> {
+        let deadline = Instant::now() + EXIT_GRACE;
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                Err(_) => break,
+            }
+        }
+        self.kill_and_reap()
+    }
+}
+
+impl Drop for ExecutorProcess {
+    fn drop(&mut self) {
+        self.kill_and_reap();
+    }
+}
+
+/// "exited with status 1", "was killed by signal 9".
+pub fn describe_exit(status: Option<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            (None, None) => format!("ended ({s})"),
+        },
+        None => "ended with an unknown status".into(),
+    }
+}
+
+/// Why an interpreter cannot run executors: what it prints importing their modules.
+fn diagnose(python: &Path) -> String {
+    let output = Command::new(python)
+        .args(["-c", "import sluice._native, numpy, cloudpickle"])
+        .stdin(Stdio::null())
+        .output();
+    match output {
+        Ok(out) if out.status.success() => {
+            "it imports sluice._native, numpy and cloudpickle, so see the executor's own output \
+             above"
+                .into()
+        }
+        Ok(out) => {
+            let printed = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = printed.trim_end().lines().rev().take(3).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!(
+                "`{} -c \"import sluice._native, numpy, cloudpickle\"` printed: {}",
+                python.display(),
+                tail.join(" | ")
+            )
+        }
+        Err(e) => format!("it cannot be run: {e}"),
+    }
+}

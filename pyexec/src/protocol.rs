@@ -1,0 +1,167 @@
+//! The framed binary protocol between a worker and its executor processes, over the executor's
+//! stdin (requests) and stdout (replies). Pure: frames to and from bytes, no I/O policy.
+//!
+//! ```text
+//! frame:   length u32 LE (of kind + body), kind u8, body
+//! requests (worker -> executor):
+//!   LOAD   0x01  function id u64 LE, function kind u8 (PyFunctionKind), cloudpickle bytes
+//!   CALL   0x02  function id u64 LE, the element (sluice_dataset::codec, uncompressed)
+//!   UNLOAD 0x03  function id u64 LE                                       (no reply)
+//! replies (executor -> worker), one per LOAD or CALL, in request order:
+//!   HELLO   0x80  JSON {"python": "3.11", "cloudpickle": "3.0.0", "pid": 123} (first, unasked)
+//!   OUTPUTS 0x81  count u32 LE, then per output: length u32 LE, element encoding
+//!   KEEP    0x82  u8: 1 a filter keeps its input, 0 it drops it
+//!   ERROR   0x83  JSON {"type_module", "type_name", "message", "traceback"}
+//!   LOADED  0x84  empty
+//! ```
+//!
+//! Invariants: an executor handles one request at a time and answers in order, so a reply is
+//! matched to its request by position; elements travel in the codec's format (no pickle for
+//! data); a frame longer than `MAX_FRAME` is refused rather than allocated.
+
+use std::io::{self, Read, Write};
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use sluice_dataset::{codec, Compression, DatasetError, Element};
+
+pub const LOAD: u8 = 0x01;
+pub const CALL: u8 = 0x02;
+pub const UNLOAD: u8 = 0x03;
+pub const HELLO: u8 = 0x80;
+pub const OUTPUTS: u8 = 0x81;
+pub const KEEP: u8 = 0x82;
+pub const ERROR: u8 = 0x83;
+pub const LOADED: u8 = 0x84;
+
+/// The largest frame written or read (1 GiB): a larger element is refused with an error, and a
+/// corrupt length never becomes a huge allocation.
+pub const MAX_FRAME: usize = 1 << 30;
+
+/// A frame's kind and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub kind: u8,
+    pub body: Bytes,
+}
+
+/// What an executor says first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub python: String,
+    pub cloudpickle: String,
+    pub pid: u32,
+}
+
+/// An exception as an executor reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RemoteException {
+    pub type_module: String,
+    pub type_name: String,
+    pub message: String,
+    pub traceback: String,
+}
+
+/// Writes one frame whose body is the concatenation of `parts` (so a large tensor is written
+/// from where it lies, without a copy into the frame).
+pub fn write_frame(out: &mut impl Write, kind: u8, parts: &[&[u8]]) -> io::Result<()> {
+    let len = 1 + parts.iter().map(|p| p.len()).sum::<usize>();
+    if len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a frame of {len} bytes is longer than the protocol's {MAX_FRAME}"),
+        ));
+    }
+    let len = len as u32;
+    let mut head = [0u8; 5];
+    head[..4].copy_from_slice(&len.to_le_bytes());
+    head[4] = kind;
+    out.write_all(&head)?;
+    for part in parts {
+        out.write_all(part)?;
+    }
+    out.flush()
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream (before a frame's first byte).
+pub fn read_frame(input: &mut impl Read) -> io::Result<Option<Frame>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < len.len() {
+        match input.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a frame of length {len} (at least 1, at most {MAX_FRAME})"),
+        ));
+    }
+    let mut buf = BytesMut::zeroed(len);
+    input.read_exact(&mut buf)?;
+    let body = buf.freeze();
+    Ok(Some(Frame {
+        kind: body[0],
+        body: body.slice(1..),
+    }))
+}
+
+/// The head of a LOAD or CALL body: the function id, then (LOAD) its kind.
+pub fn function_head(id: u64) -> [u8; 8] {
+    id.to_le_bytes()
+}
+
+/// Encodes a call's outputs as an OUTPUTS body.
+pub fn encode_outputs(outputs: &[Element]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(outputs.len() as u32).to_le_bytes());
+    for element in outputs {
+        let encoded = codec::encode_element(element, Compression::None);
+        out.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+        out.extend_from_slice(&encoded);
+    }
+    out
+}
+
+/// Decodes an OUTPUTS body; tensors share `body` (no copy).
+pub fn decode_outputs(body: &Bytes) -> Result<Vec<Element>, DatasetError> {
+    let bad = |what: &str| DatasetError::Codec(format!("executor outputs: {what}"));
+    let mut pos = 0usize;
+    let mut take = |n: usize| -> Result<Bytes, DatasetError> {
+        let end = pos
+            .checked_add(n)
+            .filter(|&end| end <= body.len())
+            .ok_or_else(|| bad("truncated"))?;
+        let part = body.slice(pos..end);
+        pos = end;
+        Ok(part)
+    };
+    let count = u32_le(&take(4)?);
+    // Every output takes at least its 4-byte length: a count past that is garbage.
+    if count as usize > body.len() / 4 {
+        return Err(bad("more outputs than bytes"));
+    }
+    let mut outputs = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = u32_le(&take(4)?) as usize;
+        outputs.push(codec::decode_element_bytes(take(len)?)?);
+    }
+    if pos != body.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(outputs)
+}
+
+fn u32_le(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[cfg(test)]
+#[path = "protocol_tests.rs"]
+mod tests;

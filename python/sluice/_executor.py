@@ -1,0 +1,159 @@
+"""A Python executor: the process a worker runs users' functions in (``python -m sluice._executor``).
+
+A worker starts a pool of these and speaks to each over its stdin and stdout with the framed
+protocol of the ``sluice-pyexec`` crate (``pyexec/src/protocol.rs``): a frame is a 4-byte
+little-endian length, a kind byte and a body. The executor says HELLO (its Python and
+cloudpickle versions and pid), then answers each LOAD (unpickle a function, kept by id) and
+CALL (run a loaded function on one element) in order; UNLOAD forgets a function. Elements
+travel in Sluice's element encoding, decoded to numpy and encoded back by the native module,
+never pickled.
+
+The protocol owns file descriptors 0 and 1: ``sys.stdin`` reads nothing and ``sys.stdout`` (and
+fd 1, for C extensions) is the worker's stderr, so a user's ``print`` cannot corrupt a frame.
+The executor ends when its stdin closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import sys
+import traceback
+from typing import Any, BinaryIO, Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+LOAD = 0x01
+CALL = 0x02
+UNLOAD = 0x03
+HELLO = 0x80
+OUTPUTS = 0x81
+KEEP = 0x82
+ERROR = 0x83
+LOADED = 0x84
+
+_HEADER = struct.Struct("<IB")
+_ID = struct.Struct("<Q")
+
+
+def _take_protocol_fds() -> Tuple[BinaryIO, BinaryIO]:
+    """The protocol's input and output, with fds 0 and 1 given back to the user's code as
+    /dev/null and stderr."""
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdin = open(os.devnull)
+    sys.stdout = sys.stderr
+    return proto_in, proto_out
+
+
+def _read_frame(inp: BinaryIO) -> Optional[Tuple[int, bytes]]:
+    head = inp.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return None
+    length, kind = _HEADER.unpack(head)
+    body = inp.read(length - 1)
+    if len(body) < length - 1:
+        return None
+    return kind, body
+
+
+def _write_frame(out: BinaryIO, kind: int, body: bytes = b"") -> None:
+    out.write(_HEADER.pack(len(body) + 1, kind))
+    out.write(body)
+    out.flush()
+
+
+def _exception_report(e: BaseException) -> bytes:
+    kind = type(e)
+    return json.dumps(
+        {
+            "type_module": getattr(kind, "__module__", "") or "",
+            "type_name": getattr(kind, "__qualname__", kind.__name__),
+            "message": str(e),
+            "traceback": traceback.format_exc(),
+        }
+    ).encode()
+
+
+def _parts(value: Any) -> Any:
+    """An output as ``encode_elements`` takes it: tuples and dicts kept, each leaf
+    ``[dtype, shape, data]``. A value of another type is a ``TypeError`` naming it."""
+    from sluice.data.dataset import _tensor_parts
+
+    if isinstance(value, tuple):
+        return tuple(_parts(v) for v in value)
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"a dict output of a Python function has str keys, got {type(key).__name__}"
+                )
+        return {k: _parts(v) for k, v in value.items()}
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
+        return list(_tensor_parts(value))
+    raise TypeError(
+        f"a Python function's output must be a numpy array or scalar, an int, float, bool, "
+        f"bytes or str, or a tuple or dict of them; got {type(value).__module__}."
+        f"{type(value).__qualname__}"
+    )
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    import cloudpickle
+
+    from sluice import _functions, _native
+
+    functions: Dict[int, Tuple[int, Callable[..., Any]]] = {}
+    hello = {
+        "python": _functions.python_version(),
+        "cloudpickle": _functions.cloudpickle_version(),
+        "pid": os.getpid(),
+    }
+    _write_frame(out, HELLO, json.dumps(hello).encode())
+    while True:
+        frame = _read_frame(inp)
+        if frame is None:
+            return
+        kind, body = frame
+        (fid,) = _ID.unpack_from(body)
+        if kind == CALL:
+            op_kind, fn = functions[fid]
+            try:
+                element = _native.decode_element(body, _ID.size)
+                outputs = _functions.call(op_kind, fn, element)
+                if op_kind == _functions.KIND_FILTER:
+                    reply, payload = KEEP, b"\x01" if outputs else b"\x00"
+                else:
+                    reply, payload = OUTPUTS, _native.encode_elements([_parts(o) for o in outputs])
+            except Exception as e:  # noqa: BLE001 - every exception of user code is reported
+                reply, payload = ERROR, _exception_report(e)
+            _write_frame(out, reply, payload)
+        elif kind == LOAD:
+            try:
+                fn = cloudpickle.loads(body[_ID.size + 1 :])
+                functions[fid] = (body[_ID.size], fn)
+                _write_frame(out, LOADED)
+            except Exception as e:  # noqa: BLE001 - unpickling runs user code
+                _write_frame(out, ERROR, _exception_report(e))
+        elif kind == UNLOAD:
+            functions.pop(fid, None)
+        else:
+            raise SystemExit(f"sluice executor: unknown request kind {kind:#x}")
+
+
+def main() -> None:
+    # Ctrl-C at a terminal reaches the whole process group: the worker decides when its
+    # executors stop (by closing their stdin or killing them).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inp, out = _take_protocol_fds()
+    serve(inp, out)
+
+
+if __name__ == "__main__":
+    main()

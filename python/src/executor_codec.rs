@@ -1,0 +1,41 @@
+//! The data side of a Python executor (`sluice._executor`): an element from the worker's
+//! encoding to numpy, and a call's outputs to the worker's OUTPUTS body. The framing and its
+//! format live in `sluice-pyexec`; this only converts.
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::convert::{columns_from_py, element_to_py};
+use crate::errors::{dataset_error, invalid_argument};
+
+/// The element encoded in `data` from byte `offset` on, as numpy values. Tensors are copied
+/// out of `data`, so the arrays are the function's own (writable).
+#[pyfunction]
+#[pyo3(signature = (data, offset=0))]
+pub fn decode_element<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyBytes>,
+    offset: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let encoded = data
+        .as_bytes()
+        .get(offset..)
+        .ok_or_else(|| invalid_argument(format!("offset {offset} is past the data's end")))?;
+    let element = sluice_dataset::decode_element(encoded).map_err(dataset_error)?;
+    element_to_py(py, element)
+}
+
+/// A call's outputs as an OUTPUTS body; each output is a structure of tuples and dicts whose
+/// leaves are `[dtype, shape, data]` (see `columns_from_py`).
+#[pyfunction]
+pub fn encode_elements<'py>(
+    py: Python<'py>,
+    outputs: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let elements = outputs
+        .iter()
+        .map(columns_from_py)
+        .collect::<PyResult<Vec<_>>>()?;
+    let body = sluice_pyexec::protocol::encode_outputs(&elements);
+    Ok(PyBytes::new(py, &body))
+}

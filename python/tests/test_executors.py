@@ -1,0 +1,182 @@
+"""A worker's Python executors, through real servers: functions run in executor processes of
+the worker's interpreter, in parallel, and a failing or dying function costs its epoch an
+error, never the worker.
+
+The Python ops are put in definitions with ``_native._with_py_function`` (a pickled callable and
+the versions, as ``Dataset.map`` records them).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from typing import Any, Callable, Iterator, List, Optional
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import sluice
+from sluice import _functions, _native
+from sluice.data import Dataset
+from sluice.errors import OpError
+
+KIND_MAP = _functions.KIND_MAP
+KIND_FILTER = _functions.KIND_FILTER
+KIND_FLAT_MAP = _functions.KIND_FLAT_MAP
+
+
+def with_python(
+    ds: Dataset,
+    kind: int,
+    fn: Callable[..., Any],
+    python_version: Optional[str] = None,
+    cloudpickle_version: Optional[str] = None,
+) -> Dataset:
+    return Dataset(
+        _native._with_py_function(
+            ds._native,
+            kind,
+            cloudpickle.dumps(fn),
+            _functions.function_name(fn),
+            python_version or _functions.python_version(),
+            cloudpickle_version or _functions.cloudpickle_version(),
+        )
+    )
+
+
+class Service:
+    def __init__(self, python_executors: Optional[int] = 2) -> None:
+        self.dispatcher = sluice.DispatchServer(sluice.DispatcherConfig())
+        self.worker = sluice.WorkerServer(
+            sluice.WorkerConfig(self.dispatcher.target, python_executors=python_executors)
+        )
+
+    def read(self, ds: Dataset, mode: str = "parallel_epochs") -> List[Any]:
+        return list(ds.apply(sluice.distribute(mode, self.dispatcher.target)))
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.dispatcher.stop()
+
+
+@pytest.fixture
+def service() -> Iterator[Service]:
+    s = Service()
+    yield s
+    s.stop()
+
+
+def test_a_lambda_map_runs_on_the_workers_with_exact_outputs(service):
+    ds = with_python(Dataset.range(10), KIND_MAP, lambda x: x * x + 1)
+    assert [int(x) for x in service.read(ds)] == [x * x + 1 for x in range(10)]
+
+
+def test_a_closure_over_an_array_gets_tuples_as_arguments_and_returns_dicts(service):
+    table = np.arange(10, dtype=np.int32) * 3
+    pairs = with_python(Dataset.range(4), KIND_MAP, lambda x: (x, table[x]))
+    ds = with_python(pairs, KIND_MAP, lambda x, y: {"x": x, "y": y, "image": np.full((2, 2), y)})
+    out = service.read(ds, "distributed_epoch")
+    assert [int(e["y"]) for e in out] == [0, 3, 6, 9]
+    assert [int(e["x"]) for e in out] == [0, 1, 2, 3]
+    np.testing.assert_array_equal(out[3]["image"], np.full((2, 2), 9, dtype=np.int32))
+
+
+def test_filter_and_flat_map_run_on_the_workers(service):
+    evens = with_python(Dataset.range(10), KIND_FILTER, lambda x: x % 2 == 0)
+    repeated = with_python(evens, KIND_FLAT_MAP, lambda x: [x] * int(x // 2))
+    assert [int(x) for x in service.read(repeated)] == [2, 4, 4, 6, 6, 6, 8, 8, 8, 8]
+
+
+def test_one_callable_as_a_filter_and_as_a_map_keeps_both_meanings(service):
+    by_three = lambda x: x % 3 == 0  # noqa: E731 - one object, pickled twice alike
+    ds = with_python(with_python(Dataset.range(10), KIND_FILTER, by_three), KIND_MAP, by_three)
+    assert [bool(x) for x in service.read(ds)] == [True, True, True, True]
+
+
+def test_a_raising_function_fails_the_epoch_with_its_type_and_message(service):
+    def check(x):
+        if x == 3:
+            raise ValueError(f"element {x} is bad")
+        return x
+
+    ds = with_python(Dataset.range(10), KIND_MAP, check)
+    with pytest.raises(OpError) as info:
+        service.read(ds)
+    assert "ValueError" in str(info.value) and "element 3 is bad" in str(info.value)
+    assert [int(x) for x in service.read(with_python(Dataset.range(3), KIND_MAP, check))] == [
+        0,
+        1,
+        2,
+    ]
+
+
+def test_an_output_of_an_unsupported_type_is_an_error_naming_it(service):
+    ds = with_python(Dataset.range(2), KIND_MAP, lambda x: object())
+    with pytest.raises(OpError, match="builtins.object"):
+        service.read(ds)
+
+
+def test_an_executor_that_exits_fails_its_epoch_and_the_worker_serves_the_next_job(service):
+    def die_on_5(x):
+        if x == 5:
+            os._exit(1)
+        return x
+
+    with pytest.raises(OpError, match=r"executor process \(pid \d+\) exited with status 1"):
+        service.read(with_python(Dataset.range(10), KIND_MAP, die_on_5))
+    ds = with_python(Dataset.range(20), KIND_MAP, lambda x: -x)
+    assert [int(x) for x in service.read(ds)] == [-x for x in range(20)]
+
+
+def test_a_function_pickled_by_another_python_is_refused_naming_both_versions(service):
+    ds = with_python(Dataset.range(3), KIND_MAP, lambda x: x, "3.99", "0.0.1")
+    with pytest.raises(OpError) as info:
+        service.read(ds)
+    text = str(info.value)
+    assert "Python 3.99 with cloudpickle 0.0.1" in text
+    here = f"Python {_functions.python_version()} with cloudpickle {_functions.cloudpickle_version()}"
+    assert here in text
+
+
+def test_calls_run_in_parallel_across_the_executors(service, tmp_path):
+    barrier = pathlib.Path(tmp_path)
+
+    def meet(x):
+        # Each call arrives, then waits for the other: both return only if they run at once.
+        (barrier / f"arrived-{int(x)}").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while len(list(barrier.glob("arrived-*"))) < 2:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the other call never ran alongside this one")
+            time.sleep(0.01)
+        return np.int64(os.getpid())
+
+    pids = [int(p) for p in service.read(with_python(Dataset.range(2), KIND_MAP, meet))]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+
+
+def test_a_worker_without_executors_refuses_python_functions():
+    s = Service(python_executors=0)
+    try:
+        with pytest.raises(OpError, match="has no Python executors"):
+            s.read(with_python(Dataset.range(3), KIND_MAP, lambda x: x))
+    finally:
+        s.stop()
+
+
+def test_a_missing_interpreter_fails_the_worker_naming_it():
+    d = sluice.DispatchServer(sluice.DispatcherConfig())
+    try:
+        with pytest.raises(OpError, match="/nonexistent/python3"):
+            _native.WorkerServer(
+                d.target, "127.0.0.1", 0, [], python="/nonexistent/python3", python_executors=1
+            )
+    finally:
+        d.stop()
+
+
+def test_a_negative_number_of_executors_is_refused():
+    with pytest.raises(sluice.errors.InvalidArgumentError, match="python_executors"):
+        sluice.WorkerServer(sluice.WorkerConfig("127.0.0.1:1", python_executors=-1))
