@@ -16,7 +16,6 @@
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
 //! - `in_process`: the runner of users' Python functions in this interpreter (local
 //!   iteration, and ops chained after `distribute`).
-//! - `py_function_op`: `_with_py_function`, a Python op from its raw fields (tests).
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process, and
 //!   `make_credentials` (`sluice certs`).
@@ -24,11 +23,10 @@
 mod convert;
 mod distribute;
 mod errors;
-mod in_process;
 mod executor_codec;
+mod in_process;
 mod io;
 mod pipeline;
-mod py_function_op;
 mod runtime;
 mod servers;
 mod service;
@@ -49,7 +47,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::decode_element, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::encode_elements, m)?)?;
-    m.add_function(wrap_pyfunction!(py_function_op::_with_py_function, m)?)?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
     m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;

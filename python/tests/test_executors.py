@@ -2,8 +2,7 @@
 the worker's interpreter, in parallel, and a failing or dying function costs its epoch an
 error, never the worker.
 
-The Python ops are put in definitions with ``_native._with_py_function`` (a pickled callable and
-the versions, as ``Dataset.map`` records them).
+The pipelines are built with ``Dataset.map``, ``filter`` and ``flat_map``, as users write them.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import pytest
 import sluice
 from sluice import _functions, _native
 from sluice.data import Dataset
-from sluice.errors import OpError
+from sluice.errors import OpError, PythonFunctionError
 
 KIND_MAP = _functions.KIND_MAP
 KIND_FILTER = _functions.KIND_FILTER
@@ -31,18 +30,13 @@ def with_python(
     ds: Dataset,
     kind: int,
     fn: Callable[..., Any],
-    python_version: Optional[str] = None,
-    cloudpickle_version: Optional[str] = None,
+    python_version: str,
+    cloudpickle_version: str,
 ) -> Dataset:
+    """``ds`` with a Python op of ``kind`` recorded as pickled under other versions."""
+    p = _functions.pickle_function(fn)
     return Dataset(
-        _native._with_py_function(
-            ds._native,
-            kind,
-            cloudpickle.dumps(fn),
-            _functions.function_name(fn),
-            python_version or _functions.python_version(),
-            cloudpickle_version or _functions.cloudpickle_version(),
-        )
+        ds._native.py_function(kind, p.pickled, p.name, python_version, cloudpickle_version, 0, None)
     )
 
 
@@ -69,14 +63,14 @@ def service() -> Iterator[Service]:
 
 
 def test_a_lambda_map_runs_on_the_workers_with_exact_outputs(service):
-    ds = with_python(Dataset.range(10), KIND_MAP, lambda x: x * x + 1)
+    ds = Dataset.range(10).map(lambda x: x * x + 1)
     assert [int(x) for x in service.read(ds)] == [x * x + 1 for x in range(10)]
 
 
 def test_a_closure_over_an_array_gets_tuples_as_arguments_and_returns_dicts(service):
     table = np.arange(10, dtype=np.int32) * 3
-    pairs = with_python(Dataset.range(4), KIND_MAP, lambda x: (x, table[x]))
-    ds = with_python(pairs, KIND_MAP, lambda x, y: {"x": x, "y": y, "image": np.full((2, 2), y)})
+    pairs = Dataset.range(4).map(lambda x: (x, table[x]))
+    ds = pairs.map(lambda x, y: {"x": x, "y": y, "image": np.full((2, 2), y)})
     out = service.read(ds, "distributed_epoch")
     assert [int(e["y"]) for e in out] == [0, 3, 6, 9]
     assert [int(e["x"]) for e in out] == [0, 1, 2, 3]
@@ -84,14 +78,14 @@ def test_a_closure_over_an_array_gets_tuples_as_arguments_and_returns_dicts(serv
 
 
 def test_filter_and_flat_map_run_on_the_workers(service):
-    evens = with_python(Dataset.range(10), KIND_FILTER, lambda x: x % 2 == 0)
-    repeated = with_python(evens, KIND_FLAT_MAP, lambda x: [x] * int(x // 2))
+    evens = Dataset.range(10).filter(lambda x: x % 2 == 0)
+    repeated = evens.flat_map(lambda x: [x] * int(x // 2))
     assert [int(x) for x in service.read(repeated)] == [2, 4, 4, 6, 6, 6, 8, 8, 8, 8]
 
 
 def test_one_callable_as_a_filter_and_as_a_map_keeps_both_meanings(service):
     by_three = lambda x: x % 3 == 0  # noqa: E731 - one object, pickled twice alike
-    ds = with_python(with_python(Dataset.range(10), KIND_FILTER, by_three), KIND_MAP, by_three)
+    ds = Dataset.range(10).filter(by_three).map(by_three)
     assert [bool(x) for x in service.read(ds)] == [True, True, True, True]
 
 
@@ -101,11 +95,16 @@ def test_a_raising_function_fails_the_epoch_with_its_type_and_message(service):
             raise ValueError(f"element {x} is bad")
         return x
 
-    ds = with_python(Dataset.range(10), KIND_MAP, check)
-    with pytest.raises(OpError) as info:
+    ds = Dataset.range(10).map(check)
+    with pytest.raises(ValueError) as info:
         service.read(ds)
-    assert "ValueError" in str(info.value) and "element 3 is bad" in str(info.value)
-    assert [int(x) for x in service.read(with_python(Dataset.range(3), KIND_MAP, check))] == [
+    e = info.value
+    assert isinstance(e, PythonFunctionError)
+    assert (e.type_module, e.type_name) == ("builtins", "ValueError")
+    assert str(e).startswith("ValueError: element 3 is bad")
+    assert 'raise ValueError(f"element {x} is bad")' in e.remote_traceback
+    assert service.worker.address in str(e)
+    assert [int(x) for x in service.read(Dataset.range(3).map(check))] == [
         0,
         1,
         2,
@@ -113,7 +112,7 @@ def test_a_raising_function_fails_the_epoch_with_its_type_and_message(service):
 
 
 def test_an_output_of_an_unsupported_type_is_an_error_naming_it(service):
-    ds = with_python(Dataset.range(2), KIND_MAP, lambda x: object())
+    ds = Dataset.range(2).map(lambda x: object())
     with pytest.raises(OpError, match="builtins.object"):
         service.read(ds)
 
@@ -125,8 +124,8 @@ def test_an_executor_that_exits_fails_its_epoch_and_the_worker_serves_the_next_j
         return x
 
     with pytest.raises(OpError, match=r"executor process \(pid \d+\) exited with status 1"):
-        service.read(with_python(Dataset.range(10), KIND_MAP, die_on_5))
-    ds = with_python(Dataset.range(20), KIND_MAP, lambda x: -x)
+        service.read(Dataset.range(10).map(die_on_5))
+    ds = Dataset.range(20).map(lambda x: -x)
     assert [int(x) for x in service.read(ds)] == [-x for x in range(20)]
 
 
@@ -153,7 +152,7 @@ def test_calls_run_in_parallel_across_the_executors(service, tmp_path):
             time.sleep(0.01)
         return np.int64(os.getpid())
 
-    pids = [int(p) for p in service.read(with_python(Dataset.range(2), KIND_MAP, meet))]
+    pids = [int(p) for p in service.read(Dataset.range(2).map(meet))]
     assert len(set(pids)) == 2 and os.getpid() not in pids
 
 
@@ -161,7 +160,7 @@ def test_a_worker_without_executors_refuses_python_functions():
     s = Service(python_executors=0)
     try:
         with pytest.raises(OpError, match="has no Python executors"):
-            s.read(with_python(Dataset.range(3), KIND_MAP, lambda x: x))
+            s.read(Dataset.range(3).map(lambda x: x))
     finally:
         s.stop()
 

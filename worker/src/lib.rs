@@ -35,6 +35,6 @@ pub mod worker_state;
 
 pub use config::{LeaseEvent, LeaseObserver, WorkerConfig};
 pub use error::WorkerError;
-pub use task_failure::TaskFailure;
 pub use sluice_pyexec::PoolConfig;
+pub use task_failure::TaskFailure;
 pub use worker_handle::WorkerHandle;
