@@ -33,6 +33,7 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::LineTooLong { .. }
         | DatasetError::Image { .. }
         | DatasetError::BadExample { .. } => "InvalidArgumentError",
+        DatasetError::AtRecord { error, .. } => dataset_class(error),
         DatasetError::FileRefused { .. } => "PermissionDeniedError",
         DatasetError::Python(_) => "InvalidArgumentError",
         DatasetError::PythonRuntime(_) => "FailedPreconditionError",
