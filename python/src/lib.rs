@@ -11,7 +11,8 @@
 //! - `errors`: `ClientError`, `DatasetError` and server errors as `sluice.errors` exceptions.
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
-//! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB) and `serialize_example` (a `tf.train.Example`).
+//! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB), `serialize_example` (a `tf.train.Example`) and
+//!   `encode_jpeg` (for the image benchmark).
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
 //! - `servers`: `DispatchServer` and `WorkerServer`, Rust servers in this process, and
@@ -40,6 +41,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::WorkerServer>()?;
     m.add_class::<io::TfRecordWriter>()?;
     m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
+    m.add_function(wrap_pyfunction!(io::encode_jpeg, m)?)?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
     m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;
