@@ -1,11 +1,11 @@
 """tf.data's side of ``python -m sluice.bench_images``, run as a script by an interpreter that has
 tensorflow (which need not have sluice): ``python _tf_images_bench.py --root DIR --images N
---side S --epochs K``.
+--side S --epochs K --batch B``.
 
 Reads the files the benchmark wrote below ``DIR`` (``plain/*.tfrecord`` and GZIP-compressed
 ``gzip/*.tfrecord``) with ``TFRecordDataset`` and one ``map`` of ``tf.io.parse_single_example``
 and ``tf.io.decode_jpeg``, once with ``num_parallel_calls`` unset and once with ``AUTOTUNE``, and
-prints ``{"plain_tf_seq": seconds, ...}`` (the median epoch of each). Kept free of sluice
+batches the images by ``B`` unless it is 0, and prints ``{"plain_tf_seq": seconds, ...}`` (the median epoch of each). Kept free of sluice
 imports so that tensorflow never becomes sluice's dependency.
 """
 
@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--images", type=int, required=True)
     parser.add_argument("--side", type=int, required=True)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=0)
     args = parser.parse_args()
     import tensorflow as tf
 
@@ -50,12 +51,15 @@ def main() -> int:
             def epoch() -> float:
                 ds = tf.data.TFRecordDataset(files, compression_type=compression)
                 ds = ds.map(parse, num_parallel_calls=calls)
+                if args.batch:
+                    ds = ds.batch(args.batch)
                 count = 0
                 started = time.perf_counter()
                 for element in ds.as_numpy_iterator():
-                    count += 1
-                    if element["image"].shape != (args.side, args.side, 3):
-                        raise RuntimeError(f"an image of shape {element['image'].shape}")
+                    shape = element["image"].shape
+                    count += 1 if len(shape) == 3 else shape[0]
+                    if shape[-3:] != (args.side, args.side, 3):
+                        raise RuntimeError(f"images of shape {shape}")
                 took = time.perf_counter() - started
                 if count != args.images:
                     raise RuntimeError(f"read {count} of {args.images} records")

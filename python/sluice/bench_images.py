@@ -14,6 +14,9 @@ else by the ``image`` crate's encoder) as ``tf.train.Example`` records ``{image:
   decode_jpeg)`` with ``num_parallel_calls`` unset and ``AUTOTUNE``, run by ``_tf_images_bench.py``
   under an interpreter with tensorflow (this one, or ``--tf-python``), when there is one.
 
+With ``--batch B`` both sides batch the decoded images by ``B`` before Python sees them, which
+takes the per-element cost of each side's Python iterator out of the figures.
+
 Each figure is the median of ``--epochs`` epochs, each timed from creating the iterator to the
 end of input (a new job per epoch through the worker). Records/s, and MiB/s of the files' bytes
 on disk; ratios are sluice over tf.data's sequential map. One line per figure, then a JSON object
@@ -54,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--side", type=int, default=64, help="height and width of each JPEG")
     parser.add_argument("--files", type=int, default=4, help="TFRecord files per compression")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per figure (median)")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="batch the decoded images on both sides (0: none)"
+    )
     parser.add_argument("--dir", help="where to write the files (default: a temporary dir)")
     parser.add_argument(
         "--tf-python",
@@ -142,29 +148,31 @@ def _write_files(root: Path, jpegs: List[bytes], files: int) -> Dict[str, int]:
     return sizes
 
 
-def _dataset(pattern: str, compression: Optional[str]):  # type: ignore[no-untyped-def]
+def _dataset(pattern: str, compression: Optional[str], batch: int):  # type: ignore[no-untyped-def]
     import numpy as np
 
     from sluice.data import TFRecordDataset
     from sluice.io import FixedLenFeature
 
     features = {"image": FixedLenFeature((), bytes), "label": FixedLenFeature((), np.int64)}
-    return (
+    ds = (
         TFRecordDataset(pattern, compression_type=compression)
         .parse_example(features)
         .decode_image(key="image")
     )
+    return ds.batch(batch) if batch else ds
 
 
 def _epoch(make: Callable[[], Any], n: int, side: int) -> float:
-    """Reads one epoch of `make()`'s elements; returns its seconds, after checking it read `n`
-    images of the right shape."""
+    """Reads one epoch of `make()`'s elements (images, or batches of them); returns its
+    seconds, after checking it read `n` images of the right shape."""
     count = 0
     started = time.perf_counter()
     for element in make():
-        count += 1
-        if element["image"].shape != (side, side, 3):
-            raise RuntimeError(f"an image of shape {element['image'].shape}")
+        shape = element["image"].shape
+        count += 1 if len(shape) == 3 else shape[0]
+        if shape[-3:] != (side, side, 3):
+            raise RuntimeError(f"images of shape {shape}")
     seconds = time.perf_counter() - started
     if count != n:
         raise RuntimeError(f"read {count} of {n} records")
@@ -183,7 +191,7 @@ def _bench(args: argparse.Namespace) -> int:
         seconds: Dict[str, float] = {}
         for name, compression in COMPRESSIONS.items():
             pattern = str(root / name / "*.tfrecord")
-            ds = _dataset(pattern, compression)
+            ds = _dataset(pattern, compression, args.batch)
             seconds[f"{name}_local"] = statistics.median(
                 _epoch(lambda: iter(ds), n, args.side) for _ in range(epochs)
             )
@@ -200,7 +208,8 @@ def _bench(args: argparse.Namespace) -> int:
                 )
             )
             for name, compression in COMPRESSIONS.items():
-                remote = _dataset(str(root / name / "*.tfrecord"), compression).apply(
+                pattern = str(root / name / "*.tfrecord")
+                remote = _dataset(pattern, compression, args.batch).apply(
                     sluice.distribute("parallel_epochs", dispatcher.address, compression=None)
                 )
                 seconds[f"{name}_worker"] = statistics.median(
@@ -211,16 +220,16 @@ def _bench(args: argparse.Namespace) -> int:
                 child.stop()
         tf_python = None if args.no_tf else _tf_interpreter(args.tf_python)
         if tf_python is not None:
-            seconds.update(_tf_seconds(tf_python, root, n, args.side, epochs))
+            seconds.update(_tf_seconds(tf_python, root, args, epochs))
         else:
             print("tf.data: not measured (no interpreter with tensorflow)", flush=True)
     return _report(seconds, n, mib, args)
 
 
-def _tf_seconds(python: str, root: Path, n: int, side: int, epochs: int) -> Dict[str, float]:
+def _tf_seconds(python: str, root: Path, args: Any, epochs: int) -> Dict[str, float]:
     out = subprocess.run(
-        [python, str(TF_SCRIPT), "--root", str(root), "--images", str(n), "--side", str(side)]
-        + ["--epochs", str(epochs)],
+        [python, str(TF_SCRIPT), "--root", str(root), "--images", str(args.images)]
+        + ["--side", str(args.side), "--epochs", str(epochs), "--batch", str(args.batch)],
         capture_output=True,
         text=True,
         check=False,
@@ -234,6 +243,7 @@ def _report(seconds: Dict[str, float], n: int, mib: Dict[str, float], args: Any)
     figures: Dict[str, Any] = {
         "images": n,
         "side": args.side,
+        "batch": args.batch,
         "load_1min": round(os.getloadavg()[0], 2),
     }
     for name in COMPRESSIONS:
