@@ -40,8 +40,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::DispatchServer>()?;
     m.add_class::<servers::WorkerServer>()?;
     m.add_class::<io::TfRecordWriter>()?;
-    m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
     m.add_function(wrap_pyfunction!(io::encode_jpeg, m)?)?;
+    m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
     m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;
     m.add_function(wrap_pyfunction!(service::from_dataset_id, m)?)?;
