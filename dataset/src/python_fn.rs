@@ -195,7 +195,9 @@ impl OrderedCalls {
             };
             match input.next() {
                 None => self.input = None,
-                Some(Ok(e)) => self.pending.push_back(Pending::Call(self.stage.function.call(e))),
+                Some(Ok(e)) => self
+                    .pending
+                    .push_back(Pending::Call(self.stage.function.call(e))),
                 Some(Err(err)) => {
                     self.pending.push_back(Pending::Failed(err));
                     // Stop reading ahead past an error: what follows it is produced only if the

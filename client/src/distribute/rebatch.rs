@@ -85,11 +85,7 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Skip(_)
                 | Kind::Take(_),
             ) => continue,
-            Some(Kind::PyFunction(f))
-                if f.kind() == pb::PyFunctionKind::Filter =>
-            {
-                continue
-            }
+            Some(Kind::PyFunction(f)) if f.kind() == pb::PyFunctionKind::Filter => continue,
             Some(
                 Kind::Map(_)
                 | Kind::Enumerate(_)
