@@ -69,6 +69,14 @@ pub enum DatasetError {
     #[error("parse_example: feature '{feature}' {message}")]
     BadExample { feature: String, message: String },
 
+    /// A per-element op failed on an element of a files source whose origin is known exactly
+    /// (see `record_origin`): `error` prefixed with the file and record.
+    #[error("{origin}: {error}")]
+    AtRecord {
+        origin: crate::record_origin::RecordOrigin,
+        error: Box<DatasetError>,
+    },
+
     /// A user's Python function raised an exception (boxed: a traceback is long).
     #[error("{0}")]
     Python(Box<crate::python_fn::PythonException>),
@@ -117,6 +125,7 @@ impl DatasetError {
             DatasetError::Function { .. } => false,
             DatasetError::Image { .. } => false,
             DatasetError::BadExample { .. } => false,
+            DatasetError::AtRecord { error, .. } => error.is_retryable(),
             DatasetError::Python(_) => false,
             DatasetError::PythonRuntime(_) => false,
             DatasetError::Codec(_) => false,

@@ -15,6 +15,11 @@
 //! (map and the native per-element ops decode_image and resize, prefetch, enumerate) may come
 //! before an `enumerate` there; anything else is refused
 //! (`enumerate_prefix`), never answered with indices that would not recover the order.
+//!
+//! Errors of per-element ops (map, filter, decode_image, resize, parse_example) downstream of a
+//! files source name the element's file and record when that is known exactly: only while
+//! every op between the source and the failing one passes elements one by one in source order
+//! (`keeps_origin`; see `record_origin`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use crate::ops::shuffle::{pass_seed, ShuffleIter};
 use crate::pb;
 use crate::pb::op::Kind as OpKind;
 use crate::python_fn::{self, PythonRunner, PythonStage};
+use crate::record_origin::OriginCell;
 use crate::registry::{FunctionRegistry, MapFn, PredicateFn};
 use crate::sources::{Source, SplitIter};
 use crate::splits::SplitSupplier;
@@ -95,6 +101,8 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         None => 0,
         Some(_) => enumerate_prefix(&def.ops, &source)?,
     };
+    // `Some` while the source's origin cell is exact for the next op.
+    let mut origin = source.origin().cloned();
     let mut factory: Factory = match &opts.splits {
         None => Arc::new(move || Ok(source.iter_all())),
         Some(supplier) => {
@@ -112,8 +120,12 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         }
     };
     for (i, op) in def.ops.iter().enumerate() {
+        let naming = origin.clone();
+        if !keeps_origin(op) {
+            origin = None;
+        }
         if i < carried {
-            let stage = Stage::on_carriers(op, opts, i + 1 == carried)?;
+            let stage = Stage::on_carriers(op, opts, i + 1 == carried)?.naming_origin(naming);
             let upstream = factory;
             factory = Arc::new(move || stage.apply(upstream()?));
             continue;
@@ -126,13 +138,35 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
                 })
             }
             _ => {
-                let stage = Stage::new(op, opts)?;
+                let stage = Stage::new(op, opts)?.naming_origin(naming);
                 let upstream = factory;
                 Arc::new(move || stage.apply(upstream()?))
             }
         };
     }
     factory()
+}
+
+/// Whether the source's origin cell still holds the origin of the element `op` passes on: `op`
+/// yields each element (or none) as it pulls it, in order, on the pulling thread. A buffer
+/// (shuffle, prefetch), a batch or a Python op (an executor pool reads ahead) breaks that.
+fn keeps_origin(op: &pb::Op) -> bool {
+    match &op.kind {
+        Some(
+            OpKind::Map(_)
+            | OpKind::Filter(_)
+            | OpKind::Repeat(_)
+            | OpKind::Take(_)
+            | OpKind::Skip(_)
+            | OpKind::Shard(_)
+            | OpKind::Enumerate(_)
+            | OpKind::DecodeImage(_)
+            | OpKind::Resize(_)
+            | OpKind::ParseExample(_),
+        ) => true,
+        Some(OpKind::Prefetch(p)) => p.buffer_size == 0,
+        Some(OpKind::Batch(_) | OpKind::Shuffle(_) | OpKind::PyFunction(_)) | None => false,
+    }
 }
 
 /// How many leading ops run on `(split index, element)` carriers in distributed_epoch mode:
@@ -225,6 +259,25 @@ fn to_usize(v: u64) -> usize {
 }
 
 impl Stage {
+    /// This stage, its errors on an element prefixed with the element's origin from `cell`
+    /// (`None`: not known exactly here). Only per-element stages fail on one element.
+    fn naming_origin(self, cell: Option<OriginCell>) -> Stage {
+        let Some(cell) = cell else { return self };
+        let named = |f: MapFn| -> MapFn {
+            let cell = cell.clone();
+            Arc::new(move |e| f(e).map_err(|err| cell.attach(err)))
+        };
+        match self {
+            Stage::Map(f) => Stage::Map(named(f)),
+            Stage::MapCarried(f) => Stage::MapCarried(named(f)),
+            Stage::ParseExample(parser) => Stage::Map(named(Arc::new(move |e| parser.parse(&e)))),
+            Stage::Filter(pred) => {
+                Stage::Filter(Arc::new(move |e| pred(e).map_err(|err| cell.attach(err))))
+            }
+            other => other,
+        }
+    }
+
     /// The stage of an op that runs on carriers (`enumerate_prefix` allowed only map,
     /// prefetch and enumerate there).
     fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<Stage, DatasetError> {

@@ -17,6 +17,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use flate2::read::{MultiGzDecoder, ZlibDecoder};
@@ -26,6 +27,7 @@ use crate::error::DatasetError;
 use crate::executor::ElementIter;
 use crate::file_access::FileAccess;
 use crate::pb;
+use crate::record_origin::{OriginCell, RecordPosition};
 use crate::tensor::Tensor;
 use crate::tfrecord::TfRecordReader;
 
@@ -134,61 +136,111 @@ impl Reading {
     }
 }
 
-/// The elements of one file, opened on first use, after `access` allowed it.
-pub(crate) fn file_elements(path: String, reading: Reading, access: &FileAccess) -> ElementIter {
+/// The elements of one file, opened on first use, after `access` allowed it. Each element's
+/// position is written to `origin` just before it is yielded.
+pub(crate) fn file_elements(
+    path: String,
+    reading: Reading,
+    access: &FileAccess,
+    origin: &OriginCell,
+) -> ElementIter {
     let open = match reading {
         Reading::TfRecord(pb::RecordCompression::None) => open_tfrecord,
         Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
         Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
         Reading::Lines => open_lines,
     };
-    Box::new(Lazy::Pending(path, open, access.clone()))
+    Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()))
 }
 
 /// Opens `path` (as named to the user) at `resolved` (what the access check allowed).
-type Opener = fn(&str, &std::path::Path) -> Result<ElementIter, DatasetError>;
+type Opener = fn(&str, &std::path::Path, &OriginCell) -> Result<ElementIter, DatasetError>;
 
 const READ_BUFFER: usize = 256 * 1024;
 
-fn open_tfrecord(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+fn open_tfrecord(
+    path: &str,
+    resolved: &std::path::Path,
+    origin: &OriginCell,
+) -> Result<ElementIter, DatasetError> {
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    Ok(records(BufReader::with_capacity(READ_BUFFER, f), path))
+    Ok(records(
+        BufReader::with_capacity(READ_BUFFER, f),
+        path,
+        origin,
+    ))
 }
 
 /// A gzip file; concatenated gzip members read as one stream, as gzip itself reads them.
-fn open_tfrecord_gzip(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+fn open_tfrecord_gzip(
+    path: &str,
+    resolved: &std::path::Path,
+    origin: &OriginCell,
+) -> Result<ElementIter, DatasetError> {
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
     let inflated = MultiGzDecoder::new(BufReader::with_capacity(READ_BUFFER, f));
     Ok(records(
         BufReader::with_capacity(READ_BUFFER, inflated),
         path,
+        origin,
     ))
 }
 
-fn open_tfrecord_zlib(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+fn open_tfrecord_zlib(
+    path: &str,
+    resolved: &std::path::Path,
+    origin: &OriginCell,
+) -> Result<ElementIter, DatasetError> {
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
     let inflated = ZlibDecoder::new(BufReader::with_capacity(READ_BUFFER, f));
     Ok(records(
         BufReader::with_capacity(READ_BUFFER, inflated),
         path,
+        origin,
     ))
 }
 
 /// The records of a (decompressed) stream as scalar strings. A decompression error surfaces
 /// as a read error naming the file.
-fn records(stream: impl Read + Send + 'static, path: &str) -> ElementIter {
+fn records(stream: impl Read + Send + 'static, path: &str, origin: &OriginCell) -> ElementIter {
     let reader = TfRecordReader::new(stream, path);
-    Box::new(reader.map(|r| r.map(|b| Element::Tensor(Tensor::scalar_string(b)))))
+    let elements = reader.map(|r| r.map(|b| Element::Tensor(Tensor::scalar_string(b))));
+    tracked(elements, path, origin, RecordPosition::Record)
 }
 
-fn open_lines(path: &str, resolved: &std::path::Path) -> Result<ElementIter, DatasetError> {
+fn open_lines(
+    path: &str,
+    resolved: &std::path::Path,
+    origin: &OriginCell,
+) -> Result<ElementIter, DatasetError> {
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    Ok(Box::new(Lines::new(f, path.to_string(), MAX_LINE_BYTES)))
+    let lines = Lines::new(f, path.to_string(), MAX_LINE_BYTES);
+    Ok(tracked(lines, path, origin, |i| {
+        RecordPosition::Line(i + 1)
+    }))
+}
+
+/// `elements`, writing the position of each to `origin` as it is yielded. The i-th element
+/// (from 0) is at `position(i)`: both readers end at their first error, so every item before
+/// it is an element.
+fn tracked(
+    elements: impl Iterator<Item = Result<Element, DatasetError>> + Send + 'static,
+    path: &str,
+    origin: &OriginCell,
+    position: fn(u64) -> RecordPosition,
+) -> ElementIter {
+    let (file, origin): (Arc<str>, _) = (Arc::from(path), origin.clone());
+    Box::new((0u64..).zip(elements).map(move |(i, r)| {
+        if r.is_ok() {
+            origin.set(&file, position(i));
+        }
+        r
+    }))
 }
 
 /// Opens on the first `next`, then delegates; a refusal or open error is yielded once.
 enum Lazy {
-    Pending(String, Opener, FileAccess),
+    Pending(String, Opener, FileAccess, OriginCell),
     Open(ElementIter),
     Done,
 }
@@ -197,10 +249,10 @@ impl Iterator for Lazy {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if let Lazy::Pending(path, open, access) = self {
+        if let Lazy::Pending(path, open, access, origin) = self {
             match access
                 .resolve(path)
-                .and_then(|resolved| open(path, &resolved))
+                .and_then(|resolved| open(path, &resolved, origin))
             {
                 Ok(it) => *self = Lazy::Open(it),
                 Err(e) => {

@@ -55,6 +55,7 @@ fn lines_strip_newlines_and_missing_files_are_errors() {
         path.to_string_lossy().into_owned(),
         Reading::Lines,
         &FileAccess::Unrestricted,
+        &OriginCell::default(),
     )
     .map(|e| e.unwrap().to_json())
     .collect();
@@ -64,8 +65,13 @@ fn lines_strip_newlines_and_missing_files_are_errors() {
         .join("missing.txt")
         .to_string_lossy()
         .into_owned();
-    let got: Vec<_> =
-        file_elements(missing.clone(), Reading::Lines, &FileAccess::Unrestricted).collect();
+    let got: Vec<_> = file_elements(
+        missing.clone(),
+        Reading::Lines,
+        &FileAccess::Unrestricted,
+        &OriginCell::default(),
+    )
+    .collect();
     assert_eq!(got.len(), 1);
     let err = got[0].as_ref().unwrap_err().to_string();
     assert!(
@@ -220,7 +226,7 @@ fn too_many_listed_files_are_refused_naming_the_limit() {
 fn a_file_is_checked_again_when_it_is_opened() {
     let rooted = Rooted::new();
     let read = |path: String| -> Vec<Result<String, String>> {
-        file_elements(path, Reading::Lines, &rooted.access)
+        file_elements(path, Reading::Lines, &rooted.access, &OriginCell::default())
             .map(|e| {
                 e.map(|e| e.to_json().to_string())
                     .map_err(|e| e.to_string())
@@ -242,6 +248,7 @@ fn a_file_is_checked_again_when_it_is_opened() {
         secret,
         Reading::TfRecord(pb::RecordCompression::None),
         &rooted.access,
+        &OriginCell::default(),
     )
     .collect();
     assert!(
@@ -292,6 +299,7 @@ fn dev_zero_read_as_lines_ends_with_an_error_not_an_endless_line() {
         "/dev/zero".into(),
         Reading::Lines,
         &FileAccess::Unrestricted,
+        &OriginCell::default(),
     )
     .collect();
     assert_eq!(

@@ -302,7 +302,10 @@ fn a_tfrecord_file_of_pngs_decodes_and_resizes_through_the_executor() {
     assert_eq!(u8_image(first).0, vec![4, 6, 3]);
     let err = out[1].as_ref().unwrap_err().to_string();
     assert!(
-        err.starts_with("decode_image failed: not a JPEG or PNG image (12 bytes"),
+        err.starts_with(&format!(
+            "record 1 (0-based) of '{}': decode_image failed: not a JPEG or PNG image (12 bytes",
+            path.display()
+        )),
         "{err}"
     );
 }

@@ -29,6 +29,7 @@
 //! - `image_ops`: the native `decode_image` (JPEG, PNG) and `resize` ops, with their bounds.
 //! - `tfrecord`: the TFRecord format, reader and writer.
 //! - `tfrecord_file`: `TfRecordFile`, a TFRecord file written plain, GZIP or ZLIB.
+//! - `record_origin`: `RecordOrigin`, the file and record of an element, for errors that name it.
 //! - `python_fn`: the `PythonRunner` and `PythonFunction` traits that run users' Python ops,
 //!   and `PythonException`, what such a function raised.
 //! - `splits`: split providers and the `SplitSupplier` the worker implements.
@@ -55,6 +56,7 @@ mod ops;
 mod packed;
 mod parser;
 mod python_fn;
+mod record_origin;
 mod registry;
 mod slices;
 mod sources;
@@ -83,6 +85,7 @@ pub use image_ops::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
 pub use packed::{Packed, PackedBuilder, PackedDecoder};
 pub use parser::{parse, parse_ops};
 pub use python_fn::{CallResult, PythonException, PythonFunction, PythonRunner};
+pub use record_origin::{RecordOrigin, RecordPosition};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use spec::ElementSpec;
 pub use splits::{num_split_providers, num_splits, SplitSupplier};

@@ -14,6 +14,7 @@ use crate::executor::ElementIter;
 use crate::file_access::FileAccess;
 use crate::files::{file_elements, Reading};
 use crate::pb;
+use crate::record_origin::OriginCell;
 use crate::slices::Slices;
 use crate::splits::SplitSupplier;
 use crate::tensor::Tensor;
@@ -32,6 +33,8 @@ pub(crate) enum Source {
         reading: Reading,
         /// Checked again before each file is opened (a worker's own data roots).
         access: FileAccess,
+        /// The file and record of the element yielded last (see `record_origin`).
+        origin: OriginCell,
     },
 }
 
@@ -79,8 +82,17 @@ impl Source {
                     files: fs.files.clone(),
                     reading: Reading::from_proto(fs)?,
                     access: access.clone(),
+                    origin: OriginCell::default(),
                 })
             }
+        }
+    }
+
+    /// The cell a files source writes each element's origin to; `None` for other sources.
+    pub(crate) fn origin(&self) -> Option<&OriginCell> {
+        match self {
+            Source::Files { origin, .. } => Some(origin),
+            Source::Range { .. } | Source::Slices(_) => None,
         }
     }
 
@@ -116,13 +128,14 @@ impl Source {
                 files,
                 reading,
                 access,
+                origin,
             } => {
-                let (reading, access) = (*reading, access.clone());
+                let (reading, access, origin) = (*reading, access.clone(), origin.clone());
                 Box::new(
                     files
                         .clone()
                         .into_iter()
-                        .flat_map(move |f| file_elements(f, reading, &access)),
+                        .flat_map(move |f| file_elements(f, reading, &access, &origin)),
                 )
             }
         }
@@ -145,7 +158,8 @@ impl Source {
                 files,
                 reading,
                 access,
-            } => file_elements(files[index as usize].clone(), *reading, access),
+                origin,
+            } => file_elements(files[index as usize].clone(), *reading, access, origin),
         })
     }
 }

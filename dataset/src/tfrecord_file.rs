@@ -96,6 +96,7 @@ mod tests {
                 path.to_string_lossy().into_owned(),
                 Reading::TfRecord(compression),
                 &FileAccess::Unrestricted,
+                &crate::record_origin::OriginCell::default(),
             )
             .map(|e| e.unwrap().to_json().as_str().unwrap().to_string())
             .collect();

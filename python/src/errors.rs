@@ -35,6 +35,7 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         | DatasetError::LineTooLong { .. }
         | DatasetError::Image { .. }
         | DatasetError::BadExample { .. } => "InvalidArgumentError",
+        DatasetError::AtRecord { error, .. } => dataset_class(error),
         DatasetError::FileRefused { .. } => "PermissionDeniedError",
         // Raised as `PythonFunctionError` (see `python_function_error`); this class is only a
         // fallback.

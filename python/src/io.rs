@@ -1,6 +1,7 @@
 //! `sluice._native`'s TFRecord and Example helpers: `TfRecordWriter`, a TFRecord file written
 //! plain or compressed, and `serialize_example`, a `tf.train.Example` from tensors. They let
-//! Python programs (and the tests) write the files `parse_example` reads without TensorFlow.
+//! Python programs (and the tests) write the files `parse_example` reads without TensorFlow;
+//! `encode_jpeg` lets the image benchmark write its JPEGs without Pillow.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -82,4 +83,29 @@ pub fn serialize_example<'py>(
         .collect::<PyResult<BTreeMap<_, _>>>()?;
     let bytes = serialize(&tensors).map_err(dataset_error)?;
     Ok(PyBytes::new(py, &bytes))
+}
+
+/// An RGB JPEG of `pixels` (`height` x `width` x 3 uint8 values, row-major) at `quality`
+/// (1-100), written by the `image` crate's encoder.
+#[pyfunction]
+pub fn encode_jpeg<'py>(
+    py: Python<'py>,
+    pixels: &[u8],
+    height: u32,
+    width: u32,
+    quality: u8,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let want = height as usize * width as usize * 3;
+    if pixels.len() != want || !(1..=100).contains(&quality) {
+        return Err(invalid_argument(format!(
+            "encode_jpeg needs {height}x{width}x3 = {want} bytes and a quality in 1..=100, \
+             got {} bytes and quality {quality}",
+            pixels.len()
+        )));
+    }
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality)
+        .encode(pixels, width, height, image::ExtendedColorType::Rgb8)
+        .map_err(|e| invalid_argument(format!("encode_jpeg failed: {e}")))?;
+    Ok(PyBytes::new(py, &out))
 }

@@ -12,7 +12,8 @@
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
 //! - `executor_codec`: elements to and from a Python executor's frames (`sluice._executor`).
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
-//! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB) and `serialize_example` (a `tf.train.Example`).
+//! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB), `serialize_example` (a `tf.train.Example`) and
+//!   `encode_jpeg` (for the image benchmark).
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
 //! - `in_process`: the runner of users' Python functions in this interpreter (local
 //!   iteration, and ops chained after `distribute`).
@@ -44,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::DispatchServer>()?;
     m.add_class::<servers::WorkerServer>()?;
     m.add_class::<io::TfRecordWriter>()?;
+    m.add_function(wrap_pyfunction!(io::encode_jpeg, m)?)?;
     m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::decode_element, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::encode_elements, m)?)?;

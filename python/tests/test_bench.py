@@ -1,5 +1,5 @@
-"""`python -m sluice.bench` with tiny sizes: it starts its servers, reads every workload and
-prints its figures, so the benchmark cannot rot unnoticed."""
+"""`python -m sluice.bench` and `python -m sluice.bench_images` with tiny sizes: each starts its
+servers, reads every workload and prints its figures, so the benchmarks cannot rot unnoticed."""
 
 from __future__ import annotations
 
@@ -23,3 +23,20 @@ def test_bench_prints_a_line_per_figure_and_json_last() -> None:
         assert figures[name] > 0, figures
         assert any(line.startswith(name) for line in lines[:-1]), out
     assert not any(name.startswith("tf_") for name in figures), figures
+
+
+def test_image_bench_reads_every_record_locally_and_through_a_worker(tmp_path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice.bench_images", "--no-tf", "--epochs", "1"]
+        + ["--images", "40", "--side", "16", "--files", "2", "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    lines = out.strip().splitlines()
+    figures = json.loads(lines[-1])
+    for name in ("plain_local", "plain_worker", "gzip_local", "gzip_worker"):
+        assert figures[f"{name}_records_s"] > 0, figures
+        assert any(line.startswith(name) for line in lines[:-1]), out
+    assert not any("tf_" in name for name in figures), figures

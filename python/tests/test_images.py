@@ -1,9 +1,11 @@
 """The native image ops through real servers: ``decode_image`` on PNG and JPEG bytes made here
 (PNGs written with the standard library, a JPEG as fixed bytes), ``resize``, dict keys, and the
-errors of corrupt images."""
+errors of corrupt images, which name the file and record they came from."""
 
 from __future__ import annotations
 
+import os
+import re
 import struct
 import zlib
 
@@ -13,6 +15,7 @@ import pytest
 import sluice
 from sluice import errors
 from sluice.data import Dataset, TensorSpec, TFRecordDataset
+from sluice.io import FixedLenFeature, TFRecordWriter, serialize_example
 
 # An 8x4 JPEG (baseline, 4:4:4) of the solid colour (200, 40, 90).
 SOLID_JPEG = bytes.fromhex(
@@ -138,6 +141,29 @@ def test_a_corrupt_image_fails_the_read_naming_the_op_and_key(cluster, tmp_path)
     remote = ds.apply(sluice.distribute("distributed_epoch", cluster.target))
     with pytest.raises(errors.OpError, match="decode_image of key 'image' failed: corrupt"):
         list(remote)
+
+
+@pytest.mark.parametrize("mode", [None, "parallel_epochs", "distributed_epoch"])
+def test_a_corrupt_jpeg_in_tfrecord_files_names_its_file_and_record(cluster, tmp_path, mode):
+    # Record 2 (0-based) of the second file is a JPEG cut short; all the others are whole.
+    for f in range(2):
+        with TFRecordWriter(str(tmp_path / f"{f}.tfrecord"), "GZIP") as w:
+            for i in range(4):
+                image = SOLID_JPEG[:200] if (f, i) == (1, 2) else SOLID_JPEG
+                w.write(serialize_example({"image": image, "label": 4 * f + i}))
+    ds = (
+        TFRecordDataset(str(tmp_path / "*.tfrecord"), compression_type="GZIP")
+        .parse_example({"image": FixedLenFeature((), bytes), "label": FixedLenFeature((), np.int64)})
+        .decode_image(key="image")
+    )
+    if mode is not None:
+        ds = ds.apply(sluice.distribute(mode, cluster.target))
+    # A worker names the file by its canonical path (its data roots resolve symlinks).
+    bad = [str(tmp_path / "1.tfrecord"), os.path.realpath(tmp_path / "1.tfrecord")]
+    names = "|".join(re.escape(b) for b in bad)
+    want = rf"record 2 \(0-based\) of '({names})': decode_image of key 'image' failed: "
+    with pytest.raises(errors.OpError, match=want):
+        list(ds)
 
 
 def test_bad_arguments_are_refused_when_the_op_is_added():

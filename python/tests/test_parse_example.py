@@ -107,6 +107,7 @@ def test_a_feature_of_another_type_names_it_and_what_was_found(tmp_path):
     with pytest.raises(errors.InvalidArgumentError) as e:
         list(TFRecordDataset(str(tmp_path / "a.tfrecord")).parse_example(FEATURES))
     assert str(e.value) == (
+        f"record 0 (0-based) of '{tmp_path / 'a.tfrecord'}': "
         "parse_example: feature 'label' should be an int64_list (int64), "
         "found a float_list of 1 value"
     )

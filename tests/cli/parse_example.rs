@@ -1,5 +1,6 @@
 //! `parse_example` on GZIP-compressed TFRecord files of `tf.train.Example` records, through the
-//! binary: the expression syntax, the workers' native parsing, and an error naming the feature.
+//! binary: the expression syntax, the workers' native parsing, and an error naming the feature
+//! and the file and record it is missing from.
 
 use std::collections::BTreeMap;
 
@@ -33,7 +34,8 @@ fn parse_example_reads_gzip_tfrecords_through_the_workers() {
             .collect();
         write(&data.path().join(format!("{f}.tfrecord.gz")), &records);
     }
-    write(&data.path().join("bad.gz"), &[example(None, &[1])]);
+    let bad = data.path().join("bad.gz");
+    write(&bad, &[example(Some(9), &[]), example(None, &[1])]);
     let root = data.path().to_str().expect("utf-8");
     let dispatcher = dispatcher(data.path(), &["--data-root", root]);
     let _workers = workers_with(&dispatcher.addr, 1, &["--data-root", root]);
@@ -74,10 +76,12 @@ fn parse_example_reads_gzip_tfrecords_through_the_workers() {
         &dataset,
     ]);
     assert!(!ok);
-    assert!(
-        err.contains(
-            "parse_example: feature 'label' is missing from the record and has no default value"
-        ),
-        "{err}"
+    // The worker names the file by its canonical path, as its data roots resolve it.
+    let bad = std::fs::canonicalize(&bad).expect("canonical path");
+    let want = format!(
+        "record 1 (0-based) of '{}': parse_example: feature 'label' is missing from the record \
+         and has no default value",
+        bad.display()
     );
+    assert!(err.contains(&want), "{err}");
 }
