@@ -2,14 +2,16 @@
 //! pipelines.
 //!
 //! Calls of every task and every function go into one FIFO; one thread per executor takes the
-//! next call, sends it, and waits for the reply, so all executors stay busy whichever tasks
-//! produce work. A function is known by its pickle's content and is loaded into an executor
+//! next calls and keeps up to `PIPELINE_DEPTH` of them sent ahead of their replies, so all
+//! executors stay busy whichever tasks produce work, and none waits for its thread between
+//! calls. A function is known by its pickle's content and is loaded into an executor
 //! (LOAD, unpickling there) before its first call on that executor, never per element; each
 //! executor keeps at most `MAX_LOADED` functions, unloading the least recently used.
 //!
 //! Failure containment: an executor that dies during a call (os._exit, a segfault, a kill)
 //! fails that call with `DatasetError::PythonRuntime` and is restarted by its thread; other
-//! calls, tasks and the worker go on. A call whose receiver is gone (its task was cancelled)
+//! calls, tasks and the worker go on. A call sent behind the fatal one never started (an
+//! executor runs one call at a time) and is sent again to the new executor. A call whose receiver is gone (its task was cancelled)
 //! still runs, and its result is dropped.
 //!
 //! Shutdown: when the pool and every function prepared from it are dropped, the FIFO closes,
@@ -37,6 +39,9 @@ use crate::protocol::{self, RemoteException};
 
 /// Functions an executor keeps loaded at most.
 pub const MAX_LOADED: usize = 64;
+
+/// Calls sent to one executor ahead of their replies.
+const PIPELINE_DEPTH: usize = 2;
 
 /// A running pool of executors. Cheap to share behind an `Arc`.
 pub struct ExecutorPool {
@@ -265,50 +270,155 @@ enum Broken {
 }
 
 impl ExecutorSlot {
+    /// Feeds the executor from `queue`, keeping up to `PIPELINE_DEPTH` calls sent ahead of
+    /// their replies, so the executor starts its next call as soon as it has written a reply
+    /// rather than after this thread has read it and sent another (on a busy machine that
+    /// thread may wait for a core first). Replies come in request order.
     fn serve(mut self, queue: flume::Receiver<Call>) {
-        while let Ok(call) = queue.recv() {
-            let result = self.run(&call);
+        let mut sent: VecDeque<Call> = VecDeque::new();
+        // Calls to send before new ones: those sent to an executor that died before it
+        // reached them (it runs calls one at a time, so they never started).
+        let mut resend: VecDeque<Call> = VecDeque::new();
+        loop {
+            while sent.len() < PIPELINE_DEPTH {
+                let next = match resend.pop_front() {
+                    Some(call) => call,
+                    None if sent.is_empty() => match queue.recv() {
+                        Ok(call) => call,
+                        Err(_) => {
+                            self.set_pid(None);
+                            return;
+                        }
+                    },
+                    None => match queue.try_recv() {
+                        Ok(call) => call,
+                        Err(_) => break,
+                    },
+                };
+                if let Err(next) = self.send(next, &mut sent, &mut resend) {
+                    // Not sent: its function did not load, or the executor is gone (and the
+                    // calls sent before it never started there).
+                    let (call, result) = *next;
+                    let _ = call.reply.send(result);
+                    for stranded in sent.drain(..).rev() {
+                        resend.push_front(stranded);
+                    }
+                }
+            }
+            let Some(call) = sent.pop_front() else {
+                continue;
+            };
+            let result = match self.process.as_mut().map(|p| receive(p, &call)) {
+                Some(Ok(result)) => result,
+                Some(Err(broken)) => {
+                    for stranded in sent.drain(..).rev() {
+                        resend.push_front(stranded);
+                    }
+                    Err(self.died(&call.function.name, broken))
+                }
+                None => Err(DatasetError::PythonRuntime(format!(
+                    "python function '{}': no executor",
+                    call.function.name
+                ))),
+            };
             // A dropped receiver: the task is gone; the result is not wanted.
             let _ = call.reply.send(result);
         }
-        self.set_pid(None);
     }
 
-    fn run(&mut self, call: &Call) -> CallResult {
-        let name = &call.function.name;
+    /// Sends `call` (after loading its function, which first takes every reply still due) and
+    /// queues it in `sent`; or hands it back with the error it gets instead. Calls of `sent`
+    /// stranded by an executor's death go to `resend`.
+    #[allow(clippy::type_complexity)]
+    fn send(
+        &mut self,
+        call: Call,
+        sent: &mut VecDeque<Call>,
+        resend: &mut VecDeque<Call>,
+    ) -> Result<(), Box<(Call, CallResult)>> {
+        let name = call.function.name.clone();
         if self.process.is_none() {
-            self.restart().map_err(|e| {
-                DatasetError::PythonRuntime(format!("python function '{name}': {e}"))
-            })?;
-        }
-        let Some(process) = self.process.as_mut() else {
-            return Err(DatasetError::PythonRuntime(format!(
-                "python function '{name}': no executor"
-            )));
-        };
-        let pid = process.pid();
-        match exchange(process, &mut self.loaded, call) {
-            Ok(result) => result,
-            Err(broken) => {
-                let cause = match broken {
-                    Broken::Io(e) => e.to_string(),
-                    Broken::Protocol(e) => e,
-                };
-                self.set_pid(None);
-                let status = self.process.take().and_then(|mut p| p.reap_after_failure());
-                self.loaded.clear();
-                warn!(executor = self.index, pid, %cause, "python executor died during a call");
-                let message = format!(
-                    "python function '{name}': its executor process (pid {pid}) {} during the \
-                     call ({cause}); the executor is restarted, the call is not retried",
-                    describe_exit(status)
-                );
-                if let Err(e) = self.restart() {
-                    warn!(executor = self.index, error = %e, "python executor did not restart");
-                }
-                Err(DatasetError::PythonRuntime(message))
+            if let Err(e) = self.restart() {
+                let error = DatasetError::PythonRuntime(format!("python function '{name}': {e}"));
+                return Err(Box::new((call, Err(error))));
             }
         }
+        if !self.loaded.contains(&call.function.id) {
+            // A LOAD's reply must be read before the call is sent: finish what is in flight.
+            while let Some(earlier) = sent.pop_front() {
+                let result = match self.process.as_mut().map(|p| receive(p, &earlier)) {
+                    Some(Ok(result)) => result,
+                    Some(Err(broken)) => {
+                        // The calls behind it never started on the dead executor.
+                        for stranded in sent.drain(..).rev() {
+                            resend.push_front(stranded);
+                        }
+                        Err(self.died(&earlier.function.name, broken))
+                    }
+                    None => Err(DatasetError::PythonRuntime(format!(
+                        "python function '{}': no executor",
+                        earlier.function.name
+                    ))),
+                };
+                let _ = earlier.reply.send(result);
+            }
+        }
+        let Some(process) = self.process.as_mut() else {
+            let error =
+                DatasetError::PythonRuntime(format!("python function '{name}': no executor"));
+            return Err(Box::new((call, Err(error))));
+        };
+        match load_and_send(process, &mut self.loaded, &call) {
+            Ok(None) => {
+                sent.push_back(call);
+                Ok(())
+            }
+            Ok(Some(error)) => Err(Box::new((call, Err(error)))),
+            Err(broken) => match sent.pop_front() {
+                // The executor died running the oldest call sent: that call is the one to
+                // blame; the others, and this one, never started and go again.
+                Some(running) => {
+                    let error = self.died(&running.function.name, broken);
+                    let _ = running.reply.send(Err(error));
+                    resend.push_back(call);
+                    for stranded in sent.drain(..).rev() {
+                        resend.push_front(stranded);
+                    }
+                    Ok(())
+                }
+                None => {
+                    let error = self.died(&name, broken);
+                    Err(Box::new((call, Err(error))))
+                }
+            },
+        }
+    }
+
+    /// The executor failed (`broken`) during a call of `name`: reaps and restarts it, and
+    /// returns the call's error.
+    fn died(&mut self, name: &str, broken: Broken) -> DatasetError {
+        let cause = match broken {
+            Broken::Io(e) => e.to_string(),
+            Broken::Protocol(e) => e,
+        };
+        let pid = self
+            .process
+            .as_ref()
+            .map(ExecutorProcess::pid)
+            .unwrap_or_default();
+        self.set_pid(None);
+        let status = self.process.take().and_then(|mut p| p.reap_after_failure());
+        self.loaded.clear();
+        warn!(executor = self.index, pid, %cause, "python executor died during a call");
+        let message = format!(
+            "python function '{name}': its executor process (pid {pid}) {} during the call \
+             ({cause}); the executor is restarted, the call is not retried",
+            describe_exit(status)
+        );
+        if let Err(e) = self.restart() {
+            warn!(executor = self.index, error = %e, "python executor did not restart");
+        }
+        DatasetError::PythonRuntime(message)
     }
 
     fn restart(&mut self) -> Result<(), PoolError> {
@@ -325,12 +435,14 @@ impl ExecutorSlot {
     }
 }
 
-/// Loads the call's function if needed, sends the call, and reads its reply.
-fn exchange(
+/// Loads the call's function if needed (waiting for its LOADED), then sends the call without
+/// waiting for its reply. `Ok(Some(error))`: the function did not load, and the call was not
+/// sent.
+fn load_and_send(
     process: &mut ExecutorProcess,
     loaded: &mut VecDeque<u64>,
     call: &Call,
-) -> Result<CallResult, Broken> {
+) -> Result<Option<DatasetError>, Broken> {
     let function = &call.function;
     let head = protocol::function_head(function.id);
     if let Some(at) = loaded.iter().position(|id| *id == function.id) {
@@ -353,7 +465,7 @@ fn exchange(
             protocol::LOADED => loaded.push_back(function.id),
             protocol::ERROR => {
                 let e = remote_exception(&reply.body)?;
-                return Ok(Err(DatasetError::PythonRuntime(format!(
+                return Ok(Some(DatasetError::PythonRuntime(format!(
                     "python function '{}' could not be loaded in its executor (pid {}): {}: {}\n{}",
                     function.name,
                     process.pid(),
@@ -373,6 +485,12 @@ fn exchange(
             &[&head, &encoded, payload.as_deref().unwrap_or_default()],
         )
         .map_err(Broken::Io)?;
+    Ok(None)
+}
+
+/// Reads the reply to `call`, the oldest call sent and not answered.
+fn receive(process: &mut ExecutorProcess, call: &Call) -> Result<CallResult, Broken> {
+    let function = &call.function;
     let reply = process.receive().map_err(Broken::Io)?;
     Ok(match reply.kind {
         protocol::OUTPUTS => protocol::decode_outputs(&reply.body),

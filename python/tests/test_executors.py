@@ -129,6 +129,35 @@ def test_an_executor_that_exits_fails_its_epoch_and_the_worker_serves_the_next_j
     assert [int(x) for x in service.read(ds)] == [-x for x in range(20)]
 
 
+def test_a_dying_function_costs_only_its_own_job_while_another_runs_beside_it(service):
+    """Calls of every job share the executors, a second call queued behind each running one:
+    the call that kills its executor fails its own epoch, and the other job's calls that were
+    queued behind it run on the new executor, each exactly once."""
+    import threading
+
+    def die_on_50(x):
+        if x == 50:
+            os._exit(1)
+        return x
+
+    others: List[Any] = []
+    failures: List[BaseException] = []
+
+    def read_other() -> None:
+        try:
+            others.extend(service.read(Dataset.range(400).map(lambda x: x + 1)))
+        except BaseException as e:  # reported below
+            failures.append(e)
+
+    reader = threading.Thread(target=read_other)
+    reader.start()
+    with pytest.raises(OpError, match=r"executor process \(pid \d+\) exited with status 1"):
+        service.read(Dataset.range(200).map(die_on_50))
+    reader.join(timeout=120)
+    assert not reader.is_alive() and not failures, failures
+    assert [int(x) for x in others] == [x + 1 for x in range(400)]
+
+
 def test_a_function_pickled_by_another_python_is_refused_naming_both_versions(service):
     ds = with_python(Dataset.range(3), KIND_MAP, lambda x: x, "3.99", "0.0.1")
     with pytest.raises(OpError) as info:
