@@ -23,7 +23,6 @@ import sys
 import traceback
 from typing import Any, BinaryIO, Callable, Dict, Optional, Tuple
 
-import numpy as np
 
 LOAD = 0x01
 CALL = 0x02
@@ -81,29 +80,6 @@ def _exception_report(e: BaseException) -> bytes:
     ).encode()
 
 
-def _parts(value: Any) -> Any:
-    """An output as ``encode_elements`` takes it: tuples and dicts kept, each leaf
-    ``[dtype, shape, data]``. A value of another type is a ``TypeError`` naming it."""
-    from sluice.data.dataset import _tensor_parts
-
-    if isinstance(value, tuple):
-        return tuple(_parts(v) for v in value)
-    if isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise TypeError(
-                    f"a dict output of a Python function has str keys, got {type(key).__name__}"
-                )
-        return {k: _parts(v) for k, v in value.items()}
-    if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
-        return list(_tensor_parts(value))
-    raise TypeError(
-        f"a Python function's output must be a numpy array or scalar, an int, float, bool, "
-        f"bytes or str, or a tuple or dict of them; got {type(value).__module__}."
-        f"{type(value).__qualname__}"
-    )
-
-
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     import cloudpickle
 
@@ -130,7 +106,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                 if op_kind == _functions.KIND_FILTER:
                     reply, payload = KEEP, b"\x01" if outputs else b"\x00"
                 else:
-                    reply, payload = OUTPUTS, _native.encode_elements([_parts(o) for o in outputs])
+                    parts = [_functions.output_parts(o) for o in outputs]
+                    reply, payload = OUTPUTS, _native.encode_elements(parts)
             except Exception as e:  # noqa: BLE001 - every exception of user code is reported
                 reply, payload = ERROR, _exception_report(e)
             _write_frame(out, reply, payload)

@@ -18,6 +18,7 @@ import types
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import cloudpickle
+import numpy as np
 
 # `PyFunctionKind` in the dataset definition.
 KIND_MAP = 1
@@ -207,3 +208,27 @@ def _truth(value: Any) -> bool:
             f"a filter function must return a scalar bool, got an array of shape {value.shape}"
         )
     return bool(value)
+
+
+def output_parts(value: Any) -> Any:
+    """A function's output as the native side takes it: tuples and dicts kept, each leaf
+    ``[dtype, shape, data]``. The same rule wherever the function ran; a value of another type
+    (a list, ``None``, an object) is a ``TypeError`` naming it."""
+    from sluice.data.dataset import _tensor_parts
+
+    if isinstance(value, tuple):
+        return tuple(output_parts(v) for v in value)
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"a dict output of a Python function has str keys, got {type(key).__name__}"
+                )
+        return {k: output_parts(v) for k, v in value.items()}
+    if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
+        return list(_tensor_parts(value))
+    raise TypeError(
+        f"a Python function's output must be a numpy array or scalar, an int, float, bool, "
+        f"bytes or str, or a tuple or dict of them; got {type(value).__module__}."
+        f"{type(value).__qualname__}"
+    )

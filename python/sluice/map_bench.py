@@ -26,7 +26,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -120,12 +120,22 @@ def _serve(role: str, dispatcher: Optional[str], executors: int) -> int:
     return 0
 
 
-def _timed(images: "Callable[[], object]", n: int) -> float:
+#: The sum of every pixel of `augment(0..n)`, by `n`: each setup must produce the same images.
+_CHECKSUMS: Dict[int, int] = {}
+
+
+def _timed(images: "Callable[[], Iterable[np.ndarray]]", n: int) -> float:
+    """Images per second of consuming ``images()``, checking they are ``augment(0..n)``."""
     start = time.perf_counter()
-    count = sum(1 for image in images() if image is not None)  # type: ignore[attr-defined]
+    count, checksum = 0, 0
+    for image in images():
+        count += 1
+        checksum += int(image.sum(dtype=np.int64))
     elapsed = time.perf_counter() - start
     if count != n:
         raise RuntimeError(f"expected {n} images, got {count}")
+    if _CHECKSUMS.setdefault(n, checksum) != checksum:
+        raise RuntimeError(f"the images differ from the first setup's (pixel sum {checksum})")
     return n / elapsed
 
 

@@ -8,8 +8,8 @@
 //! would only queue. The GIL is taken per call and released between calls, so the thread
 //! that waits for the pipeline's elements (without the GIL) never blocks it.
 //!
-//! Outputs are converted back to elements as `from_tensor_slices` converts its columns
-//! (`sluice.data.dataset._columns`, then `columns_from_py`); a filter keeps its input element
+//! Outputs are converted back to elements by the rule executors use too
+//! (`sluice._functions.output_parts`, then `columns_from_py`); a filter keeps its input element
 //! as it came, without a round trip through Python.
 
 use std::sync::mpsc;
@@ -74,10 +74,9 @@ fn prepare(py: Python<'_>, op: &pb::PyFunctionOp) -> Result<InProcessFunction, D
     let exception_parts = functions
         .getattr("exception_parts")
         .map_err(|e| runtime("sluice._functions.exception_parts", e))?;
-    let columns = py
-        .import("sluice.data.dataset")
-        .and_then(|m| m.getattr("_columns"))
-        .map_err(|e| runtime("sluice.data.dataset._columns", e))?;
+    let columns = functions
+        .getattr("output_parts")
+        .map_err(|e| runtime("sluice._functions.output_parts", e))?;
     Ok(InProcessFunction {
         function: function.unbind(),
         call: call.unbind(),
@@ -95,7 +94,7 @@ struct InProcessFunction {
     call: Py<PyAny>,
     /// `sluice._functions.exception_parts`.
     exception_parts: Py<PyAny>,
-    /// `sluice.data.dataset._columns`.
+    /// `sluice._functions.output_parts`.
     columns: Py<PyAny>,
     kind: i32,
     name: String,

@@ -1,5 +1,6 @@
-"""`python -m sluice.bench` and `python -m sluice.bench_images` with tiny sizes: each starts its
-servers, reads every workload and prints its figures, so the benchmarks cannot rot unnoticed."""
+"""`python -m sluice.bench`, `python -m sluice.bench_images` and `python -m sluice.map_bench`
+with tiny sizes: each starts its servers, reads every workload and prints its figures, so the
+benchmarks cannot rot unnoticed."""
 
 from __future__ import annotations
 
@@ -40,3 +41,19 @@ def test_image_bench_reads_every_record_locally_and_through_a_worker(tmp_path) -
         assert figures[f"{name}_records_s"] > 0, figures
         assert any(line.startswith(name) for line in lines[:-1]), out
     assert not any("tf_" in name for name in figures), figures
+
+
+def test_map_bench_reads_every_image_in_each_setup() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice.map_bench", "--epochs", "1", "--images", "24"],
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=180,
+        check=True,
+    ).stdout
+    lines = out.strip().splitlines()
+    figures = json.loads(lines[-1])
+    for name in ("py_map_loop_ips", "py_map_pool_ips", "py_map_sluice_ips"):
+        assert figures[name] > 0, figures
+        assert any(line.startswith(name) for line in lines[:-1]), out
+    assert figures["sluice_vs_pool"] > 0 and figures["sluice_vs_loop"] > 0, figures
