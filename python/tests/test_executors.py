@@ -7,9 +7,12 @@ The pipelines are built with ``Dataset.map``, ``filter`` and ``flat_map``, as us
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
+import sys
 import time
+import uuid
 from typing import Any, Callable, Iterator, List, Optional
 
 import cloudpickle
@@ -62,9 +65,35 @@ def service() -> Iterator[Service]:
     s.stop()
 
 
-def test_a_lambda_map_runs_on_the_workers_with_exact_outputs(service):
+@pytest.mark.parametrize("mode", ["parallel_epochs", "distributed_epoch"])
+def test_a_lambda_and_a_closure_over_an_array_run_on_the_workers_with_exact_outputs(service, mode):
     ds = Dataset.range(10).map(lambda x: x * x + 1)
-    assert [int(x) for x in service.read(ds)] == [x * x + 1 for x in range(10)]
+    assert sorted(int(x) for x in service.read(ds, mode)) == [x * x + 1 for x in range(10)]
+    weights = np.linspace(0.0, 1.0, 5, dtype=np.float32)
+    ds = Dataset.range(6).map(lambda x: weights * np.float32(x))
+    out = sorted(service.read(ds, mode), key=lambda a: float(a[-1]))
+    assert len(out) == 6
+    for x, row in enumerate(out):
+        np.testing.assert_array_equal(row, weights * np.float32(x))
+
+
+def test_a_function_of_a_module_only_the_client_has_runs_on_the_workers(service, tmp_path):
+    """The executors' interpreter cannot import the module (it is on no path of theirs): the
+    function and its module-level helper travel by value."""
+    name = f"client_only_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(
+        "import numpy as np\n\nOFFSET = 5\n\n"
+        "def helper(x):\n    return x + OFFSET\n\n"
+        "def scale(x):\n    return np.int64(helper(x) * 2)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module(name)
+        ds = Dataset.range(4).map(module.scale)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+    assert sorted(int(x) for x in service.read(ds, "distributed_epoch")) == [10, 12, 14, 16]
 
 
 def test_a_closure_over_an_array_gets_tuples_as_arguments_and_returns_dicts(service):
