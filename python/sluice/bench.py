@@ -49,7 +49,7 @@ TF_SCRIPT = Path(__file__).with_name("_tf_bench.py")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        return _serve(args.role, args.dispatcher)
+        return _serve(args.role, args.dispatcher, args.python_executors)
     return _bench(args)
 
 
@@ -77,10 +77,16 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve a dispatcher or worker until stdin closes")
     serve.add_argument("role", choices=["dispatcher", "worker"])
     serve.add_argument("--dispatcher", help="the worker's dispatcher")
+    serve.add_argument(
+        "--python-executors",
+        type=int,
+        default=0,
+        help="the worker's Python executors (default 0: none, Python functions refused)",
+    )
     return parser
 
 
-def _serve(role: str, dispatcher: Optional[str]) -> int:
+def _serve(role: str, dispatcher: Optional[str], python_executors: int = 0) -> int:
     """Serves one server until stdin closes, after printing ``READY <address>``."""
     import sluice
 
@@ -90,7 +96,9 @@ def _serve(role: str, dispatcher: Optional[str]) -> int:
     else:
         if dispatcher is None:
             raise SystemExit("serve worker needs --dispatcher")
-        server = sluice.WorkerServer(sluice.WorkerConfig(dispatcher))
+        server = sluice.WorkerServer(
+            sluice.WorkerConfig(dispatcher, python_executors=python_executors)
+        )
         address = server.address
     print(f"READY {address}", flush=True)
     sys.stdin.read()

@@ -58,8 +58,6 @@ def augment(index: int, rounds: int = ROUNDS) -> np.ndarray:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args.role, args.dispatcher, args.executors)
     figures: Dict[str, float] = {
         "load_1min": round(os.getloadavg()[0], 2),
         "processes": args.processes,
@@ -93,31 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         "--processes", type=int, default=2, help="Pool processes and the worker's executors"
     )
     parser.add_argument("--chunksize", type=int, default=8, help="Pool.imap's chunksize")
-    sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve a dispatcher or worker until stdin closes")
-    serve.add_argument("role", choices=["dispatcher", "worker"])
-    serve.add_argument("--dispatcher", help="the worker's dispatcher")
-    serve.add_argument("--executors", type=int, default=2, help="the worker's Python executors")
     return parser
-
-
-def _serve(role: str, dispatcher: Optional[str], executors: int) -> int:
-    """Serves one server until stdin closes, after printing ``READY <address>``."""
-    import sluice
-
-    if role == "dispatcher":
-        server = sluice.DispatchServer(sluice.DispatcherConfig())
-        address = server.target
-    else:
-        if dispatcher is None:
-            raise SystemExit("serve worker needs --dispatcher")
-        config = sluice.WorkerConfig(dispatcher, python_executors=executors)
-        server = sluice.WorkerServer(config)
-        address = server.address
-    print(f"READY {address}", flush=True)
-    sys.stdin.read()
-    server.stop()
-    return 0
 
 
 #: The sum of every pixel of `augment(0..n)`, by `n`: each setup must produce the same images.
@@ -155,12 +129,12 @@ def _sluice(n: int, executors: int, epochs: int) -> float:
     from sluice.bench import _Child
     from sluice.data import Dataset
 
-    dispatcher = _Child([sys.executable, "-m", "sluice.map_bench", "serve", "dispatcher"])
+    dispatcher = _Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])
     children = [dispatcher]
     try:
         worker = _Child(
-            [sys.executable, "-m", "sluice.map_bench", "serve", "worker"]
-            + ["--dispatcher", dispatcher.address, "--executors", str(executors)]
+            [sys.executable, "-m", "sluice.bench", "serve", "worker"]
+            + ["--dispatcher", dispatcher.address, "--python-executors", str(executors)]
         )
         children.append(worker)
 
