@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 import cloudpickle
 import numpy as np
 
+from sluice._tensors import tensor_parts
+
 # `PyFunctionKind` in the dataset definition.
 KIND_MAP = 1
 KIND_FILTER = 2
@@ -214,7 +216,6 @@ def output_parts(value: Any) -> Any:
     """A function's output as the native side takes it: tuples and dicts kept, each leaf
     ``[dtype, shape, data]``. The same rule wherever the function ran; a value of another type
     (a list, ``None``, an object) is a ``TypeError`` naming it."""
-    from sluice.data.dataset import _tensor_parts
 
     if isinstance(value, tuple):
         return tuple(output_parts(v) for v in value)
@@ -226,7 +227,7 @@ def output_parts(value: Any) -> Any:
                 )
         return {k: output_parts(v) for k, v in value.items()}
     if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
-        return list(_tensor_parts(value))
+        return list(tensor_parts(value))
     raise TypeError(
         f"a Python function's output must be a numpy array or scalar, an int, float, bool, "
         f"bytes or str, or a tuple or dict of them; got {type(value).__module__}."

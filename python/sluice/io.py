@@ -20,6 +20,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence
 import numpy as np
 
 from sluice import _native
+from sluice._tensors import tensor_parts
 from sluice.errors import InvalidArgumentError
 
 __all__ = [
@@ -70,7 +71,6 @@ class VarLenFeature(NamedTuple):
 
 def _feature_parts(name: str, feature: Any) -> "tuple[Any, ...]":
     """The tuple ``_native.Dataset.parse_example`` takes for one feature."""
-    from sluice.data.dataset import _tensor_parts
 
     if isinstance(feature, VarLenFeature):
         return (name, True, _feature_dtype(feature.dtype), [], None)
@@ -84,7 +84,7 @@ def _feature_parts(name: str, feature: Any) -> "tuple[Any, ...]":
     default = None
     if feature.default_value is not None:
         numpy_dtype = {"int64": np.int64, "float32": np.float32, "string": object}[dtype]
-        default = _tensor_parts(np.asarray(feature.default_value, dtype=numpy_dtype))
+        default = tensor_parts(np.asarray(feature.default_value, dtype=numpy_dtype))
     return (name, False, dtype, shape, default)
 
 
@@ -96,14 +96,13 @@ def serialize_example(features: Dict[str, Any]) -> bytes:
     >>> isinstance(record, bytes)
     True
     """
-    from sluice.data.dataset import _tensor_parts
 
     parts = {}
     for name, value in features.items():
         array = np.asarray(value)
         if array.dtype.kind in "SUO":
             array = array.astype(object)
-        parts[str(name)] = _tensor_parts(array)
+        parts[str(name)] = tensor_parts(array)
     return _native.serialize_example(parts)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, U
 import numpy as np
 
 from sluice import _functions, _native
+from sluice._tensors import tensor_parts as _tensor_parts
 from sluice.data.tensor_spec import TensorSpec
 from sluice.errors import InvalidArgumentError, OpError
 
@@ -34,21 +35,6 @@ AUTOTUNE = -1
 
 # Elements ``prefetch(AUTOTUNE)`` buffers.
 _AUTOTUNE_PREFETCH = 16
-
-# numpy dtypes Sluice tensors have, by numpy name.
-_DTYPES = {
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float32",
-    "float64",
-}
 
 Element = Any
 """A numpy scalar, a numpy array, ``bytes``, or a tuple or dict of elements."""
@@ -528,28 +514,3 @@ def _columns(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _columns(v) for k, v in value.items()}
     return list(_tensor_parts(value))
-
-
-def _tensor_parts(value: Any) -> "tuple[str, list[int], Any]":
-    """(Sluice dtype name, shape, little-endian C-order bytes or a list of bytes)."""
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    shape = [int(d) for d in array.shape]
-    if array.dtype.kind in "SUO":
-        flat = [_to_bytes(v) for v in array.reshape(-1).tolist()]
-        return "string", shape, flat
-    name = array.dtype.name
-    if name not in _DTYPES:
-        raise InvalidArgumentError(
-            f"unsupported dtype {array.dtype}; Sluice tensors are one of {sorted(_DTYPES)} "
-            "or strings"
-        )
-    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return name, shape, data.tobytes()
-
-
-def _to_bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    raise InvalidArgumentError(f"a string tensor holds str or bytes, got {type(value).__name__}")
