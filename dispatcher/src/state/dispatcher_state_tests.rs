@@ -215,6 +215,17 @@ fn apply_table() {
             (iteration(5001, 0), iter_client(2001, 3001)),
             (lease(2001, 4000, 0, 2), not_found("Task 4000 of iteration 2001 not found")),
         ]),
+        ("a split repetition past the provider's next is refused, and the cursor stays", vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (job("1000", Dynamic, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (lease(2000, 4000, u64::MAX, 1), invalid("split repetition 18446744073709551615 is beyond the provider's next repetition (it is in repetition 0)")),
+            (lease(2000, 4000, u64::MAX, 1), invalid("split repetition 18446744073709551615 is beyond the provider's next repetition (it is in repetition 0)")),
+            (lease(2000, 4000, 2, 1), invalid("split repetition 2 is beyond the provider's next repetition (it is in repetition 0)")),
+            (lease(2000, 4000, 0, 1), splits(0, 0, 1)),
+            (lease(2000, 4000, 1, 1), splits(1, 0, 1)),
+        ]),
         ("releasing a client twice is NotFound", vec![
             (register(None, b"a"), registered("1000")),
             (job("1000", Off, None), job_id(5000)),
@@ -512,6 +523,17 @@ fn coordinated_reads_table() {
             with(vec![(rounds(3000, 7, None), block(None))]),
             vec![(4000, 0)],
             vec![],
+        ),
+        (
+            "rounds past the largest are refused and change nothing",
+            with(vec![
+                (worker("w2"), workers_tasks(&[4001])),
+                (rounds(3000, u64::MAX, None), invalid("current_round 18446744073709551615 is past the largest round, 4611686018427387904")),
+                (rounds(3001, 0, Some(u64::MAX)), invalid("blocked_round 18446744073709551615 is past the largest round, 4611686018427387904")),
+                (rounds(3000, 0, Some(1)), block(Some(1))),
+            ]),
+            vec![(4000, 0)],
+            vec![4001],
         ),
         (
             "a worker joining mid-job gets a pending task one round past the estimate",

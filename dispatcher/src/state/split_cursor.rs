@@ -10,7 +10,7 @@
 //! `repeat` restarted its source); exhausting a repetition answers `end_of_splits` and moves to
 //! the next repetition.
 
-use crate::state::update::SplitLease;
+use crate::state::update::{Rejection, SplitLease};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,36 +33,55 @@ impl SplitCursor {
     }
 
     /// Leases up to `max` splits of `repetition` (at least one when any is left).
-    pub fn lease(&mut self, repetition: u64, max: u64) -> SplitLease {
+    ///
+    /// A worker asks for a repetition only after the end of the one before it, so no request
+    /// is ever more than one past the cursor's: such a request is refused, never followed (it
+    /// would skip the cursor past repetitions nobody read, and near `u64::MAX` overflow it).
+    pub fn lease(&mut self, repetition: u64, max: u64) -> Result<SplitLease, Rejection> {
         let end_of_splits = |repetition| SplitLease {
             repetition,
             start: 0,
             end: 0,
             end_of_splits: true,
         };
+        // At `u64::MAX` no request can be past the next repetition.
+        if self
+            .repetition
+            .checked_add(1)
+            .is_some_and(|next| repetition > next)
+        {
+            return Err(Rejection::InvalidArgument(format!(
+                "split repetition {repetition} is beyond the provider's next repetition (it is \
+                 in repetition {})",
+                self.repetition
+            )));
+        }
         if repetition < self.repetition {
-            return end_of_splits(repetition);
+            return Ok(end_of_splits(repetition));
         }
         if repetition > self.repetition {
             self.repetition = repetition;
             self.next = 0;
         }
         if self.next >= self.num_splits {
-            self.repetition += 1;
-            self.next = 0;
-            return end_of_splits(repetition);
+            // Exhausted: on to the next repetition; the last one (`u64::MAX`) stays exhausted.
+            if let Some(next) = repetition.checked_add(1) {
+                self.repetition = next;
+                self.next = 0;
+            }
+            return Ok(end_of_splits(repetition));
         }
         let start = self.next;
         let end = start.saturating_add(max.max(1)).min(self.num_splits);
         self.next = end;
         #[cfg(feature = "planted-bug")]
         let start = planted_bug(start);
-        SplitLease {
+        Ok(SplitLease {
             repetition,
             start,
             end,
             end_of_splits: false,
-        }
+        })
     }
 }
 
@@ -109,19 +128,59 @@ mod tests {
             ((0, 2), eos(0)),         // exhausted: end, cursor moves to repetition 1
             ((0, 2), eos(0)),         // a late worker on repetition 0 also gets the end
             ((1, 10), lease(0, 5, 1)),
-            ((3, 1), lease(0, 1, 3)), // jump to a newer repetition
-            ((2, 1), eos(2)),
+            ((2, 1), lease(0, 1, 2)), // a worker moved on first: the cursor follows, one ahead
+            ((1, 1), eos(1)),
         ];
         let mut cursor = SplitCursor::new(5);
         for (i, ((repetition, max), want)) in steps.iter().enumerate() {
-            assert_eq!(cursor.lease(*repetition, *max), *want, "step {i}");
+            assert_eq!(cursor.lease(*repetition, *max), Ok(*want), "step {i}");
         }
+    }
+
+    #[test]
+    fn a_repetition_past_the_next_is_refused_and_changes_nothing() {
+        // (cursor repetition, requested repetition)
+        let cases: &[(u64, u64)] = &[
+            (0, 2),
+            (0, u64::MAX),
+            (5, 7),
+            (u64::MAX - 1, u64::MAX),
+            (u64::MAX, u64::MAX),
+        ];
+        for &(at, requested) in cases {
+            let mut cursor = SplitCursor::new(5);
+            cursor.repetition = at;
+            let before = cursor.clone();
+            let refused = cursor.lease(requested, 1);
+            if requested > at.saturating_add(1) {
+                assert!(
+                    matches!(&refused, Err(Rejection::InvalidArgument(m)) if m.contains(&format!("split repetition {requested} is beyond"))),
+                    "{at} -> {requested}: {refused:?}"
+                );
+                assert_eq!(cursor, before, "{at} -> {requested}");
+            } else {
+                assert!(refused.is_ok(), "{at} -> {requested}: {refused:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_repetition_ends_without_overflow() {
+        // Two requests at u64::MAX (the fault that once made apply panic): the cursor ends the
+        // repetition and stays put, never wrapping to repetition 0.
+        let mut cursor = SplitCursor::new(1);
+        cursor.repetition = u64::MAX - 1;
+        assert_eq!(cursor.lease(u64::MAX, 1), Ok(lease(0, 1, u64::MAX)));
+        assert_eq!(cursor.lease(u64::MAX, 1), Ok(eos(u64::MAX)));
+        assert_eq!(cursor.lease(u64::MAX, 1), Ok(eos(u64::MAX)));
+        assert_eq!(cursor.repetition, u64::MAX);
+        assert!(cursor.lease(0, 1).is_ok_and(|l| l.end_of_splits));
     }
 
     #[test]
     fn an_empty_provider_ends_at_once() {
         let mut cursor = SplitCursor::new(0);
-        assert_eq!(cursor.lease(0, 8), eos(0));
+        assert_eq!(cursor.lease(0, 8), Ok(eos(0)));
         assert_eq!(cursor.repetition, 1);
     }
 }

@@ -6,6 +6,9 @@ use crate::ids::{ClientId, IterationId, TaskId};
 use crate::state::entities::PendingTask;
 use crate::state::update::{Outcome, Rejection};
 
+/// The largest round a client may report (2^62).
+pub const MAX_ROUND: u64 = 1 << 62;
+
 impl DispatcherState {
     pub(super) fn client_rounds(
         &mut self,
@@ -16,6 +19,19 @@ impl DispatcherState {
         let iteration_id = *self.clients.get(&client_id).ok_or_else(|| {
             Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
         })?;
+        // Rounds count elements read, one per round: far below this bound, which keeps every
+        // target round computed from them (estimate + 2^33 at most) from overflowing.
+        for (name, round) in [
+            ("current_round", Some(current_round)),
+            ("blocked_round", blocked_round),
+        ] {
+            if round.is_some_and(|r| r > MAX_ROUND) {
+                return Err(Rejection::InvalidArgument(format!(
+                    "{name} {} is past the largest round, {MAX_ROUND}",
+                    round.unwrap_or_default()
+                )));
+            }
+        }
         let num_consumers = {
             let job_id = self.iterations[&iteration_id].job_id;
             self.jobs[&job_id].options.num_consumers.unwrap_or(0) as usize
@@ -31,7 +47,7 @@ impl DispatcherState {
             // further, until every consumer can hold before it.
             let offset = 2u64 << pending.failures.min(32);
             pending.target_round = estimate + offset;
-            pending.failures += 1;
+            pending.failures = pending.failures.saturating_add(1);
             pending.ready_clients.clear();
         }
         if blocked_round.is_some_and(|b| b <= pending.target_round) {

@@ -43,6 +43,6 @@ impl DispatcherState {
                  {num_providers}"
                 ))
             })?;
-        Ok(Outcome::Splits(cursor.lease(repetition, max)))
+        cursor.lease(repetition, max).map(Outcome::Splits)
     }
 }
