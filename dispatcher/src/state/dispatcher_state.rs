@@ -22,6 +22,7 @@ mod iterations;
 mod jobs;
 mod queries;
 mod rounds;
+pub use rounds::MAX_ROUND;
 mod splits;
 mod tasks;
 mod workers;
