@@ -43,6 +43,9 @@ enum Lit {
     Leaf(Token),
 }
 
+/// How deeply list literals may nest (a tensor's rank, plus one): far past any real tensor.
+pub const MAX_LITERAL_DEPTH: usize = 32;
+
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
@@ -441,8 +444,18 @@ impl Parser {
 
     /// A nested list literal or a leaf value.
     fn literal(&mut self) -> Result<Lit, DatasetError> {
+        self.literal_at(0)
+    }
+
+    /// A literal inside `depth` open lists: nesting is bounded, so an expression from anyone
+    /// cannot exhaust the stack.
+    fn literal_at(&mut self, depth: usize) -> Result<Lit, DatasetError> {
         let t = self.next();
         match &t.tok {
+            Tok::Punct('[') if depth >= MAX_LITERAL_DEPTH => Err(parse_error(
+                t.col,
+                format!("list literal nested deeper than {MAX_LITERAL_DEPTH} levels"),
+            )),
             Tok::Punct('[') => {
                 let mut items = Vec::new();
                 if self.is_punct(']') {
@@ -450,7 +463,7 @@ impl Parser {
                     return Ok(Lit::List(items, t.col));
                 }
                 loop {
-                    items.push(self.literal()?);
+                    items.push(self.literal_at(depth + 1)?);
                     if self.is_punct(',') {
                         self.next();
                         // A trailing comma is fine, as in Python.

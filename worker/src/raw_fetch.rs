@@ -314,7 +314,14 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
     // The read half stays here, not with the serving task, so that this task decides when the
     // connection closes (see `linger`).
     let mut incoming = raw_frame::requests(read);
-    let first = incoming.next().await;
+    // A caller that shakes hands and then says nothing would hold the connection for good.
+    let first = match tokio::time::timeout(SNIFF_TIMEOUT, incoming.next()).await {
+        Ok(first) => first,
+        Err(_) => {
+            debug!("a raw fetch stream sent no request in time; closed");
+            return;
+        }
+    };
     let (forward, queued) = mpsc::channel(QUEUED_REQUESTS);
     let requests = FetchRequests::new(stream::iter(first).chain(ReceiverStream::new(queued)));
     let mut batches = match open_fetch(&state, requests).await {

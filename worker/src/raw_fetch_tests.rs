@@ -341,6 +341,16 @@ async fn a_garbage_peer_is_cut_off_and_the_port_keeps_serving() {
         .unwrap_or(0);
     assert_eq!(n, 0, "the worker closes the connection");
 
+    info!("--- the magic and an empty token, then silence: closed after the handshake deadline");
+    let mut socket = TcpStream::connect(worker.addr).await.expect("connect");
+    socket.write_all(&MAGIC).await.expect("write");
+    socket.write_all(&0u32.to_le_bytes()).await.expect("write");
+    let n = tokio::time::timeout(DEADLINE, socket.read(&mut buf))
+        .await
+        .expect("closed in time, not held open")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the worker closes the silent connection");
+
     info!("--- both transports still serve");
     assert_eq!(
         ints(&read_raw(worker.addr, 1, 8).await.expect("read")).len(),
