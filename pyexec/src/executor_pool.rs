@@ -305,25 +305,32 @@ impl ExecutorSlot {
                     }
                 }
             }
-            let Some(call) = sent.pop_front() else {
-                continue;
-            };
-            let result = match self.process.as_mut().map(|p| receive(p, &call)) {
-                Some(Ok(result)) => result,
-                Some(Err(broken)) => {
-                    for stranded in sent.drain(..).rev() {
-                        resend.push_front(stranded);
-                    }
-                    Err(self.died(&call.function.name, broken))
-                }
-                None => Err(DatasetError::PythonRuntime(format!(
-                    "python function '{}': no executor",
-                    call.function.name
-                ))),
-            };
-            // A dropped receiver: the task is gone; the result is not wanted.
-            let _ = call.reply.send(result);
+            self.answer_oldest(&mut sent, &mut resend);
         }
+    }
+
+    /// Reads the reply to the oldest call in `sent` and hands it to its caller. If the
+    /// executor died running it, that call fails, and the calls behind it (which never started
+    /// there) go to the front of `resend`.
+    fn answer_oldest(&mut self, sent: &mut VecDeque<Call>, resend: &mut VecDeque<Call>) {
+        let Some(call) = sent.pop_front() else {
+            return;
+        };
+        let result = match self.process.as_mut().map(|p| receive(p, &call)) {
+            Some(Ok(result)) => result,
+            Some(Err(broken)) => {
+                for stranded in sent.drain(..).rev() {
+                    resend.push_front(stranded);
+                }
+                Err(self.died(&call.function.name, broken))
+            }
+            None => Err(DatasetError::PythonRuntime(format!(
+                "python function '{}': no executor",
+                call.function.name
+            ))),
+        };
+        // A dropped receiver: the task is gone; the result is not wanted.
+        let _ = call.reply.send(result);
     }
 
     /// Sends `call` (after loading its function, which first takes every reply still due) and
@@ -345,22 +352,8 @@ impl ExecutorSlot {
         }
         if !self.loaded.contains(&call.function.id) {
             // A LOAD's reply must be read before the call is sent: finish what is in flight.
-            while let Some(earlier) = sent.pop_front() {
-                let result = match self.process.as_mut().map(|p| receive(p, &earlier)) {
-                    Some(Ok(result)) => result,
-                    Some(Err(broken)) => {
-                        // The calls behind it never started on the dead executor.
-                        for stranded in sent.drain(..).rev() {
-                            resend.push_front(stranded);
-                        }
-                        Err(self.died(&earlier.function.name, broken))
-                    }
-                    None => Err(DatasetError::PythonRuntime(format!(
-                        "python function '{}': no executor",
-                        earlier.function.name
-                    ))),
-                };
-                let _ = earlier.reply.send(result);
+            while !sent.is_empty() {
+                self.answer_oldest(sent, resend);
             }
         }
         let Some(process) = self.process.as_mut() else {
