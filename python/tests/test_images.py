@@ -56,27 +56,6 @@ def png(image: np.ndarray) -> bytes:
     )
 
 
-def crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def tfrecord(records: list) -> bytes:
-    def masked(data: bytes) -> bytes:
-        crc = crc32c(data)
-        return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
-
-    out = b""
-    for r in records:
-        length = struct.pack("<Q", len(r))
-        out += length + masked(length) + r + masked(r)
-    return out
-
-
 def images(n: int, channels: int) -> list:
     rng = np.random.default_rng(7)
     return [rng.integers(0, 256, (2 + i % 3, 3 + i % 2, channels), dtype=np.uint8) for i in range(n)]
@@ -124,7 +103,9 @@ def test_a_jpeg_decodes_and_resizes_on_the_workers(cluster):
 def test_images_in_tfrecord_files_decode_through_the_service(cluster, tmp_path):
     originals = images(5, 3)
     path = tmp_path / "images.tfrecord"
-    path.write_bytes(tfrecord([png(a) for a in originals]))
+    with TFRecordWriter(str(path)) as w:
+        for a in originals:
+            w.write(png(a))
     ds = TFRecordDataset(str(path)).decode_image()
     got = list(ds.apply(sluice.distribute("distributed_epoch", cluster.target)))
     key = lambda a: (a.shape, a.tobytes())  # noqa: E731
