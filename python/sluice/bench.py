@@ -49,7 +49,7 @@ TF_SCRIPT = Path(__file__).with_name("_tf_bench.py")
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        return _serve(args.role, args.dispatcher, args.python_executors)
+        return _serve(args.role, args.dispatcher, args.python_executors, args.data_root)
     return _bench(args)
 
 
@@ -83,22 +83,31 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="the worker's Python executors (default 0: none, Python functions refused)",
     )
+    serve.add_argument(
+        "--data-root", action="append", help="a directory files may be read from (repeatable)"
+    )
     return parser
 
 
-def _serve(role: str, dispatcher: Optional[str], python_executors: int = 0) -> int:
+def _serve(
+    role: str,
+    dispatcher: Optional[str],
+    python_executors: int = 0,
+    data_roots: Optional[List[str]] = None,
+) -> int:
     """Serves one server until stdin closes, after printing ``READY <address>``."""
     import sluice
 
     if role == "dispatcher":
-        server = sluice.DispatchServer(sluice.DispatcherConfig())
+        server = sluice.DispatchServer(sluice.DispatcherConfig(data_roots=data_roots))
         address = server.target
     else:
         if dispatcher is None:
             raise SystemExit("serve worker needs --dispatcher")
-        server = sluice.WorkerServer(
-            sluice.WorkerConfig(dispatcher, python_executors=python_executors)
+        config = sluice.WorkerConfig(
+            dispatcher, python_executors=python_executors, data_roots=data_roots
         )
+        server = sluice.WorkerServer(config)
         address = server.address
     print(f"READY {address}", flush=True)
     sys.stdin.read()

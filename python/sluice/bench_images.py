@@ -9,7 +9,7 @@ else by the ``image`` crate's encoder) as ``tf.train.Example`` records ``{image:
 - ``local``: sluice's pipeline ``TFRecordDataset(...).parse_example(...)
   .decode_image(key="image")`` iterated in this process;
 - ``worker``: the same pipeline read through one worker (``parallel_epochs``, dispatcher and
-  worker in their own processes, ``python -m sluice.bench_images serve ...``);
+  worker in their own processes, ``python -m sluice.bench serve ...``);
 - ``tf_seq`` and ``tf_auto``: tf.data's ``TFRecordDataset`` + ``map(parse_single_example,
   decode_jpeg)`` with ``num_parallel_calls`` unset and ``AUTOTUNE``, run by ``_tf_images_bench.py``
   under an interpreter with tensorflow (this one, or ``--tf-python``), when there is one.
@@ -43,10 +43,7 @@ COMPRESSIONS = {"plain": None, "gzip": "GZIP"}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args.role, args.dispatcher, args.data_root)
-    return _bench(args)
+    return _bench(_parser().parse_args(argv))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,31 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         "(default: this one, if it imports tensorflow)",
     )
     parser.add_argument("--no-tf", action="store_true", help="measure sluice only")
-    sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve a dispatcher or worker until stdin closes")
-    serve.add_argument("role", choices=["dispatcher", "worker"])
-    serve.add_argument("--dispatcher", help="the worker's dispatcher")
-    serve.add_argument("--data-root", required=True, help="the directory files may be read from")
     return parser
-
-
-def _serve(role: str, dispatcher: Optional[str], root: str) -> int:
-    """Serves one server reading files below `root` until stdin closes, after printing
-    ``READY <address>``."""
-    import sluice
-
-    if role == "dispatcher":
-        server = sluice.DispatchServer(sluice.DispatcherConfig(data_roots=[root]))
-        address = server.target
-    else:
-        if dispatcher is None:
-            raise SystemExit("serve worker needs --dispatcher")
-        server = sluice.WorkerServer(sluice.WorkerConfig(dispatcher, data_roots=[root]))
-        address = server.address
-    print(f"READY {address}", flush=True)
-    sys.stdin.read()
-    server.stop()
-    return 0
 
 
 def _jpegs(n: int, side: int) -> List[bytes]:
@@ -196,14 +169,14 @@ def _bench(args: argparse.Namespace) -> int:
                 _epoch(lambda: iter(ds), n, args.side) for _ in range(epochs)
             )
         dispatcher = _Child(
-            [sys.executable, "-m", "sluice.bench_images", "serve", "dispatcher"]
+            [sys.executable, "-m", "sluice.bench", "serve", "dispatcher"]
             + ["--data-root", str(root)]
         )
         children = [dispatcher]
         try:
             children.append(
                 _Child(
-                    [sys.executable, "-m", "sluice.bench_images", "serve", "worker"]
+                    [sys.executable, "-m", "sluice.bench", "serve", "worker"]
                     + ["--dispatcher", dispatcher.address, "--data-root", str(root)]
                 )
             )

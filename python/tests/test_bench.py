@@ -9,51 +9,44 @@ import subprocess
 import sys
 
 
-def test_bench_prints_a_line_per_figure_and_json_last() -> None:
+def run(module: str, *args: str, timeout: float = 120) -> "tuple[list, dict]":
+    """Runs ``python -m module args``; its output lines, and the JSON object of its last."""
     out = subprocess.run(
-        [sys.executable, "-m", "sluice.bench", "--no-tf", "--epochs", "1"]
-        + ["--tiny", "2000", "--batched", "20480", "--large-mib", "4"],
+        [sys.executable, "-m", module, *args],
         stdout=subprocess.PIPE,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=True,
     ).stdout
     lines = out.strip().splitlines()
-    figures = json.loads(lines[-1])
+    return lines, json.loads(lines[-1])
+
+
+def test_bench_prints_a_line_per_figure_and_json_last() -> None:
+    lines, figures = run(
+        "sluice.bench", "--no-tf", "--epochs", "1",
+        "--tiny", "2000", "--batched", "20480", "--large-mib", "4",
+    )
     for name in ("py_tiny_eps", "py_batched_eps", "py_large_mib_s"):
         assert figures[name] > 0, figures
-        assert any(line.startswith(name) for line in lines[:-1]), out
+        assert any(line.startswith(name) for line in lines[:-1]), lines
     assert not any(name.startswith("tf_") for name in figures), figures
 
 
 def test_image_bench_reads_every_record_locally_and_through_a_worker(tmp_path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "sluice.bench_images", "--no-tf", "--epochs", "1"]
-        + ["--images", "40", "--side", "16", "--files", "2", "--dir", str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    lines = out.strip().splitlines()
-    figures = json.loads(lines[-1])
+    lines, figures = run(
+        "sluice.bench_images", "--no-tf", "--epochs", "1",
+        "--images", "40", "--side", "16", "--files", "2", "--dir", str(tmp_path),
+    )
     for name in ("plain_local", "plain_worker", "gzip_local", "gzip_worker"):
         assert figures[f"{name}_records_s"] > 0, figures
-        assert any(line.startswith(name) for line in lines[:-1]), out
+        assert any(line.startswith(name) for line in lines[:-1]), lines
     assert not any("tf_" in name for name in figures), figures
 
 
 def test_map_bench_reads_every_image_in_each_setup() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "sluice.map_bench", "--epochs", "1", "--images", "24"],
-        stdout=subprocess.PIPE,
-        text=True,
-        timeout=180,
-        check=True,
-    ).stdout
-    lines = out.strip().splitlines()
-    figures = json.loads(lines[-1])
+    lines, figures = run("sluice.map_bench", "--epochs", "1", "--images", "24", timeout=180)
     for name in ("py_map_loop_ips", "py_map_pool_ips", "py_map_sluice_ips"):
         assert figures[name] > 0, figures
-        assert any(line.startswith(name) for line in lines[:-1]), out
+        assert any(line.startswith(name) for line in lines[:-1]), lines
     assert figures["sluice_vs_pool"] > 0 and figures["sluice_vs_loop"] > 0, figures
