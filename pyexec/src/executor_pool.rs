@@ -295,15 +295,7 @@ impl ExecutorSlot {
                         Err(_) => break,
                     },
                 };
-                if let Err(next) = self.send(next, &mut sent, &mut resend) {
-                    // Not sent: its function did not load, or the executor is gone (and the
-                    // calls sent before it never started there).
-                    let (call, result) = *next;
-                    let _ = call.reply.send(result);
-                    for stranded in sent.drain(..).rev() {
-                        resend.push_front(stranded);
-                    }
-                }
+                self.send(next, &mut sent, &mut resend);
             }
             self.answer_oldest(&mut sent, &mut resend);
         }
@@ -334,20 +326,19 @@ impl ExecutorSlot {
     }
 
     /// Sends `call` (after loading its function, which first takes every reply still due) and
-    /// queues it in `sent`; or hands it back with the error it gets instead. Calls of `sent`
-    /// stranded by an executor's death go to `resend`.
-    #[allow(clippy::type_complexity)]
-    fn send(
-        &mut self,
-        call: Call,
-        sent: &mut VecDeque<Call>,
-        resend: &mut VecDeque<Call>,
-    ) -> Result<(), Box<(Call, CallResult)>> {
+    /// queues it in `sent`, or answers it with the error it gets instead (its function did not
+    /// load, or there is no executor). Calls of `sent` stranded by an executor's death go to
+    /// `resend`.
+    fn send(&mut self, call: Call, sent: &mut VecDeque<Call>, resend: &mut VecDeque<Call>) {
         let name = call.function.name.clone();
+        let fail = |call: Call, error: DatasetError| {
+            // A dropped receiver: the task is gone; the result is not wanted.
+            let _ = call.reply.send(Err(error));
+        };
         if self.process.is_none() {
             if let Err(e) = self.restart() {
                 let error = DatasetError::PythonRuntime(format!("python function '{name}': {e}"));
-                return Err(Box::new((call, Err(error))));
+                return fail(call, error);
             }
         }
         if !self.loaded.contains(&call.function.id) {
@@ -359,29 +350,25 @@ impl ExecutorSlot {
         let Some(process) = self.process.as_mut() else {
             let error =
                 DatasetError::PythonRuntime(format!("python function '{name}': no executor"));
-            return Err(Box::new((call, Err(error))));
+            return fail(call, error);
         };
         match load_and_send(process, &mut self.loaded, &call) {
-            Ok(None) => {
-                sent.push_back(call);
-                Ok(())
-            }
-            Ok(Some(error)) => Err(Box::new((call, Err(error)))),
+            Ok(None) => sent.push_back(call),
+            Ok(Some(error)) => fail(call, error),
             Err(broken) => match sent.pop_front() {
                 // The executor died running the oldest call sent: that call is the one to
                 // blame; the others, and this one, never started and go again.
                 Some(running) => {
                     let error = self.died(&running.function.name, broken);
-                    let _ = running.reply.send(Err(error));
+                    fail(running, error);
                     resend.push_back(call);
                     for stranded in sent.drain(..).rev() {
                         resend.push_front(stranded);
                     }
-                    Ok(())
                 }
                 None => {
                     let error = self.died(&name, broken);
-                    Err(Box::new((call, Err(error))))
+                    fail(call, error);
                 }
             },
         }
