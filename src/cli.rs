@@ -214,9 +214,13 @@ pub struct DispatcherArgs {
     /// A client silent this long is released from its iteration.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
     pub client_timeout: Duration,
-    /// An iteration without clients this long is garbage collected (`never` to keep them).
+    /// An iteration without clients this long is garbage collected; an ended one without
+    /// clients, and a job without iterations, this long idle are forgotten (`never` keeps them).
     #[arg(long, value_parser = parse_optional_duration, default_value = "5m")]
     pub job_gc_timeout: MaybeDuration,
+    /// A dataset no job has read for this long is forgotten (`never` to keep datasets).
+    #[arg(long, value_parser = parse_optional_duration, default_value = "24h")]
+    pub dataset_gc_timeout: MaybeDuration,
     /// Fixed worker list for static sharding (file, data, file_or_data, hint), the same on every
     /// replica: `HOST:PORT`, `HOST` or `HOST:%port%` (any port) entries, comma-separated. A
     /// worker's index is the position of its entry.

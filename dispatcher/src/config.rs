@@ -45,7 +45,12 @@ pub struct DispatcherConfig {
     /// A client silent this long is released from its iteration.
     pub client_timeout: Duration,
     /// An iteration without clients this long is garbage collected; `None` never collects.
+    /// The same timeout later removes ended iterations without clients, and jobs without
+    /// iterations, from the state.
     pub job_gc_timeout: Option<Duration>,
+    /// A dataset no job has read for this long is removed from the state (`from_dataset_id`
+    /// of it then fails); `None` keeps datasets forever.
+    pub dataset_gc_timeout: Option<Duration>,
     /// Whether distributed_epoch iterations are collected too (tf.data's default: no).
     pub gc_dynamic_jobs: bool,
     /// How this replica reaches some peers, overriding their address in the membership (a chaos
@@ -82,6 +87,7 @@ impl Default for DispatcherConfig {
             worker_timeout: Duration::from_secs(10),
             client_timeout: Duration::from_secs(300),
             job_gc_timeout: Some(Duration::from_secs(300)),
+            dataset_gc_timeout: Some(Duration::from_secs(24 * 3600)),
             gc_dynamic_jobs: false,
             raft_routes: BTreeMap::new(),
             faults: None,

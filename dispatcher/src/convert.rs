@@ -23,6 +23,7 @@ pub fn request_id(id: Option<pb::RequestId>) -> Option<RequestId> {
     id.map(|id| RequestId {
         requester: id.requester_id,
         seq: id.seq,
+        watermark: id.watermark,
     })
 }
 
@@ -34,10 +35,10 @@ pub fn metadata_to_proto(metadata: &DatasetMetadata) -> pb::DatasetMetadata {
     }
 }
 
-/// Decodes a definition stored in the state (it was encoded by this crate at registration).
-pub fn decode_def(dataset: &Dataset) -> dpb::DatasetDef {
-    dpb::DatasetDef::decode(dataset.def.as_slice())
-        .expect("definitions in the state were encoded by the dispatcher at registration")
+/// Decodes a dataset's definition stored in the state (it was encoded by this crate at
+/// registration, so only a corrupt state would make this `None`).
+pub fn decode_def(state: &DispatcherState, dataset: &Dataset) -> Option<dpb::DatasetDef> {
+    dpb::DatasetDef::decode(state.dataset_def(dataset)?).ok()
 }
 
 /// `worker_index` and `static_workers` place the task's worker in the static-sharding worker
@@ -46,6 +47,7 @@ pub fn task_def(
     task: &Task,
     job: &Job,
     dataset: &Dataset,
+    def: dpb::DatasetDef,
     worker_index: Option<u64>,
     static_workers: &[String],
 ) -> pb::TaskDef {
@@ -53,7 +55,7 @@ pub fn task_def(
         task_id: task.id.0,
         iteration_id: task.iteration_id.0,
         dataset_id: dataset.id.0.clone(),
-        dataset: Some(decode_def(dataset)),
+        dataset: Some(def),
         sharding_policy: pb::ShardingPolicy::from(job.sharding) as i32,
         compression: dataset.metadata.compression.to_proto() as i32,
         num_split_providers: dataset.num_splits.len() as u32,

@@ -82,6 +82,9 @@ impl From<DispatcherError> for tonic::Status {
             DispatcherError::Rejected(Rejection::PermissionDenied(_)) => {
                 tonic::Status::permission_denied(message)
             }
+            DispatcherError::Rejected(Rejection::ResourceExhausted(_)) => {
+                tonic::Status::resource_exhausted(message)
+            }
             DispatcherError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             DispatcherError::FileRefused(_) => tonic::Status::permission_denied(message),
             DispatcherError::Journal(_) => tonic::Status::internal(message),

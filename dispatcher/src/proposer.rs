@@ -396,6 +396,15 @@ fn approx_bytes(update: &Update) -> usize {
             Update::GetOrCreateJob { job_name, .. } => job_name.as_ref().map_or(0, String::len),
             Update::FinishTasks { worker, task_ids } => worker.len() + 8 * task_ids.len(),
             Update::RemoveWorker { address } => address.len(),
+            Update::RemoveIdle {
+                iterations,
+                jobs,
+                datasets,
+                ..
+            } => {
+                8 * (iterations.len() + jobs.len())
+                    + datasets.iter().map(|d| d.0.len() + 8).sum::<usize>()
+            }
             Update::GetOrCreateIteration { .. }
             | Update::LeaseSplits { .. }
             | Update::ReleaseIterationClient { .. }

@@ -87,6 +87,7 @@ fn sized(job: u64, bytes: usize) -> Request {
         id: Some(RequestId {
             requester: 1,
             seq: job,
+            watermark: 0,
         }),
         update: Update::RemoveWorker {
             address: format!("{job:0width$}", width = bytes - 64),

@@ -110,7 +110,7 @@ impl Dispatcher for DispatcherService {
         self.reader.linearizable().await?;
         let found = self.reader.read(|s| {
             s.dataset(&id)
-                .map(|d| (decode_def(d), metadata_to_proto(&d.metadata)))
+                .and_then(|d| Some((decode_def(s, d)?, metadata_to_proto(&d.metadata))))
         });
         let (dataset, metadata) = found.ok_or_else(|| {
             DispatcherError::from(Rejection::NotFound(format!("Dataset id {id} not found")))

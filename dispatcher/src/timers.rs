@@ -2,7 +2,8 @@
 //!
 //! The decision is pure: [`Timers::decide`] takes the time (read by the caller), the applied
 //! state and the leader's `Liveness`, and returns the updates to propose (`RemoveWorker`,
-//! `ReleaseIterationClient`, `GarbageCollectIteration`). [`TimerLoop`] is the thin shell around
+//! `ReleaseIterationClient`, `GarbageCollectIteration`, and `RemoveIdle` for ended iterations,
+//! jobs and datasets nobody used for their timeout). [`TimerLoop`] is the thin shell around
 //! it: every check interval it checks whether this replica leads, reads the clocks once, and
 //! proposes what `decide` returned. The change is replicated like any other, so every replica
 //! agrees on it and it survives failover.
@@ -11,7 +12,7 @@
 //! as everyone's last contact; nobody is expired before a full timeout of silence towards it.
 
 use crate::config::DispatcherConfig;
-use crate::ids::{ClientId, IterationId, NodeId};
+use crate::ids::{ClientId, DatasetId, IterationId, JobId, NodeId};
 use crate::liveness::Liveness;
 use crate::proposer::{now_micros, ProposerHandle};
 use crate::raft_types::{Raft, StateHandle};
@@ -41,7 +42,13 @@ pub struct Timers {
     pub job_gc_timeout: Option<Duration>,
     /// Whether distributed_epoch iterations are collected too.
     pub gc_dynamic_jobs: bool,
+    /// `None`: datasets are never removed.
+    pub dataset_gc_timeout: Option<Duration>,
 }
+
+/// Most ids of each kind one `RemoveIdle` lists, so its entry stays small; the rest go in the
+/// next check.
+pub const MAX_REMOVALS_PER_UPDATE: usize = 1000;
 
 impl Timers {
     pub fn new(config: &DispatcherConfig) -> Self {
@@ -50,6 +57,7 @@ impl Timers {
             client_timeout: config.client_timeout,
             job_gc_timeout: config.job_gc_timeout,
             gc_dynamic_jobs: config.gc_dynamic_jobs,
+            dataset_gc_timeout: config.dataset_gc_timeout,
         }
     }
 
@@ -59,6 +67,7 @@ impl Timers {
             Some(self.worker_timeout),
             Some(self.client_timeout),
             self.job_gc_timeout,
+            self.dataset_gc_timeout,
         ]
         .into_iter()
         .flatten()
@@ -119,7 +128,45 @@ impl Timers {
                     .map(|iteration_id| Update::GarbageCollectIteration { iteration_id }),
             );
         }
+        updates.extend(self.removals(now, state));
         updates
+    }
+
+    /// What has been idle long enough to be removed from the state.
+    fn removals(&self, now: Now, state: &DispatcherState) -> Option<Update> {
+        let before = |timeout: Option<Duration>| {
+            timeout.map(|t| now.wall_micros.saturating_sub(t.as_micros() as u64))
+        };
+        // No timeout: nothing qualifies (a cutoff of 0 is older than every timestamp).
+        let iterations_before = before(self.job_gc_timeout).unwrap_or(0);
+        let datasets_before = before(self.dataset_gc_timeout).unwrap_or(0);
+        let iterations: Vec<IterationId> = state
+            .iterations()
+            .filter(|it| state.iteration_idle(it.id, iterations_before))
+            .map(|it| it.id)
+            .take(MAX_REMOVALS_PER_UPDATE)
+            .collect();
+        let jobs: Vec<JobId> = state
+            .jobs()
+            .filter(|job| state.job_idle(job.id, iterations_before))
+            .map(|job| job.id)
+            .take(MAX_REMOVALS_PER_UPDATE)
+            .collect();
+        let datasets: Vec<DatasetId> = state
+            .datasets()
+            .filter(|d| state.dataset_idle(&d.id, datasets_before))
+            .map(|d| d.id.clone())
+            .take(MAX_REMOVALS_PER_UPDATE)
+            .collect();
+        (!iterations.is_empty() || !jobs.is_empty() || !datasets.is_empty()).then_some(
+            Update::RemoveIdle {
+                iterations_before,
+                datasets_before,
+                iterations,
+                jobs,
+                datasets,
+            },
+        )
     }
 }
 

@@ -17,6 +17,7 @@ fn timers() -> Timers {
         client_timeout: 30 * SECOND,
         job_gc_timeout: Some(60 * SECOND),
         gc_dynamic_jobs: false,
+        dataset_gc_timeout: None,
     }
 }
 
@@ -277,4 +278,47 @@ fn the_check_interval_is_a_quarter_of_the_shortest_timeout_within_bounds() {
         ..timers()
     };
     assert_eq!(tiny.check_interval(), Duration::from_millis(50));
+}
+
+#[test]
+fn what_stayed_idle_for_its_timeout_is_removed() {
+    let mut state = state(ShardingPolicy::Off);
+    apply(
+        &mut state,
+        RELEASED_AT + 60 * 1_000_000,
+        Update::GarbageCollectIteration {
+            iteration_id: IterationId(2001),
+        },
+    );
+    let liveness = Liveness::default();
+    let origin = Instant::now();
+    liveness.worker_seen_at("w1", origin);
+    liveness.client_seen_at(3000, origin);
+    let decide = |timers: Timers, wall_after_release: u64| {
+        let now = Now {
+            instant: origin,
+            wall_micros: RELEASED_AT + wall_after_release,
+        };
+        timers.decide(now, origin, &state, &liveness)
+    };
+    assert_eq!(
+        decide(timers(), 60 * 1_000_000),
+        vec![],
+        "released exactly the timeout ago: kept"
+    );
+    let with_datasets = Timers {
+        dataset_gc_timeout: Some(SECOND),
+        ..timers()
+    };
+    assert_eq!(
+        decide(with_datasets, 60 * 1_000_000 + 1),
+        vec![Update::RemoveIdle {
+            iterations_before: RELEASED_AT + 1,
+            datasets_before: RELEASED_AT + 59 * 1_000_000 + 1,
+            iterations: vec![IterationId(2001)],
+            jobs: vec![],
+            datasets: vec![],
+        }],
+        "the collected iteration goes; the job has another iteration, the dataset a job"
+    );
 }

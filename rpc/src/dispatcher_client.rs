@@ -6,21 +6,20 @@
 //! address after an exponential backoff, until `retry_timeout` has passed. One `Channel` per
 //! address, built once and cloned; every attempt has a deadline.
 //!
-//! Mutating calls carry a `RequestId` (this client's random requester id and a sequence number)
-//! that stays the same across retries of one call, so a retry after a lost reply returns the
-//! outcome the dispatcher recorded instead of acting twice.
+//! Mutating calls carry a `RequestId` (this client's random requester id, a sequence number and
+//! the watermark, see `request_ids`) that stays the same across retries of one call, so a retry
+//! after a lost reply returns the outcome the dispatcher recorded instead of acting twice.
 //!
 //! The generic retry loop (`call`) is private to this crate: callers use the typed methods in
 //! `dispatcher_rpcs`, one per dispatcher RPC, which fill in request ids and deadlines.
 
 use crate::error::{is_retryable_status, RpcError};
-use sluice_proto::dispatcher as pb;
+use crate::request_ids::{InFlight, RequestIds};
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
 use sluice_security::{AuthChannel, ClientSecurity};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -60,8 +59,7 @@ pub struct DispatcherClient {
 struct Inner {
     addrs: Vec<String>,
     retry: RetryConfig,
-    requester_id: u64,
-    seq: AtomicU64,
+    request_ids: Arc<RequestIds>,
     /// TLS and the token every call presents.
     security: ClientSecurity,
     /// Std mutexes: held only to read or update, never across `.await`.
@@ -135,8 +133,7 @@ impl DispatcherClient {
                 current: Mutex::new(addrs[0].clone()),
                 addrs,
                 retry,
-                requester_id: rand::random(),
-                seq: AtomicU64::new(1),
+                request_ids: RequestIds::new(rand::random()),
                 security,
                 channels: Mutex::new(HashMap::new()),
             }),
@@ -153,12 +150,10 @@ impl DispatcherClient {
         &self.inner.security
     }
 
-    /// A fresh id for one mutating call; reuse it for every retry of that call.
-    pub(crate) fn next_request_id(&self) -> pb::RequestId {
-        pb::RequestId {
-            requester_id: self.inner.requester_id,
-            seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
-        }
+    /// A fresh id for one mutating call; reuse it for every retry of that call, and keep the
+    /// guard until the call is over.
+    pub(crate) fn begin_request(&self) -> InFlight {
+        self.inner.request_ids.begin()
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, RpcError> {

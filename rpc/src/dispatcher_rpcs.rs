@@ -95,11 +95,12 @@ impl DispatcherClient {
         dataset_id: Option<&DatasetId>,
         metadata: &pb::DatasetMetadata,
     ) -> Result<DatasetId, RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::RegisterDatasetRequest {
             dataset: Some(def.clone()),
             dataset_id: dataset_id.map(|id| id.0.clone()),
             metadata: Some(metadata.clone()),
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
         };
         let response = self
             .call("register_dataset", Duration::ZERO, |mut c, timeout| {
@@ -127,11 +128,12 @@ impl DispatcherClient {
 
     /// The job `job` names, created if absent.
     pub async fn get_or_create_job(&self, job: &JobRequest) -> Result<JobId, RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::GetOrCreateJobRequest {
             dataset_id: job.dataset_id.0.clone(),
             sharding_policy: job.sharding.to_proto() as i32,
             job_name: job.job_name.clone(),
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
             num_consumers: job.num_consumers,
             use_cross_trainer_cache: job.use_cross_trainer_cache,
             target_workers: job.target_workers.to_proto() as i32,
@@ -151,10 +153,11 @@ impl DispatcherClient {
         job_id: JobId,
         repetition: u64,
     ) -> Result<IterationClient, RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::GetOrCreateIterationRequest {
             job_id: job_id.0,
             repetition,
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
         };
         let response = self
             .call(
@@ -195,9 +198,10 @@ impl DispatcherClient {
 
     /// Detaches a client from its iteration.
     pub async fn release_iteration_client(&self, client_id: ClientId) -> Result<(), RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::ReleaseIterationClientRequest {
             iteration_client_id: client_id.0,
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
         };
         self.call(
             "release_iteration_client",
@@ -218,10 +222,11 @@ impl DispatcherClient {
         heartbeat: &WorkerHeartbeat,
         poll: Duration,
     ) -> Result<pb::WorkerHeartbeatResponse, RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::WorkerHeartbeatRequest {
             worker_address: heartbeat.worker.0.clone(),
             current_tasks: heartbeat.current_tasks.iter().map(|t| t.0).collect(),
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
             tags: heartbeat.tags.clone(),
             poll_timeout_ms: poll.as_millis() as u64,
         };
@@ -238,10 +243,11 @@ impl DispatcherClient {
         worker: &WorkerId,
         completed: &[TaskId],
     ) -> Result<(), RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::WorkerUpdateRequest {
             worker_address: worker.0.clone(),
             completed_tasks: completed.iter().map(|t| t.0).collect(),
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
         };
         self.call("worker_update", Duration::ZERO, |mut c, timeout| {
             let request = timed(request.clone(), timeout);
@@ -253,13 +259,14 @@ impl DispatcherClient {
 
     /// Leases splits for a task of a distributed_epoch iteration.
     pub async fn lease_splits(&self, lease: &LeaseRequest) -> Result<SplitLease, RpcError> {
+        let in_flight = self.begin_request();
         let request = pb::LeaseSplitsRequest {
             iteration_id: lease.iteration_id.0,
             provider_index: lease.provider,
             repetition: lease.repetition,
             max_splits: lease.max_splits,
             task_id: lease.task_id.0,
-            request_id: Some(self.next_request_id()),
+            request_id: Some(in_flight.id),
         };
         let response = self
             .call("lease_splits", Duration::ZERO, |mut c, timeout| {

@@ -26,6 +26,7 @@ pub mod invalid_value;
 pub mod local_workers;
 pub mod raw_fetch;
 pub mod raw_frame;
+mod request_ids;
 pub mod sharding_policy;
 pub mod target_workers;
 

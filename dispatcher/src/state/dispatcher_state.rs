@@ -7,20 +7,29 @@
 //! - an iteration is finished iff it has tasks and all of them are finished; a finished
 //!   iteration never gets new tasks;
 //! - a split index of a provider and repetition is leased at most once;
-//! - a request id seen again returns the outcome recorded the first time.
+//! - a request id seen again returns the outcome recorded the first time (`RequestLog`);
+//! - a dataset's definition is stored once per content, in `definitions`, with the number of
+//!   datasets using it; a definition no dataset uses is gone;
+//! - the state is bounded by live work: ended iterations, jobs and datasets nobody uses are
+//!   removed by `RemoveIdle` (the leader's timers propose it), with their tasks.
 //!
-//! This file holds the data, `apply` and the request de-duplication; the handling of each
-//! update lives beside it, one file per entity:
+//! This file holds the data and `apply`; the handling of each update lives beside it, one file
+//! per entity:
 //! - `datasets`, `workers`, `jobs`, `iterations`, `tasks`: registration, get-or-create,
 //!   release, finish, removal and garbage collection of each;
+//! - `idle`: removal of what nobody uses any more;
 //! - `splits`: split leases of distributed_epoch iterations;
 //! - `rounds`: pending tasks and task removal of coordinated reads;
 //! - `queries`: the read-only accessors the services use.
 
 mod datasets;
+mod idle;
+#[cfg(test)]
+mod invariants;
 mod iterations;
 mod jobs;
 mod queries;
+pub use queries::StateSizes;
 mod rounds;
 pub use rounds::MAX_ROUND;
 mod splits;
@@ -28,15 +37,15 @@ mod tasks;
 mod workers;
 
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
-use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
-use crate::state::update::{Outcome, Rejection, Request, RequestId, Update};
+use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
+use crate::state::request_log::{Admission, RequestLog};
+use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// How many outcomes are kept per requester, so concurrent requests of one requester can all be
-/// retried; a retry older than the window is rejected instead of applied twice.
-pub const DEDUP_WINDOW: usize = 64;
+/// The first task id: ids count up from it and are never reused.
+const FIRST_TASK_ID: u64 = 4000;
 
 /// What `apply` may know about the entry being applied.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,6 +60,8 @@ pub struct ApplyContext {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DispatcherState {
     datasets: BTreeMap<DatasetId, Dataset>,
+    /// Dataset definitions by content, each stored once however many datasets share it.
+    definitions: BTreeMap<DefinitionKey, Definition>,
     workers: BTreeMap<String, Worker>,
     jobs: BTreeMap<JobId, Job>,
     job_names: BTreeMap<String, JobId>,
@@ -58,10 +69,13 @@ pub struct DispatcherState {
     iteration_keys: BTreeMap<(String, u64), IterationId>,
     clients: BTreeMap<ClientId, IterationId>,
     tasks: BTreeMap<TaskId, Task>,
+    /// The unfinished tasks of each worker (an index of `tasks`, so a heartbeat does not scan
+    /// every task).
+    worker_tasks: BTreeMap<String, BTreeSet<TaskId>>,
     /// Static sharding: the configured worker list and the index each worker took in it.
     worker_indices: WorkerIndexResolver,
-    /// Recorded outcomes per requester, by sequence number (the last `DEDUP_WINDOW`).
-    requests: BTreeMap<u64, BTreeMap<u64, Outcome>>,
+    /// Recorded outcomes of retryable requests.
+    requests: RequestLog,
     next_dataset_id: u64,
     next_job_id: u64,
     next_iteration_id: u64,
@@ -73,6 +87,7 @@ impl Default for DispatcherState {
     fn default() -> Self {
         DispatcherState {
             datasets: BTreeMap::new(),
+            definitions: BTreeMap::new(),
             workers: BTreeMap::new(),
             jobs: BTreeMap::new(),
             job_names: BTreeMap::new(),
@@ -80,13 +95,14 @@ impl Default for DispatcherState {
             iteration_keys: BTreeMap::new(),
             clients: BTreeMap::new(),
             tasks: BTreeMap::new(),
+            worker_tasks: BTreeMap::new(),
             worker_indices: WorkerIndexResolver::default(),
-            requests: BTreeMap::new(),
+            requests: RequestLog::default(),
             next_dataset_id: 1000,
             next_job_id: 5000,
             next_iteration_id: 2000,
             next_client_id: 3000,
-            next_task_id: 4000,
+            next_task_id: FIRST_TASK_ID,
         }
     }
 }
@@ -95,9 +111,12 @@ impl DispatcherState {
     /// Applies one request: returns the recorded outcome for a repeated request id, otherwise
     /// applies the update and records its outcome.
     pub fn apply(&mut self, ctx: ApplyContext, request: &Request) -> Outcome {
+        self.requests.expire(ctx.time_micros);
         if let Some(id) = request.id {
-            if let Some(outcome) = self.recorded(id) {
-                return outcome;
+            match self.requests.admit(id, ctx.time_micros) {
+                Admission::Recorded(outcome) => return outcome,
+                Admission::Refused(rejection) => return Outcome::Rejected(rejection),
+                Admission::Apply => {}
             }
         }
         let outcome = match self.apply_update(ctx, &request.update) {
@@ -105,33 +124,9 @@ impl DispatcherState {
             Err(rejection) => Outcome::Rejected(rejection),
         };
         if let Some(id) = request.id {
-            self.record(id, outcome.clone());
+            self.requests.record(id, outcome.clone());
         }
         outcome
-    }
-
-    fn recorded(&self, id: RequestId) -> Option<Outcome> {
-        let seen = self.requests.get(&id.requester)?;
-        if let Some(outcome) = seen.get(&id.seq) {
-            return Some(outcome.clone());
-        }
-        let window_full = seen.len() >= DEDUP_WINDOW;
-        let oldest = seen.keys().next().copied().unwrap_or(0);
-        (window_full && id.seq < oldest).then(|| {
-            Outcome::Rejected(Rejection::FailedPrecondition(format!(
-                "request {} of requester {} is older than the {DEDUP_WINDOW} requests remembered; \
-                 it was not applied",
-                id.seq, id.requester
-            )))
-        })
-    }
-
-    fn record(&mut self, id: RequestId, outcome: Outcome) {
-        let seen = self.requests.entry(id.requester).or_default();
-        seen.insert(id.seq, outcome);
-        while seen.len() > DEDUP_WINDOW {
-            seen.pop_first();
-        }
     }
 
     fn apply_update(&mut self, ctx: ApplyContext, update: &Update) -> Result<Outcome, Rejection> {
@@ -141,7 +136,13 @@ impl DispatcherState {
                 def,
                 metadata,
                 num_splits,
-            } => self.register_dataset(dataset_id.clone(), def, metadata, num_splits),
+            } => self.register_dataset(
+                dataset_id.clone(),
+                def,
+                metadata,
+                num_splits,
+                ctx.time_micros,
+            ),
             Update::RegisterWorker {
                 address,
                 tags,
@@ -160,6 +161,7 @@ impl DispatcherState {
                 job_name.as_deref(),
                 *anonymous_suffix,
                 *options,
+                ctx.time_micros,
             ),
             Update::GetOrCreateIteration { job_id, repetition } => {
                 self.get_or_create_iteration(*job_id, *repetition)
@@ -189,6 +191,19 @@ impl DispatcherState {
                 blocked_round,
             } => self.client_rounds(*client_id, *current_round, *blocked_round),
             Update::RemoveTask { task_id } => self.remove_task(*task_id),
+            Update::RemoveIdle {
+                iterations_before,
+                datasets_before,
+                iterations,
+                jobs,
+                datasets,
+            } => Ok(self.remove_idle(
+                *iterations_before,
+                *datasets_before,
+                iterations,
+                jobs,
+                datasets,
+            )),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Table tests of `DispatcherState::apply`: each case is a script of requests applied to a fresh
 //! state, with the outcome every step must produce.
 
-use super::dispatcher_state::DEDUP_WINDOW;
+use super::request_log::MAX_OUTCOMES_PER_REQUESTER;
 use super::*;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 
@@ -278,7 +278,13 @@ fn an_iteration_finishes_when_all_its_tasks_finish() {
 #[test]
 fn a_repeated_request_id_returns_the_recorded_outcome() {
     let mut state = DispatcherState::default();
-    let id = |seq| Some(RequestId { requester: 42, seq });
+    let id = |seq| {
+        Some(RequestId {
+            requester: 42,
+            seq,
+            watermark: 0,
+        })
+    };
     let apply = |state: &mut DispatcherState, seq, update: Update| {
         state.apply(
             ApplyContext::default(),
@@ -317,17 +323,119 @@ fn a_repeated_request_id_returns_the_recorded_outcome() {
         apply(&mut state, 7, lease(2000, 4000, 0, 2)),
         splits(0, 2, 3)
     );
-    // Requests of one requester may arrive out of order (concurrent calls): both are recorded.
-    for seq in 8..8 + DEDUP_WINDOW as u64 {
+    // However many requests follow, a request at or above the watermark keeps its outcome.
+    for seq in 8..8 + 200 {
         apply(&mut state, seq, release(9999));
     }
-    assert!(
-        matches!(
-            apply(&mut state, 6, lease(2000, 4000, 0, 2)),
-            Outcome::Rejected(Rejection::FailedPrecondition(_))
-        ),
-        "a retry older than the window is refused, never applied twice"
+    assert_eq!(
+        apply(&mut state, 6, lease(2000, 4000, 0, 2)),
+        splits(0, 0, 2)
     );
+}
+
+/// Watermarks: `(seq, watermark, update, expected)` applied in order by requester 42.
+#[test]
+fn request_watermarks_table() {
+    let mut state = DispatcherState::default();
+    let refused_below = |seq: u64, watermark: u64| {
+        precondition(&format!(
+            "request {seq} of requester 42 is below the requester's watermark {watermark}: it \
+             was answered before, and is not applied again"
+        ))
+    };
+    let steps: Vec<(u64, u64, Update, Outcome)> = vec![
+        (1, 1, register(None, b"a"), registered("1000")),
+        (2, 1, register(None, b"b"), registered("1001")),
+        // Seq 1 is still awaited (watermark 1): its retry gets the recorded outcome.
+        (1, 1, register(None, b"a"), registered("1000")),
+        // The requester now says everything below 3 was answered.
+        (3, 3, register(None, b"c"), registered("1002")),
+        (1, 3, register(None, b"a"), refused_below(1, 3)),
+        (2, 1, register(None, b"b"), refused_below(2, 3)),
+        // A watermark above the request's own seq counts as its seq.
+        (5, 9, register(None, b"d"), registered("1003")),
+        (4, 4, register(None, b"e"), refused_below(4, 5)),
+        (5, 5, register(None, b"d"), registered("1003")),
+    ];
+    for (step, (seq, watermark, update, expected)) in steps.into_iter().enumerate() {
+        let request = Request {
+            id: Some(RequestId {
+                requester: 42,
+                seq,
+                watermark,
+            }),
+            update,
+        };
+        let outcome = state.apply(ApplyContext::default(), &request);
+        assert_eq!(
+            outcome, expected,
+            "step {step}: seq {seq} watermark {watermark}"
+        );
+    }
+    assert_eq!(
+        state.sizes().datasets,
+        4,
+        "refused requests changed nothing"
+    );
+}
+
+#[test]
+fn a_requester_that_never_raises_its_watermark_is_refused_not_grown() {
+    let mut state = DispatcherState::default();
+    let request = |seq| Request {
+        id: Some(RequestId {
+            requester: 7,
+            seq,
+            watermark: 0,
+        }),
+        update: release(9999),
+    };
+    for seq in 0..MAX_OUTCOMES_PER_REQUESTER as u64 {
+        state.apply(ApplyContext::default(), &request(seq));
+    }
+    let refused = state.apply(
+        ApplyContext::default(),
+        &request(MAX_OUTCOMES_PER_REQUESTER as u64),
+    );
+    assert!(
+        matches!(refused, Outcome::Rejected(Rejection::ResourceExhausted(_))),
+        "{refused:?}"
+    );
+    assert_eq!(state.sizes().recorded_outcomes, MAX_OUTCOMES_PER_REQUESTER);
+}
+
+#[test]
+fn a_silent_requester_is_forgotten_after_the_ttl() {
+    use super::request_log::REQUESTER_TTL_MICROS;
+    let mut state = DispatcherState::default();
+    let at = |time_micros| ApplyContext {
+        log_index: 0,
+        time_micros,
+    };
+    for requester in 0..100 {
+        let request = Request {
+            id: Some(RequestId {
+                requester,
+                seq: 1,
+                watermark: 1,
+            }),
+            update: release(9999),
+        };
+        state.apply(at(requester), &request);
+    }
+    assert_eq!(state.sizes().requesters, 100);
+    let later = Request {
+        id: None,
+        update: release(9999),
+    };
+    state.apply(at(50 + REQUESTER_TTL_MICROS), &later);
+    assert_eq!(
+        state.sizes().requesters,
+        50,
+        "the 50 silent longest are gone"
+    );
+    state.apply(at(1000 + REQUESTER_TTL_MICROS), &later);
+    assert_eq!(state.sizes().requesters, 0);
 }
 
 #[test]
@@ -464,6 +572,184 @@ fn expiry_and_garbage_collection_table() {
         state.active_tasks_of_worker("w1").count(),
         0,
         "the worker stops the collected task"
+    );
+}
+
+/// `RemoveIdle` listing everything with these cutoffs.
+fn remove_idle(iterations_before: u64, datasets_before: u64) -> Update {
+    Update::RemoveIdle {
+        iterations_before,
+        datasets_before,
+        iterations: (2000..2003).map(IterationId).collect(),
+        jobs: (5000..5003).map(JobId).collect(),
+        datasets: ["1000", "1001", "mine"]
+            .iter()
+            .map(|d| DatasetId(d.to_string()))
+            .collect(),
+    }
+}
+fn removed(iterations: u64, jobs: u64, datasets: u64) -> Outcome {
+    Outcome::IdleRemoved {
+        iterations,
+        jobs,
+        datasets,
+    }
+}
+
+/// Like `run`, each step at its own leader time.
+fn run_timed(name: &str, steps: Vec<(u64, Update, Outcome)>) -> DispatcherState {
+    let mut state = DispatcherState::default();
+    for (i, (time_micros, update, want)) in steps.into_iter().enumerate() {
+        let ctx = ApplyContext {
+            log_index: i as u64,
+            time_micros,
+        };
+        let got = state.apply(
+            ctx,
+            &Request {
+                id: None,
+                update: update.clone(),
+            },
+        );
+        assert_eq!(got, want, "case {name:?}, step {i}: {update:?}");
+        if let Err(broken) = state.check_invariants() {
+            panic!("case {name:?}, step {i}: {broken}");
+        }
+    }
+    state
+}
+
+#[test]
+fn idle_removal_table() {
+    use ShardingPolicy::*;
+    // (name, script of (time, update, outcome), then what the state holds:
+    // (datasets, definitions, jobs, iterations, tasks))
+    type Case = (&'static str, Vec<(u64, Update, Outcome)>, [usize; 5]);
+    let cases: Vec<Case> = vec![
+        (
+            "a finished iteration goes once its last client left before the cutoff, with its \
+             job; then its dataset",
+            vec![
+                (10, register(None, b"a"), registered("1000")),
+                (10, worker("w1"), workers_tasks(&[])),
+                (20, job("1000", Off, None), job_id(5000)),
+                (20, iteration(5000, 0), iter_client(2000, 3000)),
+                (30, finish("w1", &[4000]), Outcome::TasksFinished),
+                (40, remove_idle(100, 0), removed(0, 0, 0)), // its client is still there
+                (50, release(3000), Outcome::ClientReleased),
+                (60, remove_idle(50, 0), removed(0, 0, 0)), // released at 50, not before 50
+                (70, remove_idle(51, 0), removed(1, 1, 0)), // the job goes with its last iteration
+                (90, remove_idle(51, 20), removed(0, 0, 0)), // the dataset was used at 20
+                (90, remove_idle(51, 21), removed(0, 0, 1)),
+            ],
+            [0, 0, 0, 0, 0],
+        ),
+        (
+            "an unfinished iteration with clients stays; so do its job and dataset",
+            vec![
+                (10, register(None, b"a"), registered("1000")),
+                (10, worker("w1"), workers_tasks(&[])),
+                (20, job("1000", Dynamic, Some("j")), job_id(5000)),
+                (20, iteration(5000, 0), iter_client(2000, 3000)),
+                (90, remove_idle(u64::MAX, u64::MAX), removed(0, 0, 0)),
+            ],
+            [1, 1, 1, 1, 1],
+        ),
+        (
+            "a collected iteration goes, and its key makes a fresh iteration",
+            vec![
+                (10, register(None, b"a"), registered("1000")),
+                (10, worker("w1"), workers_tasks(&[])),
+                (20, job("1000", Off, Some("j")), job_id(5000)),
+                (20, iteration(5000, 0), iter_client(2000, 3000)),
+                (30, release(3000), Outcome::ClientReleased),
+                (40, gc(2000), Outcome::IterationCollected),
+                (45, job("1000", Off, Some("j")), job_id(5000)), // asked for again
+                (50, remove_idle(31, 0), removed(1, 0, 0)),
+                (60, iteration(5000, 0), iter_client(2001, 3001)),
+                (
+                    60,
+                    lease(2000, 4000, 0, 1),
+                    not_found("Iteration id 2000 not found"),
+                ),
+            ],
+            [1, 1, 1, 1, 1],
+        ),
+        (
+            "a job asked for again after the cutoff stays",
+            vec![
+                (10, register(None, b"a"), registered("1000")),
+                (20, job("1000", Off, Some("j")), job_id(5000)),
+                (60, job("1000", Off, Some("j")), job_id(5000)),
+                (70, remove_idle(50, 0), removed(0, 0, 0)),
+                (70, remove_idle(61, 0), removed(0, 1, 0)),
+                (80, job("1000", Off, Some("j")), job_id(5001)), // a new job of that name
+            ],
+            [1, 1, 1, 0, 0],
+        ),
+        (
+            "definitions are stored once per content and go with their last dataset",
+            vec![
+                (10, register(None, b"a"), registered("1000")),
+                (11, register(None, b"a"), registered("1001")),
+                (12, register(Some("mine"), b"b"), registered("mine")),
+                (20, remove_idle(0, 11), removed(0, 0, 1)),
+            ],
+            [2, 2, 0, 0, 0],
+        ),
+        (
+            "a dataset a job reads stays, however old",
+            vec![
+                (10, register(None, b"a"), registered("1000")),
+                (20, job("1000", Off, None), job_id(5000)),
+                (90, remove_idle(0, u64::MAX), removed(0, 0, 0)),
+            ],
+            [1, 1, 1, 0, 0],
+        ),
+    ];
+    for (name, steps, want) in cases {
+        let state = run_timed(name, steps);
+        let sizes = state.sizes();
+        let got = [
+            sizes.datasets,
+            sizes.definitions,
+            sizes.jobs,
+            sizes.iterations,
+            sizes.tasks,
+        ];
+        assert_eq!(
+            got, want,
+            "case {name:?}: datasets, definitions, jobs, iterations, tasks"
+        );
+    }
+}
+
+#[test]
+fn splits_go_only_to_live_tasks() {
+    use ShardingPolicy::*;
+    run(
+        "finished and dropped tasks get no splits",
+        vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (worker("w2"), workers_tasks(&[])),
+            (job("1000", Dynamic, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (lease(2000, 4000, 0, 1), splits(0, 0, 1)),
+            (finish("w1", &[4000]), Outcome::TasksFinished),
+            (
+                lease(2000, 4000, 0, 1),
+                precondition("Task 4000 of iteration 2000 has finished; it gets no more splits"),
+            ),
+            (remove_worker("w2"), Outcome::WorkerRemoved),
+            (
+                lease(2000, 4001, 0, 1),
+                precondition(
+                    "Task 4001 of iteration 2000 was dropped (its worker was removed or its \
+                     iteration collected); it gets no more splits",
+                ),
+            ),
+        ],
     );
 }
 
@@ -900,25 +1186,69 @@ mod properties {
             (4000..4008u64).prop_map(remove_task),
             worker_name.prop_map(remove_worker),
             (2000..2004u64).prop_map(gc),
+            (
+                prop_oneof![Just(0u64), 0..200u64, Just(u64::MAX)],
+                prop_oneof![Just(0u64), 0..200u64, Just(u64::MAX)],
+                prop::collection::vec(2000..2006u64, 0..3),
+                prop::collection::vec(5000..5006u64, 0..3),
+                prop::collection::vec(prop::sample::select(vec!["1000", "1001", "404"]), 0..2),
+            )
+                .prop_map(|(ib, db, its, jobs, datasets)| Update::RemoveIdle {
+                    iterations_before: ib,
+                    datasets_before: db,
+                    iterations: its.into_iter().map(IterationId).collect(),
+                    jobs: jobs.into_iter().map(JobId).collect(),
+                    datasets: datasets.into_iter().map(|d| DatasetId(d.into())).collect(),
+                }),
         ]
     }
 
+    /// A step: an update, maybe with a request id of one of two requesters (seq and
+    /// watermark small, so retries and stale requests happen), at a time that only grows.
+    fn any_step() -> impl Strategy<Value = (Update, Option<RequestId>, u64)> {
+        (
+            any_update(),
+            prop::option::of((0..2u64, 0..8u64, 0..8u64)),
+            0..50u64,
+        )
+            .prop_map(|(update, id, dt)| {
+                let id = id.map(|(requester, seq, watermark)| RequestId {
+                    requester,
+                    seq,
+                    watermark,
+                });
+                (update, id, dt)
+            })
+    }
+
     fn apply(state: &mut DispatcherState, update: &Update) -> Outcome {
+        apply_at(state, update, None, 0)
+    }
+
+    fn apply_at(
+        state: &mut DispatcherState,
+        update: &Update,
+        id: Option<RequestId>,
+        time_micros: u64,
+    ) -> Outcome {
         state.apply(
-            ApplyContext::default(),
+            ApplyContext {
+                log_index: 0,
+                time_micros,
+            },
             &Request {
-                id: None,
+                id,
                 update: update.clone(),
             },
         )
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         #[test]
         fn replicas_agree_and_no_split_is_leased_twice(
-            script in prop::collection::vec(any_update(), 1..150)
+            script in prop::collection::vec(any_step(), 1..150)
         ) {
             let mut replicas = [
                 DispatcherState::default(),
@@ -938,11 +1268,40 @@ mod properties {
                 job("1000", ShardingPolicy::Dynamic, Some("j")),
                 iteration(5001, 0),
             ];
-            for update in start.iter().chain(&script) {
-                let outcomes: Vec<Outcome> =
-                    replicas.iter_mut().map(|s| apply(s, update)).collect();
+            for update in &start {
+                for replica in &mut replicas {
+                    apply(replica, update);
+                }
+            }
+            let mut time = 0;
+            let mut answered: BTreeMap<(u64, u64), Outcome> = BTreeMap::new();
+            for (update, id, dt) in &script {
+                time += dt;
+                let outcomes: Vec<Outcome> = replicas
+                    .iter_mut()
+                    .map(|s| apply_at(s, update, *id, time))
+                    .collect();
                 prop_assert_eq!(&outcomes[0], &outcomes[1]);
                 prop_assert_eq!(&outcomes[0], &outcomes[2]);
+                if let Err(broken) = replicas[0].check_invariants() {
+                    prop_assert!(false, "after {:?}: {}", update, broken);
+                }
+                // A request id seen before is answered with its recorded outcome, or refused
+                // (below the watermark): never applied again.
+                if let Some(id) = id {
+                    if let Some(first) = answered.get(&(id.requester, id.seq)) {
+                        let refused = matches!(
+                            &outcomes[0],
+                            Outcome::Rejected(Rejection::FailedPrecondition(m)) if m.contains("watermark")
+                        );
+                        prop_assert!(
+                            &outcomes[0] == first || refused,
+                            "request {:?} answered {:?}, then {:?}", id, first, outcomes[0]
+                        );
+                        continue;
+                    }
+                    answered.insert((id.requester, id.seq), outcomes[0].clone());
+                }
                 let (Update::LeaseSplits { iteration_id, .. }, Outcome::Splits(lease)) =
                     (update, &outcomes[0])
                 else {

@@ -10,14 +10,30 @@ use crate::state::update::{DatasetMetadata, JobOptions, ShardingPolicy};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, VecDeque};
 
+/// The SHA-256 of a dataset definition's encoding: the key it is stored under.
+pub type DefinitionKey = [u8; 32];
+
+/// A dataset definition, stored once per content.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Definition {
+    /// The prost encoding of the `DatasetDef` (file lists expanded).
+    pub bytes: Vec<u8>,
+    /// Datasets using it; at 0 it is removed.
+    pub datasets: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Dataset {
     pub id: DatasetId,
-    /// The prost encoding of the `DatasetDef` (file lists expanded).
-    pub def: Vec<u8>,
+    /// The key of its definition in the state's definitions.
+    pub definition: DefinitionKey,
     pub metadata: DatasetMetadata,
     /// Splits per split provider, for distributed_epoch iterations.
     pub num_splits: Vec<u64>,
+    /// Jobs reading it.
+    pub jobs: u64,
+    /// Leader time when it was last registered, or a job reading it was last asked for.
+    pub last_used_micros: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,6 +55,10 @@ pub struct Job {
     pub dataset_id: DatasetId,
     pub sharding: ShardingPolicy,
     pub options: JobOptions,
+    /// Its iterations in the state.
+    pub iterations: u64,
+    /// Leader time of the last `GetOrCreateJob` that returned it.
+    pub last_used_micros: u64,
 }
 
 /// A task waiting to join a coordinated iteration at `target_round` (tf.data's pending task):

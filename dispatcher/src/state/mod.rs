@@ -9,6 +9,7 @@
 //! - `update`: `Update`, `Request`, `Proposal`, `Outcome`, `Rejection` and the value types they carry.
 //! - `entities`: datasets, workers, jobs, iterations, tasks as stored in the state.
 //! - `split_cursor`: the per-provider cursor of a distributed_epoch iteration.
+//! - `request_log`: the recorded outcomes of retryable requests, and when they are forgotten.
 //! - `worker_index_resolver`: the static-sharding worker list and each worker's index in it.
 //! - `dispatcher_state`: `DispatcherState` and `apply`, with the handling of each update in one
 //!   file per entity beside it (datasets, workers, jobs, iterations, tasks, splits, rounds) and
@@ -16,6 +17,7 @@
 
 pub mod dispatcher_state;
 pub mod entities;
+pub mod request_log;
 pub mod split_cursor;
 pub mod update;
 pub mod worker_index_resolver;
@@ -23,8 +25,8 @@ pub mod worker_index_resolver;
 #[cfg(test)]
 mod dispatcher_state_tests;
 
-pub use dispatcher_state::{ApplyContext, DispatcherState};
-pub use entities::{Dataset, Iteration, Job, PendingTask, Task, Worker};
+pub use dispatcher_state::{ApplyContext, DispatcherState, StateSizes};
+pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
 pub use split_cursor::SplitCursor;
 pub use update::{
     Compression, DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Rejection, Request,

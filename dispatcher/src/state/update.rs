@@ -37,6 +37,9 @@ pub struct DatasetMetadata {
 pub struct RequestId {
     pub requester: u64,
     pub seq: u64,
+    /// The requester's lowest sequence number still awaiting an answer: every request below it
+    /// was answered, will never be retried, and its recorded outcome may be forgotten.
+    pub watermark: u64,
 }
 
 /// One request inside a log entry.
@@ -128,6 +131,18 @@ pub enum Update {
     /// Every consumer of a coordinated iteration gave up on this task in the same round: it is
     /// taken out of the rounds. Its worker gets a new pending task if it comes back.
     RemoveTask { task_id: TaskId },
+    /// The leader found these entities idle: each one that is still idle, judged against the
+    /// cutoffs (leader wall-clock microseconds), is removed. Iterations: ended, without
+    /// clients, the last one gone before `iterations_before`. Jobs: without iterations, last
+    /// asked for before `iterations_before`. Datasets: no job reads them, last used before
+    /// `datasets_before`.
+    RemoveIdle {
+        iterations_before: u64,
+        datasets_before: u64,
+        iterations: Vec<IterationId>,
+        jobs: Vec<JobId>,
+        datasets: Vec<DatasetId>,
+    },
 }
 
 impl Update {
@@ -145,6 +160,7 @@ impl Update {
             Update::GarbageCollectIteration { .. } => "garbage_collect_iteration",
             Update::ClientRounds { .. } => "client_rounds",
             Update::RemoveTask { .. } => "remove_task",
+            Update::RemoveIdle { .. } => "remove_idle",
         }
     }
 }
@@ -176,6 +192,12 @@ pub enum Outcome {
         block_round: Option<u64>,
     },
     TaskRemoved,
+    /// How many of the listed entities a `RemoveIdle` removed.
+    IdleRemoved {
+        iterations: u64,
+        jobs: u64,
+        datasets: u64,
+    },
     Rejected(Rejection),
 }
 
@@ -190,4 +212,6 @@ pub enum Rejection {
     FailedPrecondition(String),
     #[error("{0}")]
     PermissionDenied(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
 }

@@ -115,11 +115,12 @@ async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> a
     let state = cluster.state_of(1).expect("running");
     let def = |id: &str| {
         let id = sluice_dispatcher::ids::DatasetId(id.into());
-        state.dataset(&id).map(|d| d.def.clone())
+        state.dataset(&id).and_then(|d| state.dataset_def(d).map(<[u8]>::to_vec))
     };
     assert_eq!(def(service.dataset_id()), def(&registered));
     assert!(def(&registered).is_some());
     assert_eq!(state.datasets().count(), 2);
+    assert_eq!(state.sizes().definitions, 1, "one definition, stored once");
     // The same dataset object without the local op: a new epoch, squares only.
     let got = sorted_ints(&read_epoch(&service, EPOCH).await?);
     assert_eq!(got, vec![0, 1, 4, 9, 16]);

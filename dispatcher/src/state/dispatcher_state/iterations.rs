@@ -22,15 +22,15 @@ impl DispatcherState {
             Some(id) => *id,
             None => {
                 let cursors = match job.sharding {
-                    ShardingPolicy::Dynamic => self.datasets[&job.dataset_id]
-                        .num_splits
-                        .iter()
-                        .map(|n| SplitCursor::new(*n))
-                        .collect(),
+                    ShardingPolicy::Dynamic => self
+                        .datasets
+                        .get(&job.dataset_id)
+                        .map(|d| d.num_splits.iter().map(|n| SplitCursor::new(*n)).collect())
+                        .unwrap_or_default(),
                     _ => Vec::new(),
                 };
                 let id = IterationId(self.next_iteration_id);
-                self.next_iteration_id += 1;
+                self.next_iteration_id = self.next_iteration_id.saturating_add(1);
                 self.iterations.insert(
                     id,
                     Iteration {
@@ -48,6 +48,9 @@ impl DispatcherState {
                     },
                 );
                 self.iteration_keys.insert(key, id);
+                if let Some(job) = self.jobs.get_mut(&job_id) {
+                    job.iterations += 1;
+                }
                 let workers: Vec<String> = self.workers.keys().cloned().collect();
                 for worker in workers {
                     self.create_task(id, &worker, 0);
@@ -56,7 +59,7 @@ impl DispatcherState {
             }
         };
         let client_id = ClientId(self.next_client_id);
-        self.next_client_id += 1;
+        self.next_client_id = self.next_client_id.saturating_add(1);
         self.clients.insert(client_id, iteration_id);
         self.iteration_mut(iteration_id).num_clients += 1;
         Ok(Outcome::Iteration {
@@ -103,7 +106,10 @@ impl DispatcherState {
             return Ok(Outcome::IterationCollected);
         }
         let key = (
-            self.jobs[&iteration.job_id].name.clone(),
+            self.jobs
+                .get(&iteration.job_id)
+                .map(|j| j.name.clone())
+                .unwrap_or_default(),
             iteration.repetition,
         );
         let pending = iteration.pending_tasks.iter().map(|p| p.task_id);
@@ -114,11 +120,7 @@ impl DispatcherState {
             .chain(pending)
             .collect::<Vec<_>>()
         {
-            let task = self.tasks.get_mut(&task_id).expect("iteration tasks exist");
-            if !task.finished {
-                task.finished = true;
-                task.dropped = true;
-            }
+            self.mark_finished(task_id, true);
         }
         if self.iteration_keys.get(&key) == Some(&iteration_id) {
             self.iteration_keys.remove(&key);

@@ -19,19 +19,21 @@ impl DispatcherState {
         job_name: Option<&str>,
         anonymous_suffix: u64,
         options: JobOptions,
+        now_micros: u64,
     ) -> Result<Outcome, Rejection> {
-        if !self.datasets.contains_key(dataset_id) {
+        let Some(dataset) = self.datasets.get(dataset_id) else {
             return Err(Rejection::NotFound(format!(
                 "Dataset id {dataset_id} not found"
             )));
-        }
+        };
+        let definition = dataset.definition;
         if let Some(name) = job_name {
             if name.is_empty() {
                 return Err(Rejection::InvalidArgument(
                     "`job_name` must not be empty".into(),
                 ));
             }
-            if let Some(job) = self.job_names.get(name).map(|id| &self.jobs[id]) {
+            if let Some(job) = self.job_names.get(name).and_then(|id| self.jobs.get(id)) {
                 let mut diff = String::new();
                 if job.sharding != sharding {
                     diff += &format!(
@@ -66,14 +68,17 @@ impl DispatcherState {
                 // Consumers of a shared job each register the dataset (and get their own id),
                 // so datasets are compared by definition; another definition is another
                 // dataset (tf.data silently serves the first one).
-                if self.datasets[&job.dataset_id].def != self.datasets[dataset_id].def {
+                let job_definition = self.datasets.get(&job.dataset_id).map(|d| d.definition);
+                if job_definition != Some(definition) {
                     diff += &format!(
                         "Existing dataset: {}; got {}, whose definition differs. ",
                         job.dataset_id, dataset_id
                     );
                 }
                 return if diff.is_empty() {
-                    Ok(Outcome::Job { job_id: job.id })
+                    let (job_id, job_dataset) = (job.id, job.dataset_id.clone());
+                    self.touch_job(job_id, &job_dataset, now_micros);
+                    Ok(Outcome::Job { job_id })
                 } else {
                     Err(Rejection::InvalidArgument(format!(
                         "Tried to create job with name {name}, but found an existing job with \
@@ -83,7 +88,7 @@ impl DispatcherState {
             }
         }
         let id = JobId(self.next_job_id);
-        self.next_job_id += 1;
+        self.next_job_id = self.next_job_id.saturating_add(1);
         let name = match job_name {
             Some(name) => name.to_string(),
             None => format!("anonymous_job_{id}_{anonymous_suffix}"),
@@ -97,8 +102,24 @@ impl DispatcherState {
                 dataset_id: dataset_id.clone(),
                 sharding,
                 options,
+                iterations: 0,
+                last_used_micros: now_micros,
             },
         );
+        if let Some(dataset) = self.datasets.get_mut(dataset_id) {
+            dataset.jobs += 1;
+        }
+        self.touch_job(id, dataset_id, now_micros);
         Ok(Outcome::Job { job_id: id })
+    }
+
+    /// A job (and the dataset it reads) was asked for at `now_micros`.
+    fn touch_job(&mut self, job_id: JobId, dataset_id: &DatasetId, now_micros: u64) {
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.last_used_micros = job.last_used_micros.max(now_micros);
+        }
+        if let Some(dataset) = self.datasets.get_mut(dataset_id) {
+            dataset.last_used_micros = dataset.last_used_micros.max(now_micros);
+        }
     }
 }

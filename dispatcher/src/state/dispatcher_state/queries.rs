@@ -3,6 +3,22 @@
 use super::DispatcherState;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
+use serde::Serialize;
+
+/// Counts of what the state holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StateSizes {
+    pub datasets: usize,
+    pub definitions: usize,
+    pub definition_bytes: usize,
+    pub workers: usize,
+    pub jobs: usize,
+    pub iterations: usize,
+    pub clients: usize,
+    pub tasks: usize,
+    pub recorded_outcomes: usize,
+    pub requesters: usize,
+}
 
 impl DispatcherState {
     pub fn dataset(&self, id: &DatasetId) -> Option<&Dataset> {
@@ -70,9 +86,11 @@ impl DispatcherState {
         &'a self,
         address: &'a str,
     ) -> impl Iterator<Item = &'a Task> + 'a {
-        self.tasks
-            .values()
-            .filter(move |t| t.worker == address && !t.finished)
+        self.worker_tasks
+            .get(address)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.tasks.get(id))
     }
 
     /// Whether the worker is registered but lacks a task of a coordinated iteration (its task
@@ -84,6 +102,29 @@ impl DispatcherState {
                 .values()
                 .filter(|it| !it.finished && self.coordinated(it.id))
                 .any(|it| self.lacks_task(it, address))
+    }
+
+    /// A stored dataset definition (the prost encoding of its `DatasetDef`).
+    pub fn dataset_def(&self, dataset: &Dataset) -> Option<&[u8]> {
+        self.definitions
+            .get(&dataset.definition)
+            .map(|d| d.bytes.as_slice())
+    }
+
+    /// What the state holds, for status and the bounded-state checks.
+    pub fn sizes(&self) -> StateSizes {
+        StateSizes {
+            datasets: self.datasets.len(),
+            definitions: self.definitions.len(),
+            definition_bytes: self.definitions.values().map(|d| d.bytes.len()).sum(),
+            workers: self.workers.len(),
+            jobs: self.jobs.len(),
+            iterations: self.iterations.len(),
+            clients: self.clients.len(),
+            tasks: self.tasks.len(),
+            recorded_outcomes: self.requests.len(),
+            requesters: self.requests.requesters(),
+        }
     }
 
     /// The tasks of an iteration in creation order.

@@ -1,7 +1,7 @@
 //! Coordinated reads: pending tasks joining at a round every consumer agreed to hold before, and
 //! the removal of a task every consumer gave up on in the same round.
 
-use super::DispatcherState;
+use super::{DispatcherState, FIRST_TASK_ID};
 use crate::ids::{ClientId, IterationId, TaskId};
 use crate::state::entities::PendingTask;
 use crate::state::update::{Outcome, Rejection};
@@ -73,10 +73,15 @@ impl DispatcherState {
     }
 
     pub(super) fn remove_task(&mut self, task_id: TaskId) -> Result<Outcome, Rejection> {
-        let task = self
-            .tasks
-            .get(&task_id)
-            .ok_or_else(|| Rejection::NotFound(format!("Task {task_id} not found")))?;
+        let Some(task) = self.tasks.get(&task_id) else {
+            // Task ids are never reused: one below the next id existed and was removed (by an
+            // earlier `RemoveTask`, or with its iteration).
+            return if task_id.0 < self.next_task_id && task_id.0 >= FIRST_TASK_ID {
+                Ok(Outcome::TaskRemoved)
+            } else {
+                Err(Rejection::NotFound(format!("Task {task_id} not found")))
+            };
+        };
         let iteration_id = task.iteration_id;
         if !self.coordinated(iteration_id) {
             return Err(Rejection::FailedPrecondition(
@@ -88,6 +93,8 @@ impl DispatcherState {
                 .tasks
                 .retain(|t| *t != task_id);
             self.drop_task(task_id);
+            // Out of its iteration, nothing refers to it any more.
+            self.tasks.remove(&task_id);
         }
         Ok(Outcome::TaskRemoved)
     }

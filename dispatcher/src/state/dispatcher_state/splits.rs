@@ -18,20 +18,35 @@ impl DispatcherState {
             .iterations
             .get_mut(&iteration_id)
             .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
-        let job = &self.jobs[&iteration.job_id];
-        if job.sharding != ShardingPolicy::Dynamic {
+        let dynamic = self
+            .jobs
+            .get(&iteration.job_id)
+            .is_some_and(|job| job.sharding == ShardingPolicy::Dynamic);
+        if !dynamic {
             return Err(Rejection::FailedPrecondition(format!(
                 "Cannot get split for iteration {iteration_id}, since it is not a \
                  distributed_epoch iteration."
             )));
         }
-        match self.tasks.get(&task_id) {
-            Some(task) if task.iteration_id == iteration_id => {}
-            _ => {
-                return Err(Rejection::NotFound(format!(
+        let task = self
+            .tasks
+            .get(&task_id)
+            .filter(|task| task.iteration_id == iteration_id)
+            .ok_or_else(|| {
+                Rejection::NotFound(format!(
                     "Task {task_id} of iteration {iteration_id} not found"
-                )))
-            }
+                ))
+            })?;
+        // Splits leased to a task that will not run them would be lost.
+        if task.finished {
+            let why = if task.dropped {
+                "was dropped (its worker was removed or its iteration collected)"
+            } else {
+                "has finished"
+            };
+            return Err(Rejection::FailedPrecondition(format!(
+                "Task {task_id} of iteration {iteration_id} {why}; it gets no more splits"
+            )));
         }
         let num_providers = iteration.cursors.len();
         let cursor = iteration

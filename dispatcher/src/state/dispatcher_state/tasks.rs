@@ -16,8 +16,8 @@ impl DispatcherState {
             if task.worker != worker || task.finished {
                 continue;
             }
-            task.finished = true;
             let iteration_id = task.iteration_id;
+            self.mark_finished(*task_id, false);
             self.update_finished(iteration_id);
         }
     }
@@ -25,17 +25,33 @@ impl DispatcherState {
     /// Ends a task that did not reach its end: it leaves its iteration's pending queue, and its
     /// iteration may now be finished.
     pub(super) fn drop_task(&mut self, task_id: TaskId) {
-        let task = self
-            .tasks
-            .get_mut(&task_id)
-            .expect("callers pass stored tasks");
-        task.finished = true;
-        task.dropped = true;
-        let iteration_id = task.iteration_id;
+        let Some(iteration_id) = self.tasks.get(&task_id).map(|t| t.iteration_id) else {
+            return;
+        };
+        self.mark_finished(task_id, true);
         self.iteration_mut(iteration_id)
             .pending_tasks
             .retain(|p| p.task_id != task_id);
         self.update_finished(iteration_id);
+    }
+
+    /// Marks an unfinished task finished (`dropped`: without reaching its end) and takes it
+    /// out of its worker's unfinished tasks.
+    pub(super) fn mark_finished(&mut self, task_id: TaskId, dropped: bool) {
+        let Some(task) = self.tasks.get_mut(&task_id) else {
+            return;
+        };
+        if task.finished {
+            return;
+        }
+        task.finished = true;
+        task.dropped = dropped;
+        if let Some(tasks) = self.worker_tasks.get_mut(&task.worker) {
+            tasks.remove(&task_id);
+            if tasks.is_empty() {
+                self.worker_tasks.remove(&task.worker);
+            }
+        }
     }
 
     pub(super) fn create_task(
@@ -56,7 +72,7 @@ impl DispatcherState {
         starting_round: u64,
     ) -> TaskId {
         let id = TaskId(self.next_task_id);
-        self.next_task_id += 1;
+        self.next_task_id = self.next_task_id.saturating_add(1);
         self.tasks.insert(
             id,
             Task {
@@ -68,6 +84,10 @@ impl DispatcherState {
                 dropped: false,
             },
         );
+        self.worker_tasks
+            .entry(worker.to_string())
+            .or_default()
+            .insert(id);
         id
     }
 }
