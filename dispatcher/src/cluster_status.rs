@@ -1,14 +1,119 @@
 //! The JSON document `sluice status` prints: this replica's view of the cluster and the state.
 //! A member's `addr` (client API) is `null` until the replica has recorded it; its `peer_addr`
 //! (Raft) is always known.
+//!
+//! The lists (datasets, workers, jobs, iterations) come in pages, so one reply stays small
+//! however large the state: each list holds at most `page_size` entries after the ones the page
+//! token names, and `next_page_token` (`null` on the last page) names where the next page
+//! starts. The token is opaque to callers.
 
-use crate::ids::NodeId;
+use crate::error::DispatcherError;
+use crate::ids::{DatasetId, IterationId, JobId, NodeId};
 use crate::raft_types::NodeInfo;
 use crate::state::DispatcherState;
 use openraft::RaftMetrics;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-pub fn status_json(metrics: &RaftMetrics<NodeId, NodeInfo>, state: &DispatcherState) -> Value {
+/// Entries per list when the caller does not say.
+pub const DEFAULT_PAGE_SIZE: usize = 1000;
+/// The most entries per list a caller may ask for.
+pub const MAX_PAGE_SIZE: usize = 10_000;
+
+/// Where a page starts: the last entry of each list on the page before.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PageToken {
+    datasets: Option<DatasetId>,
+    workers: Option<String>,
+    jobs: Option<JobId>,
+    iterations: Option<IterationId>,
+}
+
+/// One page request, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusPage {
+    pub size: usize,
+    pub after: PageToken,
+}
+
+impl StatusPage {
+    /// From the request's fields: size 0 is the default; a token is one this module made.
+    pub fn parse(size: u32, token: &str) -> Result<StatusPage, DispatcherError> {
+        let size = match size as usize {
+            0 => DEFAULT_PAGE_SIZE,
+            n if n > MAX_PAGE_SIZE => {
+                return Err(DispatcherError::InvalidArgument(format!(
+                    "page_size {n} is over the largest page, {MAX_PAGE_SIZE}"
+                )))
+            }
+            n => n,
+        };
+        let after = if token.is_empty() {
+            PageToken::default()
+        } else {
+            serde_json::from_str(token).map_err(|e| {
+                DispatcherError::InvalidArgument(format!(
+                    "page_token is not one a status reply gave: {e}"
+                ))
+            })?
+        };
+        Ok(StatusPage { size, after })
+    }
+}
+
+/// Takes up to `size` entries; the key of the last one taken when more were left.
+fn page<T, K>(
+    entries: impl Iterator<Item = T>,
+    size: usize,
+    key: impl Fn(&T) -> K,
+) -> (Vec<T>, Option<K>) {
+    let mut entries = entries.peekable();
+    let taken: Vec<T> = entries.by_ref().take(size).collect();
+    let more = entries.peek().is_some();
+    let last = taken.last().filter(|_| more).map(key);
+    (taken, last)
+}
+
+pub fn status_json(
+    metrics: &RaftMetrics<NodeId, NodeInfo>,
+    state: &DispatcherState,
+    page_request: &StatusPage,
+) -> Value {
+    let size = page_request.size;
+    let after = &page_request.after;
+    let (datasets, datasets_next) =
+        page(state.datasets_after(after.datasets.as_ref()), size, |d| {
+            d.id.clone()
+        });
+    let (worker_page, workers_next) =
+        page(state.workers_after(after.workers.as_deref()), size, |w| {
+            w.address.clone()
+        });
+    let (job_page, jobs_next) = page(state.jobs_after(after.jobs), size, |j| j.id);
+    let (iteration_page, iterations_next) =
+        page(state.iterations_after(after.iterations), size, |it| it.id);
+    let any_next = datasets_next.is_some()
+        || workers_next.is_some()
+        || jobs_next.is_some()
+        || iterations_next.is_some();
+    // A list that ended stays at its end (its last key on this page, or where it started).
+    let next_page_token = any_next.then(|| {
+        let token = PageToken {
+            datasets: datasets_next
+                .or_else(|| datasets.last().map(|d| d.id.clone()))
+                .or_else(|| after.datasets.clone()),
+            workers: workers_next
+                .or_else(|| worker_page.last().map(|w| w.address.clone()))
+                .or_else(|| after.workers.clone()),
+            jobs: jobs_next
+                .or_else(|| job_page.last().map(|j| j.id))
+                .or(after.jobs),
+            iterations: iterations_next
+                .or_else(|| iteration_page.last().map(|it| it.id))
+                .or(after.iterations),
+        };
+        serde_json::to_string(&token).unwrap_or_default()
+    });
     let membership = metrics.membership_config.membership();
     let members: Vec<Value> = membership
         .nodes()
@@ -25,8 +130,8 @@ pub fn status_json(metrics: &RaftMetrics<NodeId, NodeInfo>, state: &DispatcherSt
         .current_leader
         .and_then(|l| membership.get_node(&l))
         .and_then(|n| n.client_addr().map(str::to_string));
-    let workers: Vec<Value> = state
-        .workers()
+    let workers: Vec<Value> = worker_page
+        .into_iter()
         .map(|w| {
             let active: Vec<u64> = state
                 .active_tasks_of_worker(&w.address)
@@ -35,8 +140,8 @@ pub fn status_json(metrics: &RaftMetrics<NodeId, NodeInfo>, state: &DispatcherSt
             json!({"address": w.address, "tags": w.tags, "active_tasks": active, "worker_index": state.worker_index(&w.address)})
         })
         .collect();
-    let jobs: Vec<Value> = state
-        .jobs()
+    let jobs: Vec<Value> = job_page
+        .into_iter()
         .map(|j| {
             json!({
                 "job_id": j.id.0, "name": j.name, "dataset_id": j.dataset_id.0,
@@ -47,8 +152,8 @@ pub fn status_json(metrics: &RaftMetrics<NodeId, NodeInfo>, state: &DispatcherSt
             })
         })
         .collect();
-    let iterations: Vec<Value> = state
-        .iterations()
+    let iterations: Vec<Value> = iteration_page
+        .into_iter()
         .map(|it| {
             let cursors: Vec<Value> = it
                 .cursors
@@ -75,10 +180,12 @@ pub fn status_json(metrics: &RaftMetrics<NodeId, NodeInfo>, state: &DispatcherSt
         "applied_index": metrics.last_applied.map(|l| l.index),
         "snapshot_index": metrics.snapshot.map(|l| l.index),
         "members": members,
-        "datasets": state.datasets().map(|d| d.id.0.clone()).collect::<Vec<_>>(),
+        "state_sizes": state.sizes(),
+        "datasets": datasets.iter().map(|d| d.id.0.clone()).collect::<Vec<_>>(),
         "workers": workers,
         "static_worker_addresses": state.static_workers(),
         "jobs": jobs,
         "iterations": iterations,
+        "next_page_token": next_page_token,
     })
 }

@@ -292,10 +292,12 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         authorize(&request, "GetStatus", access::READER)?;
+        let request = request.into_inner();
+        let page = cluster_status::StatusPage::parse(request.page_size, &request.page_token)?;
         let metrics = self.raft.metrics().borrow().clone();
         let json = self
             .reader
-            .read(|s| cluster_status::status_json(&metrics, s));
+            .read(|s| cluster_status::status_json(&metrics, s, &page));
         Ok(Response::new(pb::GetStatusResponse {
             json: json.to_string(),
         }))

@@ -232,7 +232,7 @@ async fn raft_is_served_only_on_the_peer_port_and_the_client_api_only_on_the_cli
         (
             "get_status on the peer port",
             api_on_peer_port
-                .get_status(pb::GetStatusRequest {})
+                .get_status(pb::GetStatusRequest::default())
                 .await
                 .map(drop),
             Some(Code::Unimplemented),
@@ -258,7 +258,7 @@ async fn raft_is_served_only_on_the_peer_port_and_the_client_api_only_on_the_cli
         (
             "get_status on the client port",
             api_on_client_port
-                .get_status(pb::GetStatusRequest {})
+                .get_status(pb::GetStatusRequest::default())
                 .await
                 .map(drop),
             None,
@@ -352,7 +352,7 @@ async fn a_follower_answers_unavailable_naming_the_leaders_client_address() {
         assert_eq!(hint.to_str().unwrap(), leader_addr.to_string());
     }
     let status: serde_json::Value = serde_json::from_str(
-        &c.get_status(pb::GetStatusRequest {})
+        &c.get_status(pb::GetStatusRequest::default())
             .await
             .unwrap()
             .into_inner()
@@ -393,4 +393,77 @@ async fn a_replica_restarted_at_a_new_client_port_records_it() {
     assert_ne!(restarted.addr(), old_addr);
     wait_client_addrs_recorded(&restarted, std::slice::from_ref(&restarted)).await;
     restarted.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_comes_in_pages_that_together_list_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let handle = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    handle.wait_for_leader(WAIT).await.unwrap();
+    let rpc = sluice_rpc::DispatcherClient::new(&handle.addr().to_string()).unwrap();
+    let mut registered = Vec::new();
+    for n in 0..5 {
+        let def = sluice_dataset::Dataset::range(n + 1).into_def();
+        let metadata = pb::DatasetMetadata::default();
+        let id = rpc
+            .register_dataset_def(&def, None, &metadata)
+            .await
+            .unwrap();
+        registered.push(id.0);
+    }
+    let datasets = |json: &serde_json::Value| -> Vec<String> {
+        json["datasets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut listed = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = rpc.get_status_page(2, &token).await.unwrap();
+        let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+        let on_page = datasets(&page);
+        assert!(
+            on_page.len() <= 2,
+            "a page holds at most page_size: {on_page:?}"
+        );
+        listed.extend(on_page);
+        pages += 1;
+        match page["next_page_token"].as_str() {
+            Some(next) => token = next.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(listed, registered, "every dataset once, in id order");
+    assert_eq!(pages, 3);
+    let whole: serde_json::Value = serde_json::from_str(&rpc.get_status().await.unwrap()).unwrap();
+    assert_eq!(datasets(&whole), registered, "get_status merges the pages");
+    assert_eq!(whole["state_sizes"]["definitions"], 5);
+
+    let mut c = client(&handle).await;
+    let cases = [
+        (
+            pb::GetStatusRequest {
+                page_size: 10_001,
+                page_token: String::new(),
+            },
+            "page_size 10001 is over the largest page, 10000",
+        ),
+        (
+            pb::GetStatusRequest {
+                page_size: 0,
+                page_token: "{not a token".into(),
+            },
+            "page_token is not one a status reply gave",
+        ),
+    ];
+    for (request, want) in cases {
+        let (code, message) = failure(c.get_status(request).await);
+        assert_eq!(code, Code::InvalidArgument, "{message}");
+        assert!(message.contains(want), "{message}");
+    }
+    handle.shutdown().await;
 }

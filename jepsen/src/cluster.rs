@@ -340,7 +340,7 @@ impl Cluster {
             .with_context(|| format!("no node {id}"))?
             .clone();
         let mut client = RpcClient::new(channel).max_decoding_message_size(usize::MAX);
-        let mut request = tonic::Request::new(pb::GetStatusRequest {});
+        let mut request = tonic::Request::new(pb::GetStatusRequest::default());
         request.set_timeout(Duration::from_millis(700));
         let call = client.get_status(request);
         let response = tokio::time::timeout(Duration::from_millis(800), call)

@@ -305,11 +305,64 @@ impl DispatcherClient {
     }
 
     /// The status JSON of the replica that answers (its own view: leader, members, workers,
-    /// jobs, iterations).
+    /// jobs, iterations), every page of it merged into one document.
     pub async fn get_status(&self) -> Result<String, RpcError> {
+        let mut merged: Option<serde_json::Value> = None;
+        let mut token = String::new();
+        loop {
+            let page = self.get_status_page(0, &token).await?;
+            let mut page: serde_json::Value =
+                serde_json::from_str(&page).map_err(|e| RpcError::Status {
+                    code: tonic::Code::Internal,
+                    message: format!("the dispatcher's status is not JSON: {e}"),
+                })?;
+            let next = page
+                .get("next_page_token")
+                .and_then(|t| t.as_str())
+                .map(str::to_string);
+            match merged.as_mut() {
+                None => merged = Some(page.take()),
+                Some(document) => {
+                    for list in ["datasets", "workers", "jobs", "iterations"] {
+                        let more = page.get_mut(list).map(serde_json::Value::take);
+                        if let (
+                            Some(serde_json::Value::Array(into)),
+                            Some(serde_json::Value::Array(more)),
+                        ) = (document.get_mut(list), more)
+                        {
+                            into.extend(more);
+                        }
+                    }
+                }
+            }
+            match next {
+                // A token that does not move on would repeat the page forever.
+                Some(next) if next != token => token = next,
+                _ => break,
+            }
+        }
+        let mut document = merged.unwrap_or_default();
+        // The merged document is the whole status: no page follows it.
+        if let Some(object) = document.as_object_mut() {
+            object.remove("next_page_token");
+        }
+        Ok(document.to_string())
+    }
+
+    /// One page of the status JSON: at most `page_size` entries per list (0: the dispatcher's
+    /// default) after `page_token` (empty: the first page).
+    pub async fn get_status_page(
+        &self,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<String, RpcError> {
+        let request = pb::GetStatusRequest {
+            page_size,
+            page_token: page_token.to_string(),
+        };
         let response = self
             .call("get_status", Duration::ZERO, |mut c, timeout| {
-                let request = timed(pb::GetStatusRequest {}, timeout);
+                let request = timed(request.clone(), timeout);
                 async move { c.get_status(request).await }
             })
             .await?;

@@ -14,8 +14,9 @@
 //!   its watermark cannot grow the state;
 //! - a requester silent for [`REQUESTER_TTL_MICROS`] of log time is forgotten whole. Requesters
 //!   are processes: every client and worker draws one at start, so the set of requesters would
-//!   otherwise grow with every process ever started. A retry arrives within seconds; one that
-//!   arrives after an hour of silence is the one case not deduplicated.
+//!   otherwise grow with every process ever started. A retry arrives within seconds, and callers
+//!   give up on a call after an hour; a retry after two hours of silence would be the one case
+//!   not deduplicated.
 //!
 //! Everything here is a function of the log (times are the entries' leader times), so every
 //! replica keeps and forgets the same outcomes.
@@ -27,8 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Outcomes one requester may have recorded at or above its watermark.
 pub const MAX_OUTCOMES_PER_REQUESTER: usize = 4096;
 
-/// A requester whose last request is older than this (log time) is forgotten: one hour.
-pub const REQUESTER_TTL_MICROS: u64 = 3600 * 1_000_000;
+/// A requester whose last request is older than this (log time) is forgotten: two hours, twice
+/// the longest a client or worker keeps retrying one call.
+pub const REQUESTER_TTL_MICROS: u64 = 2 * 3600 * 1_000_000;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 struct Requester {

@@ -4,6 +4,7 @@ use super::DispatcherState;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
 use serde::Serialize;
+use std::ops::Bound;
 
 /// Counts of what the state holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -27,6 +28,42 @@ impl DispatcherState {
 
     pub fn datasets(&self) -> impl Iterator<Item = &Dataset> {
         self.datasets.values()
+    }
+
+    /// Datasets in id order, after `after` (all with `None`): a page of them.
+    pub fn datasets_after<'a>(
+        &'a self,
+        after: Option<&DatasetId>,
+    ) -> impl Iterator<Item = &'a Dataset> + 'a {
+        let start = after.map_or(Bound::Unbounded, |id| Bound::Excluded(id.clone()));
+        self.datasets
+            .range((start, Bound::Unbounded))
+            .map(|(_, d)| d)
+    }
+
+    /// Workers in address order, after `after`.
+    pub fn workers_after<'a>(
+        &'a self,
+        after: Option<&str>,
+    ) -> impl Iterator<Item = &'a Worker> + 'a {
+        let start = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.to_string()));
+        self.workers
+            .range((start, Bound::Unbounded))
+            .map(|(_, w)| w)
+    }
+
+    /// Jobs in id order, after `after`.
+    pub fn jobs_after(&self, after: Option<JobId>) -> impl Iterator<Item = &Job> {
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.jobs.range((start, Bound::Unbounded)).map(|(_, j)| j)
+    }
+
+    /// Iterations in id order, after `after`.
+    pub fn iterations_after(&self, after: Option<IterationId>) -> impl Iterator<Item = &Iteration> {
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.iterations
+            .range((start, Bound::Unbounded))
+            .map(|(_, it)| it)
     }
 
     pub fn worker(&self, address: &str) -> Option<&Worker> {
