@@ -43,7 +43,9 @@ fn a_missing_or_empty_data_dir_is_refused_without_init_or_join() {
     );
     assert_eq!(std::fs::read_dir(&empty).expect("dir").count(), 0);
 
-    let err = refusal(&["dispatcher", "--data-dir", empty_dir, "--init", "--join"]);
+    // A usage error: clap's several lines, with the usage.
+    let (ok, _, err) = sluice(&["dispatcher", "--data-dir", empty_dir, "--init", "--join"]);
+    assert!(!ok);
     assert!(
         err.contains("'--init' cannot be used with '--join'"),
         "{err}"
