@@ -184,9 +184,19 @@ pub struct DispatcherArgs {
     /// address (set it when listening on `0.0.0.0`).
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise_address: Option<String>,
-    /// Journal directory (created if missing).
+    /// Journal directory. A missing or empty one is refused unless --init or --join is given;
+    /// a journal of another cluster or node is refused always.
     #[arg(long)]
     pub data_dir: PathBuf,
+    /// The quorum's name, the same on every replica of it; recorded in the journal, so a data
+    /// dir of another cluster is refused.
+    #[arg(long, value_name = "NAME", default_value = sluice_dispatcher::config::DEFAULT_CLUSTER_ID)]
+    pub cluster_id: String,
+    /// First start of a new quorum: create the journal in a missing or empty --data-dir, and
+    /// (on the replica with the lowest id in --peers) initialize the quorum. Harmless on a
+    /// replica that has its journal; never needed on a restart.
+    #[arg(long, conflicts_with = "join")]
+    pub init: bool,
     /// Every replica's peer address: `1=HOST:PEERPORT,2=HOST:PEERPORT,3=HOST:PEERPORT`, the
     /// same on every node. Omit for a one-node dispatcher.
     #[arg(long, default_value = "")]
@@ -195,7 +205,8 @@ pub struct DispatcherArgs {
     /// `2=HOST:PORT,3=HOST:PORT` (a chaos harness routes each link through a proxy).
     #[arg(long, default_value = "")]
     pub raft_routes: String,
-    /// Join an existing quorum: wait, empty, to be added with `sluice admin add-node`.
+    /// Join an existing quorum: create an empty journal in a missing or empty --data-dir and
+    /// wait to be added with `sluice admin add-node`.
     #[arg(long)]
     pub join: bool,
     /// Raft heartbeat period.

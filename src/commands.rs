@@ -82,6 +82,8 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         peer_listen,
         advertise_address: args.advertise_address,
         data_dir: args.data_dir,
+        cluster_id: args.cluster_id,
+        init: args.init,
         peers,
         join: args.join,
         raft_routes: DispatcherConfig::parse_peers(&args.raft_routes)

@@ -81,6 +81,7 @@ impl Cluster {
                 &addrs[id - 1],
                 "--peers",
                 &peers,
+                "--init",
             ]
             .map(str::to_string);
             let args: Vec<&str> = args

@@ -2,11 +2,15 @@
 
 use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
+use sluice_journal::JournalIdentity;
 use sluice_security::ServerSecurity;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The cluster id of a quorum that was given none.
+pub const DEFAULT_CLUSTER_ID: &str = "sluice";
 
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -21,13 +25,22 @@ pub struct DispatcherConfig {
     /// The client address put in the membership, which followers name as the leader hint;
     /// `None`: the bound client address (wrong when listening on `0.0.0.0`).
     pub advertise_address: Option<String>,
-    /// The journal directory (sled db and format header).
+    /// The journal directory (sled db, format header, identity). A missing or empty one is
+    /// refused unless `init` or `join` is set.
     pub data_dir: PathBuf,
+    /// The quorum's name, the same on every replica; recorded in each replica's journal, so a
+    /// data dir of another cluster is refused.
+    pub cluster_id: String,
+    /// First start of a replica of a new quorum: create its journal in a missing or empty
+    /// `data_dir`, and (on the replica with the lowest id in `peers`) initialize the quorum.
+    /// On a replica that has its journal it changes nothing. Never set it on a restart: a
+    /// replica that lost its data dir would come back with no log and no vote.
+    pub init: bool,
     /// Every replica's id and peer address, the same on every node. Empty: a one-node cluster
     /// of this replica at its bound peer address.
     pub peers: BTreeMap<NodeId, String>,
-    /// Join an existing cluster (`sluice admin add-node`) instead of initializing one: the
-    /// replica waits, empty, until a leader adds it.
+    /// Join an existing cluster (`sluice admin add-node`) instead of initializing one: create
+    /// an empty journal in a missing or empty `data_dir`, and wait until a leader adds it.
     pub join: bool,
     /// Raft leader heartbeat period.
     pub heartbeat_interval: Duration,
@@ -78,6 +91,8 @@ impl Default for DispatcherConfig {
             peer_listen: "127.0.0.1:0".into(),
             advertise_address: None,
             data_dir: PathBuf::from("sluice-data"),
+            cluster_id: DEFAULT_CLUSTER_ID.into(),
+            init: false,
             peers: BTreeMap::new(),
             join: false,
             heartbeat_interval: Duration::from_millis(50),
@@ -108,6 +123,14 @@ impl DispatcherConfig {
                 ids.join(", ")
             ));
         }
+        if self.init && self.join {
+            return Err(
+                "--init and --join exclude each other: --init creates a new quorum, \
+                 --join waits to be added to a running one"
+                    .into(),
+            );
+        }
+        self.journal_identity()?;
         let (min, max) = self.election_timeout;
         if min <= self.heartbeat_interval || max <= min {
             return Err(format!(
@@ -136,6 +159,11 @@ impl DispatcherConfig {
             return Err("snapshot interval must be at least one entry".into());
         }
         Ok(())
+    }
+
+    /// The identity this replica's journal must have: its cluster id and node id.
+    pub fn journal_identity(&self) -> Result<JournalIdentity, String> {
+        JournalIdentity::new(self.cluster_id.clone(), self.id).map_err(|e| e.to_string())
     }
 
     /// Parses `host:port,host:%port%,...` (the static-sharding worker list).
@@ -182,6 +210,57 @@ mod tests {
 
     /// The peers a text parses to, or the error text.
     type Parsed = Result<Vec<(u64, &'static str)>, &'static str>;
+
+    #[test]
+    fn validate_table() {
+        let cases: Vec<(DispatcherConfig, Option<&str>)> = vec![
+            (DispatcherConfig::default(), None),
+            (
+                DispatcherConfig {
+                    init: true,
+                    cluster_id: "prod-eu.1".into(),
+                    ..DispatcherConfig::default()
+                },
+                None,
+            ),
+            (
+                DispatcherConfig {
+                    join: true,
+                    ..DispatcherConfig::default()
+                },
+                None,
+            ),
+            (
+                DispatcherConfig {
+                    init: true,
+                    join: true,
+                    ..DispatcherConfig::default()
+                },
+                Some("--init and --join exclude each other"),
+            ),
+            (
+                DispatcherConfig {
+                    cluster_id: "my cluster".into(),
+                    ..DispatcherConfig::default()
+                },
+                Some("invalid journal identity: cluster id \"my cluster\" may only hold"),
+            ),
+            (
+                DispatcherConfig {
+                    cluster_id: String::new(),
+                    ..DispatcherConfig::default()
+                },
+                Some("cluster id \"\" is empty"),
+            ),
+        ];
+        for (config, refusal) in cases {
+            match (config.validate(), refusal) {
+                (Ok(()), None) => {}
+                (Err(e), Some(says)) => assert!(e.contains(says), "{config:?}: {e}"),
+                (got, want) => panic!("{config:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
 
     #[test]
     fn peers_parse_table() {

@@ -1,10 +1,15 @@
 //! Starting and stopping one dispatcher replica: journal, Raft, proposer, and its two listeners
 //! (see `grpc_servers`): the client API and the Raft peer listener.
 //!
-//! Bootstrap: every replica gets the same peer list (peer addresses); on first start the
-//! replica with the lowest id initializes the cluster once, knowing only its own client
+//! Bootstrap: every replica gets the same peer list (peer addresses); on first start (`init`)
+//! the replica with the lowest id initializes the cluster once, knowing only its own client
 //! address; every replica then records its own (see `client_addr_announcer`). A restarted
 //! replica recovers from its own data dir alone (its journal knows the membership).
+//!
+//! Data-dir identity: only `init` and `join` may create a journal; a plain start needs this
+//! replica's own (same cluster id, same node id). A voter that lost its disk therefore cannot
+//! come back with an empty log and no vote, where it could help elect a leader that lacks
+//! committed entries: it refuses to start and says what to do.
 
 use crate::client_addr_announcer::ClientAddrAnnouncer;
 use crate::config::DispatcherConfig;
@@ -23,7 +28,7 @@ use crate::timers::{TimerLoop, Timers};
 use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
 use sluice_dataset::DataRoots;
-use sluice_journal::Journal;
+use sluice_journal::{IfMissing, Journal, JournalError};
 use sluice_security::{ClientCerts, Role};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -101,7 +106,15 @@ impl DispatcherHandle {
         let peer_caller = security.caller(Role::Peer).map_err(startup)?;
         let data_roots = DataRoots::new(&config.data_roots)
             .map_err(|e| DispatcherError::Startup(e.to_string()))?;
-        let journal = Journal::open(&config.data_dir)?;
+        let identity = config
+            .journal_identity()
+            .map_err(DispatcherError::Startup)?;
+        let if_missing = match config.init || config.join {
+            true => IfMissing::Create,
+            false => IfMissing::Refuse,
+        };
+        let journal =
+            Journal::open(&config.data_dir, &identity, if_missing).map_err(data_dir_refused)?;
         let log_store = journal.log_store::<TypeConfig>();
         let state_machine = journal.state_machine::<TypeConfig, DispatcherState>()?;
         let state = state_machine.handle();
@@ -184,7 +197,10 @@ impl DispatcherHandle {
         } else {
             config.peers.clone()
         };
-        if !config.join {
+        // Only a first start initializes: a restart's journal has the membership, and one
+        // whose log is still empty (added by `join`, or a replica whose quorum was never
+        // initialized) must not make up a cluster of its own.
+        if config.init {
             bootstrap(&raft, config.id, &client_addr, &peers).await?;
         }
         info!(
@@ -265,8 +281,29 @@ impl DispatcherHandle {
     }
 }
 
+/// A journal that is not this replica's, with what the operator can do about it; other journal
+/// errors stay as they are.
+fn data_dir_refused(err: JournalError) -> DispatcherError {
+    let advice = match &err {
+        JournalError::NoJournal { .. } => {
+            "pass --init on the first start of a new quorum, or --join to wait to be added \
+             with `sluice admin add-node`; a replica that lost its data dir may rejoin only as \
+             a new member: remove it with `sluice admin remove-node`, then start it with --join \
+             and add it"
+        }
+        JournalError::IdentityMismatch { .. } => {
+            "start each replica with its own data dir and the --id and --cluster-id its journal \
+             was created with"
+        }
+        _ => return DispatcherError::Journal(err),
+    };
+    DispatcherError::Startup(format!("{err}; {advice}"))
+}
+
 /// Initializes a pristine cluster from the replica with the lowest id, once. It knows its own
-/// client address (`client_addr`); the others' stay empty until they record theirs.
+/// client address (`client_addr`); the others' stay empty until they record theirs. A replica
+/// whose journal has a log entry or a vote is initialized already (openraft would refuse) and
+/// is left alone, so `init` on a restart changes nothing.
 async fn bootstrap(
     raft: &Raft,
     id: NodeId,

@@ -22,10 +22,12 @@ async fn client(handle: &DispatcherHandle) -> DispatcherClient<Channel> {
         .expect("connect to the dispatcher")
 }
 
+/// The first start of replica `id`, with its data dir in `dir`.
 fn config(id: u64, dir: &tempfile::TempDir) -> DispatcherConfig {
     DispatcherConfig {
         id,
         data_dir: dir.path().join(format!("node-{id}")),
+        init: true,
         ..DispatcherConfig::default()
     }
 }
@@ -386,6 +388,7 @@ async fn a_replica_restarted_at_a_new_client_port_records_it() {
     // Same journal and peer address (its identity), another client port.
     let restarted = DispatcherHandle::start(DispatcherConfig {
         peer_listen: peer_addr,
+        init: false,
         ..config(1, &dir)
     })
     .await
@@ -466,4 +469,52 @@ async fn status_comes_in_pages_that_together_list_everything() {
         assert!(message.contains(want), "{message}");
     }
     handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_start_needs_the_replicas_own_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("node-1");
+    let refusal = |config: DispatcherConfig| async move {
+        match DispatcherHandle::start(config).await {
+            Ok(handle) => {
+                handle.shutdown().await;
+                panic!("started")
+            }
+            Err(e) => e.to_string(),
+        }
+    };
+    let plain = DispatcherConfig {
+        init: false,
+        ..config(1, &dir)
+    };
+    let err = refusal(plain.clone()).await;
+    assert!(
+        err.starts_with(&format!(
+            "data dir {} holds no journal: it does not exist; pass --init",
+            data_dir.display()
+        )),
+        "{err}"
+    );
+    assert!(!data_dir.exists());
+
+    let first = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    first.wait_for_leader(WAIT).await.unwrap();
+    first.shutdown().await;
+    let again = DispatcherHandle::start(plain.clone()).await.unwrap();
+    again.wait_for_leader(WAIT).await.unwrap();
+    again.shutdown().await;
+
+    let other_cluster = DispatcherConfig {
+        cluster_id: "other".into(),
+        ..config(1, &dir)
+    };
+    let err = refusal(other_cluster).await;
+    assert!(
+        err.contains("belongs to cluster 'sluice' node 1")
+            && err.contains("not to cluster 'other' node 1")
+            && err.contains("IDENTITY")
+            && err.contains("--cluster-id its journal was created with"),
+        "{err}"
+    );
 }

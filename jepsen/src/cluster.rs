@@ -1,6 +1,8 @@
 //! `Cluster`: the dispatcher processes of a run, each the real `sluice` binary, started as
 //! `sluice dispatcher --id I --data-dir DIR/nI --listen CLIENT --peers ... --raft-routes ...`
-//! (plus the run's security flags) with stdout and stderr appended to `DIR/node-I.log`.
+//! (plus the run's security flags) with stdout and stderr appended to `DIR/node-I.log`. Only
+//! the first start passes `--init`: a restart needs the node's own journal, so a node that
+//! came back without it would refuse to start and fail the run.
 //!
 //! Every node gets the same `--peers` (the real peer addresses; each node's Raft listener binds
 //! its own entry) and its own `--raft-routes` (the link proxies, in front of the peer ports).
@@ -46,6 +48,13 @@ pub enum NodeState {
     Running,
     Paused,
     Down,
+}
+
+/// Which start of a node: the first creates its journal, a restart needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    Init,
+    Restart,
 }
 
 /// A node's two listeners.
@@ -143,7 +152,7 @@ impl Cluster {
             channels,
         };
         // Start all at once: node 1 initializes the cluster and needs the others to elect.
-        let starts = cluster.ids().map(|id| cluster.spawn(id));
+        let starts = cluster.ids().map(|id| cluster.spawn_node(id, Start::Init));
         for result in futures::future::join_all(starts).await {
             result?;
         }
@@ -167,8 +176,12 @@ impl Cluster {
         Ok(self.node(id)?.lock().await.state)
     }
 
-    /// Starts node `id` (it must be down) and waits for its `READY` line.
+    /// Restarts node `id` (it must be down) from its data dir and waits for its `READY` line.
     pub async fn spawn(&self, id: u64) -> anyhow::Result<()> {
+        self.spawn_node(id, Start::Restart).await
+    }
+
+    async fn spawn_node(&self, id: u64, start: Start) -> anyhow::Result<()> {
         let mut node = self.node(id)?.lock().await;
         if node.state != NodeState::Down {
             bail!("node {id} is already running");
@@ -199,6 +212,10 @@ impl Cluster {
             .arg("--election-timeout")
             .arg(humantime::format_duration(self.config.election_timeout).to_string())
             .args(&self.config.server_flags)
+            .args(match start {
+                Start::Init => &["--init"][..],
+                Start::Restart => &[],
+            })
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))

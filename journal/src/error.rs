@@ -16,10 +16,13 @@ use openraft::NodeId;
 use openraft::StorageError;
 use openraft::StorageIOError;
 
+use crate::journal_identity::JournalIdentity;
+
 /// Errors of the journal crate.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    /// A file-system operation outside sled failed (the data dir, the `FORMAT` file).
+    /// A file-system operation outside sled failed (the data dir, the `FORMAT` and `IDENTITY`
+    /// files).
     #[error("i/o error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -42,6 +45,25 @@ pub enum JournalError {
         path: PathBuf,
         reason: String,
     },
+
+    /// The data dir holds no journal, and the caller did not ask for one to be created.
+    /// `reason` says what is there instead (nothing, or a journal that never had any Raft
+    /// state nor an identity).
+    #[error("data dir {dir} holds no journal: it {reason}")]
+    NoJournal { dir: PathBuf, reason: String },
+
+    /// The journal belongs to another cluster or another node; `path` is its identity file.
+    #[error("data dir {dir} belongs to {found} (recorded in {path}), not to {expected}")]
+    IdentityMismatch {
+        dir: PathBuf,
+        path: PathBuf,
+        found: JournalIdentity,
+        expected: JournalIdentity,
+    },
+
+    /// An identity the caller asked for is not valid (e.g. a cluster id with a space).
+    #[error("invalid journal identity: {reason}")]
+    InvalidIdentity { reason: String },
 
     /// A value could not be encoded or decoded by the versioned codec.
     #[error("codec error: {reason}")]
@@ -77,6 +99,9 @@ impl JournalError {
                 | sled::Error::Corruption { .. } => false,
             },
             JournalError::Format { .. } => false,
+            JournalError::NoJournal { .. } => false,
+            JournalError::IdentityMismatch { .. } => false,
+            JournalError::InvalidIdentity { .. } => false,
             JournalError::Codec { .. } => false,
             JournalError::Corrupt { .. } => false,
             JournalError::StatePoisoned => false,

@@ -1,13 +1,17 @@
 //! `Journal`: opening (or creating) a data dir and handing out the Raft stores built on it.
 //!
-//! A data dir holds exactly two things:
+//! A data dir holds exactly three things:
 //! - `FORMAT`: one line, `sluice-journal <FORMAT_VERSION>`, written last at creation;
+//! - `IDENTITY`: the cluster and node the journal belongs to (see `journal_identity.rs`);
 //! - `db/`: the sled database, whose `header` tree repeats the version (see `keys.rs`).
 //!
-//! Invariant: a dir that is neither missing/empty nor a journal of this format version is
-//! refused *before* anything in it is touched, with an error naming the offending file. Only a
-//! missing or empty dir is initialised. A crash during initialisation leaves a dir without
-//! `FORMAT`, which is then refused; it held no data and can be removed by hand.
+//! Invariants: a journal is created only in a missing or empty dir, and only when the caller
+//! asks for it ([`IfMissing::Create`]): a replica that lost its data dir must not come back
+//! with an empty log and no vote by accident. A dir that is not a journal of this format
+//! version, or whose `IDENTITY` names another cluster or node, is refused *before* anything in
+//! it is touched, with an error naming the offending file. A crash during initialisation
+//! leaves a dir without `FORMAT`, which is then refused; it held no data and can be removed by
+//! hand.
 
 use std::fs;
 use std::io;
@@ -19,6 +23,8 @@ use std::time::Instant;
 
 use crate::error::sled_lock_contended;
 use crate::error::JournalError;
+use crate::journal_identity::JournalIdentity;
+use crate::journal_identity::IDENTITY_FILE;
 use crate::keys;
 use crate::log_store::LogStore;
 use crate::state_machine::ReplicatedState;
@@ -42,11 +48,21 @@ pub fn format_file_content() -> String {
     format!("sluice-journal {FORMAT_VERSION}\n")
 }
 
+/// What [`Journal::open`] does with a data dir that holds no journal (missing or empty).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IfMissing {
+    /// Refuse with [`JournalError::NoJournal`]: the normal (re)start of a replica.
+    Refuse,
+    /// Create a new journal recording the identity: the first start of a replica.
+    Create,
+}
+
 /// An open journal: one sled database and its key spaces. Cheap to clone (sled handles are
 /// reference counted); the database closes when the last clone and every store are dropped.
 #[derive(Clone)]
 pub struct Journal {
     dir: PathBuf,
+    identity: JournalIdentity,
     db: sled::Db,
     raft_log: sled::Tree,
     raft_meta: sled::Tree,
@@ -62,18 +78,31 @@ impl std::fmt::Debug for Journal {
 }
 
 impl Journal {
-    /// Opens the journal in `dir`, creating it if `dir` is missing or empty.
+    /// Opens the journal of `identity` in `dir`; creates it if `dir` is missing or empty and
+    /// `if_missing` is [`IfMissing::Create`], else refuses with [`JournalError::NoJournal`].
     ///
     /// Refuses (with [`JournalError::Format`], naming the file) a path that is not a directory,
-    /// a non-empty dir whose `FORMAT` is missing, unreadable or different, and a dir whose
-    /// `db/` is missing, cannot be opened by sled, or lacks the matching header key.
+    /// a non-empty dir whose `FORMAT` is missing, unreadable or different, a malformed
+    /// `IDENTITY`, and a dir whose `db/` is missing, cannot be opened by sled, or lacks the
+    /// matching header key; refuses (with [`JournalError::IdentityMismatch`]) a journal whose
+    /// `IDENTITY` is not `identity`, whatever `if_missing` says.
+    ///
+    /// A journal without `IDENTITY` was created before identities were recorded: if it holds
+    /// Raft state (log, vote or snapshot) it is this replica's, and adopts `identity` (the
+    /// file is written and a warning logged); if it holds none, it is treated as an empty dir.
     ///
     /// Blocking: it does file I/O and may wait up to 2 s for sled's lock (see `LOCK_WAIT`);
     /// call it at startup or from `spawn_blocking`. A lock still held after that is a
     /// retryable [`JournalError::Sled`].
-    pub fn open(dir: &Path) -> Result<Journal, JournalError> {
+    pub fn open(
+        dir: &Path,
+        identity: &JournalIdentity,
+        if_missing: IfMissing,
+    ) -> Result<Journal, JournalError> {
         match fs::metadata(dir) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Self::create(dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Self::create(dir, identity, if_missing, "does not exist")
+            }
             Err(e) => {
                 return Err(JournalError::Io {
                     path: dir.to_path_buf(),
@@ -88,10 +117,19 @@ impl Journal {
             source: e,
         })?;
         if listing.next().is_none() {
-            return Self::create(dir);
+            return Self::create(dir, identity, if_missing, "is empty");
         }
 
         check_format_file(dir)?;
+        let recorded = read_identity(dir)?;
+        if let Some(found) = recorded.as_ref().filter(|found| *found != identity) {
+            return Err(JournalError::IdentityMismatch {
+                dir: dir.to_path_buf(),
+                path: dir.join(IDENTITY_FILE),
+                found: found.clone(),
+                expected: identity.clone(),
+            });
+        }
 
         let db_path = dir.join(DB_DIR);
         // Without this check sled would happily create a fresh database in a missing `db/`.
@@ -104,14 +142,29 @@ impl Journal {
         }
         let db = open_sled(dir, &db_path)?;
         check_header(dir, &db_path, &db)?;
-        tracing::info!(dir = %dir.display(), "opened journal");
-        Self::from_db(dir, db)
+        if recorded.is_none() {
+            adopt_identity(dir, &db, identity, if_missing)?;
+        }
+        tracing::info!(dir = %dir.display(), %identity, "opened journal");
+        Self::from_db(dir, db, identity)
     }
 
-    /// Initialises a missing or empty dir: sled db with its header (flushed), then `FORMAT`
-    /// (written to a temp file, synced, renamed, dir synced), so `FORMAT` exists only once the
-    /// database behind it is durable.
-    fn create(dir: &Path) -> Result<Journal, JournalError> {
+    /// Initialises a missing or empty dir, if `if_missing` allows it (`state` says which it
+    /// is): sled db with its header (flushed), then `IDENTITY`, then `FORMAT` (each written to
+    /// a temp file, synced, renamed, dir synced), so `FORMAT` exists only once everything
+    /// behind it is durable.
+    fn create(
+        dir: &Path,
+        identity: &JournalIdentity,
+        if_missing: IfMissing,
+        state: &str,
+    ) -> Result<Journal, JournalError> {
+        if if_missing == IfMissing::Refuse {
+            return Err(JournalError::NoJournal {
+                dir: dir.to_path_buf(),
+                reason: state.to_string(),
+            });
+        }
         fs::create_dir_all(dir).map_err(|e| JournalError::Io {
             path: dir.to_path_buf(),
             source: e,
@@ -131,18 +184,29 @@ impl Journal {
             JournalError::sled(format!("flushing new journal {}", db_path.display()), e)
         })?;
 
-        write_format_file(dir)?;
-        tracing::info!(dir = %dir.display(), version = FORMAT_VERSION, "created journal");
-        Self::from_db(dir, db)
+        write_durably(dir, IDENTITY_FILE, &identity.to_file_content())?;
+        write_durably(dir, FORMAT_FILE, &format_file_content())?;
+        tracing::info!(
+            dir = %dir.display(),
+            version = FORMAT_VERSION,
+            %identity,
+            "created journal"
+        );
+        Self::from_db(dir, db, identity)
     }
 
-    fn from_db(dir: &Path, db: sled::Db) -> Result<Journal, JournalError> {
+    fn from_db(
+        dir: &Path,
+        db: sled::Db,
+        identity: &JournalIdentity,
+    ) -> Result<Journal, JournalError> {
         let tree = |name: &str| {
             db.open_tree(name)
                 .map_err(|e| JournalError::sled(format!("opening tree {name}"), e))
         };
         Ok(Journal {
             dir: dir.to_path_buf(),
+            identity: identity.clone(),
             raft_log: tree(keys::TREE_RAFT_LOG)?,
             raft_meta: tree(keys::TREE_RAFT_META)?,
             snapshot: tree(keys::TREE_SNAPSHOT)?,
@@ -153,6 +217,11 @@ impl Journal {
     /// The data dir this journal lives in.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The cluster and node this journal belongs to.
+    pub fn identity(&self) -> &JournalIdentity {
+        &self.identity
     }
 
     /// The Raft log store (log entries, vote, committed, last purged).
@@ -205,6 +274,67 @@ fn check_format_file(dir: &Path) -> Result<(), JournalError> {
         ));
     }
     Ok(())
+}
+
+/// The identity recorded in `dir`, `None` if the journal predates identity files.
+fn read_identity(dir: &Path) -> Result<Option<JournalIdentity>, JournalError> {
+    let path = dir.join(IDENTITY_FILE);
+    let content = match fs::read(&path) {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format_err(dir, &path, format!("is unreadable: {e}"))),
+    };
+    JournalIdentity::from_file_content(&content)
+        .map(Some)
+        .map_err(|reason| format_err(dir, &path, reason))
+}
+
+/// Records `identity` in a journal created before identities existed. One with Raft state is
+/// this replica's journal from an earlier build and keeps serving; one without any is no
+/// different from an empty dir, so it needs the caller's consent to become a journal.
+fn adopt_identity(
+    dir: &Path,
+    db: &sled::Db,
+    identity: &JournalIdentity,
+    if_missing: IfMissing,
+) -> Result<(), JournalError> {
+    let mut has_state = false;
+    for name in [
+        keys::TREE_RAFT_LOG,
+        keys::TREE_RAFT_META,
+        keys::TREE_SNAPSHOT,
+    ] {
+        has_state |= !tree_is_empty(db, name)?;
+    }
+    if !has_state && if_missing == IfMissing::Refuse {
+        return Err(JournalError::NoJournal {
+            dir: dir.to_path_buf(),
+            reason: format!("holds a journal without {IDENTITY_FILE} and without Raft state"),
+        });
+    }
+    write_durably(dir, IDENTITY_FILE, &identity.to_file_content())?;
+    tracing::warn!(
+        dir = %dir.display(),
+        %identity,
+        has_state,
+        "journal had no identity; recorded this replica's"
+    );
+    Ok(())
+}
+
+/// Whether tree `name` is missing or empty; never creates it.
+fn tree_is_empty(db: &sled::Db, name: &str) -> Result<bool, JournalError> {
+    if !db
+        .tree_names()
+        .iter()
+        .any(|n| n.as_ref() == name.as_bytes())
+    {
+        return Ok(true);
+    }
+    let tree = db
+        .open_tree(name)
+        .map_err(|e| JournalError::sled(format!("opening tree {name}"), e))?;
+    Ok(tree.is_empty())
 }
 
 /// How long `open` waits for sled's file lock to be released.
@@ -280,16 +410,17 @@ fn check_header(dir: &Path, db_path: &Path, db: &sled::Db) -> Result<(), Journal
     }
 }
 
-fn write_format_file(dir: &Path) -> Result<(), JournalError> {
-    let path = dir.join(FORMAT_FILE);
-    let tmp = dir.join(format!("{FORMAT_FILE}.tmp"));
+/// Writes `name` in `dir` so that it is either absent or complete and durable: a temp file,
+/// synced, renamed, and the dir synced.
+fn write_durably(dir: &Path, name: &str, content: &str) -> Result<(), JournalError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| JournalError::Io { path, source }
     };
     let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(format_file_content().as_bytes())
-        .map_err(io_err(&tmp))?;
+    f.write_all(content.as_bytes()).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
     drop(f);
     fs::rename(&tmp, &path).map_err(io_err(&path))?;

@@ -22,11 +22,11 @@ use openraft::Vote;
 use tracing::info;
 
 use crate::codec;
+use crate::test_support::open_or_create;
 use crate::test_support::Cmd;
 use crate::test_support::KvState;
 use crate::test_support::Resp;
 use crate::test_support::ToyConfig;
-use crate::Journal;
 use crate::JournalError;
 use crate::FORMAT_FILE;
 
@@ -54,7 +54,7 @@ fn kv(pairs: &[(&str, &str)]) -> KvState {
 }
 
 /// Every file and dir under `root` with its content, to prove a refused dir was not touched.
-fn tree_listing(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+pub(crate) fn tree_listing(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
         for entry in fs::read_dir(dir).expect("read dir") {
             let path = entry.expect("dir entry").path();
@@ -84,7 +84,7 @@ async fn restart_recovers_log_vote_committed_snapshot_and_state() -> anyhow::Res
     let snapshot_meta;
     {
         info!("--- first life: vote, log, apply, snapshot, purge, more log");
-        let journal = Journal::open(&dir).context("open journal")?;
+        let journal = open_or_create(&dir).context("open journal")?;
         let mut log = journal.log_store::<ToyConfig>();
         let mut sm = journal.state_machine::<ToyConfig, KvState>()?;
 
@@ -126,7 +126,7 @@ async fn restart_recovers_log_vote_committed_snapshot_and_state() -> anyhow::Res
     }
 
     info!("--- second life: everything durable is back");
-    let journal = Journal::open(&dir).context("reopen journal")?;
+    let journal = open_or_create(&dir).context("reopen journal")?;
     let mut log = journal.log_store::<ToyConfig>();
     let mut sm = journal.state_machine::<ToyConfig, KvState>()?;
 
@@ -177,7 +177,7 @@ async fn restart_recovers_log_vote_committed_snapshot_and_state() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installed_snapshot_replaces_state_and_survives_restart() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let leader = Journal::open(&tmp.path().join("leader"))?;
+    let leader = open_or_create(&tmp.path().join("leader"))?;
     let mut leader_sm = leader.state_machine::<ToyConfig, KvState>()?;
     leader_sm
         .apply([
@@ -194,7 +194,7 @@ async fn installed_snapshot_replaces_state_and_survives_restart() -> anyhow::Res
 
     let follower_dir = tmp.path().join("follower");
     {
-        let follower = Journal::open(&follower_dir)?;
+        let follower = open_or_create(&follower_dir)?;
         let mut sm = follower.state_machine::<ToyConfig, KvState>()?;
         sm.apply([set(1, 1, "stale", "z")]).await?;
         let mut buf = sm.begin_receiving_snapshot().await?;
@@ -204,7 +204,7 @@ async fn installed_snapshot_replaces_state_and_survives_restart() -> anyhow::Res
         assert_eq!(applied.last_applied, Some(log_id(1, 1, 3)));
         assert_eq!(applied.state, kv(&[("x", "1"), ("y", "2")]));
     }
-    let follower = Journal::open(&follower_dir)?;
+    let follower = open_or_create(&follower_dir)?;
     let mut sm = follower.state_machine::<ToyConfig, KvState>()?;
     assert_eq!(
         sm.get_current_snapshot().await?.context("snapshot")?.meta,
@@ -220,7 +220,7 @@ async fn installed_snapshot_replaces_state_and_survives_restart() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_rejects_data_that_does_not_match_meta() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let journal = Journal::open(&tmp.path().join("j"))?;
+    let journal = open_or_create(&tmp.path().join("j"))?;
     let mut sm = journal.state_machine::<ToyConfig, KvState>()?;
     sm.apply([set(1, 1, "k", "v")]).await?;
     let snapshot = sm.get_snapshot_builder().await.build_snapshot().await?;
@@ -244,7 +244,7 @@ async fn snapshot_ids_stay_unique_across_restarts() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("j");
     let first = {
-        let journal = Journal::open(&dir)?;
+        let journal = open_or_create(&dir)?;
         let mut sm = journal.state_machine::<ToyConfig, KvState>()?;
         sm.apply([set(1, 1, "k", "1")]).await?;
         sm.get_snapshot_builder()
@@ -254,7 +254,7 @@ async fn snapshot_ids_stay_unique_across_restarts() -> anyhow::Result<()> {
             .meta
             .snapshot_id
     };
-    let journal = Journal::open(&dir)?;
+    let journal = open_or_create(&dir)?;
     let mut sm = journal.state_machine::<ToyConfig, KvState>()?;
     let second = sm
         .get_snapshot_builder()
@@ -271,7 +271,7 @@ async fn snapshot_ids_stay_unique_across_restarts() -> anyhow::Result<()> {
 fn fresh_missing_dir_is_initialised_and_reopens() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path().join("a").join("b");
-    drop(Journal::open(&dir)?);
+    drop(open_or_create(&dir)?);
     assert_eq!(
         fs::read_to_string(dir.join(FORMAT_FILE))?,
         "sluice-journal 4\n"
@@ -282,16 +282,16 @@ fn fresh_missing_dir_is_initialised_and_reopens() -> anyhow::Result<()> {
         .collect::<Result<_, _>>()?;
     assert_eq!(
         names,
-        BTreeSet::from(["FORMAT".to_string(), "db".to_string()])
+        BTreeSet::from(["FORMAT", "IDENTITY", "db"].map(String::from))
     );
-    drop(Journal::open(&dir)?);
+    drop(open_or_create(&dir)?);
     Ok(())
 }
 
 #[test]
 fn fresh_empty_dir_is_initialised() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let journal = Journal::open(tmp.path())?;
+    let journal = open_or_create(tmp.path())?;
     assert_eq!(journal.dir(), tmp.path());
     assert!(tmp.path().join(FORMAT_FILE).is_file());
     Ok(())
@@ -303,7 +303,7 @@ fn assert_refused(dir: &Path, names: &Path, says: &str) -> JournalError {
     } else {
         BTreeMap::new()
     };
-    let err = Journal::open(dir).expect_err("open must refuse");
+    let err = open_or_create(dir).expect_err("open must refuse");
     let msg = err.to_string();
     assert!(matches!(err, JournalError::Format { .. }), "{msg}");
     assert!(!err.is_retryable(), "{msg}");
@@ -340,7 +340,7 @@ fn dir_with_other_files_and_no_format_is_refused_untouched() -> anyhow::Result<(
 #[test]
 fn format_file_with_other_content_is_refused_untouched() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    drop(Journal::open(tmp.path())?);
+    drop(open_or_create(tmp.path())?);
     // Another version's header (the next one, which this build cannot read).
     fs::write(
         tmp.path().join(FORMAT_FILE),
@@ -385,7 +385,7 @@ fn sled_db_without_header_is_refused() -> anyhow::Result<()> {
         db.insert(b"foreign", b"data")?;
         db.flush()?;
     }
-    let err = Journal::open(tmp.path()).expect_err("refused");
+    let err = open_or_create(tmp.path()).expect_err("refused");
     assert!(matches!(err, JournalError::Format { .. }), "{err}");
     assert!(err.to_string().contains("has no format header"), "{err}");
     Ok(())
@@ -394,14 +394,14 @@ fn sled_db_without_header_is_refused() -> anyhow::Result<()> {
 #[test]
 fn sled_db_with_other_header_version_is_refused() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    drop(Journal::open(tmp.path())?);
+    drop(open_or_create(tmp.path())?);
     {
         let db = sled::open(tmp.path().join("db"))?;
         db.open_tree("header")?
             .insert(b"format", &7u32.to_be_bytes())?;
         db.flush()?;
     }
-    let err = Journal::open(tmp.path()).expect_err("refused");
+    let err = open_or_create(tmp.path()).expect_err("refused");
     assert!(err.to_string().contains("has format version 7"), "{err}");
     Ok(())
 }
@@ -409,8 +409,8 @@ fn sled_db_with_other_header_version_is_refused() -> anyhow::Result<()> {
 #[test]
 fn second_open_while_in_use_is_a_retryable_error() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let _first = Journal::open(tmp.path())?;
-    let err = Journal::open(tmp.path()).expect_err("sled lock held");
+    let _first = open_or_create(tmp.path())?;
+    let err = open_or_create(tmp.path()).expect_err("sled lock held");
     assert!(err.is_retryable(), "{err:?}");
     Ok(())
 }

@@ -4,11 +4,14 @@
 //! openraft's storage-v2 traits: [`LogStore`] implements `RaftLogStorage`, and
 //! [`StateMachineStore`] implements `RaftStateMachine` over any pure [`ReplicatedState`].
 //! Every persisted value (and every Raft RPC payload, via [`codec`]) is a version byte plus
-//! bincode. The data dir carries a format version that is checked before anything is touched.
+//! bincode. The data dir carries a format version and the identity of its cluster and node,
+//! both checked before anything is touched; a journal is only created when the caller asks.
 //! The crate knows nothing of the dispatcher's state; it passes `openraft::testing::Suite`.
 //!
 //! Layout:
 //! - `journal.rs`: [`Journal`], opening/creating a data dir, the `FORMAT` file and header check.
+//! - `journal_identity.rs`: [`JournalIdentity`], the cluster and node a journal belongs to
+//!   (the `IDENTITY` file).
 //! - `keys.rs`: the key spaces (sled trees) and their keys, one doc line each.
 //! - `codec.rs`: [`codec::encode`] / [`codec::decode`], the versioned value codec.
 //! - `log_store.rs`: [`LogStore`], log entries, vote, committed, purge and truncate.
@@ -17,16 +20,20 @@
 //! - `type_config.rs`: [`JournalTypeConfig`], the bounds the journal puts on a type config.
 //! - `error.rs`: [`JournalError`] and its mapping to openraft's `StorageError`.
 //! - tests: `suite_tests.rs` (openraft's conformance suite), `journal_tests.rs` (restart,
-//!   format checks, snapshot install), `test_support.rs` (a toy type config and key-value state).
+//!   format checks, snapshot install), `identity_tests.rs` (creation only when asked, identity
+//!   checks), `test_support.rs` (a toy type config and key-value state).
 
 pub mod codec;
 mod error;
 mod journal;
+mod journal_identity;
 mod keys;
 mod log_store;
 mod state_machine;
 mod type_config;
 
+#[cfg(test)]
+mod identity_tests;
 #[cfg(test)]
 mod journal_tests;
 #[cfg(test)]
@@ -36,10 +43,13 @@ mod test_support;
 
 pub use error::JournalError;
 pub use journal::format_file_content;
+pub use journal::IfMissing;
 pub use journal::Journal;
 pub use journal::DB_DIR;
 pub use journal::FORMAT_FILE;
 pub use journal::FORMAT_VERSION;
+pub use journal_identity::JournalIdentity;
+pub use journal_identity::IDENTITY_FILE;
 pub use log_store::LogStore;
 pub use state_machine::AppliedState;
 pub use state_machine::ReplicatedState;

@@ -409,7 +409,6 @@ mod tests {
     use super::*;
     use crate::test_support::KvState;
     use crate::test_support::ToyConfig;
-    use crate::Journal;
 
     fn meta(index: u64, id: &str) -> SnapshotMeta<u64, openraft::BasicNode> {
         SnapshotMeta {
@@ -424,7 +423,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_older_build_does_not_replace_a_newer_snapshot() -> anyhow::Result<()> {
         let tmp = tempfile::tempdir()?;
-        let journal = Journal::open(tmp.path())?;
+        let journal = crate::test_support::open_or_create(tmp.path())?;
         let sm = journal.state_machine::<ToyConfig, KvState>()?;
         let stored = |index, id| StoredSnapshot::<ToyConfig> {
             meta: meta(index, id),

@@ -7,7 +7,6 @@ use tempfile::TempDir;
 
 use crate::test_support::KvState;
 use crate::test_support::ToyConfig;
-use crate::Journal;
 use crate::LogStore;
 use crate::StateMachineStore;
 
@@ -33,9 +32,10 @@ impl StoreBuilder<ToyConfig, LogStore<ToyConfig>, StateMachineStore<ToyConfig, K
                 e,
             )
         })?;
-        let journal = Journal::open(&dir.path().join("journal")).map_err(|e| {
-            e.into_storage(openraft::ErrorSubject::Store, openraft::ErrorVerb::Read)
-        })?;
+        let journal =
+            crate::test_support::open_or_create(&dir.path().join("journal")).map_err(|e| {
+                e.into_storage(openraft::ErrorSubject::Store, openraft::ErrorVerb::Read)
+            })?;
         let sm = journal.state_machine::<ToyConfig, KvState>().map_err(|e| {
             e.into_storage(
                 openraft::ErrorSubject::StateMachine,

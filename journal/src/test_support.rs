@@ -3,12 +3,27 @@
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::path::Path;
 
 use openraft::LogId;
 use serde::Deserialize;
 use serde::Serialize;
 
+use crate::IfMissing;
+use crate::Journal;
+use crate::JournalError;
+use crate::JournalIdentity;
 use crate::ReplicatedState;
+
+/// The identity the tests' journals are created with.
+pub fn test_identity() -> JournalIdentity {
+    JournalIdentity::new("test", 1).expect("a valid identity")
+}
+
+/// Opens the test journal in `dir`, creating it if `dir` is missing or empty.
+pub fn open_or_create(dir: &Path) -> Result<Journal, JournalError> {
+    Journal::open(dir, &test_identity(), IfMissing::Create)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Cmd {

@@ -35,6 +35,8 @@ class DispatcherConfig:
     - ``peer_listen``: ``"host:port"`` of the Raft peer listener, which serves the other
       replicas only; ``None`` is this replica's own entry in ``peers``, else a free port.
     - ``work_dir``: the journal's directory; ``None`` uses a temporary one, removed on stop.
+      As tf.data's, a missing or empty one gets a new journal, and a replica restarts from
+      the journal it finds there (a journal of another node id is refused).
     - ``node_id``, ``peers``: the replica's Raft id and every replica's peer address, the same
       on every replica: a list (ids 1, 2, ...) or a dict ``{id: "host:port"}``. ``None`` is a
       one-node quorum. Each replica records its own client address once it runs.

@@ -174,6 +174,9 @@ impl DispatchServer {
             listen,
             peer_listen,
             join,
+            // As tf.data's dispatcher creates its work_dir: a replica that is not joining
+            // creates its journal in a missing or empty work_dir (and restarts from one there).
+            init: !join,
             data_dir,
             peers,
             worker_addresses,

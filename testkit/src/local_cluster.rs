@@ -155,6 +155,8 @@ impl LocalCluster {
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
             let mut config = local_dispatcher_config(id, data_dir.clone(), peers.clone());
             config.data_roots = vec![cluster.data_root.clone()];
+            // The first start creates the journals; restarts need them (see `restart`).
+            config.init = true;
             tune(&mut config);
             config.faults = Some(cluster.faults.clone());
             let addr = listener.local_addr()?.to_string();
@@ -255,8 +257,19 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// Restarts a killed replica at its address from its data dir.
+    /// Restarts a killed replica at its address from its data dir, as an operator restarts
+    /// one: without `init` or `join`, so a replica whose journal is gone is refused.
     pub async fn restart(&mut self, id: NodeId) -> anyhow::Result<()> {
+        self.restart_as(id, false).await
+    }
+
+    /// Restarts a killed replica at its addresses with `join`: one whose data dir is gone
+    /// comes back empty and waits to be added again (after it was removed).
+    pub async fn restart_joining(&mut self, id: NodeId) -> anyhow::Result<()> {
+        self.restart_as(id, true).await
+    }
+
+    async fn restart_as(&mut self, id: NodeId, join: bool) -> anyhow::Result<()> {
         let peers = self.peers.clone();
         let replica = self.replicas.get_mut(&id).context("no such replica")?;
         anyhow::ensure!(replica.handle.is_none(), "replica {id} is running");
@@ -265,6 +278,7 @@ impl LocalCluster {
         let mut config = local_dispatcher_config(id, replica.data_dir.clone(), peers);
         config.data_roots = vec![self.data_root.clone()];
         (self.tune)(&mut config);
+        config.join = join;
         config.faults = Some(self.faults.clone());
         let handle = DispatcherHandle::start_on(listener, peer_listener, config).await?;
         replica.handle = Some(handle);
@@ -303,6 +317,11 @@ impl LocalCluster {
     /// The client address of replica `id`.
     pub fn replica_addr(&self, id: NodeId) -> Option<&str> {
         self.replicas.get(&id).map(|r| r.addr.as_str())
+    }
+
+    /// The data dir of replica `id`.
+    pub fn replica_data_dir(&self, id: NodeId) -> Option<&std::path::Path> {
+        self.replicas.get(&id).map(|r| r.data_dir.as_path())
     }
 
     /// The Raft peer address of replica `id` (what `add_node` takes).

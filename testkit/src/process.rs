@@ -1,6 +1,6 @@
 //! Running the real `sluice` binary: spawn a server, wait for its `READY <role> <address>` line
 //! (a dispatcher's ends with `peer=<peer address>`), SIGKILL it, restart it with the same
-//! arguments.
+//! arguments (less a dispatcher's first-start flags).
 
 use anyhow::Context;
 use std::io::{BufRead, BufReader};
@@ -53,9 +53,11 @@ impl SluiceProcess {
         }
     }
 
-    /// Starts the process again with the same arguments.
+    /// Starts the process again with the same arguments, except a dispatcher's first-start
+    /// flags (`--init`, `--join`): a restarted replica must find its own journal.
     pub fn restart(&mut self, timeout: Duration) -> anyhow::Result<()> {
         self.kill();
+        self.args.retain(|a| a != "--init" && a != "--join");
         let (child, ready) = start(&self.bin, &self.args, timeout)?;
         self.child = Some(child);
         self.addr = ready.addr;

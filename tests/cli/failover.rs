@@ -89,11 +89,12 @@ fn wait_leader(addrs: &str, flags: &Flags) -> u64 {
     }
 }
 
-/// A replica's arguments, serving clients at `listen` and Raft at `peer_listen`.
+/// A replica's arguments, serving clients at `listen` and Raft at `peer_listen`; `start` is
+/// `--init` or `--join` on a first start, empty on a restart.
 fn replica_args(
     id: u64,
     dir: &std::path::Path,
-    join: bool,
+    start: Option<&str>,
     listen: &str,
     peer_listen: &str,
     flags: &Flags,
@@ -111,9 +112,7 @@ fn replica_args(
     ]
     .map(str::to_string)
     .to_vec();
-    if join {
-        args.push("--join".into());
-    }
+    args.extend(start.map(str::to_string));
     args.extend(flags.dispatcher.iter().cloned());
     args
 }
@@ -159,7 +158,7 @@ fn member_addrs(addrs: &str, flags: &Flags) -> Vec<(String, String)> {
     members.into_iter().map(|(_, addrs)| addrs).collect()
 }
 
-/// Three replicas, each on a port the OS chose: replica 1 initializes a one-node cluster,
+/// Three replicas, each on a port the OS chose: replica 1 initializes a one-node cluster (`--init`),
 /// replicas 2 and 3 start empty (`--join`) and are added with `sluice admin add-node` at the
 /// peer addresses their READY lines reported. No port is picked before its server binds it.
 /// Returns the replicas and their arguments (each serving at its addresses, for restarts).
@@ -168,10 +167,11 @@ fn three_replicas(data: &std::path::Path, flags: &Flags) -> (Vec<SluiceProcess>,
     let mut args = Vec::new();
     for id in 1..=3u64 {
         let dir = data.join(format!("n{id}"));
+        let first_start = if id == 1 { "--init" } else { "--join" };
         let node = spawn(&replica_args(
             id,
             &dir,
-            id > 1,
+            Some(first_start),
             "127.0.0.1:0",
             "127.0.0.1:0",
             flags,
@@ -181,14 +181,8 @@ fn three_replicas(data: &std::path::Path, flags: &Flags) -> (Vec<SluiceProcess>,
             .clone()
             .expect("a dispatcher's READY names its peer port");
         // A restarted replica serves at the addresses it has: its peer address is its identity.
-        args.push(replica_args(
-            id,
-            &dir,
-            id > 1,
-            &node.addr,
-            &peer_addr,
-            flags,
-        ));
+        // It needs its journal, so a restart passes neither --init nor --join.
+        args.push(replica_args(id, &dir, None, &node.addr, &peer_addr, flags));
         nodes.push(node);
     }
     for (id, node) in nodes.iter().enumerate().skip(1) {

@@ -2,6 +2,7 @@
 //! processes on loopback, driven only through the command line, as a user drives them.
 
 mod bad_input;
+mod data_dir_identity;
 mod data_roots;
 mod failover;
 mod memory;
@@ -51,11 +52,13 @@ pub fn sorted_ints(values: &[serde_json::Value]) -> Vec<i64> {
     out
 }
 
-/// Starts a one-node dispatcher with its data dir under `dir`, and `extra` arguments.
+/// Starts a new one-node dispatcher (`--init`) with its data dir under `dir`, and `extra`
+/// arguments.
 pub fn dispatcher(dir: &std::path::Path, extra: &[&str]) -> SluiceProcess {
     let data_dir = dir.join("dispatcher");
     let mut args = vec![
         "dispatcher",
+        "--init",
         "--data-dir",
         data_dir.to_str().expect("utf-8 path"),
     ];

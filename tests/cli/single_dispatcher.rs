@@ -12,6 +12,7 @@ fn read_register_status_and_a_restart_mid_epoch() {
         bin(),
         &[
             "dispatcher",
+            "--init",
             "--id",
             "1",
             "--listen",

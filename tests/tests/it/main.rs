@@ -5,6 +5,7 @@
 mod bad_input;
 mod coordinated_reads;
 mod cross_trainer_cache;
+mod data_dir_identity;
 mod data_roots;
 mod distribute;
 mod failover;
