@@ -12,6 +12,7 @@ use crate::error::DispatcherError;
 use crate::ids::ClientId;
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
+use crate::state::dispatcher_state::check_rounds;
 use crate::state::{DispatcherState, Rejection};
 use crate::state_reader::StateReader;
 use sluice_proto::dispatcher as pb;
@@ -66,6 +67,7 @@ impl Heartbeats {
         });
         if let (true, Some(current_round)) = (pending, req.current_round) {
             self.reader.check_quorum()?;
+            check_rounds(current_round, req.blocked_round)?;
             self.proposer
                 .client_rounds(client_id, current_round, req.blocked_round)
                 .await?;

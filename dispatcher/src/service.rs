@@ -20,7 +20,7 @@ use crate::membership;
 use crate::proposer::ProposerHandle;
 use crate::raft_types::{Raft, StateHandle};
 use crate::registration::Registration;
-use crate::state::{JobOptions, Rejection, ShardingPolicy, TargetWorkers};
+use crate::state::{DispatcherState, JobOptions, Rejection, ShardingPolicy, TargetWorkers};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
 use sluice_dataset::DataRoots;
@@ -228,10 +228,26 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::LeaseSplitsResponse>, Status> {
         let caller = authorize(&request, "LeaseSplits", access::WORKER)?;
         let req = request.into_inner();
-        self.reader
-            .read(|s| access::check_task(s, &caller, TaskId(req.task_id)))?;
-        let lease = self
-            .writer()?
+        let writer = self.writer()?;
+        // Checked before proposing, so a request that would be refused costs no log entry. The
+        // applied state may lag what is committed (a new leader): a refusal is confirmed on a
+        // linearizable read before it is returned.
+        let check = |s: &DispatcherState| {
+            access::check_task(s, &caller, TaskId(req.task_id))?;
+            s.check_lease(
+                request_id(req.request_id),
+                IterationId(req.iteration_id),
+                req.provider_index,
+                req.repetition,
+                TaskId(req.task_id),
+            )
+            .map_err(DispatcherError::from)
+        };
+        if self.reader.read(check).is_err() {
+            self.reader.linearizable().await?;
+            self.reader.read(check)?;
+        }
+        let lease = writer
             .lease_splits(
                 request_id(req.request_id),
                 IterationId(req.iteration_id),

@@ -104,6 +104,13 @@ impl RequestLog {
         }
     }
 
+    /// Whether `id`'s outcome is recorded (a retry of it would get that outcome).
+    pub fn has_outcome(&self, id: RequestId) -> bool {
+        self.requesters
+            .get(&id.requester)
+            .is_some_and(|r| r.outcomes.contains_key(&id.seq))
+    }
+
     /// Outcomes recorded, over all requesters.
     pub fn len(&self) -> usize {
         self.requesters.values().map(|r| r.outcomes.len()).sum()

@@ -32,18 +32,11 @@ impl SplitCursor {
         }
     }
 
-    /// Leases up to `max` splits of `repetition` (at least one when any is left).
-    ///
-    /// A worker asks for a repetition only after the end of the one before it, so no request
-    /// is ever more than one past the cursor's: such a request is refused, never followed (it
-    /// would skip the cursor past repetitions nobody read, and near `u64::MAX` overflow it).
-    pub fn lease(&mut self, repetition: u64, max: u64) -> Result<SplitLease, Rejection> {
-        let end_of_splits = |repetition| SplitLease {
-            repetition,
-            start: 0,
-            end: 0,
-            end_of_splits: true,
-        };
+    /// Whether a lease of `repetition` is allowed: a worker asks for a repetition only after
+    /// the end of the one before it, so no request is ever more than one past the cursor's.
+    /// Such a request is refused, never followed (it would skip the cursor past repetitions
+    /// nobody read, and near `u64::MAX` overflow it).
+    pub fn check(&self, repetition: u64) -> Result<(), Rejection> {
         // At `u64::MAX` no request can be past the next repetition.
         if self
             .repetition
@@ -56,6 +49,19 @@ impl SplitCursor {
                 self.repetition
             )));
         }
+        Ok(())
+    }
+
+    /// Leases up to `max` splits of `repetition` (at least one when any is left), after
+    /// [`SplitCursor::check`].
+    pub fn lease(&mut self, repetition: u64, max: u64) -> Result<SplitLease, Rejection> {
+        let end_of_splits = |repetition| SplitLease {
+            repetition,
+            start: 0,
+            end: 0,
+            end_of_splits: true,
+        };
+        self.check(repetition)?;
         if repetition < self.repetition {
             return Ok(end_of_splits(repetition));
         }

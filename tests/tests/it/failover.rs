@@ -249,6 +249,21 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
             .expect("a task in each iteration")
     };
     let (delayed_task, busy_task) = (task_of(iterations[0]), task_of(iterations[1]));
+    // The worker keeps heartbeating (on its own client), so it is never removed.
+    let heartbeats = {
+        let client = cluster.client();
+        let heartbeat = WorkerHeartbeat {
+            current_tasks: vec![delayed_task, busy_task],
+            ..heartbeat.clone()
+        };
+        tokio::spawn(async move {
+            loop {
+                let _ = client
+                    .worker_heartbeat(&heartbeat, Duration::from_millis(100))
+                    .await;
+            }
+        })
+    };
     let lease = |iteration_id, task_id| LeaseRequest {
         iteration_id,
         task_id,
@@ -311,6 +326,7 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
         "the delayed lease was applied exactly once"
     );
     assert_eq!(cursor(iterations[1]), (0, busy_end));
+    heartbeats.abort();
     cluster.shutdown().await;
     Ok(())
 }

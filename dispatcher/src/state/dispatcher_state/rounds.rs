@@ -9,6 +9,23 @@ use crate::state::update::{Outcome, Rejection};
 /// The largest round a client may report (2^62).
 pub const MAX_ROUND: u64 = 1 << 62;
 
+/// Rounds count elements read, one per round: far below [`MAX_ROUND`], which keeps every target
+/// round computed from them (estimate + 2^33 at most) from overflowing. The leader checks this
+/// before proposing, and `apply` again.
+pub fn check_rounds(current_round: u64, blocked_round: Option<u64>) -> Result<(), Rejection> {
+    for (name, round) in [
+        ("current_round", Some(current_round)),
+        ("blocked_round", blocked_round),
+    ] {
+        if let Some(round) = round.filter(|r| *r > MAX_ROUND) {
+            return Err(Rejection::InvalidArgument(format!(
+                "{name} {round} is past the largest round, {MAX_ROUND}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl DispatcherState {
     pub(super) fn client_rounds(
         &mut self,
@@ -19,19 +36,7 @@ impl DispatcherState {
         let iteration_id = *self.clients.get(&client_id).ok_or_else(|| {
             Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
         })?;
-        // Rounds count elements read, one per round: far below this bound, which keeps every
-        // target round computed from them (estimate + 2^33 at most) from overflowing.
-        for (name, round) in [
-            ("current_round", Some(current_round)),
-            ("blocked_round", blocked_round),
-        ] {
-            if round.is_some_and(|r| r > MAX_ROUND) {
-                return Err(Rejection::InvalidArgument(format!(
-                    "{name} {} is past the largest round, {MAX_ROUND}",
-                    round.unwrap_or_default()
-                )));
-            }
-        }
+        check_rounds(current_round, blocked_round)?;
         let num_consumers = {
             let job_id = self.iterations[&iteration_id].job_id;
             self.jobs[&job_id].options.num_consumers.unwrap_or(0) as usize

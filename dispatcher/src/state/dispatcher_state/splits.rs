@@ -1,22 +1,33 @@
 //! Split leases of distributed_epoch iterations: each split index of a provider and repetition
 //! is handed out at most once (the cursor only moves forward).
+//!
+//! `check_lease` is the whole validation of a lease request. `apply` runs it, and so does the
+//! leader's handler before it proposes, so a request that would be refused never costs a log
+//! entry.
 
 use super::DispatcherState;
 use crate::ids::{IterationId, TaskId};
-use crate::state::update::{Outcome, Rejection, ShardingPolicy};
+use crate::state::update::{Outcome, Rejection, RequestId, ShardingPolicy};
 
 impl DispatcherState {
-    pub(super) fn lease_splits(
-        &mut self,
+    /// Whether a lease of `provider` at `repetition` for `task_id` would be served: the
+    /// iteration is distributed_epoch, the task is its and still runs, the provider exists and
+    /// the repetition is at most one past the provider's. A request whose id has a recorded
+    /// outcome passes: its retry gets that outcome.
+    pub fn check_lease(
+        &self,
+        id: Option<RequestId>,
         iteration_id: IterationId,
         provider: u32,
         repetition: u64,
-        max: u64,
         task_id: TaskId,
-    ) -> Result<Outcome, Rejection> {
+    ) -> Result<(), Rejection> {
+        if id.is_some_and(|id| self.requests.has_outcome(id)) {
+            return Ok(());
+        }
         let iteration = self
             .iterations
-            .get_mut(&iteration_id)
+            .get(&iteration_id)
             .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
         let dynamic = self
             .jobs
@@ -48,16 +59,29 @@ impl DispatcherState {
                 "Task {task_id} of iteration {iteration_id} {why}; it gets no more splits"
             )));
         }
-        let num_providers = iteration.cursors.len();
-        let cursor = iteration
-            .cursors
-            .get_mut(provider as usize)
-            .ok_or_else(|| {
-                Rejection::InvalidArgument(format!(
-                    "split provider index {provider} out of range: iteration {iteration_id} has \
-                 {num_providers}"
-                ))
-            })?;
+        let cursor = iteration.cursors.get(provider as usize).ok_or_else(|| {
+            Rejection::InvalidArgument(format!(
+                "split provider index {provider} out of range: iteration {iteration_id} has {}",
+                iteration.cursors.len()
+            ))
+        })?;
+        cursor.check(repetition)
+    }
+
+    pub(super) fn lease_splits(
+        &mut self,
+        iteration_id: IterationId,
+        provider: u32,
+        repetition: u64,
+        max: u64,
+        task_id: TaskId,
+    ) -> Result<Outcome, Rejection> {
+        self.check_lease(None, iteration_id, provider, repetition, task_id)?;
+        let cursor = self
+            .iterations
+            .get_mut(&iteration_id)
+            .and_then(|iteration| iteration.cursors.get_mut(provider as usize))
+            .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
         cursor.lease(repetition, max).map(Outcome::Splits)
     }
 }
