@@ -202,79 +202,16 @@ async fn an_isolated_leader_is_replaced_and_rejoins_after_the_heal() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task(
 ) -> anyhow::Result<()> {
-    use sluice_client::DispatcherClientExt;
-    use sluice_rpc::dispatcher_rpcs::{JobRequest, LeaseRequest, WorkerHeartbeat};
-    use sluice_rpc::ids::{DatasetId, IterationId, TaskId};
-    use sluice_rpc::ShardingPolicy;
+    use sluice_rpc::ids::IterationId;
 
     let cluster = sluice_tests::start_cluster(3, 0).await?;
     let ids: Vec<NodeId> = vec![1, 2, 3];
-    let trainer = cluster.client();
-    let dataset_id = trainer
-        .register_dataset(
-            &sluice_dataset::Dataset::range(1_000_000),
-            &Default::default(),
-        )
-        .await?;
-    let mut iterations = Vec::new();
-    for _ in 0..2 {
-        let job = trainer
-            .get_or_create_job(&JobRequest {
-                dataset_id: DatasetId(dataset_id.clone()),
-                sharding: ShardingPolicy::Dynamic,
-                job_name: None,
-                num_consumers: None,
-                use_cross_trainer_cache: false,
-                target_workers: Default::default(),
-            })
-            .await?;
-        iterations.push(trainer.get_or_create_iteration(job, 0).await?.iteration_id);
-    }
-    // A simulated worker: one client, so one requester for all its calls.
-    let worker = cluster.client();
-    let heartbeat = WorkerHeartbeat {
-        worker: "127.0.0.1:9".into(),
-        current_tasks: vec![],
-        tags: vec![],
-    };
-    let tasks = worker
-        .worker_heartbeat(&heartbeat, Duration::ZERO)
-        .await?
-        .new_tasks;
-    let task_of = |iteration: IterationId| {
-        tasks
-            .iter()
-            .find(|t| t.iteration_id == iteration.0)
-            .map(|t| TaskId(t.task_id))
-            .expect("a task in each iteration")
-    };
-    let (delayed_task, busy_task) = (task_of(iterations[0]), task_of(iterations[1]));
-    // The worker keeps heartbeating (on its own client), so it is never removed.
-    let heartbeats = {
-        let client = cluster.client();
-        let heartbeat = WorkerHeartbeat {
-            current_tasks: vec![delayed_task, busy_task],
-            ..heartbeat.clone()
-        };
-        tokio::spawn(async move {
-            loop {
-                let _ = client
-                    .worker_heartbeat(&heartbeat, Duration::from_millis(100))
-                    .await;
-            }
-        })
-    };
-    let lease = |iteration_id, task_id| LeaseRequest {
-        iteration_id,
-        task_id,
-        provider: 0,
-        repetition: 0,
-        max_splits: 1,
-    };
+    let sim = crate::simulated_worker::SimulatedWorker::start(&cluster, 1_000_000, 2).await?;
+    let worker = sim.client.clone();
+    let iterations = [sim.tasks[0].0, sim.tasks[1].0];
+    let (delayed_lease, busy_lease) = (sim.lease(0, 0), sim.lease(1, 0));
     // The worker's client now talks to the leader.
-    worker
-        .lease_splits(&lease(iterations[1], busy_task))
-        .await?;
+    worker.lease_splits(&busy_lease).await?;
     let old_leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
 
     info!(
@@ -284,15 +221,12 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
     cluster.isolate(old_leader);
     let delayed = {
         let worker = worker.clone();
-        let request = lease(iterations[0], delayed_task);
-        tokio::spawn(async move { worker.lease_splits(&request).await })
+        tokio::spawn(async move { worker.lease_splits(&delayed_lease).await })
     };
     wait_for_leader_besides(&cluster, old_leader, &ids).await?;
     let mut busy_end = 1;
     for _ in 0..200 {
-        let got = worker
-            .lease_splits(&lease(iterations[1], busy_task))
-            .await?;
+        let got = worker.lease_splits(&busy_lease).await?;
         assert_eq!(
             got.start, busy_end,
             "the busy task's leases follow each other"
@@ -326,7 +260,7 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
         "the delayed lease was applied exactly once"
     );
     assert_eq!(cursor(iterations[1]), (0, busy_end));
-    heartbeats.abort();
+    drop(sim);
     cluster.shutdown().await;
     Ok(())
 }
