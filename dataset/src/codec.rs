@@ -526,4 +526,4 @@ impl Reader<'_> {
 
 #[cfg(test)]
 #[path = "codec_tests.rs"]
-mod tests;
+pub(crate) mod tests;

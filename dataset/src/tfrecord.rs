@@ -19,6 +19,10 @@ use crate::error::DatasetError;
 const MASK_DELTA: u32 = 0xa282_ead8;
 const HEADER_LEN: usize = 12;
 
+/// The longest record a reader yields, in bytes: a larger length is refused before any of its
+/// data is read. Far above a serialized `tf.train.Example` of images.
+pub const MAX_RECORD_BYTES: u64 = 256 << 20;
+
 /// TensorFlow's masked crc32c.
 pub fn masked_crc32c(data: &[u8]) -> u32 {
     // `rotate_right(15)` is the format's `(crc >> 15) | (crc << 17)`.
@@ -73,6 +77,8 @@ pub struct TfRecordReader<R: Read> {
     file: String,
     /// Byte offset of the next record.
     offset: u64,
+    /// The longest record yielded.
+    max_record: u64,
     done: bool,
 }
 
@@ -93,8 +99,15 @@ impl<R: Read> TfRecordReader<R> {
             inner,
             file: file.to_string(),
             offset: 0,
+            max_record: MAX_RECORD_BYTES,
             done: false,
         }
+    }
+
+    /// The same reader with another bound on a record's length than [`MAX_RECORD_BYTES`].
+    pub fn with_max_record_bytes(mut self, max: u64) -> Self {
+        self.max_record = max;
+        self
     }
 
     fn corrupt(&self, reason: String) -> DatasetError {
@@ -140,6 +153,12 @@ impl<R: Read> TfRecordReader<R> {
             return Err(self.corrupt("length checksum mismatch".to_string()));
         }
         let len = u64::from_le_bytes(len_bytes.try_into().expect("split at 8 leaves 8 bytes"));
+        if len > self.max_record {
+            return Err(self.corrupt(format!(
+                "a record of {len} bytes, more than the limit of {} bytes",
+                self.max_record
+            )));
+        }
         let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(usize::MAX).min(1 << 20));
         let got = (&mut self.inner)
             .take(len)
