@@ -34,7 +34,13 @@ static METER: AllocMeter = AllocMeter;
 const PER_BYTE: usize = 256;
 const SLACK: usize = 256 << 10;
 
-fn within(what: &str, peak: usize, input: usize, per_byte: usize, slack: usize) -> Result<(), String> {
+fn within(
+    what: &str,
+    peak: usize,
+    input: usize,
+    per_byte: usize,
+    slack: usize,
+) -> Result<(), String> {
     let bound = input.saturating_mul(per_byte).saturating_add(slack);
     if peak > bound {
         return Err(format!(
@@ -69,13 +75,62 @@ const EXPRESSIONS: &[&str] = &[
 ];
 
 const EXPRESSION_TOKENS: &[&str] = &[
-    "range(", "from_slices(", "files(", ".lines()", ".tfrecord(", ".map(", ".filter(",
-    ".batch(", ".shuffle(", ".repeat(", ".take(", ".skip(", ".shard(", ".prefetch(",
-    ".enumerate(", ".decode_image(", ".resize(", ".parse_example(", "fixed(", "var(", "[", "]",
-    "(", ")", ",", ".", "=", "\"", "'", "\\x", "\\", "-", "0", "1e308", "1e-400", "2.5",
-    "nan", "inf", "SHARD_HINT", "dtype=", "seed=", "shape=", "default=", "key=", "channels=",
-    "compression=", "drop_remainder=", "true", "int8", "uint64", "string", "float32",
-    "99999999999999999999999999999999999999999", "-9223372036854775808", "é", "\u{feff}",
+    "range(",
+    "from_slices(",
+    "files(",
+    ".lines()",
+    ".tfrecord(",
+    ".map(",
+    ".filter(",
+    ".batch(",
+    ".shuffle(",
+    ".repeat(",
+    ".take(",
+    ".skip(",
+    ".shard(",
+    ".prefetch(",
+    ".enumerate(",
+    ".decode_image(",
+    ".resize(",
+    ".parse_example(",
+    "fixed(",
+    "var(",
+    "[",
+    "]",
+    "(",
+    ")",
+    ",",
+    ".",
+    "=",
+    "\"",
+    "'",
+    "\\x",
+    "\\",
+    "-",
+    "0",
+    "1e308",
+    "1e-400",
+    "2.5",
+    "nan",
+    "inf",
+    "SHARD_HINT",
+    "dtype=",
+    "seed=",
+    "shape=",
+    "default=",
+    "key=",
+    "channels=",
+    "compression=",
+    "drop_remainder=",
+    "true",
+    "int8",
+    "uint64",
+    "string",
+    "float32",
+    "99999999999999999999999999999999999999999",
+    "-9223372036854775808",
+    "é",
+    "\u{feff}",
 ];
 
 /// Parses `text` as an expression and as an op chain; what parses must render to text that
@@ -100,7 +155,9 @@ fn check_expression(input: &[u8]) -> Result<(), String> {
         let again = parse_ops(&rendered)
             .map_err(|e| format!("ops {text:?} rendered as {rendered:?}: {e}"))?;
         if again != ops {
-            return Err(format!("ops {text:?} rendered as {rendered:?} parse differently"));
+            return Err(format!(
+                "ops {text:?} rendered as {rendered:?} parse differently"
+            ));
         }
     }
     Ok(())
@@ -177,7 +234,11 @@ fn tfrecord_seeds() -> Vec<Vec<u8>> {
     for (mode, &(compression, wrap)) in TFRECORD_MODES.iter().enumerate() {
         for set in sets {
             let plain = tfrecord_file(set);
-            let body = if wrap { plain } else { compress(&plain, compression) };
+            let body = if wrap {
+                plain
+            } else {
+                compress(&plain, compression)
+            };
             seeds.push([&[mode as u8][..], &body].concat());
         }
     }
@@ -189,14 +250,24 @@ fn check_tfrecord(input: &[u8]) -> Result<(), String> {
         return Ok(());
     };
     let (compression, wrap) = TFRECORD_MODES[usize::from(mode) % TFRECORD_MODES.len()];
-    let file = if wrap { compress(body, compression) } else { body.to_vec() };
+    let file = if wrap {
+        compress(body, compression)
+    } else {
+        body.to_vec()
+    };
     // A compressed stream may hold more than its own size: the bound follows what it inflates to.
     let stream_len = inflated_len(&file, compression, 64 << 20);
     let (read, peak) = AllocMeter::peak_during(|| {
         let stream = inflated(std::io::Cursor::new(file.clone()), compression);
         records(stream, "fuzz.tfrecord", &OriginCell::default()).collect::<Vec<_>>()
     });
-    within("the TFRecord reader", peak, file.len() + stream_len, 4, 2 << 20)?;
+    within(
+        "the TFRecord reader",
+        peak,
+        file.len() + stream_len,
+        4,
+        2 << 20,
+    )?;
     // A stream that read whole is its records written again, byte for byte.
     if read.iter().all(Result::is_ok) && compression == pb::RecordCompression::None {
         let records: Vec<Bytes> = read
@@ -208,7 +279,10 @@ fn check_tfrecord(input: &[u8]) -> Result<(), String> {
             .collect();
         let again = tfrecord_file(&records.iter().map(|r| &r[..]).collect::<Vec<_>>());
         if again != file {
-            return Err(format!("{} records read, written again they differ", records.len()));
+            return Err(format!(
+                "{} records read, written again they differ",
+                records.len()
+            ));
         }
     }
     Ok(())
@@ -248,8 +322,11 @@ fn arb_tensor() -> impl Strategy<Value = Tensor> {
                 .boxed(),
             None => prop::collection::vec(prop::collection::vec(any::<u8>(), 0..20), n)
                 .prop_map(move |strings| {
-                    Tensor::from_strings(shape.clone(), strings.into_iter().map(Bytes::from).collect())
-                        .expect("one string per element")
+                    Tensor::from_strings(
+                        shape.clone(),
+                        strings.into_iter().map(Bytes::from).collect(),
+                    )
+                    .expect("one string per element")
                 })
                 .boxed(),
         }
@@ -257,12 +334,15 @@ fn arb_tensor() -> impl Strategy<Value = Tensor> {
 }
 
 fn arb_element() -> impl Strategy<Value = Element> {
-    arb_tensor().prop_map(Element::Tensor).prop_recursive(4, 32, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Element::Tuple),
-            prop::collection::btree_map("[a-z\u{e9}]{0,6}", inner, 0..4).prop_map(Element::Dict),
-        ]
-    })
+    arb_tensor()
+        .prop_map(Element::Tensor)
+        .prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Element::Tuple),
+                prop::collection::btree_map("[a-z\u{e9}]{0,6}", inner, 0..4)
+                    .prop_map(Element::Dict),
+            ]
+        })
 }
 
 fn codec_seeds() -> Vec<Vec<u8>> {
@@ -298,7 +378,11 @@ fn check_element(input: &[u8]) -> Result<(), String> {
     match (&copied, &shared, &parts) {
         (Ok(a), Ok(b), Ok(c)) if same(a, b) && same(a, c) => {}
         (Err(_), Err(_), Err(_)) => {}
-        _ => return Err(format!("the decoders disagree: {copied:?} / {shared:?} / {parts:?}")),
+        _ => {
+            return Err(format!(
+                "the decoders disagree: {copied:?} / {shared:?} / {parts:?}"
+            ))
+        }
     }
     if let Ok(el) = copied {
         for c in [Compression::None, Compression::Auto] {
@@ -363,8 +447,12 @@ fn packed_seeds() -> Vec<Vec<u8>> {
     }
     seeds.push(batch(b.finish()));
     // A large tensor's data as its own part, beside whole elements.
-    let large = Tensor::from_raw(DType::UInt8, vec![PART_MIN], Bytes::from(vec![7u8; PART_MIN]))
-        .expect("a valid tensor");
+    let large = Tensor::from_raw(
+        DType::UInt8,
+        vec![PART_MIN],
+        Bytes::from(vec![7u8; PART_MIN]),
+    )
+    .expect("a valid tensor");
     b.push(&Tensor::scalar_string("x").into(), Compression::None);
     b.push(&large.into(), Compression::None);
     seeds.push(batch(b.finish()));
@@ -376,7 +464,12 @@ fn check_packed(input: &[u8]) -> Result<(), String> {
         return Ok(());
     };
     let (decoded, peak) = AllocMeter::peak_during(|| {
-        let packed = Packed::from_wire(batch.packed, batch.lengths, batch.each_length, batch.payloads)?;
+        let packed = Packed::from_wire(
+            batch.packed,
+            batch.lengths,
+            batch.each_length,
+            batch.payloads,
+        )?;
         let again = packed.clone().into_wire();
         let again = Packed::from_wire(again.0, again.1, again.2, again.3)?;
         let elements: Vec<_> = packed.clone().into_decoder().collect();
@@ -430,4 +523,25 @@ fn fuzz_packed_elements() {
         })
         .unwrap_or_else(|e| panic!("packed round trip: {e}"));
     target.run(check_packed);
+}
+
+// ---------------------------------------------------------------- regressions
+
+/// `fuzz/corpus/element/crash-nested-tuple-capacity`: 64 nested tuples, each claiming 1,000
+/// items. Each open tuple reserved room for all its items before decoding one, so 1,193 bytes
+/// held 4 MB at once (a megabyte of input would have held gigabytes).
+#[test]
+fn nested_tuples_do_not_reserve_room_for_items_they_never_get() {
+    let mut input = vec![1u8];
+    for _ in 0..64 {
+        input.extend_from_slice(&[1, 0xe8, 0x07]); // a tuple of 1,000 items
+    }
+    input.extend(std::iter::repeat_n(1u8, 1000));
+    let (decoded, peak) = AllocMeter::peak_during(|| decode_element(&input));
+    assert!(decoded.is_err());
+    assert!(peak < 128 << 10, "held {peak} bytes");
+    let saved =
+        std::fs::read(sluice_fuzz::Corpus::dir("element").join("crash-nested-tuple-capacity"))
+            .expect("the input is in the corpus");
+    assert_eq!(saved, input);
 }

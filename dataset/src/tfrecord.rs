@@ -272,4 +272,44 @@ mod tests {
             }
         }
     }
+
+    /// A header with a valid checksum whose length is past the limit.
+    fn header(len: u64) -> Vec<u8> {
+        let len = len.to_le_bytes();
+        [&len[..], &masked_crc32c(&len).to_le_bytes()].concat()
+    }
+
+    #[test]
+    fn a_record_past_the_limit_is_refused_before_its_data_is_read() {
+        let err = read(&header(MAX_RECORD_BYTES + 1)).remove(0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "corrupt record in 'f.tfrecord' at byte offset 0: a record of {} bytes, more than \
+                 the limit of {MAX_RECORD_BYTES} bytes",
+                MAX_RECORD_BYTES + 1
+            )
+        );
+    }
+
+    /// A compressed stream inflates to far more than its size: a record's length is checked
+    /// before the reader keeps what it inflates to.
+    #[test]
+    fn a_compressed_record_past_the_limit_is_not_inflated() {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&header(1 << 20)).unwrap();
+        gz.write_all(&vec![0u8; 1 << 20]).unwrap();
+        let file = gz.finish().unwrap();
+        let inflating = flate2::read::MultiGzDecoder::new(&file[..]);
+        let mut reader =
+            TfRecordReader::new(inflating, "f.tfrecord.gz").with_max_record_bytes(4096);
+        let err = reader.next().unwrap().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("more than the limit of 4096 bytes"),
+            "{err}"
+        );
+        assert!(reader.next().is_none());
+    }
 }

@@ -111,7 +111,9 @@ impl Mutation {
                 data.splice(i..i, bytes.iter().copied());
             }
             Mutation::InsertToken { at, token } => {
-                if let Some(token) = (!dictionary.is_empty()).then(|| &dictionary[token % dictionary.len()]) {
+                if let Some(token) =
+                    (!dictionary.is_empty()).then(|| &dictionary[token % dictionary.len()])
+                {
                     let i = pos(at, data);
                     data.splice(i..i, token.iter().copied());
                 }
