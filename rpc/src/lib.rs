@@ -29,6 +29,9 @@ pub mod raw_frame;
 pub mod sharding_policy;
 pub mod target_workers;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use dispatcher_client::{DispatcherClient, RetryConfig};
 pub use dispatcher_rpcs::{
     ClientHeartbeat, IterationClient, JobRequest, LeaseRequest, SplitLease, WorkerHeartbeat,
