@@ -28,6 +28,8 @@ mod state_machine;
 mod type_config;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod journal_tests;
 #[cfg(test)]
 mod suite_tests;

@@ -156,7 +156,14 @@ fn fuzz_raw_frames() {
     let rt = runtime();
     let target = FuzzTarget::new("raw_frames")
         .seeds(frame_seeds(&rt))
-        .dictionary(&[&[0u8, 0, 0, 0][..], &[0x22], &[0x2a], &[0x3a], &[0x40], &[0x18, 1]]);
+        .dictionary(&[
+            &[0u8, 0, 0, 0][..],
+            &[0x22],
+            &[0x2a],
+            &[0x3a],
+            &[0x40],
+            &[0x18, 1],
+        ]);
     // What a worker writes, a reader reads back as it was.
     TestRunner::new(target.config())
         .run(&prop::collection::vec(arb_batch(), 1..4), |batches| {
@@ -164,7 +171,8 @@ fn fuzz_raw_frames() {
                 let bytes = frames_of(&batches).await;
                 read_frames(&bytes).await
             });
-            let back: Vec<ElementBatch> = back.into_iter().collect::<Result<_, _>>().expect("reads");
+            let back: Vec<ElementBatch> =
+                back.into_iter().collect::<Result<_, _>>().expect("reads");
             prop_assert_eq!(back, batches);
             Ok(())
         })
@@ -191,7 +199,11 @@ fn request(task_id: u64, credits: u32, trainer_id: &str) -> FetchRequest {
 /// A client's bytes after the magic: the token's length and bytes, then requests.
 fn request_seeds() -> Vec<Vec<u8>> {
     let first = request(7, 16, "");
-    let more = [request(7, 8, ""), request(7, 0, ""), request(9, 1, "trainer-a")];
+    let more = [
+        request(7, 8, ""),
+        request(7, 0, ""),
+        request(9, 1, "trainer-a"),
+    ];
     let mut with_token = hello_bytes(Some(b"a secret token"), &first);
     for r in &more {
         with_token.extend(request_bytes(r));
@@ -204,7 +216,12 @@ fn request_seeds() -> Vec<Vec<u8>> {
 }
 
 /// Reads the token and every request of `input` as a worker would.
-async fn read_requests(input: &[u8]) -> (Result<Option<Vec<u8>>, Status>, Vec<Result<FetchRequest, Status>>) {
+async fn read_requests(
+    input: &[u8],
+) -> (
+    Result<Option<Vec<u8>>, Status>,
+    Vec<Result<FetchRequest, Status>>,
+) {
     let mut reader = std::io::Cursor::new(input.to_vec());
     let token = read_token(&mut reader).await;
     if token.is_err() {
@@ -219,7 +236,13 @@ fn fuzz_raw_requests() {
     let rt = runtime();
     let target = FuzzTarget::new("raw_requests")
         .seeds(request_seeds())
-        .dictionary(&[&[0u8, 0, 0, 0][..], &[0x08], &[0x10], &[0x22], &[0xff, 0xff, 0xff, 0xff]]);
+        .dictionary(&[
+            &[0u8, 0, 0, 0][..],
+            &[0x08],
+            &[0x10],
+            &[0x22],
+            &[0xff, 0xff, 0xff, 0xff],
+        ]);
     // What a client writes, a worker reads back as it was.
     TestRunner::new(target.config())
         .run(
@@ -233,7 +256,8 @@ fn fuzz_raw_requests() {
                 }
                 let (token, back) = rt.block_on(read_requests(&bytes[MAGIC.len()..]));
                 prop_assert_eq!(token.expect("a token"), Some(b"token".to_vec()));
-                let back: Vec<FetchRequest> = back.into_iter().collect::<Result<_, _>>().expect("reads");
+                let back: Vec<FetchRequest> =
+                    back.into_iter().collect::<Result<_, _>>().expect("reads");
                 prop_assert_eq!(back, sent);
                 Ok(())
             },
@@ -243,7 +267,11 @@ fn fuzz_raw_requests() {
         let ((_, read), peak) = AllocMeter::peak_during(|| rt.block_on(read_requests(input)));
         within("the request reader", peak, input.len(), 0)?;
         if read.len() > input.len() / 4 + 1 {
-            return Err(format!("{} requests from {} bytes", read.len(), input.len()));
+            return Err(format!(
+                "{} requests from {} bytes",
+                read.len(),
+                input.len()
+            ));
         }
         Ok(())
     });
