@@ -239,3 +239,88 @@ pub fn inputs(corpus: Vec<Vec<u8>>, dictionary: Vec<Vec<u8>>) -> BoxedStrategy<V
     });
     prop_oneof![8 => mutated, 1 => arbitrary, 1 => tokens].boxed()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(m: Mutation, data: &[u8]) -> Vec<u8> {
+        let mut data = data.to_vec();
+        m.apply(&mut data, &[b"donor".to_vec()], &[b"TOK".to_vec()]);
+        data
+    }
+
+    #[test]
+    fn every_mutation_applies_to_an_empty_input() {
+        let all = [
+            Mutation::FlipBit { at: 5, bit: 9 },
+            Mutation::SetByte { at: 5, value: 1 },
+            Mutation::Truncate { at: 5 },
+            Mutation::Remove { at: 5, len: 3 },
+            Mutation::Repeat {
+                at: 5,
+                len: 3,
+                times: 2,
+            },
+        ];
+        for m in all {
+            assert_eq!(applied(m, b""), b"");
+        }
+        assert_eq!(
+            applied(Mutation::InsertToken { at: 9, token: 4 }, b""),
+            b"TOK"
+        );
+    }
+
+    #[test]
+    fn positions_wrap_around_the_input() {
+        assert_eq!(applied(Mutation::FlipBit { at: 4, bit: 8 }, b"ab"), b"`b");
+        assert_eq!(applied(Mutation::Truncate { at: 4 }, b"abcd"), b"abcd");
+        assert_eq!(applied(Mutation::Truncate { at: 7 }, b"abcd"), b"ab");
+        assert_eq!(
+            applied(
+                Mutation::Repeat {
+                    at: 1,
+                    len: 2,
+                    times: 2
+                },
+                b"abcd"
+            ),
+            b"abcbcbcd"
+        );
+        assert_eq!(
+            applied(
+                Mutation::Splice {
+                    at: 1,
+                    donor: 3,
+                    from: 1,
+                    len: 2
+                },
+                b"xy"
+            ),
+            b"xony"
+        );
+    }
+
+    #[test]
+    fn lengths_are_written_in_their_form() {
+        let length = |form, overwrite| Mutation::Length {
+            at: 1,
+            value: 300,
+            form,
+            overwrite,
+        };
+        assert_eq!(
+            applied(length(LengthForm::Varint, false), b"ab"),
+            b"a\xac\x02b"
+        );
+        assert_eq!(
+            applied(length(LengthForm::U32Le, true), b"abcdef"),
+            b"a\x2c\x01\x00\x00f"
+        );
+        assert_eq!(
+            applied(length(LengthForm::U64Le, true), b"ab"),
+            b"a\x2c\x01\x00\x00\x00\x00\x00\x00"
+        );
+    }
+}

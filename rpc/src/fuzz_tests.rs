@@ -77,7 +77,7 @@ fn frame_seeds(rt: &tokio::runtime::Runtime) -> Vec<Vec<u8>> {
     let small: Vec<Element> = (0..8).map(|i| Tensor::scalar_i64(i).into()).collect();
     let large = Tensor::from_f32s(vec![20_000], &vec![1.5; 20_000]).expect("a tensor");
     let strings = Tensor::scalar_string("a string element").into();
-    let streams = vec![
+    let streams = [
         vec![packed_batch(&small, Compression::Auto)],
         vec![
             packed_batch(&[large.into(), strings], Compression::None),
