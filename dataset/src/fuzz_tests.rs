@@ -4,8 +4,8 @@
 //! holds at most a bounded multiple of its input in memory at once; and that what decodes
 //! encodes back to itself.
 //!
-//! `SLUICE_FUZZ_CASES=100000 cargo nextest run -p sluice-dataset -E 'test(fuzz_)'` runs a long
-//! session.
+//! A long session: `SLUICE_FUZZ_CASES=100000 cargo nextest run -p sluice-dataset --profile fuzz
+//! -E 'test(fuzz_)'`.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

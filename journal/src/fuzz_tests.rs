@@ -6,8 +6,8 @@
 //! always the input's bytes: a set or map read out of order is kept in order).
 //!
 //! The input's first byte picks the type; the rest is the codec's bytes.
-//! `SLUICE_FUZZ_CASES=100000 cargo nextest run -p sluice-journal -E 'test(fuzz_)'` runs a long
-//! session.
+//! A long session: `SLUICE_FUZZ_CASES=100000 cargo nextest run -p sluice-journal --profile fuzz
+//! -E 'test(fuzz_)'`.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -4,8 +4,8 @@
 //! a panic, and never hold memory out of proportion to the bytes received (beyond the
 //! protocol's documented `PREALLOC_BYTES` ahead of them).
 //!
-//! `SLUICE_FUZZ_CASES=100000 cargo nextest run -p sluice-rpc -E 'test(fuzz_)'` runs a long
-//! session.
+//! A long session: `SLUICE_FUZZ_CASES=100000 cargo nextest run -p sluice-rpc --profile fuzz
+//! -E 'test(fuzz_)'`.
 
 use bytes::Bytes;
 use futures::StreamExt;
