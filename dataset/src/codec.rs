@@ -36,6 +36,8 @@ const TAG_TUPLE: u8 = 1;
 const TAG_DICT: u8 = 2;
 const MAX_DEPTH: usize = 64;
 const MAX_RANK: u64 = 64;
+/// Items a tuple makes room for before they are decoded.
+const PREALLOC_ITEMS: usize = 16;
 /// Tensors with at least this many bytes of data are encoded as two parts (see
 /// `encode_element_append`).
 pub const PART_MIN: usize = 64 << 10;
@@ -441,9 +443,10 @@ impl Reader<'_> {
         match self.u8()? {
             TAG_TENSOR => self.tensor().map(Element::Tensor),
             TAG_TUPLE => {
-                // Every item takes at least one byte, so `len` bounds the allocation.
+                // Every item takes at least one byte, so `n` is at most the bytes left; yet each
+                // open tuple could claim all of them, so room is made as items arrive.
                 let n = self.len("tuple length")?;
-                let mut items = Vec::with_capacity(n);
+                let mut items = Vec::with_capacity(n.min(PREALLOC_ITEMS));
                 for _ in 0..n {
                     items.push(self.element(depth + 1)?);
                 }
@@ -526,4 +529,4 @@ impl Reader<'_> {
 
 #[cfg(test)]
 #[path = "codec_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -3,7 +3,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
-fn samples() -> Vec<Element> {
+pub(crate) fn samples() -> Vec<Element> {
     let mut out: Vec<Element> = vec![
         Tensor::scalar(true).into(),
         Tensor::scalar(-5i8).into(),

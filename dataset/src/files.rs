@@ -163,27 +163,15 @@ fn open_tfrecord(
     resolved: &std::path::Path,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
-    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    Ok(records(
-        BufReader::with_capacity(READ_BUFFER, f),
-        path,
-        origin,
-    ))
+    open_tfrecord_as(path, resolved, origin, pb::RecordCompression::None)
 }
 
-/// A gzip file; concatenated gzip members read as one stream, as gzip itself reads them.
 fn open_tfrecord_gzip(
     path: &str,
     resolved: &std::path::Path,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
-    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    let inflated = MultiGzDecoder::new(BufReader::with_capacity(READ_BUFFER, f));
-    Ok(records(
-        BufReader::with_capacity(READ_BUFFER, inflated),
-        path,
-        origin,
-    ))
+    open_tfrecord_as(path, resolved, origin, pb::RecordCompression::Gzip)
 }
 
 fn open_tfrecord_zlib(
@@ -191,18 +179,46 @@ fn open_tfrecord_zlib(
     resolved: &std::path::Path,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
+    open_tfrecord_as(path, resolved, origin, pb::RecordCompression::Zlib)
+}
+
+fn open_tfrecord_as(
+    path: &str,
+    resolved: &std::path::Path,
+    origin: &OriginCell,
+    compression: pb::RecordCompression,
+) -> Result<ElementIter, DatasetError> {
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    let inflated = ZlibDecoder::new(BufReader::with_capacity(READ_BUFFER, f));
-    Ok(records(
-        BufReader::with_capacity(READ_BUFFER, inflated),
-        path,
-        origin,
-    ))
+    Ok(records(inflated(f, compression), path, origin))
+}
+
+/// A TFRecord file's record stream, buffered: the file's bytes as they are, or inflated. A gzip
+/// file's concatenated members read as one stream, as gzip itself reads them.
+pub(crate) fn inflated(
+    file: impl Read + Send + 'static,
+    compression: pb::RecordCompression,
+) -> BufReader<Box<dyn Read + Send>> {
+    let stream: Box<dyn Read + Send> = match compression {
+        pb::RecordCompression::None => Box::new(file),
+        pb::RecordCompression::Gzip => Box::new(MultiGzDecoder::new(BufReader::with_capacity(
+            READ_BUFFER,
+            file,
+        ))),
+        pb::RecordCompression::Zlib => Box::new(ZlibDecoder::new(BufReader::with_capacity(
+            READ_BUFFER,
+            file,
+        ))),
+    };
+    BufReader::with_capacity(READ_BUFFER, stream)
 }
 
 /// The records of a (decompressed) stream as scalar strings. A decompression error surfaces
 /// as a read error naming the file.
-fn records(stream: impl Read + Send + 'static, path: &str, origin: &OriginCell) -> ElementIter {
+pub(crate) fn records(
+    stream: impl Read + Send + 'static,
+    path: &str,
+    origin: &OriginCell,
+) -> ElementIter {
     let reader = TfRecordReader::new(stream, path);
     let elements = reader.map(|r| r.map(|b| Element::Tensor(Tensor::scalar_string(b))));
     tracked(elements, path, origin, RecordPosition::Record)

@@ -66,6 +66,9 @@ mod tensor;
 pub mod tfrecord;
 mod tfrecord_file;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINITE, UNKNOWN};
 pub use autoshard::{auto_shard, AutoShardPolicy};
 pub use codec::{

@@ -19,6 +19,10 @@ use crate::error::DatasetError;
 const MASK_DELTA: u32 = 0xa282_ead8;
 const HEADER_LEN: usize = 12;
 
+/// The longest record a reader yields, in bytes: a larger length is refused before any of its
+/// data is read. Far above a serialized `tf.train.Example` of images.
+pub const MAX_RECORD_BYTES: u64 = 256 << 20;
+
 /// TensorFlow's masked crc32c.
 pub fn masked_crc32c(data: &[u8]) -> u32 {
     // `rotate_right(15)` is the format's `(crc >> 15) | (crc << 17)`.
@@ -73,6 +77,8 @@ pub struct TfRecordReader<R: Read> {
     file: String,
     /// Byte offset of the next record.
     offset: u64,
+    /// The longest record yielded.
+    max_record: u64,
     done: bool,
 }
 
@@ -93,8 +99,15 @@ impl<R: Read> TfRecordReader<R> {
             inner,
             file: file.to_string(),
             offset: 0,
+            max_record: MAX_RECORD_BYTES,
             done: false,
         }
+    }
+
+    /// The same reader with another bound on a record's length than [`MAX_RECORD_BYTES`].
+    pub fn with_max_record_bytes(mut self, max: u64) -> Self {
+        self.max_record = max;
+        self
     }
 
     fn corrupt(&self, reason: String) -> DatasetError {
@@ -140,6 +153,12 @@ impl<R: Read> TfRecordReader<R> {
             return Err(self.corrupt("length checksum mismatch".to_string()));
         }
         let len = u64::from_le_bytes(len_bytes.try_into().expect("split at 8 leaves 8 bytes"));
+        if len > self.max_record {
+            return Err(self.corrupt(format!(
+                "a record of {len} bytes, more than the limit of {} bytes",
+                self.max_record
+            )));
+        }
         let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(usize::MAX).min(1 << 20));
         let got = (&mut self.inner)
             .take(len)
@@ -252,5 +271,45 @@ mod tests {
                 other => panic!("cut at {cut}: {other:?}"),
             }
         }
+    }
+
+    /// A header with a valid checksum whose length is past the limit.
+    fn header(len: u64) -> Vec<u8> {
+        let len = len.to_le_bytes();
+        [&len[..], &masked_crc32c(&len).to_le_bytes()].concat()
+    }
+
+    #[test]
+    fn a_record_past_the_limit_is_refused_before_its_data_is_read() {
+        let err = read(&header(MAX_RECORD_BYTES + 1)).remove(0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "corrupt record in 'f.tfrecord' at byte offset 0: a record of {} bytes, more than \
+                 the limit of {MAX_RECORD_BYTES} bytes",
+                MAX_RECORD_BYTES + 1
+            )
+        );
+    }
+
+    /// A compressed stream inflates to far more than its size: a record's length is checked
+    /// before the reader keeps what it inflates to.
+    #[test]
+    fn a_compressed_record_past_the_limit_is_not_inflated() {
+        use std::io::Write as _;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&header(1 << 20)).unwrap();
+        gz.write_all(&vec![0u8; 1 << 20]).unwrap();
+        let file = gz.finish().unwrap();
+        let inflating = flate2::read::MultiGzDecoder::new(&file[..]);
+        let mut reader =
+            TfRecordReader::new(inflating, "f.tfrecord.gz").with_max_record_bytes(4096);
+        let err = reader.next().unwrap().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("more than the limit of 4096 bytes"),
+            "{err}"
+        );
+        assert!(reader.next().is_none());
     }
 }

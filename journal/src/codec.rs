@@ -3,9 +3,11 @@
 //!
 //! The leading byte lets a later build change the encoding (or replace bincode) and still
 //! recognise old bytes; today a different byte is an error. Decoding checks the version,
-//! rejects truncated input and trailing bytes, and caps container sizes at
-//! [`MAX_DECODE_BYTES`] so a corrupt length prefix cannot make the process allocate without
-//! bound. Format-level versioning of the data dir lives in `journal.rs`, not here.
+//! rejects truncated input and trailing bytes, and caps what a length prefix may claim: at
+//! [`MAX_DECODE_BYTES`] in all, and in proportion to the input's own size below that (bincode
+//! allocates a string or byte buffer of the claimed length before it reads a byte of it, so a
+//! corrupt 10-byte entry could otherwise claim a gigabyte). Format-level versioning of the data
+//! dir lives in `journal.rs`, not here.
 
 use bincode::config;
 use serde::de::DeserializeOwned;
@@ -19,6 +21,11 @@ pub const CODEC_VERSION: u8 = 1;
 /// Upper bound on what one decode may claim (strings, byte buffers, sequences). Snapshots of
 /// the dispatcher state are far below this; anything larger is treated as corruption.
 pub const MAX_DECODE_BYTES: usize = 1 << 30;
+
+/// What an honest value claims at most per byte of its encoding: bincode counts every integer
+/// at its full width (16 bytes for a `u128`) however few bytes its varint takes, and a string
+/// or byte buffer at its length.
+const CLAIM_PER_BYTE: usize = 16;
 
 /// Encodes `v` as `[CODEC_VERSION] ++ bincode(v)`.
 ///
@@ -61,17 +68,35 @@ pub fn decode<T: DeserializeOwned>(buf: &[u8]) -> Result<T, JournalError> {
             ),
         });
     }
-    let cfg = config::standard().with_limit::<MAX_DECODE_BYTES>();
-    let (value, used) =
-        bincode::serde::decode_from_slice(body, cfg).map_err(|e| JournalError::Codec {
-            reason: format!("decode: {e}"),
-        })?;
+    // The limit is a type parameter: the smallest of a few steps that the input's size allows.
+    let claim = body.len().saturating_mul(CLAIM_PER_BYTE);
+    let (value, used) = if claim <= 1 << 16 {
+        decode_within::<T, { 1 << 16 }>(body)
+    } else if claim <= 1 << 20 {
+        decode_within::<T, { 1 << 20 }>(body)
+    } else if claim <= 1 << 24 {
+        decode_within::<T, { 1 << 24 }>(body)
+    } else if claim <= 1 << 28 {
+        decode_within::<T, { 1 << 28 }>(body)
+    } else {
+        decode_within::<T, MAX_DECODE_BYTES>(body)
+    }?;
     if used != body.len() {
         return Err(JournalError::Codec {
             reason: format!("{} trailing bytes after the value", body.len() - used),
         });
     }
     Ok(value)
+}
+
+/// One bincode value from `body`, claiming at most `LIMIT` bytes; returns it and the bytes used.
+fn decode_within<T: DeserializeOwned, const LIMIT: usize>(
+    body: &[u8],
+) -> Result<(T, usize), JournalError> {
+    let cfg = config::standard().with_limit::<LIMIT>();
+    bincode::serde::decode_from_slice(body, cfg).map_err(|e| JournalError::Codec {
+        reason: format!("decode: {e}"),
+    })
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@ mod state_machine;
 mod type_config;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod identity_tests;
 #[cfg(test)]
 mod journal_tests;

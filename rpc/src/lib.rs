@@ -30,6 +30,9 @@ mod request_ids;
 pub mod sharding_policy;
 pub mod target_workers;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 pub use dispatcher_client::{DispatcherClient, RetryConfig};
 pub use dispatcher_rpcs::{
     ClientHeartbeat, IterationClient, JobRequest, LeaseRequest, SplitLease, WorkerHeartbeat,

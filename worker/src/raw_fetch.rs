@@ -323,7 +323,14 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
         }
     };
     let (forward, queued) = mpsc::channel(QUEUED_REQUESTS);
-    let requests = FetchRequests::new(stream::iter(first).chain(ReceiverStream::new(queued)));
+    let requests = match first {
+        Some(first) => {
+            FetchRequests::new(stream::iter(Some(first)).chain(ReceiverStream::new(queued)))
+        }
+        // The client closed its side before its first request. Nothing is forwarded then:
+        // `forward` lives until the stream ends, so a stream waiting on it would never open.
+        None => FetchRequests::new(stream::empty()),
+    };
     let mut batches = match open_fetch(&state, requests).await {
         Ok(batches) => batches,
         Err(error) => {
@@ -396,3 +403,7 @@ mod tests;
 #[cfg(test)]
 #[path = "port_security_tests.rs"]
 mod port_security_tests;
+
+#[cfg(test)]
+#[path = "raw_fetch_fuzz_tests.rs"]
+mod fuzz_tests;
