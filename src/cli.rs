@@ -268,9 +268,19 @@ pub struct WorkerArgs {
     /// Worker tags (repeatable), e.g. COLOCATED.
     #[arg(long = "tag")]
     pub tags: Vec<String>,
-    /// Memory per cross-trainer cache task, e.g. `64MiB`, `10GB` or `500` (bytes).
-    #[arg(long, value_parser = parse_size, default_value = "10GiB")]
-    pub cross_trainer_cache_size: u64,
+    /// Address to register under and that clients dial, `HOST:PORT` (`%port%` stands for the
+    /// bound port). Required when --listen is an unspecified address (0.0.0.0 or [::]).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise_address: Option<String>,
+    /// Memory per cross-trainer cache task, e.g. `64MiB`, `10GB` or `500` (bytes); at most the
+    /// memory budget. Default: 10GiB, or half the memory budget if that is less.
+    #[arg(long, value_parser = parse_size)]
+    pub cross_trainer_cache_size: Option<u64>,
+    /// Bytes the buffers of all tasks together may hold (batches being built, shuffle buffers,
+    /// prefetch queues, cross-trainer caches), same units; an op past it fails its task with
+    /// RESOURCE_EXHAUSTED. Default: half the machine's memory (8GiB if unknown).
+    #[arg(long, value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
     /// A directory tasks may read files below (repeatable). Without one, every file is

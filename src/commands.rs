@@ -115,7 +115,11 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         dispatcher: args.dispatcher,
         listen: args.listen,
         tags: args.tags,
+        advertise_address: args.advertise_address,
         cross_trainer_cache_size_bytes: args.cross_trainer_cache_size,
+        memory_budget_bytes: args
+            .memory_budget
+            .unwrap_or_else(sluice_worker::config::default_memory_budget),
         data_roots: args.data_roots,
         security: args.security.load()?,
         python: args.python.map(|python| {

@@ -100,6 +100,21 @@ pub enum DatasetError {
     #[error("cancelled")]
     Cancelled,
 
+    /// An op that holds elements (a batch being built, a shuffle buffer, a prefetch queue, a
+    /// cross-trainer cache) would hold more than the process's memory budget allows: `op`
+    /// holds `held` bytes and asked for `needed` more, with `in_use` of the `limit` taken by
+    /// every holder together. `setting` is what sizes the budget (`--memory-budget`). gRPC's
+    /// `RESOURCE_EXHAUSTED`.
+    #[error("{op} needs {needed} more bytes (it holds {held}), more than the memory budget of {limit} bytes has left ({in_use} in use); raise {setting} or make the {op} smaller")]
+    ResourceExhausted {
+        op: String,
+        held: u64,
+        needed: u64,
+        limit: u64,
+        in_use: u64,
+        setting: String,
+    },
+
     /// FILE auto-sharding found a source that is not a list of files; tf.data's `NotFound`
     /// text, naming the source.
     #[error("Found an unshardable source dataset: {0}")]
@@ -131,6 +146,8 @@ impl DatasetError {
             DatasetError::Codec(_) => false,
             DatasetError::Splits { retryable, .. } => *retryable,
             DatasetError::Cancelled => false,
+            // The same definition asks for the same bytes again.
+            DatasetError::ResourceExhausted { .. } => false,
             DatasetError::UnshardableSource(_) => false,
             DatasetError::UnresolvedShardHint => false,
         }

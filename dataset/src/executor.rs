@@ -7,6 +7,10 @@
 //! derived seed. Functions are resolved when the pipeline is built, so an unknown name fails
 //! `iterate` itself, not the first element.
 //!
+//! Two things a pipeline's owner hands in through `ExecOptions` reach every op: the memory
+//! budget (ops that hold elements reserve their bytes on it) and the cancellation flag (ops
+//! that may pull many elements before yielding one check it inside their loops).
+//!
 //! `enumerate` in distributed_epoch mode: a worker sees only the splits it was handed, so a
 //! counter of its own would restart at 0 on every worker. Instead the index is the element's
 //! position in the source, which for range and slices sources is its split index. The ops up to
@@ -25,12 +29,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::analysis::validate;
+use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::example_parser::ExampleParser;
 use crate::file_access::FileAccess;
 use crate::files::{expand_files, has_file_list};
 use crate::image_ops;
+use crate::memory_budget::{MemoryBudget, Reservation};
 use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -62,6 +68,12 @@ pub struct ExecOptions {
     pub file_access: FileAccess,
     /// Runs the definition's Python ops; `None` refuses them (`DatasetError::PythonRuntime`).
     pub python: Option<Arc<dyn PythonRunner>>,
+    /// The bytes the pipeline's buffers (batch, shuffle, prefetch) may hold, shared with the
+    /// owner's other pipelines; `None` (local execution): unlimited.
+    pub memory: Option<Arc<MemoryBudget>>,
+    /// Stops the pipeline inside its ops when set (a worker's deleted task); the default is
+    /// never set.
+    pub cancel: Cancellation,
 }
 
 impl Default for ExecOptions {
@@ -71,6 +83,8 @@ impl Default for ExecOptions {
             splits: None,
             file_access: FileAccess::Unrestricted,
             python: None,
+            memory: None,
+            cancel: Cancellation::default(),
         }
     }
 }
@@ -82,6 +96,8 @@ impl std::fmt::Debug for ExecOptions {
             .field("splits", &self.splits.as_ref().map(|_| "SplitSupplier"))
             .field("file_access", &self.file_access)
             .field("python", &self.python)
+            .field("memory", &self.memory)
+            .field("cancel", &self.cancel)
             .finish()
     }
 }
@@ -108,6 +124,7 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         Some(supplier) => {
             let supplier = supplier.clone();
             let repetitions = AtomicU64::new(0);
+            let cancel = opts.cancel.clone();
             Arc::new(move || {
                 let repetition = repetitions.fetch_add(1, Ordering::Relaxed);
                 Ok(Box::new(SplitIter::new(
@@ -115,6 +132,7 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
                     supplier.clone(),
                     repetition,
                     carried > 0,
+                    cancel.clone(),
                 )) as ElementIter)
             })
         }
@@ -132,9 +150,12 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         }
         factory = match &op.kind {
             Some(OpKind::Repeat(r)) => {
-                let (upstream, count) = (factory, r.count);
+                let (upstream, count, cancel) = (factory, r.count, opts.cancel.clone());
                 Arc::new(move || {
-                    Ok(Box::new(RepeatIter::new(upstream.clone(), count)) as ElementIter)
+                    Ok(
+                        Box::new(RepeatIter::new(upstream.clone(), count, cancel.clone()))
+                            as ElementIter,
+                    )
                 })
             }
             _ => {
@@ -220,8 +241,15 @@ pub fn apply_ops(
     Ok(it)
 }
 
-/// One non-repeat op, with its functions resolved.
-enum Stage {
+/// One non-repeat op, with its functions resolved, and what its iterators share: the memory
+/// budget and the cancellation flag.
+struct Stage {
+    kind: StageKind,
+    memory: Option<Arc<MemoryBudget>>,
+    cancel: Cancellation,
+}
+
+enum StageKind {
     Map(MapFn),
     Filter(PredicateFn),
     Batch {
@@ -259,20 +287,51 @@ fn to_usize(v: u64) -> usize {
 }
 
 impl Stage {
+    fn new(op: &pb::Op, opts: &ExecOptions) -> Result<Stage, DatasetError> {
+        Ok(Stage::of(StageKind::new(op, opts)?, opts))
+    }
+
+    fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<Stage, DatasetError> {
+        Ok(Stage::of(StageKind::on_carriers(op, opts, last)?, opts))
+    }
+
+    fn of(kind: StageKind, opts: &ExecOptions) -> Stage {
+        Stage {
+            kind,
+            memory: opts.memory.clone(),
+            cancel: opts.cancel.clone(),
+        }
+    }
+
+    fn naming_origin(self, cell: Option<OriginCell>) -> Stage {
+        Stage {
+            kind: self.kind.naming_origin(cell),
+            ..self
+        }
+    }
+
+    fn apply(&self, input: ElementIter) -> Result<ElementIter, DatasetError> {
+        self.kind.apply(input, &self.memory, &self.cancel)
+    }
+}
+
+impl StageKind {
     /// This stage, its errors on an element prefixed with the element's origin from `cell`
     /// (`None`: not known exactly here). Only per-element stages fail on one element.
-    fn naming_origin(self, cell: Option<OriginCell>) -> Stage {
+    fn naming_origin(self, cell: Option<OriginCell>) -> StageKind {
         let Some(cell) = cell else { return self };
         let named = |f: MapFn| -> MapFn {
             let cell = cell.clone();
             Arc::new(move |e| f(e).map_err(|err| cell.attach(err)))
         };
         match self {
-            Stage::Map(f) => Stage::Map(named(f)),
-            Stage::MapCarried(f) => Stage::MapCarried(named(f)),
-            Stage::ParseExample(parser) => Stage::Map(named(Arc::new(move |e| parser.parse(&e)))),
-            Stage::Filter(pred) => {
-                Stage::Filter(Arc::new(move |e| pred(e).map_err(|err| cell.attach(err))))
+            StageKind::Map(f) => StageKind::Map(named(f)),
+            StageKind::MapCarried(f) => StageKind::MapCarried(named(f)),
+            StageKind::ParseExample(parser) => {
+                StageKind::Map(named(Arc::new(move |e| parser.parse(&e))))
+            }
+            StageKind::Filter(pred) => {
+                StageKind::Filter(Arc::new(move |e| pred(e).map_err(|err| cell.attach(err))))
             }
             other => other,
         }
@@ -280,31 +339,31 @@ impl Stage {
 
     /// The stage of an op that runs on carriers (`enumerate_prefix` allowed only map,
     /// prefetch and enumerate there).
-    fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<Stage, DatasetError> {
+    fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<StageKind, DatasetError> {
         Ok(match &op.kind {
-            Some(OpKind::Map(m)) => Stage::MapCarried(opts.registry.map_fn(&m.function)?.0),
-            Some(OpKind::DecodeImage(_) | OpKind::Resize(_)) => match Stage::new(op, opts)? {
-                Stage::Map(f) => Stage::MapCarried(f),
+            Some(OpKind::Map(m)) => StageKind::MapCarried(opts.registry.map_fn(&m.function)?.0),
+            Some(OpKind::DecodeImage(_) | OpKind::Resize(_)) => match StageKind::new(op, opts)? {
+                StageKind::Map(f) => StageKind::MapCarried(f),
                 _ => unreachable!("the image ops are per-element maps"),
             },
-            Some(OpKind::Enumerate(e)) => Stage::EnumerateCarried {
+            Some(OpKind::Enumerate(e)) => StageKind::EnumerateCarried {
                 start: e.start,
                 unwrap: last,
             },
-            _ => Stage::new(op, opts)?,
+            _ => StageKind::new(op, opts)?,
         })
     }
 
-    fn new(op: &pb::Op, opts: &ExecOptions) -> Result<Stage, DatasetError> {
+    fn new(op: &pb::Op, opts: &ExecOptions) -> Result<StageKind, DatasetError> {
         Ok(match &op.kind {
             None => return Err(DatasetError::invalid("dataset definition has an empty op")),
-            Some(OpKind::Map(m)) => Stage::Map(opts.registry.map_fn(&m.function)?.0),
-            Some(OpKind::Filter(f)) => Stage::Filter(opts.registry.filter_fn(&f.predicate)?),
+            Some(OpKind::Map(m)) => StageKind::Map(opts.registry.map_fn(&m.function)?.0),
+            Some(OpKind::Filter(f)) => StageKind::Filter(opts.registry.filter_fn(&f.predicate)?),
             Some(OpKind::Batch(b)) => {
                 if b.batch_size == 0 {
                     return Err(DatasetError::invalid("batch size must be positive, got 0"));
                 }
-                Stage::Batch {
+                StageKind::Batch {
                     size: to_usize(b.batch_size),
                     drop_remainder: b.drop_remainder,
                 }
@@ -317,15 +376,15 @@ impl Stage {
                 }
                 // No seed: one random seed per pipeline, still derived per pass.
                 let seed = s.seed.unwrap_or_else(rand::random);
-                Stage::Shuffle {
+                StageKind::Shuffle {
                     buffer: to_usize(s.buffer_size),
                     seed,
                     passes: AtomicU64::new(0),
                 }
             }
             Some(OpKind::Repeat(_)) => unreachable!("repeat is handled by the caller"),
-            Some(OpKind::Take(t)) => Stage::Take(to_usize(t.count)),
-            Some(OpKind::Skip(s)) => Stage::Skip(s.count),
+            Some(OpKind::Take(t)) => StageKind::Take(to_usize(t.count)),
+            Some(OpKind::Skip(s)) => StageKind::Skip(s.count),
             Some(OpKind::Shard(s)) if s.hint => return Err(DatasetError::UnresolvedShardHint),
             Some(OpKind::Shard(s)) => {
                 if s.num_shards == 0 || s.index >= s.num_shards {
@@ -334,92 +393,122 @@ impl Stage {
                         s.index, s.num_shards
                     )));
                 }
-                Stage::Shard {
+                StageKind::Shard {
                     num_shards: s.num_shards,
                     index: s.index,
                 }
             }
-            Some(OpKind::Prefetch(p)) => Stage::Prefetch(to_usize(p.buffer_size)),
-            Some(OpKind::Enumerate(e)) => Stage::Enumerate(e.start),
+            Some(OpKind::Prefetch(p)) => StageKind::Prefetch(to_usize(p.buffer_size)),
+            Some(OpKind::Enumerate(e)) => StageKind::Enumerate(e.start),
             Some(OpKind::DecodeImage(d)) => {
                 image_ops::check_decode_image(d)?;
                 let d = d.clone();
-                Stage::Map(Arc::new(move |e| image_ops::decode_image(&d, e)))
+                StageKind::Map(Arc::new(move |e| image_ops::decode_image(&d, e)))
             }
             Some(OpKind::Resize(r)) => {
                 image_ops::check_resize(r)?;
                 let r = r.clone();
-                Stage::Map(Arc::new(move |e| image_ops::resize(&r, e)))
+                StageKind::Map(Arc::new(move |e| image_ops::resize(&r, e)))
             }
-            Some(OpKind::ParseExample(p)) => Stage::ParseExample(Arc::new(ExampleParser::new(p)?)),
+            Some(OpKind::ParseExample(p)) => {
+                StageKind::ParseExample(Arc::new(ExampleParser::new(p)?))
+            }
             Some(OpKind::PyFunction(f)) => {
-                Stage::Python(python_fn::prepare(f, opts.python.as_ref())?)
+                StageKind::Python(python_fn::prepare(f, opts.python.as_ref())?)
             }
         })
     }
 
-    fn apply(&self, input: ElementIter) -> Result<ElementIter, DatasetError> {
+    fn apply(
+        &self,
+        input: ElementIter,
+        memory: &Option<Arc<MemoryBudget>>,
+        cancel: &Cancellation,
+    ) -> Result<ElementIter, DatasetError> {
         Ok(match self {
-            Stage::Map(f) => {
+            StageKind::Map(f) => {
                 let f = f.clone();
                 Box::new(input.map(move |r| r.and_then(|e| f(e))))
             }
-            Stage::Filter(pred) => {
-                let pred = pred.clone();
+            // Filter, skip and shard may drop many elements in a row inside one `next`: each
+            // drop checks the cancellation flag (`dropped`), so a stopped pipeline leaves the
+            // loop within one element.
+            StageKind::Filter(pred) => {
+                let (pred, cancel) = (pred.clone(), cancel.clone());
                 Box::new(input.filter_map(move |r| match r {
                     Ok(e) => match pred(&e) {
                         Ok(true) => Some(Ok(e)),
-                        Ok(false) => None,
+                        Ok(false) => dropped(&cancel),
                         Err(err) => Some(Err(err)),
                     },
                     Err(err) => Some(Err(err)),
                 }))
             }
-            Stage::Batch {
+            StageKind::Batch {
                 size,
                 drop_remainder,
-            } => Box::new(BatchIter::new(input, *size, *drop_remainder)),
-            Stage::Shuffle {
+            } => Box::new(BatchIter::new(
+                input,
+                *size,
+                *drop_remainder,
+                Reservation::new(memory.clone(), "batch"),
+                cancel.clone(),
+            )),
+            StageKind::Shuffle {
                 buffer,
                 seed,
                 passes,
             } => {
                 let pass = passes.fetch_add(1, Ordering::Relaxed);
-                Box::new(ShuffleIter::new(input, *buffer, pass_seed(*seed, pass)))
+                Box::new(ShuffleIter::new(
+                    input,
+                    *buffer,
+                    pass_seed(*seed, pass),
+                    Reservation::new(memory.clone(), "shuffle"),
+                    cancel.clone(),
+                ))
             }
-            Stage::Take(n) => Box::new(input.take(*n)),
-            Stage::Skip(n) => {
+            StageKind::Take(n) => Box::new(input.take(*n)),
+            StageKind::Skip(n) => {
                 // Counts only elements: errors in the skipped prefix are still reported.
                 let mut left = *n;
+                let cancel = cancel.clone();
                 Box::new(input.filter_map(move |r| {
                     if left > 0 && r.is_ok() {
                         left -= 1;
-                        None
+                        dropped(&cancel)
                     } else {
                         Some(r)
                     }
                 }))
             }
-            Stage::Shard { num_shards, index } => {
+            StageKind::Shard { num_shards, index } => {
                 let (n, i) = (*num_shards, *index);
                 let mut k = 0u64;
+                let cancel = cancel.clone();
                 Box::new(input.filter_map(move |r| match r {
                     Ok(e) => {
                         let keep = k % n == i;
                         k += 1;
-                        keep.then_some(Ok(e))
+                        if keep {
+                            Some(Ok(e))
+                        } else {
+                            dropped(&cancel)
+                        }
                     }
                     Err(err) => Some(Err(err)),
                 }))
             }
-            Stage::ParseExample(parser) => {
+            StageKind::ParseExample(parser) => {
                 let parser = parser.clone();
                 Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
-            Stage::Python(stage) => stage.apply(input),
-            Stage::Prefetch(0) => input,
-            Stage::Prefetch(n) => prefetch(input, *n),
-            Stage::Enumerate(start) => {
+            StageKind::Python(stage) => stage.apply(input, cancel.clone()),
+            StageKind::Prefetch(0) => input,
+            StageKind::Prefetch(n) => {
+                prefetch(input, *n, Reservation::new(memory.clone(), "prefetch"))
+            }
+            StageKind::Enumerate(start) => {
                 // Counts only elements: an error item does not take an index.
                 let mut next = *start;
                 Box::new(input.map(move |r| {
@@ -430,7 +519,7 @@ impl Stage {
                     })
                 }))
             }
-            Stage::MapCarried(f) => {
+            StageKind::MapCarried(f) => {
                 let f = f.clone();
                 Box::new(input.map(move |r| {
                     r.and_then(|carrier| {
@@ -439,7 +528,7 @@ impl Stage {
                     })
                 }))
             }
-            Stage::EnumerateCarried { start, unwrap } => {
+            StageKind::EnumerateCarried { start, unwrap } => {
                 let (start, unwrap) = (*start, *unwrap);
                 Box::new(input.map(move |r| {
                     r.and_then(|carrier| {
@@ -463,6 +552,12 @@ impl Stage {
     }
 }
 
+/// What a filtering op yields for an element it drops: nothing (its loop goes on to the next
+/// element), or `Cancelled` once the pipeline is stopped.
+fn dropped(cancel: &Cancellation) -> Option<Result<Element, DatasetError>> {
+    cancel.check().err().map(Err)
+}
+
 /// A carrier's split index and element.
 fn split_carrier(carrier: Element) -> Result<(Element, Element), DatasetError> {
     match carrier {
@@ -482,3 +577,7 @@ fn split_carrier(carrier: Element) -> Result<(Element, Element), DatasetError> {
 #[cfg(test)]
 #[path = "executor_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "executor_limits_tests.rs"]
+mod limits_tests;

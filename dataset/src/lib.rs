@@ -19,6 +19,9 @@
 //! - `registry`: `FunctionRegistry` of named map and filter functions.
 //! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
 //! - `executor`: `iterate` and `apply_ops`, definitions to element iterators.
+//! - `memory_budget`: `MemoryBudget`, the bytes pipelines may hold in buffers, and the
+//!   `Reservation` each buffering op takes on it.
+//! - `cancellation`: `Cancellation`, the flag that stops a pipeline inside its ops.
 //! - `ops`: the stateful op iterators (batch, shuffle, repeat, prefetch).
 //! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
 //! - `sources`: range, slices and files sources, whole or split by split.
@@ -40,6 +43,7 @@ pub use sluice_proto::dataset as pb;
 mod analysis;
 mod autoshard;
 mod builtins;
+mod cancellation;
 pub mod codec;
 mod data_roots;
 mod dataset;
@@ -52,6 +56,7 @@ mod file_access;
 mod files;
 mod image_ops;
 mod lexer;
+mod memory_budget;
 mod ops;
 mod packed;
 mod parser;
@@ -71,6 +76,7 @@ mod fuzz_tests;
 
 pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINITE, UNKNOWN};
 pub use autoshard::{auto_shard, AutoShardPolicy};
+pub use cancellation::Cancellation;
 pub use codec::{
     decode_element, decode_element_bytes, decode_element_parts, encode_element,
     encode_element_append, Compression,
@@ -85,6 +91,7 @@ pub use executor::{apply_ops, iterate, ElementIter, ExecOptions};
 pub use file_access::FileAccess;
 pub use files::{expand_files, MAX_LINE_BYTES, MAX_MATCHED_FILES};
 pub use image_ops::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
+pub use memory_budget::{element_bytes, MemoryBudget, Reservation, ELEMENT_OVERHEAD_BYTES};
 pub use packed::{Packed, PackedBuilder, PackedDecoder};
 pub use parser::{parse, parse_ops};
 pub use python_fn::{CallResult, PythonException, PythonFunction, PythonRunner};

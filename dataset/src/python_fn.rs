@@ -15,11 +15,15 @@ use std::fmt;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
+use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
 use crate::pb;
 use crate::spec::ElementSpec;
+
+/// The most calls of one Python op kept in flight, whatever `num_parallel_calls` asks.
+const MAX_IN_FLIGHT: usize = 1024;
 
 /// The outputs of one call, or why it failed.
 pub type CallResult = Result<Vec<Element>, DatasetError>;
@@ -164,10 +168,12 @@ pub(crate) fn prepare(
         ))
     })?;
     let function = runner.prepare(op)?;
+    // Capped: each call in flight holds an element, and the count is the user's.
     let in_flight = match op.num_parallel_calls {
         0 => function.parallelism().max(1) * 2,
         n => n as usize,
-    };
+    }
+    .min(MAX_IN_FLIGHT);
     Ok(PythonStage {
         function,
         in_flight,
@@ -185,12 +191,13 @@ pub(crate) struct PythonStage {
 }
 
 impl PythonStage {
-    pub(crate) fn apply(&self, input: ElementIter) -> ElementIter {
+    pub(crate) fn apply(&self, input: ElementIter, cancel: Cancellation) -> ElementIter {
         Box::new(OrderedCalls {
             input: Some(input),
             stage: self.clone(),
             pending: VecDeque::new(),
             ready: Vec::new().into_iter(),
+            cancel,
         })
     }
 }
@@ -203,6 +210,8 @@ struct OrderedCalls {
     stage: PythonStage,
     pending: VecDeque<Pending>,
     ready: std::vec::IntoIter<Element>,
+    /// Checked before each call is awaited: a Python filter that drops everything loops here.
+    cancel: Cancellation,
 }
 
 enum Pending {
@@ -239,6 +248,9 @@ impl Iterator for OrderedCalls {
         loop {
             if let Some(e) = self.ready.next() {
                 return Some(Ok(e));
+            }
+            if let Err(e) = self.cancel.check() {
+                return Some(Err(e));
             }
             self.fill();
             match self.pending.pop_front()? {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
@@ -180,6 +181,8 @@ pub(crate) struct SplitIter {
     with_index: bool,
     current: Option<ElementIter>,
     done: bool,
+    /// Checked before each split is asked for: many empty splits in a row yield nothing.
+    cancel: Cancellation,
 }
 
 impl SplitIter {
@@ -188,6 +191,7 @@ impl SplitIter {
         supplier: Arc<dyn SplitSupplier>,
         repetition: u64,
         with_index: bool,
+        cancel: Cancellation,
     ) -> Self {
         SplitIter {
             source,
@@ -196,6 +200,7 @@ impl SplitIter {
             with_index,
             current: None,
             done: false,
+            cancel,
         }
     }
 }
@@ -213,6 +218,10 @@ impl Iterator for SplitIter {
             }
             if self.done {
                 return None;
+            }
+            if let Err(e) = self.cancel.check() {
+                self.done = true;
+                return Some(Err(e));
             }
             // The only provider: one source per definition.
             match self.supplier.next_split(0, self.repetition) {

@@ -87,6 +87,9 @@ impl Heartbeats {
                 "`worker_address` is required".into(),
             ));
         }
+        // Before anything is proposed: an address nobody can dial never registers.
+        sluice_rpc::check_worker_address(&req.worker_address)
+            .map_err(|e| DispatcherError::InvalidArgument(e.0))?;
         // Before the liveness record: another worker's heartbeat must not keep this one alive.
         self.reader
             .read(|s| access::check_worker(s, caller, &req.worker_address))?;

@@ -141,6 +141,46 @@ async fn each_bad_request_gets_the_code_of_its_error() {
             "`worker_address` is required",
         ),
         (
+            "worker_heartbeat from an unspecified host",
+            failure(
+                c.worker_heartbeat(pb::WorkerHeartbeatRequest {
+                    worker_address: "0.0.0.0:5000".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "worker address '0.0.0.0:5000' is not HOST:PORT with a host clients can dial and a \
+             nonzero port: the host is unspecified (a worker listening on every interface must \
+             advertise the address it is reached at)",
+        ),
+        (
+            "worker_heartbeat with port 0",
+            failure(
+                c.worker_heartbeat(pb::WorkerHeartbeatRequest {
+                    worker_address: "worker-1:0".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "worker address 'worker-1:0' is not HOST:PORT with a host clients can dial and a \
+             nonzero port: the port is 0",
+        ),
+        (
+            "worker_heartbeat without a port",
+            failure(
+                c.worker_heartbeat(pb::WorkerHeartbeatRequest {
+                    worker_address: "worker-1".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "worker address 'worker-1' is not HOST:PORT with a host clients can dial and a \
+             nonzero port: there is no port",
+        ),
+        (
             "lease_splits of an unknown iteration",
             failure(
                 c.lease_splits(pb::LeaseSplitsRequest {

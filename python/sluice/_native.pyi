@@ -116,6 +116,8 @@ class WorkerServer:
         insecure: bool = False,
         python: Optional[str] = None,
         python_executors: Optional[int] = None,
+        worker_address: Optional[str] = None,
+        memory_budget: Optional[int] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

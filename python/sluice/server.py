@@ -121,6 +121,15 @@ class WorkerConfig:
       with Python functions are refused. Their code runs in this worker's executors: serve
       only trusted clients.
 
+    - ``worker_address``: the address the worker registers under and clients dial, as
+      tf.data's: ``%port%`` stands for the bound port (``"worker-3.example.com:%port%"``).
+      ``None``: the bound address, which must then not be unspecified: a worker whose
+      ``host`` is ``"0.0.0.0"`` or ``"::"`` needs one.
+    - ``memory_budget_bytes``: what the buffers of all the worker's tasks may hold together
+      (batches being built, shuffle buffers, prefetch queues, cross-trainer caches), as
+      ``sluice worker --memory-budget``; an op past it fails its task with
+      ``ResourceExhaustedError``. ``None``: half the machine's memory.
+
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
     """
@@ -140,6 +149,7 @@ class WorkerConfig:
     auth_token_file: Optional[str] = None
     insecure: bool = False
     python_executors: Optional[int] = None
+    memory_budget_bytes: Optional[int] = None
 
 
 class _Server:
@@ -285,11 +295,14 @@ class WorkerServer(_Server):
             insecure=bool(c.insecure),
             python=(sys.executable or None) if c.python_executors != 0 else None,
             python_executors=_executors(c.python_executors),
+            worker_address=c.worker_address,
+            memory_budget=c.memory_budget_bytes,
         )
 
     @property
     def address(self) -> str:
-        """``host:port`` the worker serves on."""
+        """``host:port`` the worker is registered under: ``worker_address``, or the one it
+        serves on."""
         return self._address
 
     def __repr__(self) -> str:

@@ -54,6 +54,7 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         } => "UnavailableError",
         DatasetError::Splits { .. } => "FailedPreconditionError",
         DatasetError::Cancelled => "CancelledError",
+        DatasetError::ResourceExhausted { .. } => "ResourceExhaustedError",
     }
 }
 

@@ -271,11 +271,14 @@ impl WorkerServer {
     /// `tls_cert`, `tls_key`, `tls_ca`, `auth_token_file`, `insecure`: the worker's TLS and
     /// credentials, as `sluice worker`'s flags. `python`: the interpreter of the worker's
     /// Python executors (`None`: no executors, Python functions refused), `python_executors`
-    /// how many (`None`: one per core).
+    /// how many (`None`: one per core). `worker_address`: the address to register under
+    /// (`%port%`: the bound port; `None`: the bound address). `memory_budget`: bytes all tasks'
+    /// buffers may hold (`None`: half the machine's memory).
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
-        insecure=false, python=None, python_executors=None))]
+        insecure=false, python=None, python_executors=None, worker_address=None,
+        memory_budget=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -292,6 +295,8 @@ impl WorkerServer {
         insecure: bool,
         python: Option<PathBuf>,
         python_executors: Option<usize>,
+        worker_address: Option<String>,
+        memory_budget: Option<u64>,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -316,10 +321,12 @@ impl WorkerServer {
                 pool.executors = python_executors.unwrap_or(pool.executors);
                 pool
             }),
+            advertise_address: worker_address,
+            memory_budget_bytes: memory_budget.unwrap_or(defaults.memory_budget_bytes),
             ..defaults
         };
         let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;
-        let addr = handle.addr().to_string();
+        let addr = handle.advertised_address().to_string();
         let lifetime = Lifetime::new();
         let (stop, done) = (lifetime.stop.clone(), lifetime.done.clone());
         runtime().spawn(async move {

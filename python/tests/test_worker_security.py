@@ -23,9 +23,11 @@ def test_a_worker_beyond_loopback_needs_tls_and_a_token_or_insecure(no_credentia
             sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target, host="0.0.0.0"))
         assert "refusing to serve the worker port on 0.0.0.0:" in str(e.value)
         assert "--insecure" in str(e.value)
-        config = sluice.WorkerConfig(dispatcher.target, host="0.0.0.0", insecure=True)
+        config = sluice.WorkerConfig(
+            dispatcher.target, host="0.0.0.0", insecure=True, worker_address="127.0.0.1:%port%"
+        )
         with sluice.WorkerServer(config) as worker:
-            assert worker.address.startswith("0.0.0.0:")
+            assert worker.address.startswith("127.0.0.1:")
 
 
 def test_readers_present_the_token_of_their_environment(tmp_path, no_credentials_in_env):

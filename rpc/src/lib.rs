@@ -14,6 +14,7 @@
 //! - `raw_frame`: the raw fetch protocol's wire format; `raw_fetch`: its reading side's
 //!   connection (the worker serves it in `sluice_worker::raw_fetch`).
 //! - `local_workers`: `LocalWorkers`, the workers running in this process.
+//! - `worker_address`: `check_worker_address`, whether clients can dial a worker's address.
 //! - `fake_dispatcher` (feature `fake-dispatcher`): a stand-in replica for tests.
 
 pub mod dispatcher_client;
@@ -29,6 +30,7 @@ pub mod raw_frame;
 mod request_ids;
 pub mod sharding_policy;
 pub mod target_workers;
+pub mod worker_address;
 
 #[cfg(test)]
 mod fuzz_tests;
@@ -44,3 +46,4 @@ pub use local_workers::{LocalWorker, LocalWorkers};
 pub use sharding_policy::ShardingPolicy;
 pub use sluice_dataset::Compression;
 pub use target_workers::TargetWorkers;
+pub use worker_address::check_worker_address;

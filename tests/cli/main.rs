@@ -13,6 +13,7 @@ mod security;
 mod single_dispatcher;
 mod static_sharding;
 mod target_workers;
+mod worker_budgets;
 mod worker_security;
 
 use sluice_tests::process::{run, SluiceProcess};

@@ -29,6 +29,8 @@ fn a_worker_beyond_loopback_needs_tls_and_a_token_or_insecure() {
             addr,
             "--listen",
             "0.0.0.0:0",
+            "--advertise-address",
+            "127.0.0.1:%port%",
             "--insecure",
         ],
         STARTUP,

@@ -1,4 +1,9 @@
 //! `WorkerConfig`: what a worker needs to start, validated once.
+//!
+//! The memory budget bounds what a definition can make the worker hold in buffers (batches
+//! being built, shuffle buffers, prefetch queues, cross-trainer caches), across all its tasks;
+//! its default is half of the machine's memory (`MemTotal` in /proc/meminfo), or 8 GiB where
+//! that cannot be read. The cross-trainer cache size must fit in it, checked at start.
 
 use crate::cross_trainer_cache::DEFAULT_CACHE_SIZE_BYTES;
 use sluice_pyexec::PoolConfig;
@@ -55,7 +60,16 @@ pub struct WorkerConfig {
     /// Told of every split lease (for test harnesses); usually `None`.
     pub lease_observer: Option<LeaseObserver>,
     /// Cross-trainer cache jobs: bytes of encoded elements each task keeps for its trainers.
-    pub cross_trainer_cache_size_bytes: u64,
+    /// `None`: tf.data's 10 GiB, or half the memory budget if that is less
+    /// (`cross_trainer_cache_size`).
+    pub cross_trainer_cache_size_bytes: Option<u64>,
+    /// Bytes the buffers of all this worker's pipelines may hold together (`--memory-budget`);
+    /// an op that would hold more fails its task with `ResourceExhausted`.
+    pub memory_budget_bytes: u64,
+    /// The address the worker registers under and clients dial (`--advertise-address`):
+    /// `HOST:PORT`, where `%port%` stands for the bound port (tf.data's `worker_address`).
+    /// `None`: the bound address, refused if it is unspecified (0.0.0.0 or [::]).
+    pub advertise_address: Option<String>,
     /// Register in this process's `LocalWorkers`, so clients here treat the worker as local
     /// (target workers, local task deletion), as tf.data does for every in-process worker.
     /// Tests turn it off to stand in for a worker on another host.
@@ -85,7 +99,9 @@ impl Default for WorkerConfig {
             task_buffer_bytes: 16 << 20,
             split_lease: (8, 1 << 16),
             lease_observer: None,
-            cross_trainer_cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
+            cross_trainer_cache_size_bytes: None,
+            memory_budget_bytes: default_memory_budget(),
+            advertise_address: None,
             local: true,
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
@@ -95,6 +111,16 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The bytes each cross-trainer cache task keeps: as configured, or tf.data's default
+    /// within half the memory budget.
+    pub fn cross_trainer_cache_size(&self) -> u64 {
+        self.cross_trainer_cache_size_bytes.unwrap_or_else(|| {
+            DEFAULT_CACHE_SIZE_BYTES
+                .min(self.memory_budget_bytes / 2)
+                .max(1)
+        })
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.dispatcher.trim().is_empty() {
             return Err("a dispatcher address is required".into());
@@ -108,8 +134,20 @@ impl WorkerConfig {
         if self.task_buffer == 0 || self.task_buffer_bytes == 0 {
             return Err("task buffer must hold at least one element".into());
         }
-        if self.cross_trainer_cache_size_bytes == 0 {
+        if self.memory_budget_bytes == 0 {
+            return Err("the memory budget (--memory-budget) must be positive".into());
+        }
+        let cache = self.cross_trainer_cache_size();
+        if cache == 0 {
             return Err("the cross-trainer cache size must be positive".into());
+        }
+        if cache > self.memory_budget_bytes {
+            return Err(format!(
+                "the cross-trainer cache size ({cache} bytes, --cross-trainer-cache-size) is \
+                 larger than the worker's memory budget ({} bytes, --memory-budget); lower the \
+                 one or raise the other",
+                self.memory_budget_bytes
+            ));
         }
         let (first, max) = self.split_lease;
         if first == 0 || max < first {
@@ -121,5 +159,76 @@ impl WorkerConfig {
             python.validate().map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+}
+
+/// The memory budget when none is configured: half of the machine's memory (the rest is for the
+/// task buffers, Python executors and everything else), or 8 GiB if /proc/meminfo cannot say.
+pub fn default_memory_budget() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| mem_total_bytes(&text))
+        .map(|total| total / 2)
+        .filter(|budget| *budget > 0)
+        .unwrap_or(FALLBACK_MEMORY_BUDGET)
+}
+
+/// The default memory budget where the machine's memory is unknown.
+pub const FALLBACK_MEMORY_BUDGET: u64 = 8 << 30;
+
+/// `MemTotal` of /proc/meminfo's text, in bytes (the file says kB, meaning KiB).
+fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut fields = line.split_whitespace().skip(1);
+    let kib: u64 = fields.next()?.parse().ok()?;
+    match fields.next() {
+        Some("kB") => kib.checked_mul(1024),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_total_is_read_in_kib() {
+        let meminfo = "MemTotal:       16303252 kB\nMemFree:         1016084 kB\n";
+        assert_eq!(mem_total_bytes(meminfo), Some(16303252 * 1024));
+        assert_eq!(mem_total_bytes("MemTotal: lots\n"), None);
+        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
+        assert!(default_memory_budget() > 0);
+    }
+
+    #[test]
+    fn the_cross_trainer_cache_must_fit_in_the_memory_budget() {
+        let config = |cache: Option<u64>, budget: u64| WorkerConfig {
+            dispatcher: "127.0.0.1:1".into(),
+            cross_trainer_cache_size_bytes: cache,
+            memory_budget_bytes: budget,
+            ..WorkerConfig::default()
+        };
+        // (cache size, memory budget, the cache size used or the error)
+        let cases: Vec<(Option<u64>, u64, Result<u64, &str>)> =
+            vec![
+            (None, 64 << 30, Ok(10 << 30)),
+            (None, 4 << 30, Ok(2 << 30)),
+            (Some(1 << 30), 1 << 30, Ok(1 << 30)),
+            (
+                Some(2 << 30),
+                1 << 30,
+                Err("the cross-trainer cache size (2147483648 bytes, --cross-trainer-cache-size) \
+                     is larger than the worker's memory budget (1073741824 bytes, \
+                     --memory-budget); lower the one or raise the other"),
+            ),
+            (Some(1), 0, Err("the memory budget (--memory-budget) must be positive")),
+        ];
+        for (cache, budget, want) in cases {
+            let config = config(cache, budget);
+            let got = config
+                .validate()
+                .map(|()| config.cross_trainer_cache_size());
+            assert_eq!(got, want.map_err(String::from), "{cache:?} {budget}");
+        }
     }
 }

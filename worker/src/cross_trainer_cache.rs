@@ -15,10 +15,16 @@
 //! A task stopped on purpose (deleted, or its worker shutting down) also closes the input, which
 //! is then not an end of sequence: readers are told the task stopped, and retry elsewhere.
 //! Nothing here is replicated: a restarted worker starts the task, and its window, from scratch.
+//!
+//! The window's bytes are also held against the worker's memory budget (`held`), shared with
+//! every other task's buffering ops: an element the budget has no room for is an error for the
+//! trainer that pulled it (a `ResourceExhausted` naming the cache and the budget), as an
+//! element larger than the window is.
 
 use crate::task_buffer::{contiguous, Taken, TaskBuffer};
 use crate::task_failure::TaskFailure;
 use bytes::Bytes;
+use sluice_dataset::Reservation;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -62,6 +68,8 @@ fn next_of(taken: Taken) -> Result<Bytes, CacheError> {
 
 pub struct CrossTrainerCache {
     max_bytes: u64,
+    /// The window's bytes, against the worker's memory budget.
+    held: Reservation,
     /// The task's buffer, filled by its pipeline thread.
     input: Arc<TaskBuffer>,
     /// A std mutex, never held across an `.await`: waiting for the input happens outside it.
@@ -84,9 +92,10 @@ struct Window {
 }
 
 impl CrossTrainerCache {
-    pub fn new(max_bytes: u64, input: Arc<TaskBuffer>) -> CrossTrainerCache {
+    pub fn new(max_bytes: u64, input: Arc<TaskBuffer>, held: Reservation) -> CrossTrainerCache {
         CrossTrainerCache {
             max_bytes,
+            held,
             input,
             window: Mutex::new(Window::default()),
             extending: tokio::sync::Mutex::new(()),
@@ -182,7 +191,11 @@ impl CrossTrainerCache {
                     };
                     window.bytes -= evicted.len() as u64;
                     window.start += 1;
+                    self.held.shrink(evicted.len() as u64);
                 }
+                self.held
+                    .grow(size)
+                    .map_err(|e| CacheError::Failed(e.into()))?;
                 window.bytes += size;
                 window.elements.push_back(element);
             }
@@ -196,9 +209,14 @@ impl CrossTrainerCache {
 mod tests {
     use super::*;
     use crate::task_buffer::Producer;
+    use sluice_dataset::MemoryBudget;
 
     fn new_cache(max_bytes: u64, input: Arc<TaskBuffer>) -> CrossTrainerCache {
-        CrossTrainerCache::new(max_bytes, input)
+        CrossTrainerCache::new(
+            max_bytes,
+            input,
+            Reservation::new(None, "cross-trainer cache"),
+        )
     }
 
     fn failed(message: &str) -> CacheResult {
@@ -320,9 +338,33 @@ mod tests {
     #[tokio::test]
     async fn a_stopped_task_is_not_an_end_of_sequence() {
         let (tx, rx) = buffer();
-        let cache = CrossTrainerCache::new(100, rx.clone());
+        let cache = new_cache(100, rx.clone());
         rx.close();
         tx.finish(Ok(()));
         assert_eq!(cache.get("a").await, Err(CacheError::Stopped));
+    }
+
+    #[tokio::test]
+    async fn a_window_past_the_memory_budget_fails_its_trainer_and_gives_its_bytes_back() {
+        // The window would hold three 10-byte elements; the budget has room for two.
+        let (_tx, rx) = input(20, 10);
+        let budget = MemoryBudget::new(25, "--memory-budget");
+        let cache = CrossTrainerCache::new(
+            35,
+            rx,
+            Reservation::new(Some(budget.clone()), "cross-trainer cache"),
+        );
+        assert_eq!(read(&cache, "a", 2).await, vec![0, 1]);
+        assert_eq!(
+            cache.get("a").await,
+            failed(
+                "cross-trainer cache needs 10 more bytes (it holds 20), more than the memory \
+                 budget of 25 bytes has left (20 in use); raise --memory-budget or make the \
+                 cross-trainer cache smaller"
+            )
+        );
+        assert_eq!(budget.used(), 20);
+        drop(cache);
+        assert_eq!(budget.used(), 0);
     }
 }

@@ -121,6 +121,8 @@ impl From<WorkerError> for Status {
             WorkerError::Dispatcher(_) => Code::FailedPrecondition,
             WorkerError::Registration(_) => Code::FailedPrecondition,
             WorkerError::Task { source, .. } if source.is_retryable() => Code::Unavailable,
+            // Also an op past the memory budget (`DatasetError::ResourceExhausted`): readers
+            // retry a worker's RESOURCE_EXHAUSTED, and the same definition would fail again.
             WorkerError::Task { .. } => Code::FailedPrecondition,
             WorkerError::TaskNotHereYet { .. } => Code::Unavailable,
             WorkerError::TaskDeleted { .. } => Code::FailedPrecondition,
@@ -191,6 +193,23 @@ mod tests {
                 },
                 Code::Unavailable,
                 "task 3: cannot get next split: no leader",
+            ),
+            (
+                WorkerError::Task {
+                    task_id: 3,
+                    source: DatasetError::ResourceExhausted {
+                        op: "shuffle".into(),
+                        held: 90,
+                        needed: 20,
+                        limit: 100,
+                        in_use: 90,
+                        setting: "--memory-budget".into(),
+                    },
+                },
+                Code::FailedPrecondition,
+                "task 3: shuffle needs 20 more bytes (it holds 90), more than the memory budget \
+                 of 100 bytes has left (90 in use); raise --memory-budget or make the shuffle \
+                 smaller",
             ),
             (
                 WorkerError::Task {

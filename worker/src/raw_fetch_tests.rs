@@ -5,7 +5,7 @@
 use super::*;
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
-use crate::task_runner::TaskRunner;
+use crate::task_runner::{TaskResources, TaskRunner};
 use sluice_dataset::{Dataset, Element, Tensor, Transform};
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
 use sluice_proto::worker::worker_client::WorkerClient;
@@ -73,8 +73,11 @@ pub(super) async fn start_with(tasks: Vec<TaskDef>, security: &ServerSecurity) -
             tokio::runtime::Handle::current(),
             WorkerConfig::default(),
             addr.to_string(),
-            sluice_dataset::DataRoots::none(),
-            None,
+            TaskResources {
+                data_roots: sluice_dataset::DataRoots::none(),
+                python: None,
+                memory: sluice_dataset::MemoryBudget::new(u64::MAX, "--memory-budget"),
+            },
         ));
     }
     let cancel = CancellationToken::new();

@@ -15,6 +15,11 @@
 //! the definition is rewritten with `auto_shard` for shard `worker_index` of `num_workers`
 //! (tf.data's `AutoShardRewriter` at task initialization). A failed rewrite is the task's
 //! pipeline error.
+//!
+//! A deleted task stops within one upstream element whatever its pipeline does: the task's
+//! cancellation flag reaches every op through `ExecOptions`, so a filter that drops everything
+//! stops too. Its buffering ops hold their elements against the worker's memory budget, shared
+//! by every task; an op past it fails its own task only.
 
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::CrossTrainerCache;
@@ -24,15 +29,28 @@ use crate::task_buffer::{Producer, TaskBuffer};
 use crate::task_failure::TaskFailure;
 use bytes::BytesMut;
 use sluice_dataset::{
-    pb as dpb, AutoShardPolicy, Compression, DataRoots, ExecOptions, FileAccess, PythonRunner,
-    SplitSupplier,
+    pb as dpb, AutoShardPolicy, Cancellation, Compression, DataRoots, DatasetError, ExecOptions,
+    FileAccess, MemoryBudget, PythonRunner, Reservation, SplitSupplier,
 };
 use sluice_proto::dispatcher::{self as pb, TaskDef};
 use sluice_rpc::{DispatcherClient, IterationId, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 use tokio::runtime::Handle;
 use tracing::{debug, warn};
+
+/// What a worker shares with every task it runs.
+#[derive(Clone)]
+pub struct TaskResources {
+    /// This worker's canonical data roots.
+    pub data_roots: DataRoots,
+    /// The worker's Python executors, for pipelines with Python functions.
+    pub python: Option<Arc<dyn PythonRunner>>,
+    /// The bytes all tasks' buffers may hold together (`--memory-budget`).
+    pub memory: Arc<MemoryBudget>,
+}
 
 pub struct TaskRunner {
     def: TaskDef,
@@ -41,18 +59,17 @@ pub struct TaskRunner {
     config: WorkerConfig,
     /// This worker's address (for lease events).
     worker: String,
-    /// This worker's canonical data roots.
-    data_roots: DataRoots,
-    /// The worker's Python executors, for pipelines with Python functions.
-    python: Option<Arc<dyn PythonRunner>>,
+    resources: TaskResources,
     /// The buffer, created with the thread on first read.
     buffer: OnceLock<Arc<TaskBuffer>>,
     /// Coordinated reads: the round server over the buffer, created on first use.
     round_robin: OnceLock<Arc<RoundRobin>>,
     /// Cross-trainer cache jobs: the window over the buffer, created on first use.
     cache: OnceLock<Arc<CrossTrainerCache>>,
-    /// Set when the task is deleted: the thread stops at its next element.
+    /// Set when the task is deleted: every op of the pipeline checks it (`Cancellation`).
     cancelled: Arc<AtomicBool>,
+    /// Disconnected once the pipeline thread has ended (its sender lives in the thread).
+    ended: Mutex<Option<Receiver<()>>>,
     /// The pipeline's error, once seen by a reader, for every later reader.
     error: Mutex<Option<TaskFailure>>,
 }
@@ -64,8 +81,7 @@ impl TaskRunner {
         runtime: Handle,
         config: WorkerConfig,
         worker: String,
-        data_roots: DataRoots,
-        python: Option<Arc<dyn PythonRunner>>,
+        resources: TaskResources,
     ) -> Self {
         TaskRunner {
             def,
@@ -73,12 +89,12 @@ impl TaskRunner {
             runtime,
             config,
             worker,
-            data_roots,
-            python,
+            resources,
             buffer: OnceLock::new(),
             round_robin: OnceLock::new(),
             cache: OnceLock::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
+            ended: Mutex::new(None),
             error: Mutex::new(None),
         }
     }
@@ -110,8 +126,12 @@ impl TaskRunner {
         Some(
             self.cache
                 .get_or_init(|| {
-                    let max_bytes = self.config.cross_trainer_cache_size_bytes;
-                    Arc::new(CrossTrainerCache::new(max_bytes, self.buffer()))
+                    let max_bytes = self.config.cross_trainer_cache_size();
+                    let held = Reservation::new(
+                        Some(self.resources.memory.clone()),
+                        "cross-trainer cache",
+                    );
+                    Arc::new(CrossTrainerCache::new(max_bytes, self.buffer(), held))
                 })
                 .clone(),
         )
@@ -126,6 +146,19 @@ impl TaskRunner {
             .lock()
             .expect("error lock poisoned")
             .get_or_insert(failure);
+    }
+
+    /// Waits at most `timeout` for the pipeline thread to end; `true` once it has, or if it
+    /// never started.
+    pub fn wait_pipeline_ended(&self, timeout: Duration) -> bool {
+        let ended = self.ended.lock().expect("pipeline end lock poisoned");
+        match ended.as_ref() {
+            None => true,
+            Some(rx) => matches!(
+                rx.recv_timeout(timeout),
+                Err(RecvTimeoutError::Disconnected)
+            ),
+        }
     }
 
     pub fn cancel(&self) {
@@ -157,14 +190,27 @@ impl TaskRunner {
             )) as Arc<dyn SplitSupplier>
         });
         let cancelled = self.cancelled.clone();
-        let access = FileAccess::Roots(self.data_roots.clone());
-        let python = self.python.clone();
+        let options = ExecOptions {
+            splits,
+            file_access: FileAccess::Roots(self.resources.data_roots.clone()),
+            python: self.resources.python.clone(),
+            memory: Some(self.resources.memory.clone()),
+            cancel: Cancellation::from_flag(cancelled.clone()),
+            ..ExecOptions::default()
+        };
+        let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-task-{}", def.task_id))
-            .spawn(move || produce(def, splits, access, python, tx, cancelled));
-        if let Err(e) = spawned {
-            warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
-            self.set_error(format!("could not start the pipeline thread: {e}").into());
+            .spawn(move || {
+                let _ended = ended_tx;
+                produce(def, options, tx, cancelled)
+            });
+        match spawned {
+            Ok(_) => *self.ended.lock().expect("pipeline end lock poisoned") = Some(ended_rx),
+            Err(e) => {
+                warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
+                self.set_error(format!("could not start the pipeline thread: {e}").into());
+            }
         }
         buffer
     }
@@ -173,6 +219,7 @@ impl TaskRunner {
 impl Drop for TaskRunner {
     /// The last reference (deleted task, every reader gone): the pipeline thread stops.
     fn drop(&mut self) {
+        self.cancelled.store(true, Ordering::Relaxed);
         if let Some(buffer) = self.buffer.get() {
             buffer.close();
         }
@@ -180,23 +227,14 @@ impl Drop for TaskRunner {
 }
 
 /// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
-fn produce(
-    def: TaskDef,
-    splits: Option<Arc<dyn SplitSupplier>>,
-    file_access: FileAccess,
-    python: Option<Arc<dyn PythonRunner>>,
-    mut tx: Producer,
-    cancelled: Arc<AtomicBool>,
-) {
-    let end = run_pipeline(def, splits, file_access, python, &mut tx, &cancelled);
+fn produce(def: TaskDef, options: ExecOptions, mut tx: Producer, cancelled: Arc<AtomicBool>) {
+    let end = run_pipeline(def, options, &mut tx, &cancelled);
     tx.finish(end);
 }
 
 fn run_pipeline(
     def: TaskDef,
-    splits: Option<Arc<dyn SplitSupplier>>,
-    file_access: FileAccess,
-    python: Option<Arc<dyn PythonRunner>>,
+    options: ExecOptions,
     tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), TaskFailure> {
@@ -208,12 +246,6 @@ fn run_pipeline(
         return Err(format!("task {task_id} has no dataset definition").into());
     };
     let dataset = sharded_definition(&def, dataset)?;
-    let options = ExecOptions {
-        splits,
-        file_access,
-        python,
-        ..ExecOptions::default()
-    };
     let mut elements = sluice_dataset::iterate(&dataset, &options)?;
     let mut produced = 0u64;
     // Room to encode large elements outside the open chunk (see `push_element`).
@@ -224,6 +256,11 @@ fn run_pipeline(
         let next = elements.next();
         let element = match &next {
             Some(Ok(element)) => element,
+            // The task was deleted: a stop, not a failure.
+            Some(Err(DatasetError::Cancelled)) if cancelled.load(Ordering::Relaxed) => {
+                debug!(task = task_id, produced, "task cancelled");
+                return Ok(());
+            }
             Some(Err(e)) => return Err(TaskFailure::from(e.clone())),
             None => break,
         };

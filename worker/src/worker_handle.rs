@@ -8,9 +8,9 @@
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::raw_fetch;
-use crate::task_runner::TaskRunner;
+use crate::task_runner::{TaskResources, TaskRunner};
 use crate::worker_state::WorkerState;
-use sluice_dataset::{DataRoots, PythonRunner};
+use sluice_dataset::{DataRoots, MemoryBudget, PythonRunner};
 use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
@@ -65,6 +65,7 @@ impl WorkerHandle {
             message: e.to_string(),
         })?;
         config.security.check_exposure("worker port", &addr)?;
+        let advertised = advertised_address(config.advertise_address.as_deref(), addr)?;
         let retry = RetryConfig {
             retry_timeout: Duration::from_secs(365 * 24 * 3600),
             ..RetryConfig::default()
@@ -89,7 +90,7 @@ impl WorkerHandle {
             config.security.caller(Role::Worker)?,
         )?;
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
-        let state = Arc::new(WorkerState::new(addr.to_string(), completed_tx));
+        let state = Arc::new(WorkerState::new(advertised.clone(), completed_tx));
         let cancel = CancellationToken::new();
 
         // Registration: the first heartbeat, answered at once. A refusal is final: the worker
@@ -98,8 +99,11 @@ impl WorkerHandle {
             client: client.clone(),
             state: state.clone(),
             config: config.clone(),
-            data_roots,
-            python,
+            resources: TaskResources {
+                data_roots,
+                python,
+                memory: MemoryBudget::new(config.memory_budget_bytes, "--memory-budget"),
+            },
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
             WorkerError::Dispatcher(RpcError::FailedPrecondition(message)) => {
@@ -124,10 +128,10 @@ impl WorkerHandle {
             completed_rx,
             cancel.clone(),
         ));
-        info!(%addr, "worker serving");
+        info!(%addr, advertised = %advertised, "worker serving");
         let local = config.local.then(|| {
             let local: Arc<dyn LocalWorker> = state.clone();
-            LocalWorkers::global().add(&addr.to_string(), local.clone());
+            LocalWorkers::global().add(&advertised, local.clone());
             local
         });
         Ok(WorkerHandle {
@@ -141,13 +145,19 @@ impl WorkerHandle {
 
     fn unregister_local(&mut self) {
         if let Some(local) = self.local.take() {
-            LocalWorkers::global().remove(&self.addr.to_string(), &local);
+            LocalWorkers::global().remove(&self.state.address, &local);
         }
     }
 
-    /// The address the worker serves and is registered under.
+    /// The address the worker serves on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address the worker is registered under and clients dial: its advertise address, or
+    /// the bound address.
+    pub fn advertised_address(&self) -> &str {
+        &self.state.address
     }
 
     /// Ids of the tasks this worker holds.
@@ -172,14 +182,31 @@ impl WorkerHandle {
     }
 }
 
+/// The address to register under: `advertise` with `%port%` replaced by the bound port, or the
+/// bound address, which must then be one a client can dial (not 0.0.0.0 or [::]).
+fn advertised_address(advertise: Option<&str>, bound: SocketAddr) -> Result<String, WorkerError> {
+    let Some(advertise) = advertise else {
+        if bound.ip().is_unspecified() {
+            return Err(WorkerError::Config(format!(
+                "the worker listens on {bound}, an address no client can dial; give the address \
+                 it is reached at with --advertise-address HOST:PORT (WorkerConfig.worker_address \
+                 in Python)"
+            )));
+        }
+        return Ok(bound.to_string());
+    };
+    let address = advertise.replace("%port%", &bound.port().to_string());
+    sluice_rpc::check_worker_address(&address)
+        .map_err(|e| WorkerError::Config(format!("--advertise-address {advertise}: {e}")))?;
+    Ok(address)
+}
+
 struct Heartbeat {
     client: DispatcherClient,
     state: Arc<WorkerState>,
     config: WorkerConfig,
-    /// The canonical roots every task's files must lie below.
-    data_roots: DataRoots,
-    /// The worker's Python executors, shared by its tasks.
-    python: Option<Arc<dyn PythonRunner>>,
+    /// What every task shares: data roots, Python executors, the memory budget.
+    resources: TaskResources,
 }
 
 impl Heartbeat {
@@ -203,8 +230,7 @@ impl Heartbeat {
                 tokio::runtime::Handle::current(),
                 self.config.clone(),
                 self.state.address.clone(),
-                self.data_roots.clone(),
-                self.python.clone(),
+                self.resources.clone(),
             );
             self.state.add(runner);
         }
@@ -261,6 +287,53 @@ async fn report_completions(
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registered_address_is_the_advertised_one_or_a_dialable_bound_one() {
+        let bound = |s: &str| s.parse::<SocketAddr>().expect("a socket address");
+        // (advertise address, bound address, what the worker registers under or the error)
+        let cases: Vec<(Option<&str>, &str, Result<&str, &str>)> = vec![
+            (None, "127.0.0.1:5000", Ok("127.0.0.1:5000")),
+            (
+                Some("worker-3.example.com:%port%"),
+                "0.0.0.0:5000",
+                Ok("worker-3.example.com:5000"),
+            ),
+            (Some("10.0.0.7:7000"), "[::]:5000", Ok("10.0.0.7:7000")),
+            (
+                None,
+                "0.0.0.0:5000",
+                Err(
+                    "the worker listens on 0.0.0.0:5000, an address no client can dial; give \
+                     the address it is reached at with --advertise-address HOST:PORT \
+                     (WorkerConfig.worker_address in Python)",
+                ),
+            ),
+            (
+                Some("0.0.0.0:%port%"),
+                "0.0.0.0:5000",
+                Err(
+                    "--advertise-address 0.0.0.0:%port%: worker address '0.0.0.0:5000' is not \
+                     HOST:PORT with a host clients can dial and a nonzero port: the host is \
+                     unspecified (a worker listening on every interface must advertise the \
+                     address it is reached at)",
+                ),
+            ),
+        ];
+        for (advertise, addr, want) in cases {
+            let got = advertised_address(advertise, bound(addr)).map_err(|e| e.to_string());
+            assert_eq!(
+                got,
+                want.map(String::from).map_err(String::from),
+                "{advertise:?} {addr}"
+            );
         }
     }
 }

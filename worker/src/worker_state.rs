@@ -119,3 +119,7 @@ impl LocalWorker for WorkerState {
         self.delete_local(task_id.0);
     }
 }
+
+#[cfg(test)]
+#[path = "task_removal_tests.rs"]
+mod task_removal_tests;

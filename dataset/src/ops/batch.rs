@@ -1,10 +1,20 @@
 //! `batch`: stacks consecutive elements along a new first dimension, component-wise for tuples
 //! and dicts. The last partial batch is kept unless `drop_remainder`.
+//!
+//! The elements of the batch being built are held against the memory budget, so a batch size
+//! no memory could hold fails with `ResourceExhausted` instead of growing without end; the
+//! fill loop checks the cancellation flag, as it may pull many elements before yielding.
 
+use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
+use crate::memory_budget::{element_bytes, Reservation};
 use crate::tensor::Tensor;
+
+/// The most slots allocated ahead for a batch: a huge batch size with a short input must not
+/// reserve it all.
+const MAX_PREALLOCATED: usize = 1 << 16;
 
 pub(crate) struct BatchIter {
     input: ElementIter,
@@ -12,16 +22,27 @@ pub(crate) struct BatchIter {
     drop_remainder: bool,
     /// Elements of the batch being built; kept across an upstream error.
     pending: Vec<Element>,
+    /// What `pending` holds, against the memory budget.
+    held: Reservation,
+    cancel: Cancellation,
     done: bool,
 }
 
 impl BatchIter {
-    pub(crate) fn new(input: ElementIter, size: usize, drop_remainder: bool) -> Self {
+    pub(crate) fn new(
+        input: ElementIter,
+        size: usize,
+        drop_remainder: bool,
+        held: Reservation,
+        cancel: Cancellation,
+    ) -> Self {
         BatchIter {
             input,
             size,
             drop_remainder,
-            pending: Vec::with_capacity(size.min(1 << 16)),
+            pending: Vec::with_capacity(size.min(MAX_PREALLOCATED)),
+            held,
+            cancel,
             done: false,
         }
     }
@@ -32,8 +53,20 @@ impl Iterator for BatchIter {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done && self.pending.len() < self.size {
+            if let Err(e) = self.cancel.check() {
+                return Some(Err(e));
+            }
             match self.input.next() {
-                Some(Ok(e)) => self.pending.push(e),
+                Some(Ok(e)) => {
+                    if let Err(err) = self.held.grow(element_bytes(&e)) {
+                        // Nothing more is read, and no partial batch follows the error.
+                        self.done = true;
+                        self.pending.clear();
+                        self.held.clear();
+                        return Some(Err(err));
+                    }
+                    self.pending.push(e)
+                }
                 Some(Err(e)) => return Some(Err(e)),
                 None => self.done = true,
             }
@@ -42,11 +75,13 @@ impl Iterator for BatchIter {
             return None;
         }
         // The next batch's buffer is allocated at its full size once, not grown element by
-        // element (capped: a huge batch size with a short input must not reserve it all).
+        // element (capped).
         let parts = std::mem::replace(
             &mut self.pending,
-            Vec::with_capacity(self.size.min(1 << 16)),
+            Vec::with_capacity(self.size.min(MAX_PREALLOCATED)),
         );
+        // The batch is handed on: downstream holds it now.
+        self.held.clear();
         Some(stack(parts))
     }
 }

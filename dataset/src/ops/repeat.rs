@@ -1,7 +1,9 @@
 //! `repeat`: re-creates its upstream for every pass (so sources re-read, shuffles reshuffle and
 //! split suppliers are asked for the next repetition). Stops early if a pass yields nothing, so
-//! `repeat()` over an empty input ends instead of spinning.
+//! `repeat()` over an empty input ends instead of spinning. Each new pass checks the
+//! cancellation flag.
 
+use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::{ElementIter, Factory};
@@ -13,16 +15,18 @@ pub(crate) struct RepeatIter {
     current: Option<ElementIter>,
     yielded_this_pass: bool,
     done: bool,
+    cancel: Cancellation,
 }
 
 impl RepeatIter {
-    pub(crate) fn new(upstream: Factory, count: Option<u64>) -> Self {
+    pub(crate) fn new(upstream: Factory, count: Option<u64>, cancel: Cancellation) -> Self {
         RepeatIter {
             upstream,
             remaining: count,
             current: None,
             yielded_this_pass: false,
             done: false,
+            cancel,
         }
     }
 }
@@ -39,6 +43,10 @@ impl Iterator for RepeatIter {
                 if self.remaining == Some(0) {
                     self.done = true;
                     return None;
+                }
+                if let Err(e) = self.cancel.check() {
+                    self.done = true;
+                    return Some(Err(e));
                 }
                 match (self.upstream)() {
                     Ok(it) => self.current = Some(it),

@@ -2,13 +2,18 @@
 //! yield a uniformly chosen buffered element and refill from upstream. With a seed the order is
 //! deterministic; each pass under an enclosing `repeat` uses a seed derived from the pass number
 //! so epochs differ (tf.data's `reshuffle_each_iteration=True`).
+//!
+//! The buffer is held against the memory budget (a buffer size no memory could hold fails with
+//! `ResourceExhausted`), and the fill loop checks the cancellation flag.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
+use crate::memory_budget::{element_bytes, Reservation};
 
 /// The seed of pass `pass`: the user's seed for the first pass, a splitmix64 mix after that.
 pub(crate) fn pass_seed(seed: u64, pass: u64) -> u64 {
@@ -27,10 +32,19 @@ pub(crate) struct ShuffleIter {
     capacity: usize,
     rng: StdRng,
     input_done: bool,
+    /// What `buffer` holds, against the memory budget.
+    held: Reservation,
+    cancel: Cancellation,
 }
 
 impl ShuffleIter {
-    pub(crate) fn new(input: ElementIter, capacity: usize, seed: u64) -> Self {
+    pub(crate) fn new(
+        input: ElementIter,
+        capacity: usize,
+        seed: u64,
+        held: Reservation,
+        cancel: Cancellation,
+    ) -> Self {
         ShuffleIter {
             input,
             // Capacity grows as elements arrive: a huge buffer_size must not allocate up front.
@@ -38,6 +52,8 @@ impl ShuffleIter {
             capacity,
             rng: StdRng::seed_from_u64(seed),
             input_done: false,
+            held,
+            cancel,
         }
     }
 }
@@ -47,8 +63,20 @@ impl Iterator for ShuffleIter {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.input_done && self.buffer.len() < self.capacity {
+            if let Err(e) = self.cancel.check() {
+                return Some(Err(e));
+            }
             match self.input.next() {
-                Some(Ok(e)) => self.buffer.push(e),
+                Some(Ok(e)) => {
+                    if let Err(err) = self.held.grow(element_bytes(&e)) {
+                        // Nothing more is read: the pipeline ends with this error.
+                        self.input_done = true;
+                        self.buffer.clear();
+                        self.held.clear();
+                        return Some(Err(err));
+                    }
+                    self.buffer.push(e)
+                }
                 Some(Err(e)) => return Some(Err(e)),
                 None => self.input_done = true,
             }
@@ -57,6 +85,8 @@ impl Iterator for ShuffleIter {
             return None;
         }
         let i = self.rng.random_range(0..self.buffer.len());
-        Some(Ok(self.buffer.swap_remove(i)))
+        let e = self.buffer.swap_remove(i);
+        self.held.shrink(element_bytes(&e));
+        Some(Ok(e))
     }
 }

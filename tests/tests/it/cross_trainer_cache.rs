@@ -130,7 +130,7 @@ async fn trainers_of_a_distributed_epoch_share_each_workers_window() -> anyhow::
 async fn a_slow_trainer_skips_what_the_window_evicted() -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(3, 0).await?;
     cluster
-        .add_worker_with(|config| config.cross_trainer_cache_size_bytes = 500)
+        .add_worker_with(|config| config.cross_trainer_cache_size_bytes = Some(500))
         .await?;
     let fast = first_elements(
         &cluster,

@@ -1,0 +1,33 @@
+"""A worker's limits from Python: the memory budget fails the task that would exceed it (the
+worker keeps serving), and a worker on every interface registers under ``worker_address``."""
+
+from __future__ import annotations
+
+import pytest
+
+import sluice
+from sluice import errors
+from sluice.data import Dataset
+
+
+def test_a_batch_past_the_memory_budget_fails_and_the_worker_keeps_serving():
+    with sluice.DispatchServer() as dispatcher:
+        config = sluice.WorkerConfig(dispatcher.target, memory_budget_bytes=1 << 20)
+        with sluice.WorkerServer(config):
+            huge = Dataset.range(10**12).batch(10**12)
+            ds = huge.apply(sluice.distribute("parallel_epochs", dispatcher.target))
+            with pytest.raises(errors.OpError) as e:
+                list(ds)
+            assert "batch needs 72 more bytes" in str(e.value)
+            assert "raise --memory-budget" in str(e.value)
+            ds = Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target))
+            assert sorted(int(x) for x in ds) == [0, 1, 2]
+
+
+def test_a_worker_on_every_interface_needs_a_worker_address(no_credentials_in_env):
+    with sluice.DispatchServer() as dispatcher:
+        config = sluice.WorkerConfig(dispatcher.target, host="0.0.0.0", insecure=True)
+        with pytest.raises(errors.InvalidArgumentError) as e:
+            sluice.WorkerServer(config)
+        assert "--advertise-address" in str(e.value)
+        assert "worker_address" in str(e.value)
