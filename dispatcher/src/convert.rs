@@ -40,6 +40,7 @@ pub fn decode_def(dataset: &Dataset) -> dpb::DatasetDef {
         .expect("definitions in the state were encoded by the dispatcher at registration")
 }
 
+/// The definition itself stays out (the worker fetches it by id when the task starts).
 /// `worker_index` and `static_workers` place the task's worker in the static-sharding worker
 /// list (an empty list: no index, and static policies fail on the worker).
 pub fn task_def(
@@ -53,7 +54,6 @@ pub fn task_def(
         task_id: task.id.0,
         iteration_id: task.iteration_id.0,
         dataset_id: dataset.id.0.clone(),
-        dataset: Some(decode_def(dataset)),
         sharding_policy: pb::ShardingPolicy::from(job.sharding) as i32,
         compression: dataset.metadata.compression.to_proto() as i32,
         num_split_providers: dataset.num_splits.len() as u32,

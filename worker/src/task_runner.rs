@@ -11,6 +11,10 @@
 //! the dispatcher checked its roots at registration, but they need not be this worker's. A
 //! refused file is the task's pipeline error, naming the path and the roots.
 //!
+//! The task names its dataset by id: the definition is fetched from the dispatcher when the
+//! pipeline starts, on the pipeline thread (see `definition_fetch`); a failed fetch is the
+//! task's pipeline error.
+//!
 //! Static sharding (FILE, DATA, FILE_OR_DATA, HINT) happens here too, when the pipeline starts:
 //! the definition is rewritten with `auto_shard` for shard `worker_index` of `num_workers`
 //! (tf.data's `AutoShardRewriter` at task initialization). A failed rewrite is the task's
@@ -18,6 +22,7 @@
 
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::CrossTrainerCache;
+use crate::definition_fetch::fetch_definition;
 use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
@@ -156,12 +161,18 @@ impl TaskRunner {
                     .map(|o| (o, self.worker.clone())),
             )) as Arc<dyn SplitSupplier>
         });
+        let pipeline = Pipeline {
+            def,
+            client: self.client.clone(),
+            runtime: self.runtime.clone(),
+            splits,
+            file_access: FileAccess::Roots(self.data_roots.clone()),
+            python: self.python.clone(),
+        };
         let cancelled = self.cancelled.clone();
-        let access = FileAccess::Roots(self.data_roots.clone());
-        let python = self.python.clone();
         let spawned = std::thread::Builder::new()
-            .name(format!("sluice-task-{}", def.task_id))
-            .spawn(move || produce(def, splits, access, python, tx, cancelled));
+            .name(format!("sluice-task-{}", self.def.task_id))
+            .spawn(move || produce(pipeline, tx, cancelled));
         if let Err(e) = spawned {
             warn!(task = self.def.task_id, error = %e, "could not start the pipeline thread");
             self.set_error(format!("could not start the pipeline thread: {e}").into());
@@ -179,39 +190,49 @@ impl Drop for TaskRunner {
     }
 }
 
-/// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
-fn produce(
+/// What the pipeline thread needs to run one task.
+struct Pipeline {
     def: TaskDef,
+    /// For fetching the definition.
+    client: DispatcherClient,
+    runtime: Handle,
     splits: Option<Arc<dyn SplitSupplier>>,
     file_access: FileAccess,
     python: Option<Arc<dyn PythonRunner>>,
-    mut tx: Producer,
-    cancelled: Arc<AtomicBool>,
-) {
-    let end = run_pipeline(def, splits, file_access, python, &mut tx, &cancelled);
+}
+
+/// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
+fn produce(pipeline: Pipeline, mut tx: Producer, cancelled: Arc<AtomicBool>) {
+    let end = run_pipeline(pipeline, &mut tx, &cancelled);
     tx.finish(end);
 }
 
 fn run_pipeline(
-    def: TaskDef,
-    splits: Option<Arc<dyn SplitSupplier>>,
-    file_access: FileAccess,
-    python: Option<Arc<dyn PythonRunner>>,
+    pipeline: Pipeline,
     tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), TaskFailure> {
+    let def = pipeline.def;
     let task_id = def.task_id;
     // A compression this worker does not know is the task's error, never a silent default.
     let compression =
         Compression::from_proto(def.compression).map_err(|e| format!("task {task_id}: {e}"))?;
-    let Some(dataset) = def.dataset.as_ref() else {
-        return Err(format!("task {task_id} has no dataset definition").into());
+    let fetched = fetch_definition(
+        &pipeline.client,
+        &pipeline.runtime,
+        task_id,
+        &def.dataset_id,
+        cancelled,
+    )?;
+    let Some(dataset) = fetched else {
+        debug!(task = task_id, "task cancelled before its definition arrived");
+        return Ok(());
     };
-    let dataset = sharded_definition(&def, dataset)?;
+    let dataset = sharded_definition(&def, &dataset)?;
     let options = ExecOptions {
-        splits,
-        file_access,
-        python,
+        splits: pipeline.splits,
+        file_access: pipeline.file_access,
+        python: pipeline.python,
         ..ExecOptions::default()
     };
     let mut elements = sluice_dataset::iterate(&dataset, &options)?;
