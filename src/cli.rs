@@ -217,6 +217,10 @@ pub struct DispatcherArgs {
     /// An iteration without clients this long is garbage collected (`never` to keep them).
     #[arg(long, value_parser = parse_optional_duration, default_value = "5m")]
     pub job_gc_timeout: MaybeDuration,
+    /// The largest dataset definition a registration may carry, e.g. `64MiB` (the same on
+    /// every replica); larger ones are refused before they reach the Raft log.
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    pub max_definition_size: u64,
     /// Fixed worker list for static sharding (file, data, file_or_data, hint), the same on every
     /// replica: `HOST:PORT`, `HOST` or `HOST:%port%` (any port) entries, comma-separated. A
     /// worker's index is the position of its entry.

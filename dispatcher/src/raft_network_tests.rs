@@ -52,7 +52,10 @@ fn an_append_over_the_bound_is_too_large_with_the_entries_that_fit() {
             assert_eq!(too_large.action(), RPCTypes::AppendEntries);
             assert_eq!(too_large.entries_hint(), 3);
             let message = too_large.to_string();
-            assert!(message.contains(&format!("limit of {limit} bytes")), "{message}");
+            assert!(
+                message.contains(&format!("limit of {limit} bytes")),
+                "{message}"
+            );
         }
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
@@ -78,7 +81,10 @@ fn one_entry_over_the_bound_is_a_network_error_naming_it() {
         Err(RPCError::Network(e)) => {
             let message = e.to_string();
             assert!(message.contains("first entry"), "{message}");
-            assert!(message.contains(&format!("{} bytes", 400 * KIB)), "{message}");
+            assert!(
+                message.contains(&format!("{} bytes", 400 * KIB)),
+                "{message}"
+            );
         }
         other => panic!("expected a network error, got {other:?}"),
     }

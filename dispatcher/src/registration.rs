@@ -97,7 +97,11 @@ impl Registration {
 
 /// Refuses a definition of `size` encoded bytes over `limit`; `stage` says which form of it
 /// was measured (as sent, or with its file patterns expanded).
-pub fn check_definition_size(size: usize, limit: usize, stage: &str) -> Result<(), DispatcherError> {
+pub fn check_definition_size(
+    size: usize,
+    limit: usize,
+    stage: &str,
+) -> Result<(), DispatcherError> {
     if size <= limit {
         return Ok(());
     }

@@ -10,8 +10,8 @@ use sluice_dataset::{Dataset, Element, Tensor, Transform};
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::{ElementBatch, GetWorkerTasksRequest};
-use sluice_rpc::raw_fetch;
 use sluice_rpc::fake_dispatcher::FakeDispatcher;
+use sluice_rpc::raw_fetch;
 use sluice_rpc::DispatcherClient;
 use sluice_security::{AuthChannel, ClientSecurity};
 use std::net::SocketAddr;
@@ -273,14 +273,11 @@ async fn grpc_and_raw_clients_share_the_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_read_as_the_same_status_on_both_transports() {
-    let worker = start(vec![
-        task(5, Dataset::range(10)),
-        {
-            let mut cached = task(7, Dataset::range(10).repeat_forever());
-            cached.def.use_cross_trainer_cache = true;
-            cached
-        },
-    ])
+    let worker = start(vec![task(5, Dataset::range(10)), {
+        let mut cached = task(7, Dataset::range(10).repeat_forever());
+        cached.def.use_cross_trainer_cache = true;
+        cached
+    }])
     .await;
     worker.state.delete_local(5); // a client in this process went away: later reads fail
     worker.state.delete(6); // the dispatcher deleted it: finished

@@ -225,7 +225,10 @@ fn run_pipeline(
         cancelled,
     )?;
     let Some(dataset) = fetched else {
-        debug!(task = task_id, "task cancelled before its definition arrived");
+        debug!(
+            task = task_id,
+            "task cancelled before its definition arrived"
+        );
         return Ok(());
     };
     let dataset = sharded_definition(&def, &dataset)?;

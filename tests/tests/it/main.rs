@@ -9,6 +9,7 @@ mod data_roots;
 mod distribute;
 mod failover;
 mod jobs_and_datasets;
+mod limits;
 mod processing_modes;
 mod quorum;
 mod restart;
