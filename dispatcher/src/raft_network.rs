@@ -241,7 +241,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        let payload = append_payload(&rpc, self.max_payload_bytes)?;
+        let payload =
+            append_payload(&rpc, self.max_payload_bytes).map_err(AppendRefusal::into_rpc_error)?;
         self.call(RPCTypes::AppendEntries, payload, rpc.entries.len(), &option)
             .await
     }
@@ -268,13 +269,41 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// The encoding of an append, if it is at most `max_bytes`. A larger one is `PayloadTooLarge`
-/// with the number of leading entries whose encodings fit (at least one); when not even the
-/// first entry fits, a network error naming it and both sizes.
+/// Why an append was not sent: too large for the peer as a whole (with the number of leading
+/// entries that fit, at least one), or too large even for its first entry alone.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendRefusal {
+    #[error("{message}")]
+    TooLarge { entries_hint: u64, message: String },
+    #[error("{0}")]
+    Unsplittable(String),
+}
+
+impl AppendRefusal {
+    /// What openraft hears: `PayloadTooLarge` makes it send fewer entries at once; a network
+    /// error makes it retry after a backoff.
+    pub fn into_rpc_error(self) -> RPCError<NodeId, NodeInfo, RaftError<NodeId>> {
+        match self {
+            AppendRefusal::TooLarge {
+                entries_hint,
+                message,
+            } => RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(entries_hint)
+                    .with_source_error(&TransportError(message)),
+            ),
+            AppendRefusal::Unsplittable(message) => {
+                RPCError::Network(NetworkError::new(&TransportError(message)))
+            }
+        }
+    }
+}
+
+/// The encoding of an append, if it is at most `max_bytes`; otherwise why not, naming both
+/// sizes.
 pub fn append_payload(
     rpc: &AppendEntriesRequest<TypeConfig>,
     max_bytes: usize,
-) -> Result<Vec<u8>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
+) -> Result<Vec<u8>, AppendRefusal> {
     let payload = codec::encode(rpc);
     if payload.len() <= max_bytes {
         return Ok(payload);
@@ -288,7 +317,7 @@ pub fn append_payload(
     };
     // Slack for the entry count, whose varint grows with it.
     let mut size = codec::encode(&empty).len() + 16;
-    let mut fit = 0usize;
+    let mut fit = 0u64;
     for entry in &rpc.entries {
         size = size.saturating_add(codec::encode(entry).len());
         if size > max_bytes {
@@ -296,24 +325,22 @@ pub fn append_payload(
         }
         fit += 1;
     }
-    let total = payload.len();
+    let message = format!(
+        "append of {} entries is {} bytes, over the peers' limit of {max_bytes} bytes",
+        rpc.entries.len(),
+        payload.len()
+    );
     if fit == 0 {
         let first = rpc.entries.first().map(|e| e.log_id.to_string());
-        let err = TransportError(format!(
-            "append of {} entries is {total} bytes, over the peers' limit of {max_bytes} bytes, \
-             and its first entry {} does not fit alone",
-            rpc.entries.len(),
+        return Err(AppendRefusal::Unsplittable(format!(
+            "{message}, and its first entry {} does not fit alone",
             first.as_deref().unwrap_or("(none)"),
-        ));
-        return Err(RPCError::Network(NetworkError::new(&err)));
+        )));
     }
-    let err = TransportError(format!(
-        "append of {} entries is {total} bytes, over the peers' limit of {max_bytes} bytes",
-        rpc.entries.len()
-    ));
-    Err(RPCError::PayloadTooLarge(
-        PayloadTooLarge::new_entries_hint(fit as u64).with_source_error(&err),
-    ))
+    Err(AppendRefusal::TooLarge {
+        entries_hint: fit,
+        message,
+    })
 }
 
 #[cfg(test)]

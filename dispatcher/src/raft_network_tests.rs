@@ -47,7 +47,7 @@ fn an_append_within_the_bound_is_encoded_whole() {
 fn an_append_over_the_bound_is_too_large_with_the_entries_that_fit() {
     let rpc = append(&[100 * KIB; 5]);
     let limit = 350 * KIB;
-    match append_payload(&rpc, limit) {
+    match append_payload(&rpc, limit).map_err(AppendRefusal::into_rpc_error) {
         Err(RPCError::PayloadTooLarge(too_large)) => {
             assert_eq!(too_large.action(), RPCTypes::AppendEntries);
             assert_eq!(too_large.entries_hint(), 3);
@@ -68,7 +68,7 @@ fn an_append_over_the_bound_is_too_large_with_the_entries_that_fit() {
 #[test]
 fn a_large_entry_after_small_ones_is_split_off() {
     let rpc = append(&[KIB, KIB, 500 * KIB, KIB]);
-    match append_payload(&rpc, 400 * KIB) {
+    match append_payload(&rpc, 400 * KIB).map_err(AppendRefusal::into_rpc_error) {
         Err(RPCError::PayloadTooLarge(too_large)) => assert_eq!(too_large.entries_hint(), 2),
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
@@ -77,7 +77,7 @@ fn a_large_entry_after_small_ones_is_split_off() {
 #[test]
 fn one_entry_over_the_bound_is_a_network_error_naming_it() {
     let rpc = append(&[500 * KIB, KIB]);
-    match append_payload(&rpc, 400 * KIB) {
+    match append_payload(&rpc, 400 * KIB).map_err(AppendRefusal::into_rpc_error) {
         Err(RPCError::Network(e)) => {
             let message = e.to_string();
             assert!(message.contains("first entry"), "{message}");

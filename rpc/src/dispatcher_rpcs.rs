@@ -122,7 +122,7 @@ impl DispatcherClient {
                     dataset: Some(def.clone()),
                     dataset_id: dataset_id.map(|id| id.0.clone()),
                     metadata: Some(metadata.clone()),
-                    request_id: Some(request_id.clone()),
+                    request_id: Some(request_id),
                 };
                 let request = timed(request, timeout);
                 async move { c.register_dataset(request).await }

@@ -1,6 +1,6 @@
 //! Large input on a three-replica quorum: definitions over the limit are refused at once, before
-//! anything reaches the Raft log, and the leader keeps leading; one just under the configured limit
-//! registers, and its task runs on a worker, which fetches the definition by id.
+//! anything reaches the Raft log, and the leader keeps leading; one just under the configured
+//! limit registers, and its task runs on a worker, which fetches the definition by id.
 
 use crate::read_epoch;
 use sluice_client::DispatcherClientExt;
