@@ -65,9 +65,9 @@ pub struct DispatcherConfig {
     pub data_roots: Vec<PathBuf>,
     /// The largest dataset definition a registration may carry, in bytes (encoded, after its
     /// file patterns are expanded). Definitions travel through the Raft log to every replica,
-    /// so one far larger than this would stall replication for longer than an election
-    /// timeout. Every replica must run with the same value: it also sets how large a Raft
-    /// message the peers accept.
+    /// and openraft gives an append one heartbeat interval to reach a follower: a larger limit
+    /// needs a longer heartbeat. Every replica must run with the same value: it also sets how
+    /// large a Raft message the peers accept.
     pub max_definition_size: u64,
 }
 
@@ -244,5 +244,25 @@ mod tests {
                 .map(|v| v.into_iter().map(|(k, a)| (k, a.to_string())).collect());
             assert_eq!(got, want.map_err(|e: &str| e.to_string()), "{text}");
         }
+    }
+
+    #[test]
+    fn the_definition_limit_is_bounded_and_sets_both_decode_limits() {
+        let mib = 1024 * 1024;
+        for (size, valid) in [(0, false), (1, true), (64 * mib, true), (2048 * mib, false)] {
+            let config = DispatcherConfig {
+                max_definition_size: size,
+                ..DispatcherConfig::default()
+            };
+            assert_eq!(config.validate().is_ok(), valid, "{size}");
+        }
+        let default = DispatcherConfig::default();
+        assert_eq!(default.client_message_limit(), 68 * mib as usize);
+        assert_eq!(default.peer_message_limit(), 256 * mib as usize);
+        let raised = DispatcherConfig {
+            max_definition_size: 512 * mib,
+            ..DispatcherConfig::default()
+        };
+        assert_eq!(raised.peer_message_limit(), 2 * 516 * mib as usize);
     }
 }
