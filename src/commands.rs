@@ -98,6 +98,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         worker_addresses: DispatcherConfig::parse_worker_addresses(&args.worker_addresses),
         security: args.security.load()?,
         data_roots: args.data_roots,
+        max_definition_size: args.max_definition_size,
         ..DispatcherConfig::default()
     };
     let handle = DispatcherHandle::start(config).await?;

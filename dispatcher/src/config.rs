@@ -81,7 +81,27 @@ pub struct DispatcherConfig {
     /// The only directories `files()` datasets may name (canonicalized at start; each must be
     /// an existing directory). Empty: every files source is refused, the safe default.
     pub data_roots: Vec<PathBuf>,
+    /// The largest dataset definition a registration may carry, in bytes (encoded, after its
+    /// file patterns are expanded). Definitions travel through the Raft log to every replica,
+    /// and openraft gives an append one heartbeat interval to reach a follower: a larger limit
+    /// needs a longer heartbeat. Every replica must run with the same value: it also sets how
+    /// large a Raft message the peers accept.
+    pub max_definition_size: u64,
 }
+
+/// The default of [`DispatcherConfig::max_definition_size`].
+pub const DEFAULT_MAX_DEFINITION_SIZE: u64 = 64 * 1024 * 1024;
+
+/// The largest accepted value of [`DispatcherConfig::max_definition_size`]: with its margins
+/// it must stay below protobuf's 2 GiB message bound.
+pub const MAX_MAX_DEFINITION_SIZE: u64 = 1024 * 1024 * 1024;
+
+/// What a `RegisterDataset` request carries beside its definition (ids, element spec), and
+/// what a log entry carries beside its requests, at most, before the client API refuses it.
+pub const MESSAGE_MARGIN: usize = 4 * 1024 * 1024;
+
+/// The smallest decode limit of the peer listener (Raft appends and snapshot chunks).
+const MIN_PEER_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
 impl Default for DispatcherConfig {
     fn default() -> Self {
@@ -109,6 +129,7 @@ impl Default for DispatcherConfig {
             worker_addresses: Vec::new(),
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
+            max_definition_size: DEFAULT_MAX_DEFINITION_SIZE,
         }
     }
 }
@@ -158,12 +179,38 @@ impl DispatcherConfig {
         if self.snapshot_logs_since_last == 0 {
             return Err("snapshot interval must be at least one entry".into());
         }
+        if self.max_definition_size == 0 || self.max_definition_size > MAX_MAX_DEFINITION_SIZE {
+            return Err(format!(
+                "--max-definition-size {} must be between 1 and {MAX_MAX_DEFINITION_SIZE} bytes",
+                self.max_definition_size
+            ));
+        }
         Ok(())
     }
 
     /// The identity this replica's journal must have: its cluster id and node id.
     pub fn journal_identity(&self) -> Result<JournalIdentity, String> {
         JournalIdentity::new(self.cluster_id.clone(), self.id).map_err(|e| e.to_string())
+    }
+
+    /// The client API's decode limit: the largest definition plus the margin, so a request a
+    /// little over the limit still reaches the handler and gets its error naming the flag.
+    pub fn client_message_limit(&self) -> usize {
+        self.max_definition_bytes().saturating_add(MESSAGE_MARGIN)
+    }
+
+    /// The peer listener's decode limit, which every replica assumes of the others: above the
+    /// largest log entry (one definition and its margin) with room for a second, so an append
+    /// is only ever too large for several entries, and openraft can split it.
+    pub fn peer_message_limit(&self) -> usize {
+        self.client_message_limit()
+            .saturating_mul(2)
+            .max(MIN_PEER_MESSAGE_BYTES)
+    }
+
+    /// [`DispatcherConfig::max_definition_size`] as a length.
+    pub fn max_definition_bytes(&self) -> usize {
+        usize::try_from(self.max_definition_size).unwrap_or(usize::MAX)
     }
 
     /// Parses `host:port,host:%port%,...` (the static-sharding worker list).
@@ -282,5 +329,25 @@ mod tests {
                 .map(|v| v.into_iter().map(|(k, a)| (k, a.to_string())).collect());
             assert_eq!(got, want.map_err(|e: &str| e.to_string()), "{text}");
         }
+    }
+
+    #[test]
+    fn the_definition_limit_is_bounded_and_sets_both_decode_limits() {
+        let mib = 1024 * 1024;
+        for (size, valid) in [(0, false), (1, true), (64 * mib, true), (2048 * mib, false)] {
+            let config = DispatcherConfig {
+                max_definition_size: size,
+                ..DispatcherConfig::default()
+            };
+            assert_eq!(config.validate().is_ok(), valid, "{size}");
+        }
+        let default = DispatcherConfig::default();
+        assert_eq!(default.client_message_limit(), 68 * mib as usize);
+        assert_eq!(default.peer_message_limit(), 256 * mib as usize);
+        let raised = DispatcherConfig {
+            max_definition_size: 512 * mib,
+            ..DispatcherConfig::default()
+        };
+        assert_eq!(raised.peer_message_limit(), 2 * 516 * mib as usize);
     }
 }

@@ -41,13 +41,13 @@ pub fn decode_def(state: &DispatcherState, dataset: &Dataset) -> Option<dpb::Dat
     dpb::DatasetDef::decode(state.dataset_def(dataset)?).ok()
 }
 
+/// The definition itself stays out (the worker fetches it by id when the task starts).
 /// `worker_index` and `static_workers` place the task's worker in the static-sharding worker
 /// list (an empty list: no index, and static policies fail on the worker).
 pub fn task_def(
     task: &Task,
     job: &Job,
     dataset: &Dataset,
-    def: dpb::DatasetDef,
     worker_index: Option<u64>,
     static_workers: &[String],
 ) -> pb::TaskDef {
@@ -55,7 +55,6 @@ pub fn task_def(
         task_id: task.id.0,
         iteration_id: task.iteration_id.0,
         dataset_id: dataset.id.0.clone(),
-        dataset: Some(def),
         sharding_policy: pb::ShardingPolicy::from(job.sharding) as i32,
         compression: dataset.metadata.compression.to_proto() as i32,
         num_split_providers: dataset.num_splits.len() as u32,

@@ -137,6 +137,7 @@ impl DispatcherHandle {
             config.faults.clone(),
             config.raft_routes.clone(),
             peer_caller,
+            config.peer_message_limit(),
         );
         let raft = Raft::new(
             config.id,
@@ -179,6 +180,7 @@ impl DispatcherHandle {
             grpc_servers::serve_client_api(
                 listener,
                 service,
+                config.client_message_limit(),
                 client_tls,
                 authenticator.clone(),
                 shutdown.clone(),
@@ -186,6 +188,7 @@ impl DispatcherHandle {
             grpc_servers::serve_peers(
                 peer_listener,
                 RaftPeerService::new(raft.clone()),
+                config.peer_message_limit(),
                 peer_tls,
                 authenticator,
                 shutdown.clone(),

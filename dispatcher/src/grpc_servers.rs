@@ -10,6 +10,11 @@
 //! builder's `tcp_nodelay` only reaches sockets tonic binds itself and Nagle otherwise held the
 //! tail of each message until the peer's delayed ACK, ~40 ms a message), and every request
 //! through the authenticator's interceptor before the handler authorizes it.
+//!
+//! Each listener decodes messages up to its own bound (see `DispatcherConfig`): the client API
+//! up to the largest definition plus a margin, so an oversized registration is refused before
+//! a byte of it is proposed; the peer listener up to more than the largest log entry, so an
+//! append too large for it holds several entries and openraft can split it.
 
 use crate::raft_service::RaftPeerService;
 use crate::service::DispatcherService;
@@ -23,23 +28,26 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
-/// Largest gRPC message accepted (Raft batches and snapshot chunks can be large).
-pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// The smallest encode limit of the client API: a status reply may outgrow the decode limit
+/// of small requests.
+const MIN_REPLY_BYTES: usize = 256 * 1024 * 1024;
 
 /// A running listener; ends when the shutdown token is cancelled or the server fails.
 pub type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
 
-/// Serves the client API (the `Dispatcher` service only) on `listener`.
+/// Serves the client API (the `Dispatcher` service only) on `listener`, decoding requests of
+/// up to `max_message_bytes`.
 pub fn serve_client_api(
     listener: TcpListener,
     service: DispatcherService,
+    max_message_bytes: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
     authenticator: Authenticator,
     shutdown: CancellationToken,
 ) -> ServerTask {
     let service = DispatcherServer::new(service)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes.max(MIN_REPLY_BYTES));
     let service = InterceptedService::new(service, authenticator.interceptor());
     let router = Server::builder().add_service(service);
     tokio::spawn(
@@ -47,17 +55,19 @@ pub fn serve_client_api(
     )
 }
 
-/// Serves the Raft peer service (only) on `listener`.
+/// Serves the Raft peer service (only) on `listener`, decoding requests of up to
+/// `max_message_bytes`.
 pub fn serve_peers(
     listener: TcpListener,
     service: RaftPeerService,
+    max_message_bytes: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
     authenticator: Authenticator,
     shutdown: CancellationToken,
 ) -> ServerTask {
     let service = RaftPeerServer::new(service)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes);
     let service = InterceptedService::new(service, authenticator.interceptor());
     let router = Server::builder().add_service(service);
     tokio::spawn(

@@ -7,7 +7,7 @@
 
 use crate::access;
 use crate::config::DispatcherConfig;
-use crate::convert::{decode_def, request_id, task_def, task_info};
+use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
 use crate::ids::ClientId;
 use crate::liveness::Liveness;
@@ -175,7 +175,6 @@ fn worker_view(
                 t,
                 job,
                 dataset,
-                decode_def(state, dataset)?,
                 state.worker_index(worker),
                 state.static_workers(),
             ))

@@ -54,7 +54,7 @@ impl Default for BatchLimits {
     fn default() -> Self {
         BatchLimits {
             max_requests: 1024,
-            max_bytes: 16 * 1024 * 1024,
+            max_bytes: 4 * 1024 * 1024,
             max_in_flight: 2,
         }
     }

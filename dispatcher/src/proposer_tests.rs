@@ -90,7 +90,11 @@ fn sized(job: u64, bytes: usize) -> Request {
             watermark: 0,
         }),
         update: Update::RemoveWorker {
-            address: format!("{job:0width$}", width = bytes - 64),
+            // Zero-padded by hand: a format width stops at 65,535.
+            address: {
+                let digits = job.to_string();
+                "0".repeat(bytes - 64 - digits.len()) + &digits
+            },
         },
     }
 }
@@ -193,6 +197,35 @@ async fn an_entry_stops_growing_at_max_bytes_and_a_large_request_goes_alone() {
     assert_eq!(log.commit_next().await, [4]);
     assert_eq!(log.commit_next().await, [5]);
     assert_eq!(log.commit_next().await, [6]);
+    assert_eq!(job_outcome(first).await, 1);
+    for (caller, job) in waiting.into_iter().zip(2..) {
+        assert_eq!(job_outcome(caller).await, job);
+    }
+}
+
+#[tokio::test]
+async fn by_default_an_entry_gathers_about_four_mebibytes_and_a_definition_goes_alone() {
+    const MIB: usize = 1024 * 1024;
+    let limits = BatchLimits {
+        max_in_flight: 1,
+        ..BatchLimits::default()
+    };
+    assert_eq!(limits.max_bytes, 4 * MIB);
+    let (handle, mut log) = start(limits);
+    let first = queue(&handle, ask(1)).await;
+    let (entry, answer) = log.next().await;
+    let mut waiting = Vec::new();
+    for job in 2..=7 {
+        waiting.push(queue(&handle, sized(job, MIB)).await);
+    }
+    // A registration-sized request behind them, then small ones again.
+    waiting.push(queue(&handle, sized(8, 48 * MIB)).await);
+    waiting.push(queue(&handle, sized(9, MIB)).await);
+    let _ = answer.send(Ok(outcomes(&entry)));
+    assert_eq!(log.commit_next().await, [2, 3, 4, 5]);
+    assert_eq!(log.commit_next().await, [6, 7]);
+    assert_eq!(log.commit_next().await, [8]);
+    assert_eq!(log.commit_next().await, [9]);
     assert_eq!(job_outcome(first).await, 1);
     for (caller, job) in waiting.into_iter().zip(2..) {
         assert_eq!(job_outcome(caller).await, job);

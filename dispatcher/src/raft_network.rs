@@ -6,12 +6,22 @@
 //!
 //! Payloads are openraft's own request and response types in the journal codec; the remote
 //! `Result` travels whole, so a remote Raft error reaches openraft as `RPCError::RemoteError`.
+//!
+//! Every replica assumes the others decode peer messages up to its own `max_payload_bytes`
+//! (the same `--max-definition-size` on every replica gives the same bound). An append whose
+//! encoding is larger is never sent: openraft hears `RPCError::PayloadTooLarge` with the number
+//! of entries that fit, and sends the batch in parts. A peer that still refuses an append as too
+//! large (it runs with a smaller bound) gets half the entries next time. One entry alone over
+//! the bound cannot be split: that is a network error, which openraft retries after a backoff,
+//! never in a busy loop. The limit is above the largest entry the proposer makes (one
+//! definition of the largest size and a margin), so that stays hypothetical.
 
 use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
 use crate::raft_types::{NodeInfo, TypeConfig};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -47,6 +57,8 @@ pub struct PeerNetwork {
     routes: Arc<BTreeMap<NodeId, String>>,
     /// TLS (this replica's certificate as a client certificate) and the peer token.
     security: ClientSecurity,
+    /// The largest message a peer decodes (its peer listener's bound).
+    max_payload_bytes: usize,
 }
 
 impl PeerNetwork {
@@ -55,6 +67,7 @@ impl PeerNetwork {
         faults: Option<Arc<NetworkFaults>>,
         routes: BTreeMap<NodeId, String>,
         security: ClientSecurity,
+        max_payload_bytes: usize,
     ) -> Self {
         PeerNetwork {
             local,
@@ -62,6 +75,7 @@ impl PeerNetwork {
             faults,
             routes: Arc::new(routes),
             security,
+            max_payload_bytes,
         }
     }
 
@@ -124,14 +138,16 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
+        let max = self.max_payload_bytes;
         let client = self
             .channel(self.peer_addr(target, node))
-            .map(RaftPeerClient::new);
+            .map(|channel| RaftPeerClient::new(channel).max_encoding_message_size(max));
         PeerClient {
             local: self.local,
             target,
             client,
             faults: self.faults.clone(),
+            max_payload_bytes: max,
         }
     }
 }
@@ -143,6 +159,8 @@ pub struct PeerClient {
     faults: Option<Arc<NetworkFaults>>,
     /// `Err` when the peer's address is not a valid URI: every call fails as unreachable.
     client: Result<RaftPeerClient<AuthChannel>, String>,
+    /// The largest message the peer decodes.
+    max_payload_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,10 +168,13 @@ pub struct PeerClient {
 struct TransportError(String);
 
 impl PeerClient {
+    /// Sends one request; `entries` is the number of log entries in it (appends only), so a
+    /// peer refusing it as too large can be asked for fewer.
     async fn call<Resp, E>(
         &mut self,
         action: RPCTypes,
         payload: Vec<u8>,
+        entries: usize,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>>
     where
@@ -198,6 +219,11 @@ impl PeerClient {
                 let err = TransportError(format!("{}: {}", status.code(), status.message()));
                 return Err(match status.code() {
                     tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&err)),
+                    // tonic's answer to a message over the peer's decode limit.
+                    tonic::Code::OutOfRange if entries > 1 => RPCError::PayloadTooLarge(
+                        PayloadTooLarge::new_entries_hint(entries as u64 / 2)
+                            .with_source_error(&err),
+                    ),
                     _ => RPCError::Network(NetworkError::new(&err)),
                 });
             }
@@ -215,7 +241,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.call(RPCTypes::AppendEntries, codec::encode(&rpc), &option)
+        let payload =
+            append_payload(&rpc, self.max_payload_bytes).map_err(AppendRefusal::into_rpc_error)?;
+        self.call(RPCTypes::AppendEntries, payload, rpc.entries.len(), &option)
             .await
     }
 
@@ -227,7 +255,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, NodeInfo, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(RPCTypes::InstallSnapshot, codec::encode(&rpc), &option)
+        self.call(RPCTypes::InstallSnapshot, codec::encode(&rpc), 0, &option)
             .await
     }
 
@@ -236,7 +264,85 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, NodeInfo, RaftError<NodeId>>> {
-        self.call(RPCTypes::Vote, codec::encode(&rpc), &option)
+        self.call(RPCTypes::Vote, codec::encode(&rpc), 0, &option)
             .await
     }
 }
+
+/// Why an append was not sent: too large for the peer as a whole (with the number of leading
+/// entries that fit, at least one), or too large even for its first entry alone.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendRefusal {
+    #[error("{message}")]
+    TooLarge { entries_hint: u64, message: String },
+    #[error("{0}")]
+    Unsplittable(String),
+}
+
+impl AppendRefusal {
+    /// What openraft hears: `PayloadTooLarge` makes it send fewer entries at once; a network
+    /// error makes it retry after a backoff.
+    pub fn into_rpc_error(self) -> RPCError<NodeId, NodeInfo, RaftError<NodeId>> {
+        match self {
+            AppendRefusal::TooLarge {
+                entries_hint,
+                message,
+            } => RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(entries_hint)
+                    .with_source_error(&TransportError(message)),
+            ),
+            AppendRefusal::Unsplittable(message) => {
+                RPCError::Network(NetworkError::new(&TransportError(message)))
+            }
+        }
+    }
+}
+
+/// The encoding of an append, if it is at most `max_bytes`; otherwise why not, naming both
+/// sizes.
+pub fn append_payload(
+    rpc: &AppendEntriesRequest<TypeConfig>,
+    max_bytes: usize,
+) -> Result<Vec<u8>, AppendRefusal> {
+    let payload = codec::encode(rpc);
+    if payload.len() <= max_bytes {
+        return Ok(payload);
+    }
+    // What the request costs beside its entries (vote, ids, the list's length), measured.
+    let empty = AppendEntriesRequest::<TypeConfig> {
+        vote: rpc.vote,
+        prev_log_id: rpc.prev_log_id,
+        leader_commit: rpc.leader_commit,
+        entries: Vec::new(),
+    };
+    // Slack for the entry count, whose varint grows with it.
+    let mut size = codec::encode(&empty).len() + 16;
+    let mut fit = 0u64;
+    for entry in &rpc.entries {
+        size = size.saturating_add(codec::encode(entry).len());
+        if size > max_bytes {
+            break;
+        }
+        fit += 1;
+    }
+    let message = format!(
+        "append of {} entries is {} bytes, over the peers' limit of {max_bytes} bytes",
+        rpc.entries.len(),
+        payload.len()
+    );
+    if fit == 0 {
+        let first = rpc.entries.first().map(|e| e.log_id.to_string());
+        return Err(AppendRefusal::Unsplittable(format!(
+            "{message}, and its first entry {} does not fit alone",
+            first.as_deref().unwrap_or("(none)"),
+        )));
+    }
+    Err(AppendRefusal::TooLarge {
+        entries_hint: fit,
+        message,
+    })
+}
+
+#[cfg(test)]
+#[path = "raft_network_tests.rs"]
+mod tests;

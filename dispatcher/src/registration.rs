@@ -10,6 +10,9 @@
 //! Every file, matched by the pattern or listed by the caller (a raw request may send the list
 //! filled), must pass this dispatcher's data roots, and the stored list holds canonical paths.
 //! Preparing reads the file system, so the service runs it off the async runtime.
+//!
+//! A definition is bounded in size (`--max-definition-size`), checked twice before anything is
+//! proposed: as the caller sent it, before any work, and once its file patterns are expanded.
 
 use crate::convert;
 use crate::error::DispatcherError;
@@ -90,6 +93,23 @@ impl Registration {
             num_splits: self.num_splits,
         }
     }
+}
+
+/// Refuses a definition of `size` encoded bytes over `limit`; `stage` says which form of it
+/// was measured (as sent, or with its file patterns expanded).
+pub fn check_definition_size(
+    size: usize,
+    limit: usize,
+    stage: &str,
+) -> Result<(), DispatcherError> {
+    if size <= limit {
+        return Ok(());
+    }
+    Err(DispatcherError::InvalidArgument(format!(
+        "the dataset definition is {size} bytes {stage}, over this dispatcher's limit of {limit} \
+         bytes (--max-definition-size); definitions are replicated to every dispatcher, so keep \
+         large constant data in files rather than in the definition"
+    )))
 }
 
 fn invalid(e: DatasetError) -> DispatcherError {

@@ -19,10 +19,11 @@ use crate::liveness::Liveness;
 use crate::membership;
 use crate::proposer::ProposerHandle;
 use crate::raft_types::{Raft, StateHandle};
-use crate::registration::Registration;
+use crate::registration::{check_definition_size, Registration};
 use crate::state::{DispatcherState, JobOptions, Rejection, ShardingPolicy, TargetWorkers};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
+use prost::Message;
 use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
@@ -39,6 +40,8 @@ pub struct DispatcherService {
     heartbeats: Heartbeats,
     /// Votes of coordinated consumers to remove an unreachable task (leader-local).
     task_remover: TaskRemover,
+    /// The largest definition a registration may carry, in encoded bytes.
+    max_definition_bytes: usize,
 }
 
 impl DispatcherService {
@@ -61,6 +64,7 @@ impl DispatcherService {
             proposer,
             reader,
             task_remover: TaskRemover::default(),
+            max_definition_bytes: config.max_definition_bytes(),
         }
     }
 
@@ -79,6 +83,9 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
         authorize(&request, "RegisterDataset", access::CLIENT)?;
         let mut req = request.into_inner();
+        let limit = self.max_definition_bytes;
+        let sent = req.dataset.as_ref().map_or(0, Message::encoded_len);
+        check_definition_size(sent, limit, "as sent")?;
         let id = request_id(req.request_id.take());
         // Globbing and resolving paths block on the file system: off the runtime.
         let roots = self.data_roots.clone();
@@ -95,6 +102,8 @@ impl Dispatcher for DispatcherService {
                 }
             },
         };
+        let expanded = registration.def.encoded_len();
+        check_definition_size(expanded, limit, "with its file patterns expanded")?;
         let dataset_id = self.writer()?.register_dataset(id, registration).await?;
         Ok(Response::new(pb::RegisterDatasetResponse {
             dataset_id: dataset_id.0,

@@ -558,3 +558,97 @@ async fn a_plain_start_needs_the_replicas_own_journal() {
         "{err}"
     );
 }
+
+/// A `from_slices` definition of about `bytes` encoded bytes (16 rows of bytes).
+fn definition_of(bytes: usize) -> sluice_proto::dataset::DatasetDef {
+    let tensor = sluice_dataset::Tensor::from_raw(
+        sluice_dataset::DType::UInt8,
+        vec![16, bytes / 16],
+        vec![7u8; bytes / 16 * 16].into(),
+    )
+    .expect("a valid tensor");
+    sluice_dataset::Dataset::from_slices(tensor).into_def()
+}
+
+fn registration(def: sluice_proto::dataset::DatasetDef) -> pb::RegisterDatasetRequest {
+    pb::RegisterDatasetRequest {
+        dataset: Some(def),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_over_the_limit_is_refused_before_anything_is_proposed() {
+    const LIMIT: u64 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    for i in 0..64 {
+        std::fs::write(files.join(format!("{i:0>100}.txt")), "a line\n").unwrap();
+    }
+    let handle = DispatcherHandle::start(DispatcherConfig {
+        max_definition_size: LIMIT,
+        data_roots: vec![files.clone()],
+        ..config(1, &dir)
+    })
+    .await
+    .unwrap();
+    handle.wait_for_leader(WAIT).await.unwrap();
+    let mut c = client(&handle).await;
+    let datasets = || {
+        let applied = handle.state().read().expect("state lock poisoned");
+        applied.state.datasets().count()
+    };
+
+    let pattern = format!("files(\"{}/*.txt\").lines()", files.display());
+    let globbed = sluice_dataset::parse(&pattern).unwrap().into_def();
+    let over = definition_of(LIMIT as usize + 100);
+    let far_over = definition_of(LIMIT as usize + 5 * 1024 * 1024);
+    let cases: Vec<(&str, pb::RegisterDatasetRequest, Code, Vec<String>)> = vec![
+        (
+            "a little over the limit",
+            registration(over.clone()),
+            Code::InvalidArgument,
+            vec![
+                format!("{} bytes as sent", prost::Message::encoded_len(&over)),
+                format!("limit of {LIMIT} bytes"),
+                "--max-definition-size".into(),
+            ],
+        ),
+        (
+            "over the limit once its file pattern is expanded",
+            registration(globbed),
+            Code::InvalidArgument,
+            vec![
+                "with its file patterns expanded".into(),
+                format!("limit of {LIMIT} bytes"),
+            ],
+        ),
+        (
+            "far over: refused by the decode bound, which names both sizes",
+            registration(far_over),
+            Code::OutOfRange,
+            vec![format!(
+                "{}",
+                LIMIT as usize + crate::config::MESSAGE_MARGIN
+            )],
+        ),
+    ];
+    for (name, request, code, wanted) in cases {
+        let (got, message) = failure(c.register_dataset(request).await);
+        assert_eq!(got, code, "{name}: {message}");
+        for want in wanted {
+            assert!(
+                message.contains(&want),
+                "{name}: {message:?} lacks {want:?}"
+            );
+        }
+    }
+    assert_eq!(datasets(), 0, "nothing was registered");
+
+    let under = definition_of(LIMIT as usize - 200);
+    assert!(prost::Message::encoded_len(&under) <= LIMIT as usize);
+    let registered = c.register_dataset(registration(under)).await;
+    assert!(registered.is_ok(), "{registered:?}");
+    handle.shutdown().await;
+}

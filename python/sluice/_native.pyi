@@ -89,6 +89,7 @@ class DispatchServer:
         tls_ca: Optional[str] = None,
         auth_token_file: Optional[str] = None,
         insecure: bool = False,
+        max_definition_size: Optional[int] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

@@ -45,6 +45,9 @@ class DispatcherConfig:
       one (no ``peers`` needed; port 0 works).
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
+    - ``max_definition_size``: the largest dataset definition a registration may carry, in
+      bytes (``None``: 64 MiB), the same on every replica; larger ones are refused with
+      ``InvalidArgumentError``. Keep large constant data in files.
     - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
       ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths
       come from whoever can reach the dispatcher. Symlinks are resolved before the check.
@@ -71,6 +74,7 @@ class DispatcherConfig:
     job_gc_timeout_ms: Optional[int] = None
     worker_timeout_ms: Optional[int] = None
     client_timeout_ms: Optional[int] = None
+    max_definition_size: Optional[int] = None
     host: str = "127.0.0.1"
     join: bool = False
     data_roots: Optional[List[str]] = None
@@ -230,6 +234,7 @@ class DispatchServer(_Server):
             tls_ca=_path(c.tls_ca),
             auth_token_file=_path(c.auth_token_file),
             insecure=bool(c.insecure),
+            max_definition_size=c.max_definition_size,
         )
 
     @property

@@ -115,12 +115,12 @@ impl DispatchServer {
     /// `join`: start with an empty journal and wait to be added to a running quorum
     /// (`add_node`), instead of creating one. `tls_cert`, `tls_key`, `tls_ca`,
     /// `auth_token_file`, `insecure`: the replica's TLS and tokens, as `sluice dispatcher`'s
-    /// flags of the same names.
+    /// flags of the same names. `max_definition_size`: bytes, as `--max-definition-size`.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
         data_roots=Vec::new(), peer_listen=None, tls_cert=None, tls_key=None, tls_ca=None,
-        auth_token_file=None, insecure=false))]
+        auth_token_file=None, insecure=false, max_definition_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -141,6 +141,7 @@ impl DispatchServer {
         tls_ca: Option<PathBuf>,
         auth_token_file: Option<PathBuf>,
         insecure: bool,
+        max_definition_size: Option<u64>,
     ) -> PyResult<DispatchServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -193,6 +194,7 @@ impl DispatchServer {
                 None => defaults.job_gc_timeout,
                 Some(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
             },
+            max_definition_size: max_definition_size.unwrap_or(defaults.max_definition_size),
             ..defaults
         };
         let handle = wait(py, async move {

@@ -118,6 +118,19 @@ def test_failed_precondition_worker_not_in_the_worker_list():
         dispatcher.stop()
 
 
+def test_invalid_argument_a_definition_over_max_definition_size():
+    dispatcher = sluice.DispatchServer(sluice.DispatcherConfig(max_definition_size=1000))
+    try:
+        with pytest.raises(errors.InvalidArgumentError) as e:
+            sluice.register_dataset(
+                dispatcher.target, Dataset.from_tensor_slices(np.zeros(1000, np.int64))
+            )
+        assert "over this dispatcher's limit of 1000 bytes (--max-definition-size)" in str(e.value)
+        sluice.register_dataset(dispatcher.target, Dataset.range(10))
+    finally:
+        dispatcher.stop()
+
+
 def test_unavailable_a_port_in_use(cluster):
     port = int(cluster.workers[0].address.rsplit(":", 1)[1])
     with pytest.raises(errors.UnavailableError) as e:

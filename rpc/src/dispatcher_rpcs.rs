@@ -86,6 +86,24 @@ fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     request
 }
 
+/// A registration the dispatcher's decode bound refused (`OutOfRange`, with tonic's text naming
+/// the message's size and the bound) becomes the same `InvalidArgument` as one its handler
+/// refused: the definition's size, and the flag that sets the bound.
+fn too_large_definition(e: RpcError, def: &dpb::DatasetDef) -> RpcError {
+    match e {
+        RpcError::Status {
+            code: tonic::Code::OutOfRange,
+            message,
+        } => RpcError::InvalidArgument(format!(
+            "the dataset definition is {} bytes, more than the dispatcher accepts ({message}); \
+             its limit is set by --max-definition-size, and large constant data belongs in \
+             files rather than in the definition",
+            prost::Message::encoded_len(def)
+        )),
+        other => other,
+    }
+}
+
 impl DispatcherClient {
     /// Registers a dataset definition (file lists already expanded) with its metadata; returns
     /// its id, `dataset_id` when one was given.
@@ -96,18 +114,22 @@ impl DispatcherClient {
         metadata: &pb::DatasetMetadata,
     ) -> Result<DatasetId, RpcError> {
         let in_flight = self.begin_request();
-        let request = pb::RegisterDatasetRequest {
-            dataset: Some(def.clone()),
-            dataset_id: dataset_id.map(|id| id.0.clone()),
-            metadata: Some(metadata.clone()),
-            request_id: Some(in_flight.id),
-        };
+        let request_id = in_flight.id;
         let response = self
             .call("register_dataset", Duration::ZERO, |mut c, timeout| {
-                let request = timed(request.clone(), timeout);
+                // Built per attempt from the borrowed definition: one copy of a large
+                // definition per attempt, not two.
+                let request = pb::RegisterDatasetRequest {
+                    dataset: Some(def.clone()),
+                    dataset_id: dataset_id.map(|id| id.0.clone()),
+                    metadata: Some(metadata.clone()),
+                    request_id: Some(request_id),
+                };
+                let request = timed(request, timeout);
                 async move { c.register_dataset(request).await }
             })
-            .await?;
+            .await
+            .map_err(|e| too_large_definition(e, def))?;
         Ok(DatasetId(response.dataset_id))
     }
 

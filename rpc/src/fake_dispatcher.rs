@@ -7,7 +7,9 @@
 //! dispatcher's at-most-once contract: a lease is recorded before the reply leaves, and a
 //! request id seen before gets the recorded lease back. It can be told to lose replies (record
 //! the lease, answer `Unavailable`), as a reply lost in a failover is. `get_status` answers
-//! `{}`, or a chosen refusal. Every other RPC is `Unimplemented`: tests here need no more.
+//! `{}`, or a chosen refusal. `get_dataset` serves the definitions a test put in
+//! (`add_dataset`), `NotFound` for others. Every other RPC is `Unimplemented`: tests here need
+//! no more.
 
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::{Dispatcher, DispatcherServer};
@@ -52,6 +54,8 @@ struct Replica {
     /// Std mutexes: held only to read or update, never across an `.await`.
     leases: Mutex<Leases>,
     status_refusal: Mutex<Option<Code>>,
+    /// The definitions `get_dataset` serves, by dataset id.
+    datasets: Mutex<HashMap<String, sluice_proto::dataset::DatasetDef>>,
     /// RPCs received, by name.
     calls: Mutex<HashMap<&'static str, u32>>,
 }
@@ -90,6 +94,7 @@ impl FakeDispatcher {
             num_splits,
             leases: Mutex::default(),
             status_refusal: Mutex::default(),
+            datasets: Mutex::default(),
             calls: Mutex::default(),
         });
         let service = DispatcherServer::new(Service(replica.clone()));
@@ -123,6 +128,15 @@ impl FakeDispatcher {
             .status_refusal
             .lock()
             .expect("refusal lock poisoned") = Some(code);
+    }
+
+    /// `get_dataset(dataset_id)` answers `def` from now on.
+    pub fn add_dataset(&self, dataset_id: &str, def: sluice_proto::dataset::DatasetDef) {
+        self.replica
+            .datasets
+            .lock()
+            .expect("dataset lock poisoned")
+            .insert(dataset_id.to_string(), def);
     }
 
     /// The leases handed out, in order (a retry that got a recorded lease back is not repeated).
@@ -239,9 +253,24 @@ impl Dispatcher for Service {
 
     async fn get_dataset(
         &self,
-        _: Request<pb::GetDatasetRequest>,
+        request: Request<pb::GetDatasetRequest>,
     ) -> Result<Response<pb::GetDatasetResponse>, Status> {
-        unimplemented(&self.0, "get_dataset")
+        self.0.receive("get_dataset")?;
+        let id = request.into_inner().dataset_id;
+        let found = self
+            .0
+            .datasets
+            .lock()
+            .expect("dataset lock poisoned")
+            .get(&id)
+            .cloned();
+        match found {
+            Some(def) => Ok(Response::new(pb::GetDatasetResponse {
+                dataset: Some(def),
+                metadata: None,
+            })),
+            None => Err(Status::not_found(format!("Dataset id {id} not found"))),
+        }
     }
 
     async fn get_or_create_job(

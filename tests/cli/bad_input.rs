@@ -127,3 +127,18 @@ fn bad_input_gets_a_one_line_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_definition_over_max_definition_size_is_refused_naming_the_flag() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dispatcher = dispatcher(data.path(), &["--max-definition-size", "200"]);
+    let addr = dispatcher.addr.as_str();
+    let values: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+    let large = format!("from_slices([{}])", values.join(", "));
+    let err = one_line_error(&["register", "--dispatcher", addr, "--dataset", &large]);
+    assert!(err.contains("limit of 200 bytes"), "{err}");
+    assert!(err.contains("--max-definition-size"), "{err}");
+    let (ok, out, err) = sluice(&["register", "--dispatcher", addr, "--dataset", "range(10)"]);
+    assert!(ok, "{err}");
+    assert!(!out.trim().is_empty());
+}

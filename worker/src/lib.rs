@@ -10,6 +10,7 @@
 //! - `membarrier`: the process-wide barrier that lets the pipeline append without a lock.
 //! - `round_robin`: coordinated reads, one element per consumer per round.
 //! - `cross_trainer_cache`: a sliding window of a task's elements shared by trainers.
+//! - `definition_fetch`: a task's dataset definition, fetched by id when its pipeline starts.
 //! - `split_leaser`: split ranges leased from the dispatcher for distributed_epoch tasks.
 //! - `service`: the `Fetch` stream with credit-based flow control (gRPC, and `open_fetch` for
 //!   both transports), one loop for every source of elements.
@@ -20,6 +21,7 @@
 
 pub mod config;
 pub mod cross_trainer_cache;
+mod definition_fetch;
 pub mod error;
 mod fetch_source;
 mod membarrier;

@@ -1,6 +1,6 @@
-//! A worker's port with gRPC and raw fetch clients on it: tasks run in this process (no
-//! dispatcher: they are added to the worker's state directly), served as `WorkerHandle` serves
-//! (`serve_port`). The helpers serve `port_security_tests` too.
+//! A worker's port with gRPC and raw fetch clients on it: tasks run in this process (added to
+//! the worker's state directly, their definitions served by a fake dispatcher), served as
+//! `WorkerHandle` serves (`serve_port`). The helpers serve `port_security_tests` too.
 
 use super::*;
 use crate::config::WorkerConfig;
@@ -10,6 +10,7 @@ use sluice_dataset::{Dataset, Element, Tensor, Transform};
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::{ElementBatch, GetWorkerTasksRequest};
+use sluice_rpc::fake_dispatcher::FakeDispatcher;
 use sluice_rpc::raw_fetch;
 use sluice_rpc::DispatcherClient;
 use sluice_security::{AuthChannel, ClientSecurity};
@@ -29,6 +30,8 @@ pub(super) struct Worker {
     state: Arc<WorkerState>,
     cancel: CancellationToken,
     _tasks: JoinSet<()>,
+    /// Serves the tasks' definitions.
+    dispatcher: FakeDispatcher,
 }
 
 impl Drop for Worker {
@@ -38,13 +41,23 @@ impl Drop for Worker {
     }
 }
 
-pub(super) fn task(task_id: u64, dataset: Dataset) -> TaskDef {
-    TaskDef {
-        task_id,
-        dataset: Some(dataset.into_def()),
-        sharding_policy: ShardingPolicy::Off as i32,
-        compression: Compression::None as i32,
-        ..Default::default()
+/// A task of its own dataset: the assignment and the definition the dispatcher serves.
+pub(super) struct Held {
+    def: TaskDef,
+    /// `None`: the dispatcher does not know the dataset.
+    dataset: Option<Dataset>,
+}
+
+pub(super) fn task(task_id: u64, dataset: Dataset) -> Held {
+    Held {
+        def: TaskDef {
+            task_id,
+            dataset_id: format!("dataset-{task_id}"),
+            sharding_policy: ShardingPolicy::Off as i32,
+            compression: Compression::None as i32,
+            ..Default::default()
+        },
+        dataset: Some(dataset),
     }
 }
 
@@ -54,21 +67,25 @@ fn large_tensor() -> Tensor {
 }
 
 /// An open worker on 127.0.0.1 port 0 holding `tasks`.
-async fn start(tasks: Vec<TaskDef>) -> Worker {
+async fn start(tasks: Vec<Held>) -> Worker {
     start_with(tasks, &ServerSecurity::default()).await
 }
 
 /// A worker on 127.0.0.1 port 0 holding `tasks`, its port secured by `security`.
-pub(super) async fn start_with(tasks: Vec<TaskDef>, security: &ServerSecurity) -> Worker {
+pub(super) async fn start_with(tasks: Vec<Held>, security: &ServerSecurity) -> Worker {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("bound");
     let (completed, _) = mpsc::unbounded_channel();
     let state = Arc::new(WorkerState::new(addr.to_string(), completed));
-    // Never called: the tasks run in mode OFF, with their definitions given.
-    let dispatcher = DispatcherClient::new("127.0.0.1:1").expect("a valid address");
-    for def in tasks {
+    // Only asked for definitions: the tasks run in mode OFF.
+    let fake = FakeDispatcher::leader(0).await;
+    let dispatcher = DispatcherClient::new(&fake.addr()).expect("a valid address");
+    for held in tasks {
+        if let Some(dataset) = held.dataset {
+            fake.add_dataset(&held.def.dataset_id, dataset.into_def());
+        }
         state.add(TaskRunner::new(
-            def,
+            held.def,
             dispatcher.clone(),
             tokio::runtime::Handle::current(),
             WorkerConfig::default(),
@@ -95,6 +112,7 @@ pub(super) async fn start_with(tasks: Vec<TaskDef>, security: &ServerSecurity) -
         state,
         cancel,
         _tasks: tasks,
+        dispatcher: fake,
     }
 }
 
@@ -258,13 +276,11 @@ async fn grpc_and_raw_clients_share_the_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_read_as_the_same_status_on_both_transports() {
-    let worker = start(vec![
-        task(5, Dataset::range(10)),
-        TaskDef {
-            use_cross_trainer_cache: true,
-            ..task(7, Dataset::range(10).repeat_forever())
-        },
-    ])
+    let worker = start(vec![task(5, Dataset::range(10)), {
+        let mut cached = task(7, Dataset::range(10).repeat_forever());
+        cached.def.use_cross_trainer_cache = true;
+        cached
+    }])
     .await;
     worker.state.delete_local(5); // a client in this process went away: later reads fail
     worker.state.delete(6); // the dispatcher deleted it: finished
@@ -427,6 +443,31 @@ async fn first_batches(addr: SocketAddr, task_id: u64) -> (ElementBatch, Element
         .expect("a batch, not a status")
         .expect("a batch before the end");
     (grpc, raw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_definition_cannot_be_fetched_fails_naming_the_dataset() {
+    let mut unknown = task(3, Dataset::range(5));
+    unknown.dataset = None;
+    let worker = start(vec![task(1, Dataset::range(5)), unknown]).await;
+
+    info!("--- the definition is fetched by id when the task starts");
+    assert_eq!(
+        ints(&read_grpc(worker.addr, 1).await.expect("the task")),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(worker.dispatcher.calls("get_dataset"), 1);
+
+    info!("--- an unknown dataset is the task's error, on both transports");
+    let (grpc, raw) = first_batches(worker.addr, 3).await;
+    for batch in [grpc, raw] {
+        assert_eq!(
+            batch.error,
+            "task 3: could not fetch the definition of dataset dataset-3: Dataset id dataset-3 \
+             not found"
+        );
+    }
+    assert_eq!(worker.dispatcher.calls("get_dataset"), 2, "once per task");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,39 +6,45 @@ use crate::config::WorkerConfig;
 use crate::task_buffer::Taken;
 use crate::task_runner::{TaskResources, TaskRunner};
 use sluice_dataset::{DataRoots, MemoryBudget};
+use sluice_proto::dataset::DatasetDef;
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
+use sluice_rpc::fake_dispatcher::FakeDispatcher;
 use sluice_rpc::DispatcherClient;
 use std::time::{Duration, Instant};
 
 /// How long a removed task's pipeline thread may run on.
 const STOP_WITHIN: Duration = Duration::from_millis(100);
 
-fn task(task_id: u64, expr: &str) -> TaskDef {
-    TaskDef {
+/// A task of `expr`, whose definition the fake dispatcher serves as dataset `d<task_id>`.
+fn task(task_id: u64, expr: &str) -> (TaskDef, DatasetDef) {
+    let def = TaskDef {
         task_id,
-        dataset: Some(
-            sluice_dataset::parse(expr)
-                .expect("a valid expression")
-                .into_def(),
-        ),
+        dataset_id: format!("d{task_id}"),
         sharding_policy: ShardingPolicy::Off as i32,
         compression: Compression::None as i32,
         ..Default::default()
-    }
+    };
+    let dataset = sluice_dataset::parse(expr)
+        .expect("a valid expression")
+        .into_def();
+    (def, dataset)
 }
 
-/// A worker's task table holding `tasks`, its tasks sharing a budget of `budget` bytes.
-fn worker(tasks: Vec<TaskDef>, budget: u64) -> WorkerState {
+/// A worker's task table holding `tasks`, its tasks sharing a budget of `budget` bytes; the
+/// fake dispatcher (kept alive by the caller) serves their definitions.
+async fn worker(tasks: Vec<(TaskDef, DatasetDef)>, budget: u64) -> (WorkerState, FakeDispatcher) {
     let (completed, _) = mpsc::unbounded_channel();
     let state = WorkerState::new("127.0.0.1:7".into(), completed);
-    // Never called: the tasks run in mode OFF, with their definitions given.
-    let dispatcher = DispatcherClient::new("127.0.0.1:1").expect("a valid address");
+    // Only asked for definitions: the tasks run in mode OFF.
+    let fake = FakeDispatcher::leader(0).await;
+    let dispatcher = DispatcherClient::new(&fake.addr()).expect("a valid address");
     let resources = TaskResources {
         data_roots: DataRoots::none(),
         python: None,
         memory: MemoryBudget::new(budget, "--memory-budget"),
     };
-    for def in tasks {
+    for (def, dataset) in tasks {
+        fake.add_dataset(&def.dataset_id, dataset);
         state.add(TaskRunner::new(
             def,
             dispatcher.clone(),
@@ -48,15 +54,16 @@ fn worker(tasks: Vec<TaskDef>, budget: u64) -> WorkerState {
             resources.clone(),
         ));
     }
-    state
+    (state, fake)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_task_whose_pipeline_filters_everything_stops_within_100_ms() {
-    let state = worker(
+    let (state, _fake) = worker(
         vec![task(1, "range(0, 1125899906842624, 2).filter(is_odd)")],
         u64::MAX,
-    );
+    )
+    .await;
     let runner = state.get(1).expect("the task is held");
     // A first read starts the pipeline; it yields nothing, ever.
     let _buffer = runner.buffer();
@@ -75,15 +82,16 @@ async fn a_removed_task_whose_pipeline_filters_everything_stops_within_100_ms() 
     assert!(runner.error().is_none(), "a removal is not a failure");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_past_the_memory_budget_fails_alone_and_the_others_keep_serving() {
-    let state = worker(
+    let (state, _fake) = worker(
         vec![
             task(1, "range(1125899906842624).batch(1000000000000)"),
             task(2, "range(1000000).batch(100)"),
         ],
         1 << 20,
-    );
+    )
+    .await;
     let huge = state.get(1).expect("the task is held").buffer();
     let taken = tokio::time::timeout(Duration::from_secs(30), huge.take(1))
         .await

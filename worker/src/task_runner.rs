@@ -11,6 +11,10 @@
 //! the dispatcher checked its roots at registration, but they need not be this worker's. A
 //! refused file is the task's pipeline error, naming the path and the roots.
 //!
+//! The task names its dataset by id: the definition is fetched from the dispatcher when the
+//! pipeline starts, on the pipeline thread (see `definition_fetch`); a failed fetch is the
+//! task's pipeline error.
+//!
 //! Static sharding (FILE, DATA, FILE_OR_DATA, HINT) happens here too, when the pipeline starts:
 //! the definition is rewritten with `auto_shard` for shard `worker_index` of `num_workers`
 //! (tf.data's `AutoShardRewriter` at task initialization). A failed rewrite is the task's
@@ -23,6 +27,7 @@
 
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::CrossTrainerCache;
+use crate::definition_fetch::fetch_definition;
 use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
@@ -198,12 +203,18 @@ impl TaskRunner {
             cancel: Cancellation::from_flag(cancelled.clone()),
             ..ExecOptions::default()
         };
+        let pipeline = Pipeline {
+            def,
+            client: self.client.clone(),
+            runtime: self.runtime.clone(),
+            options,
+        };
         let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
-            .name(format!("sluice-task-{}", def.task_id))
+            .name(format!("sluice-task-{}", self.def.task_id))
             .spawn(move || {
                 let _ended = ended_tx;
-                produce(def, options, tx, cancelled)
+                produce(pipeline, tx, cancelled)
             });
         match spawned {
             Ok(_) => *self.ended.lock().expect("pipeline end lock poisoned") = Some(ended_rx),
@@ -226,26 +237,47 @@ impl Drop for TaskRunner {
     }
 }
 
+/// What the pipeline thread needs to run one task.
+struct Pipeline {
+    def: TaskDef,
+    /// For fetching the definition.
+    client: DispatcherClient,
+    runtime: Handle,
+    options: ExecOptions,
+}
+
 /// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
-fn produce(def: TaskDef, options: ExecOptions, mut tx: Producer, cancelled: Arc<AtomicBool>) {
-    let end = run_pipeline(def, options, &mut tx, &cancelled);
+fn produce(pipeline: Pipeline, mut tx: Producer, cancelled: Arc<AtomicBool>) {
+    let end = run_pipeline(pipeline, &mut tx, &cancelled);
     tx.finish(end);
 }
 
 fn run_pipeline(
-    def: TaskDef,
-    options: ExecOptions,
+    pipeline: Pipeline,
     tx: &mut Producer,
     cancelled: &AtomicBool,
 ) -> Result<(), TaskFailure> {
+    let def = pipeline.def;
     let task_id = def.task_id;
     // A compression this worker does not know is the task's error, never a silent default.
     let compression =
         Compression::from_proto(def.compression).map_err(|e| format!("task {task_id}: {e}"))?;
-    let Some(dataset) = def.dataset.as_ref() else {
-        return Err(format!("task {task_id} has no dataset definition").into());
+    let fetched = fetch_definition(
+        &pipeline.client,
+        &pipeline.runtime,
+        task_id,
+        &def.dataset_id,
+        cancelled,
+    )?;
+    let Some(dataset) = fetched else {
+        debug!(
+            task = task_id,
+            "task cancelled before its definition arrived"
+        );
+        return Ok(());
     };
-    let dataset = sharded_definition(&def, dataset)?;
+    let dataset = sharded_definition(&def, &dataset)?;
+    let options = pipeline.options;
     let mut elements = sluice_dataset::iterate(&dataset, &options)?;
     let mut produced = 0u64;
     // Room to encode large elements outside the open chunk (see `push_element`).

@@ -11,6 +11,7 @@ mod distribute;
 mod failover;
 mod hostile_input;
 mod jobs_and_datasets;
+mod limits;
 mod processing_modes;
 mod quorum;
 mod restart;

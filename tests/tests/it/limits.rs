@@ -1,0 +1,150 @@
+//! Large input on a three-replica quorum: definitions over the limit are refused at once, before
+//! anything reaches the Raft log, and the leader keeps leading; one just under the configured
+//! limit registers, and its task runs on a worker, which fetches the definition by id.
+
+use crate::read_epoch;
+use sluice_client::DispatcherClientExt;
+use sluice_client::{ClientError, DistributeOptions, RegisterOptions, RpcError, ShardingPolicy};
+use sluice_dataset::{DType, Dataset, Tensor};
+use sluice_proto::dispatcher as pb;
+use sluice_tests::TestCluster;
+use std::time::{Duration, Instant};
+use tracing::info;
+
+const MIB: usize = 1024 * 1024;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A `from_slices` dataset of `rows` rows holding `bytes` bytes in all; row `i` is all `i`.
+fn slices_of(bytes: usize, rows: usize) -> Dataset {
+    let row = bytes / rows;
+    let data: Vec<u8> = (0..rows).flat_map(|i| vec![i as u8; row]).collect();
+    let tensor =
+        Tensor::from_raw(DType::UInt8, vec![rows, row], data.into()).expect("a valid tensor");
+    Dataset::from_slices(tensor)
+}
+
+/// Every replica's (id, current leader, term).
+fn views(cluster: &TestCluster) -> Vec<(u64, Option<u64>, u64)> {
+    (1..=3)
+        .filter_map(|id| cluster.replica(id))
+        .map(|replica| {
+            let metrics = replica.raft().metrics().borrow().clone();
+            (replica.id(), metrics.current_leader, metrics.current_term)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_oversized_registrations_are_refused_at_once_and_the_leader_keeps_leading(
+) -> anyhow::Result<()> {
+    let cluster = sluice_tests::start_cluster(3, 0).await?;
+    let leader = cluster.wait_for_leader(WAIT).await?;
+    let before = views(&cluster);
+    let client = cluster.client();
+    // Built once, outside the timing: what is timed is the dispatcher's answer.
+    let def = slices_of(130 * MIB, 16).into_def();
+    let metadata = pb::DatasetMetadata::default();
+
+    info!("--- two 130 MiB registrations at once, against the default 64 MiB limit");
+    let register = || async {
+        let started = Instant::now();
+        let result = client.register_dataset_def(&def, None, &metadata).await;
+        (result, started.elapsed())
+    };
+    let (first, second) = tokio::join!(register(), register());
+    for (result, took) in [first, second] {
+        let message = match result {
+            Err(RpcError::InvalidArgument(message)) => message,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        };
+        for want in [
+            "the dataset definition is 1363",
+            // The client API's bound: 64 MiB and its 4 MiB margin.
+            "the limit is: 71303168 bytes",
+            "--max-definition-size",
+        ] {
+            assert!(message.contains(want), "{message:?} lacks {want:?}");
+        }
+        // A few hundred milliseconds on an idle machine, nearly all of it the client copying
+        // and encoding 130 MiB in a debug build; the bound leaves room for a loaded machine
+        // and stays below the 3 s commit timeout a proposed entry would have run into.
+        assert!(
+            took < Duration::from_secs(2),
+            "refused after {took:?}, not at once"
+        );
+    }
+
+    info!("--- the leader still leads in the same term, and no dataset was registered");
+    assert_eq!(views(&cluster), before);
+    let state = cluster.state_of(leader).expect("the leader runs");
+    assert_eq!(state.datasets().count(), 0);
+
+    info!("--- a small registration succeeds");
+    let id = cluster
+        .client()
+        .register_dataset(&Dataset::range(10), &RegisterOptions::default())
+        .await?;
+    assert!(!id.is_empty());
+    assert_eq!(cluster.wait_for_leader(WAIT).await?, leader);
+    let after = views(&cluster);
+    assert!(after
+        .iter()
+        .all(|(_, l, t)| *l == Some(leader) && *t == before[0].2));
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_just_under_the_configured_limit_registers_and_its_task_runs_on_a_worker(
+) -> anyhow::Result<()> {
+    // A small limit rather than one past the 64 MiB default: the fact tested does not depend
+    // on the size, and a debug build encodes a definition into the log a byte at a time.
+    // openraft gives an append one heartbeat interval to complete, so the heartbeat (and
+    // the election timeout) are longer than the test kit's.
+    const LIMIT: usize = MIB / 2;
+    const ROWS: usize = 16;
+    sluice_tests::init_tracing();
+    let cluster = TestCluster::start_with(3, 1, |config| {
+        config.max_definition_size = LIMIT as u64;
+        config.heartbeat_interval = Duration::from_millis(500);
+        config.election_timeout = (Duration::from_millis(2500), Duration::from_millis(5000));
+    })
+    .await?;
+    cluster.wait_for_leader(WAIT).await?;
+    let client = cluster.client();
+
+    info!("--- just over the limit: refused, naming the limit");
+    let err = client
+        .register_dataset(
+            &slices_of(LIMIT + 16 * 1024, ROWS),
+            &RegisterOptions::default(),
+        )
+        .await
+        .expect_err("over the limit");
+    assert!(matches!(err, ClientError::InvalidArgument(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("limit of {LIMIT} bytes")),
+        "{message}"
+    );
+
+    info!("--- just under it: registered, and read through a worker that fetches it by id");
+    let bytes = LIMIT - 16 * 1024;
+    let service = client
+        .distribute(
+            &slices_of(bytes, ROWS),
+            ShardingPolicy::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let elements = read_epoch(&service, Duration::from_secs(60)).await?;
+    assert_eq!(elements.len(), ROWS);
+    for (i, element) in elements.iter().enumerate() {
+        let row = element.as_tensor().expect("a tensor row");
+        let data = row.raw_data().expect("raw bytes");
+        assert_eq!(data.len(), bytes / ROWS);
+        assert!(data.iter().all(|b| *b == i as u8), "row {i} intact");
+    }
+    cluster.shutdown().await;
+    Ok(())
+}
