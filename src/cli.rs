@@ -232,9 +232,9 @@ pub struct DispatcherArgs {
     /// A dataset no job has read for this long is forgotten (`never` to keep datasets).
     #[arg(long, value_parser = parse_optional_duration, default_value = "24h")]
     pub dataset_gc_timeout: MaybeDuration,
-    /// The largest dataset definition a registration may carry, e.g. `64MiB` (the same on
+    /// The largest dataset definition a registration may carry, e.g. `16MiB` (the same on
     /// every replica); larger ones are refused before they reach the Raft log.
-    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    #[arg(long, value_parser = parse_size, default_value = "16MiB")]
     pub max_definition_size: u64,
     /// Fixed worker list for static sharding (file, data, file_or_data, hint), the same on every
     /// replica: `HOST:PORT`, `HOST` or `HOST:%port%` (any port) entries, comma-separated. A

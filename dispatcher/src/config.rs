@@ -90,7 +90,7 @@ pub struct DispatcherConfig {
 }
 
 /// The default of [`DispatcherConfig::max_definition_size`].
-pub const DEFAULT_MAX_DEFINITION_SIZE: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_MAX_DEFINITION_SIZE: u64 = 16 * 1024 * 1024;
 
 /// The largest accepted value of [`DispatcherConfig::max_definition_size`]: with its margins
 /// it must stay below protobuf's 2 GiB message bound.
@@ -342,7 +342,7 @@ mod tests {
             assert_eq!(config.validate().is_ok(), valid, "{size}");
         }
         let default = DispatcherConfig::default();
-        assert_eq!(default.client_message_limit(), 68 * mib as usize);
+        assert_eq!(default.client_message_limit(), 20 * mib as usize);
         assert_eq!(default.peer_message_limit(), 256 * mib as usize);
         let raised = DispatcherConfig {
             max_definition_size: 512 * mib,

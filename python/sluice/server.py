@@ -46,7 +46,7 @@ class DispatcherConfig:
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
     - ``max_definition_size``: the largest dataset definition a registration may carry, in
-      bytes (``None``: 64 MiB), the same on every replica; larger ones are refused with
+      bytes (``None``: 16 MiB), the same on every replica; larger ones are refused with
       ``InvalidArgumentError``. Keep large constant data in files.
     - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
       ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths

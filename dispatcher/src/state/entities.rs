@@ -16,7 +16,8 @@ pub type DefinitionKey = [u8; 32];
 /// A dataset definition, stored once per content.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Definition {
-    /// The prost encoding of the `DatasetDef` (file lists expanded).
+    /// The prost encoding of the `DatasetDef` (file lists expanded), as one byte string.
+    #[serde(with = "serde_bytes")]
     pub bytes: Vec<u8>,
     /// Datasets using it; at 0 it is removed.
     pub datasets: u64,

@@ -26,6 +26,7 @@ pub struct JobOptions {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DatasetMetadata {
     /// The prost encoding of the `ElementSpec`, opaque to the state.
+    #[serde(with = "serde_bytes")]
     pub element_spec: Vec<u8>,
     /// -1 infinite, -2 unknown, otherwise the number of elements.
     pub cardinality: i64,
@@ -69,6 +70,9 @@ pub enum Update {
     /// encoding of the `DatasetDef` with its file lists already expanded.
     RegisterDataset {
         dataset_id: Option<DatasetId>,
+        // As one byte string, not a sequence of bytes: encoded and decoded at memory speed (a
+        // large definition must reach the followers within one heartbeat).
+        #[serde(with = "serde_bytes")]
         def: Vec<u8>,
         metadata: DatasetMetadata,
         /// Number of splits of each split provider (for distributed_epoch iterations).

@@ -59,8 +59,8 @@ async fn two_concurrent_oversized_registrations_are_refused_at_once_and_the_lead
         };
         for want in [
             "the dataset definition is 1363",
-            // The client API's bound: 64 MiB and its 4 MiB margin.
-            "the limit is: 71303168 bytes",
+            // The client API's bound: 16 MiB and its 4 MiB margin.
+            "the limit is: 20971520 bytes",
             "--max-definition-size",
         ] {
             assert!(message.contains(want), "{message:?} lacks {want:?}");
@@ -97,17 +97,14 @@ async fn two_concurrent_oversized_registrations_are_refused_at_once_and_the_lead
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_definition_just_under_the_configured_limit_registers_and_its_task_runs_on_a_worker(
 ) -> anyhow::Result<()> {
-    // A small limit rather than one past the 64 MiB default: the fact tested does not depend
-    // on the size, and a debug build encodes a definition into the log a byte at a time.
-    // openraft gives an append one heartbeat interval to complete, so the heartbeat (and
-    // the election timeout) are longer than the test kit's.
-    const LIMIT: usize = MIB / 2;
+    // The default limit, at the test kit's Raft timings (a 50 ms heartbeat): openraft gives
+    // an append one heartbeat interval, so the largest definition allowed by default must
+    // reach the followers within it, in a debug build too.
+    const LIMIT: usize = 16 * MIB;
     const ROWS: usize = 16;
     sluice_tests::init_tracing();
     let cluster = TestCluster::start_with(3, 1, |config| {
-        config.max_definition_size = LIMIT as u64;
-        config.heartbeat_interval = Duration::from_millis(500);
-        config.election_timeout = (Duration::from_millis(2500), Duration::from_millis(5000));
+        assert_eq!(config.max_definition_size, LIMIT as u64, "the default");
     })
     .await?;
     cluster.wait_for_leader(WAIT).await?;
