@@ -3,6 +3,7 @@
 //! and what the bench reads of them (the leader, a process's memory).
 
 use anyhow::{bail, Context};
+use crate::leader_probe::Target;
 use serde_json::Value;
 use sluice_client::DispatcherClient;
 use sluice_security::ClientSecurity;
@@ -108,6 +109,20 @@ impl Cluster {
                 Some(creds) => creds.client()?,
                 None => ClientSecurity::default(),
             },
+        })
+    }
+
+    /// The quorum as the scale workloads see it: client addresses and process ids.
+    pub(crate) fn target(&self) -> anyhow::Result<Target> {
+        let pids = self
+            .dispatchers
+            .iter()
+            .map(|d| d.pid().context("a dispatcher's pid"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Target {
+            addrs: self.addrs.split(',').map(str::to_string).collect(),
+            pids,
+            security: self.security.clone(),
         })
     }
 

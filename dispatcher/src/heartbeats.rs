@@ -12,7 +12,7 @@ use crate::error::DispatcherError;
 use crate::ids::ClientId;
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
-use crate::state::{DispatcherState, Rejection};
+use crate::state::{DispatcherState, Iteration, Rejection};
 use crate::state_reader::StateReader;
 use sluice_proto::dispatcher as pb;
 use sluice_security::Identity;
@@ -71,7 +71,11 @@ impl Heartbeats {
                 .await?;
         }
         self.reader
-            .long_poll(deadline, |s| client_view(s, client_id, req.known_tasks))
+            .long_poll(
+                deadline,
+                |s| client_changed(s, client_id, req.known_tasks),
+                |s| client_view(s, client_id),
+            )
             .await
     }
 
@@ -110,12 +114,11 @@ impl Heartbeats {
         }
         let current: BTreeSet<u64> = req.current_tasks.iter().copied().collect();
         self.reader
-            .long_poll(deadline, |s| {
-                let response = worker_view(s, &req.worker_address, &current);
-                let changed =
-                    !response.new_tasks.is_empty() || !response.tasks_to_delete.is_empty();
-                Ok((response, changed))
-            })
+            .long_poll(
+                deadline,
+                |s| Ok(worker_changed(s, &req.worker_address, &current)),
+                |s| Ok(worker_view(s, &req.worker_address, &current)),
+            )
             .await
     }
 }
@@ -124,16 +127,36 @@ fn poll_deadline(poll: Duration) -> Instant {
     Instant::now() + poll.min(MAX_POLL)
 }
 
-/// A client's tasks and its iteration's progress, and whether that is news to a client that
-/// knows `known_tasks` tasks (a blocked round is always news: it needs the consumer's answer).
-fn client_view(
+/// The client's iteration, or `NotFound`.
+fn iteration_of(
+    state: &DispatcherState,
+    client_id: ClientId,
+) -> Result<&Iteration, DispatcherError> {
+    Ok(state.client_iteration(client_id).ok_or_else(|| {
+        Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
+    })?)
+}
+
+/// Whether a client that knows `known_tasks` tasks has news: the iteration finished, a round
+/// is blocked (always news: it needs the consumer's answer), or the tasks changed. Without
+/// building the reply: long polls ask this after every applied entry.
+fn client_changed(
     state: &DispatcherState,
     client_id: ClientId,
     known_tasks: u32,
-) -> Result<(pb::ClientHeartbeatResponse, bool), DispatcherError> {
-    let iteration = state.client_iteration(client_id).ok_or_else(|| {
-        Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
-    })?;
+) -> Result<bool, DispatcherError> {
+    let iteration = iteration_of(state, client_id)?;
+    Ok(iteration.finished
+        || !iteration.pending_tasks.is_empty()
+        || iteration.tasks.len() != known_tasks as usize)
+}
+
+/// A client's tasks and its iteration's progress.
+fn client_view(
+    state: &DispatcherState,
+    client_id: ClientId,
+) -> Result<pb::ClientHeartbeatResponse, DispatcherError> {
+    let iteration = iteration_of(state, client_id)?;
     let tasks: Vec<pb::TaskInfo> = state
         .tasks_of_iteration(iteration)
         .into_iter()
@@ -144,10 +167,29 @@ fn client_view(
         block_round: iteration.pending_tasks.front().map(|p| p.target_round),
         tasks,
     };
-    let changed = response.iteration_finished
-        || response.block_round.is_some()
-        || response.tasks.len() as u32 != known_tasks;
-    Ok((response, changed))
+    Ok(response)
+}
+
+/// Whether the worker has a task to start or to stop; [`worker_view`] without building it.
+fn worker_changed(state: &DispatcherState, worker: &str, current: &BTreeSet<u64>) -> bool {
+    let mut held = 0;
+    for task in state.active_tasks_of_worker(worker) {
+        if current.contains(&task.id.0) {
+            held += 1;
+            continue;
+        }
+        // As `worker_view`: a task whose definition cannot be found is not sent.
+        let startable = state
+            .iteration(task.iteration_id)
+            .and_then(|it| state.job(it.job_id))
+            .and_then(|job| state.dataset(&job.dataset_id))
+            .is_some();
+        if startable {
+            return true;
+        }
+    }
+    // A held task that is no longer active is to be deleted.
+    held != current.len()
 }
 
 /// What a worker should start (assigned, unfinished, not running) and stop (running, no longer

@@ -1,27 +1,43 @@
 //! `StateReader`: reads of the applied state that must be current, and long polls on it.
 //!
 //! A read is current when this replica is the leader, a quorum confirmed it after the request
-//! arrived, and it applied everything committed before (`linearizable`). A long poll then
-//! re-reads the state after every applied entry until the caller's view changed, its deadline
-//! passed, or this replica stopped leading (the caller then asks again, maybe elsewhere).
+//! arrived, and it applied everything committed before (`linearizable`; concurrent reads share
+//! one confirmation, see `ReadBatch`). A long poll then checks the caller's view after every
+//! applied entry until it changed, its deadline passed, or this replica stopped leading (the
+//! caller then asks again, maybe elsewhere).
+//!
+//! Long polls wake on applied entries and leadership changes only: Raft's metrics also change
+//! on every quorum acknowledgement (several times per heartbeat interval, and once per
+//! confirmation round), and waking thousands of waiting heartbeats for those re-read the state
+//! for nothing. One task per replica turns the metrics into an [`AppliedMark`] watch.
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
-use crate::raft_error::raft_error;
-use crate::raft_types::{Raft, StateHandle};
+use crate::raft_types::{NodeInfo, Raft, StateHandle};
+use openraft::RaftMetrics;
+use crate::read_batch::ReadBatch;
 use crate::state::DispatcherState;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// How long a linearizable read waits for a quorum to confirm the leader before the caller
-/// hears `Unavailable`.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(3);
+/// What a long poll waits for a change of: the last applied index, and whether this replica
+/// leads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct AppliedMark {
+    applied: Option<u64>,
+    leading: bool,
+}
 
 #[derive(Clone)]
 pub struct StateReader {
     id: NodeId,
     raft: Raft,
     state: StateHandle,
+    reads: Arc<ReadBatch>,
+    /// Started by the first long poll (a runtime is needed to run its forwarding task).
+    applied: Arc<OnceLock<watch::Receiver<AppliedMark>>>,
     /// A leader no quorum acknowledged for this long is probably deposed (or cut off): it
     /// answers `Unavailable` at once instead of letting callers wait on writes that cannot
     /// commit.
@@ -32,6 +48,8 @@ impl StateReader {
     pub fn new(id: NodeId, raft: Raft, state: StateHandle, quorum_lease: Duration) -> Self {
         StateReader {
             id,
+            reads: ReadBatch::new(raft.clone()),
+            applied: Arc::new(OnceLock::new()),
             raft,
             state,
             quorum_lease,
@@ -56,12 +74,13 @@ impl StateReader {
     /// before the call, so the state read next is current.
     pub async fn linearizable(&self) -> Result<(), DispatcherError> {
         self.check_quorum()?;
-        let confirmed = tokio::time::timeout(CONFIRM_TIMEOUT, self.raft.ensure_linearizable())
-            .await
-            .map_err(|_| {
-                DispatcherError::QuorumUnavailable("no quorum confirmed the leader in time".into())
-            })?;
-        confirmed.map(|_| ()).map_err(raft_error)
+        self.reads.confirm().await
+    }
+
+    /// The size of the applied state in the journal's encoding (what a snapshot holds).
+    pub fn encoded_state_bytes(&self) -> Result<usize, DispatcherError> {
+        let applied = self.state.read().expect("state lock poisoned");
+        Ok(sluice_journal::codec::try_encode(&applied.state)?.len())
     }
 
     /// Reads the applied state (current only after [`StateReader::linearizable`]).
@@ -70,32 +89,61 @@ impl StateReader {
         f(&applied.state)
     }
 
-    /// Evaluates `view` now and after each applied entry; returns its value once it reports a
-    /// change, when `deadline` passes, or when this replica no longer leads.
+    /// Checks `changed` now and after each applied entry; returns `view` once `changed` says
+    /// so, when `deadline` passes, or when this replica no longer leads. `changed` runs for
+    /// every applied entry while the poll waits, so it should be cheap; `view` runs once.
     pub async fn long_poll<T>(
         &self,
         deadline: Instant,
-        mut view: impl FnMut(&DispatcherState) -> Result<(T, bool), DispatcherError>,
+        mut changed: impl FnMut(&DispatcherState) -> Result<bool, DispatcherError>,
+        view: impl FnOnce(&DispatcherState) -> Result<T, DispatcherError>,
     ) -> Result<T, DispatcherError> {
+        let mut applied = self.applied_marks();
         loop {
-            let (value, changed) = self.read(&mut view)?;
-            if changed || !self.wait_for_change(deadline).await {
-                return Ok(value);
+            applied.borrow_and_update();
+            if self.read(&mut changed)? || !Self::wait_for_change(&mut applied, deadline).await {
+                return self.read(view);
             }
         }
     }
 
     /// Waits for the next applied entry, or until `deadline`; false when the deadline passed or
     /// this replica is no longer the leader.
-    async fn wait_for_change(&self, deadline: Instant) -> bool {
-        let mut metrics = self.raft.metrics();
-        metrics.borrow_and_update();
-        if metrics.borrow().current_leader != Some(self.id) {
+    async fn wait_for_change(applied: &mut watch::Receiver<AppliedMark>, deadline: Instant) -> bool {
+        if !applied.borrow().leading {
             return false;
         }
         matches!(
-            tokio::time::timeout_at(deadline, metrics.changed()).await,
-            Ok(Ok(()))
+            tokio::time::timeout_at(deadline, applied.changed()).await,
+            Ok(Ok(())) if applied.borrow().leading
         )
+    }
+
+    /// The watch of applied entries and leadership, started on first use.
+    fn applied_marks(&self) -> watch::Receiver<AppliedMark> {
+        self.applied
+            .get_or_init(|| {
+                let mut metrics = self.raft.metrics();
+                let id = self.id;
+                let mark = move |m: &RaftMetrics<NodeId, NodeInfo>| AppliedMark {
+                    applied: m.last_applied.map(|l| l.index),
+                    leading: m.current_leader == Some(id),
+                };
+                let (marks, receiver) = watch::channel(mark(&metrics.borrow_and_update()));
+                tokio::spawn(async move {
+                    // Ends when Raft stops (its metrics sender is dropped); the long polls then
+                    // see the watch closed and return.
+                    while metrics.changed().await.is_ok() {
+                        let next = mark(&metrics.borrow_and_update());
+                        marks.send_if_modified(|current| {
+                            let modified = *current != next;
+                            *current = next;
+                            modified
+                        });
+                    }
+                });
+                receiver
+            })
+            .clone()
     }
 }

@@ -1,0 +1,109 @@
+//! `Target`: the quorum the scale and soak workloads run against, and what they read of its
+//! leader: which replica it is, its process's CPU time and memory (Linux `/proc`), and the
+//! sizes `sluice status` reports (the encoded state, the last snapshot).
+//!
+//! The replicas are child processes in `sluice bench` and run in the test's own process in the
+//! bench's tests; there the leader's process is this one.
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+use sluice_rpc::{DispatcherClient, RetryConfig};
+use sluice_security::ClientSecurity;
+use std::time::Duration;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The `/proc/<pid>/stat` times are in clock ticks of `USER_HZ`, 100 on Linux's mainstream
+/// configurations.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The replicas' client addresses, and their process ids in the same order (empty: they run
+/// in this process).
+pub struct Target {
+    pub addrs: Vec<String>,
+    pub pids: Vec<u32>,
+    pub security: ClientSecurity,
+}
+
+/// The leader's process, `self` or a pid.
+pub(crate) struct LeaderProcess(String);
+
+/// Sizes from the leader's status.
+pub(crate) struct Sizes {
+    pub(crate) state_mib: f64,
+    pub(crate) snapshot_mib: f64,
+}
+
+impl Target {
+    /// A client of the quorum; a caller that cannot get an answer for 10 s reports an error
+    /// (each attempt has its own 5 s deadline).
+    pub fn client(&self) -> anyhow::Result<DispatcherClient> {
+        let retry = RetryConfig {
+            retry_timeout: Duration::from_secs(10),
+            ..RetryConfig::default()
+        };
+        Ok(DispatcherClient::connect(
+            &self.addrs.join(","),
+            retry,
+            self.security.clone(),
+        )?)
+    }
+
+    /// The status JSON of the replica `client` reaches (the leader once it followed it).
+    async fn status(client: &DispatcherClient) -> anyhow::Result<Value> {
+        let status = client.get_status().await.context("sluice status")?;
+        Ok(serde_json::from_str(&status)?)
+    }
+
+    /// The leader's process.
+    pub(crate) async fn leader(&self, client: &DispatcherClient) -> anyhow::Result<LeaderProcess> {
+        if self.pids.is_empty() {
+            return Ok(LeaderProcess("self".into()));
+        }
+        let status = Self::status(client).await?;
+        let leader = status["leader_addr"]
+            .as_str()
+            .context("no leader address in the status")?;
+        let Some(index) = self.addrs.iter().position(|a| a == leader) else {
+            bail!("the leader {leader} is none of {:?}", self.addrs);
+        };
+        Ok(LeaderProcess(self.pids[index].to_string()))
+    }
+
+    /// The state and snapshot sizes the leader reports (a replica without a snapshot yet: 0).
+    pub(crate) async fn sizes(&self, client: &DispatcherClient) -> anyhow::Result<Sizes> {
+        let status = Self::status(client).await?;
+        let state = status["state_bytes"]
+            .as_u64()
+            .context("no state_bytes in the status")?;
+        Ok(Sizes {
+            state_mib: state as f64 / MIB,
+            snapshot_mib: status["snapshot_bytes"].as_u64().unwrap_or(0) as f64 / MIB,
+        })
+    }
+}
+
+impl LeaderProcess {
+    /// User and system CPU time so far, in seconds.
+    pub(crate) fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0))
+            .context("read /proc stat")?;
+        // The fields after the command name, which is in parentheses and may hold spaces:
+        // state is field 3, utime 14 and stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| -> anyhow::Result<f64> {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .context("cpu times in /proc stat")
+        };
+        Ok((ticks(11)? + ticks(12)?) / TICKS_PER_SECOND)
+    }
+
+    pub(crate) fn rss_mib(&self) -> anyhow::Result<f64> {
+        crate::cluster::rss_mib(&self.0)
+    }
+}
