@@ -2,8 +2,8 @@
 //! tf.data service's figures were taken: dispatcher, worker and client in separate processes),
 //! and what the bench reads of them (the leader, a process's memory).
 
-use anyhow::{bail, Context};
 use crate::leader_probe::Target;
+use anyhow::{bail, Context};
 use serde_json::Value;
 use sluice_client::DispatcherClient;
 use sluice_security::ClientSecurity;

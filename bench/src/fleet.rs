@@ -74,7 +74,8 @@ impl SimWorker {
                 first = false;
             }
             for task in reply.new_tasks {
-                let (task_id, iteration_id) = (TaskId(task.task_id), IterationId(task.iteration_id));
+                let (task_id, iteration_id) =
+                    (TaskId(task.task_id), IterationId(task.iteration_id));
                 held.entry(task.task_id).or_insert_with(|| {
                     me.stats.held_tasks.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(me.clone().lease_loop(task_id, iteration_id))

@@ -99,7 +99,10 @@ impl FleetStats {
     }
 
     pub(crate) fn first_error(&self) -> Option<String> {
-        self.first_error.lock().expect("error lock poisoned").clone()
+        self.first_error
+            .lock()
+            .expect("error lock poisoned")
+            .clone()
     }
 
     pub(crate) fn leases(&self) -> u64 {

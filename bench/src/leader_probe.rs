@@ -86,8 +86,8 @@ impl Target {
 impl LeaderProcess {
     /// User and system CPU time so far, in seconds.
     pub(crate) fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0))
-            .context("read /proc stat")?;
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.0)).context("read /proc stat")?;
         // The fields after the command name, which is in parentheses and may hold spaces:
         // state is field 3, utime 14 and stime 15.
         let fields: Vec<&str> = stat

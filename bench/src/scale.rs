@@ -206,7 +206,11 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         let mut jobs = Vec::new();
         for j in 0..config.jobs {
             let request = job_request(&dataset, Some(format!("scale-{j}")));
-            jobs.push(root.get_or_create_job(&request).await.context("create a job")?);
+            jobs.push(
+                root.get_or_create_job(&request)
+                    .await
+                    .context("create a job")?,
+            );
         }
         for i in 0..config.clients {
             let client = SimClient {

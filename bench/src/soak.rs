@@ -74,7 +74,14 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
             &cancel,
         );
         let setup = Duration::from_secs(60);
-        wait_count(&stats.workers_up, config.workers, setup, "workers registered", &stats).await?;
+        wait_count(
+            &stats.workers_up,
+            config.workers,
+            setup,
+            "workers registered",
+            &stats,
+        )
+        .await?;
         let leader = target.leader(&root).await?;
         let rss_before = leader.rss_mib()?;
 

@@ -36,7 +36,11 @@ async fn a_small_fleet_heartbeats_and_leases_without_errors() {
     let f = run_scale(&target, &config).await.expect("scale run");
     println!("{f:?}");
     assert_eq!(f.errors, 0, "first error: {:?}", f.first_error);
-    assert!(f.heartbeats > 100, "too few heartbeats timed: {}", f.heartbeats);
+    assert!(
+        f.heartbeats > 100,
+        "too few heartbeats timed: {}",
+        f.heartbeats
+    );
     assert!(f.worker_heartbeat_p99_ms > 0.0 && f.client_heartbeat_p99_ms > 0.0);
     assert!(f.heartbeat_p50_ms <= f.heartbeat_p99_ms);
     // Generous: a debug build on a shared machine, yet far below a timeout.

@@ -9,11 +9,12 @@ use crate::access;
 use crate::config::DispatcherConfig;
 use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
-use crate::ids::ClientId;
+use crate::ids::{ClientId, TaskId};
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
-use crate::state::{DispatcherState, Iteration, Rejection};
-use crate::state_reader::StateReader;
+use crate::state::{Dataset, DispatcherState, Iteration, Job, Rejection, Task};
+use crate::state_reader::{Check, StateReader};
+use crate::worker_tasks::{Freshness, WorkerTasks};
 use sluice_proto::dispatcher as pb;
 use sluice_security::Identity;
 use std::collections::BTreeSet;
@@ -28,6 +29,8 @@ pub struct Heartbeats {
     reader: StateReader,
     proposer: ProposerHandle,
     liveness: Arc<Liveness>,
+    /// Each worker's active tasks, for the worker long polls.
+    worker_tasks: WorkerTasks,
     /// Longest worker long poll: half the worker timeout.
     max_worker_poll: Duration,
     /// The configured static-sharding worker list, put into every `RegisterWorker` this
@@ -46,6 +49,7 @@ impl Heartbeats {
             reader,
             proposer,
             liveness,
+            worker_tasks: WorkerTasks::default(),
             max_worker_poll: config.worker_timeout / 2,
             worker_addresses: config.worker_addresses.clone(),
         }
@@ -73,8 +77,13 @@ impl Heartbeats {
         self.reader
             .long_poll(
                 deadline,
-                |s| client_changed(s, client_id, req.known_tasks),
-                |s| client_view(s, client_id),
+                |_, s| {
+                    Ok(match client_changed(s, client_id, req.known_tasks)? {
+                        true => Check::Changed,
+                        false => Check::Unchanged,
+                    })
+                },
+                |_, s| client_view(s, client_id),
             )
             .await
     }
@@ -96,6 +105,8 @@ impl Heartbeats {
         let poll = Duration::from_millis(req.poll_timeout_ms).min(self.max_worker_poll);
         let deadline = poll_deadline(poll);
         self.reader.linearizable().await?;
+        // Replies reflect at least this state (see `WorkerTasks`).
+        let read_point = self.reader.applied_index();
         let register = self.reader.read(|s| {
             s.worker(&req.worker_address).is_none()
                 || s.worker_lacks_coordinated_task(&req.worker_address)
@@ -113,11 +124,30 @@ impl Heartbeats {
                 .await?;
         }
         let current: BTreeSet<u64> = req.current_tasks.iter().copied().collect();
+        let worker = req.worker_address.as_str();
         self.reader
             .long_poll(
                 deadline,
-                |s| Ok(worker_changed(s, &req.worker_address, &current)),
-                |s| Ok(worker_view(s, &req.worker_address, &current)),
+                |applied, s| {
+                    let (changed, freshness) =
+                        self.worker_tasks
+                            .with_active(s, applied, read_point, worker, |active| {
+                                worker_changed(s, active, &current)
+                            });
+                    Ok(match (changed, freshness) {
+                        (true, _) => Check::Changed,
+                        (false, Freshness::Current) => Check::Unchanged,
+                        (false, Freshness::Behind(at)) => Check::Again(at),
+                    })
+                },
+                |applied, s| {
+                    let (view, _) =
+                        self.worker_tasks
+                            .with_active(s, applied, read_point, worker, |active| {
+                                worker_view(s, worker, active, &current)
+                            });
+                    Ok(view)
+                },
             )
             .await
     }
@@ -171,53 +201,49 @@ fn client_view(
 }
 
 /// Whether the worker has a task to start or to stop; [`worker_view`] without building it.
-fn worker_changed(state: &DispatcherState, worker: &str, current: &BTreeSet<u64>) -> bool {
-    let mut held = 0;
-    for task in state.active_tasks_of_worker(worker) {
-        if current.contains(&task.id.0) {
-            held += 1;
-            continue;
-        }
-        // As `worker_view`: a task whose definition cannot be found is not sent.
-        let startable = state
-            .iteration(task.iteration_id)
-            .and_then(|it| state.job(it.job_id))
-            .and_then(|job| state.dataset(&job.dataset_id))
-            .is_some();
-        if startable {
-            return true;
-        }
-    }
-    // A held task that is no longer active is to be deleted.
-    held != current.len()
+fn worker_changed(
+    state: &DispatcherState,
+    active: &BTreeSet<u64>,
+    current: &BTreeSet<u64>,
+) -> bool {
+    // As `worker_view`: a task whose definition cannot be found is not sent.
+    active
+        .difference(current)
+        .any(|id| definition_of(state, TaskId(*id)).is_some())
+        || !current.is_subset(active)
+}
+
+/// The iteration, job and dataset a task runs, when all are stored.
+fn definition_of(state: &DispatcherState, id: TaskId) -> Option<(&Task, &Job, &Dataset)> {
+    let task = state.task(id)?;
+    let iteration = state.iteration(task.iteration_id)?;
+    let job = state.job(iteration.job_id)?;
+    let dataset = state.dataset(&job.dataset_id)?;
+    Some((task, job, dataset))
 }
 
 /// What a worker should start (assigned, unfinished, not running) and stop (running, no longer
-/// assigned or finished).
+/// assigned or finished), given its `active` tasks.
 fn worker_view(
     state: &DispatcherState,
     worker: &str,
+    active: &BTreeSet<u64>,
     current: &BTreeSet<u64>,
 ) -> pb::WorkerHeartbeatResponse {
-    let active: Vec<_> = state.active_tasks_of_worker(worker).collect();
-    let active_ids: BTreeSet<u64> = active.iter().map(|t| t.id.0).collect();
     let new_tasks = active
-        .iter()
-        .filter(|t| !current.contains(&t.id.0))
-        .filter_map(|t| {
-            let iteration = state.iteration(t.iteration_id)?;
-            let job = state.job(iteration.job_id)?;
-            let dataset = state.dataset(&job.dataset_id)?;
-            Some(task_def(
-                t,
+        .difference(current)
+        .filter_map(|id| definition_of(state, TaskId(*id)))
+        .map(|(task, job, dataset)| {
+            task_def(
+                task,
                 job,
                 dataset,
                 state.worker_index(worker),
                 state.static_workers(),
-            ))
+            )
         })
         .collect();
-    let tasks_to_delete = current.difference(&active_ids).copied().collect();
+    let tasks_to_delete = current.difference(active).copied().collect();
     pb::WorkerHeartbeatResponse {
         new_tasks,
         tasks_to_delete,

@@ -25,6 +25,7 @@
 //! - `state_reader`: linearizable reads of the applied state and long polls on it.
 //! - `read_batch`: one quorum confirmation shared by concurrent linearizable reads.
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
+//! - `worker_tasks`: the leader's index of each worker's active tasks, for heartbeats.
 //! - `membership`: adding and removing replicas.
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
@@ -52,13 +53,14 @@ pub mod raft_error;
 pub mod raft_network;
 pub mod raft_service;
 pub mod raft_types;
+pub mod read_batch;
 pub mod registration;
 pub mod service;
 pub mod state;
-pub mod read_batch;
 pub mod state_reader;
 pub mod task_remover;
 pub mod timers;
+pub mod worker_tasks;
 
 pub use config::DispatcherConfig;
 pub use dispatcher_handle::DispatcherHandle;

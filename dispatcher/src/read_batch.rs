@@ -69,7 +69,9 @@ impl ReadBatch {
         let result = match outcome.wait_for(Option::is_some).await {
             Ok(result) => result.clone(),
             // The round was dropped unanswered: only when the runtime shuts down.
-            Err(_) => Some(Err(RaftFailure::Stopped("read confirmation dropped".into()))),
+            Err(_) => Some(Err(RaftFailure::Stopped(
+                "read confirmation dropped".into(),
+            ))),
         };
         match result {
             Some(Ok(())) => Ok(()),
@@ -93,15 +95,18 @@ impl ReadBatch {
                     }
                 }
             };
-            let result =
-                match tokio::time::timeout(CONFIRM_TIMEOUT, self.raft.ensure_linearizable()).await
-                {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(RaftFailure::from(e)),
-                    Err(_) => Err(RaftFailure::QuorumNotEnough(
-                        "no quorum confirmed the leader in time".into(),
-                    )),
-                };
+            let result = match tokio::time::timeout(
+                CONFIRM_TIMEOUT,
+                self.raft.ensure_linearizable(),
+            )
+            .await
+            {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(RaftFailure::from(e)),
+                Err(_) => Err(RaftFailure::QuorumNotEnough(
+                    "no quorum confirmed the leader in time".into(),
+                )),
+            };
             round.send_replace(Some(result));
         }
     }

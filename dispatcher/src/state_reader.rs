@@ -14,9 +14,9 @@
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::raft_types::{NodeInfo, Raft, StateHandle};
-use openraft::RaftMetrics;
 use crate::read_batch::ReadBatch;
 use crate::state::DispatcherState;
+use openraft::RaftMetrics;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -28,6 +28,22 @@ use tokio::time::Instant;
 struct AppliedMark {
     applied: Option<u64>,
     leading: bool,
+}
+
+/// What a long poll's check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    Changed,
+    Unchanged,
+    /// Cannot tell before this time (it read an index built before the latest entry).
+    Again(Instant),
+}
+
+/// How a long poll's wait ended.
+enum Wait {
+    Applied,
+    TimedOut,
+    NotLeading,
 }
 
 #[derive(Clone)]
@@ -89,34 +105,55 @@ impl StateReader {
         f(&applied.state)
     }
 
-    /// Checks `changed` now and after each applied entry; returns `view` once `changed` says
-    /// so, when `deadline` passes, or when this replica no longer leads. `changed` runs for
-    /// every applied entry while the poll waits, so it should be cheap; `view` runs once.
+    /// Checks `changed` now and after each applied entry (or at the time it asks to be asked
+    /// again); returns `view` once `changed` says so, when `deadline` passes, or when this
+    /// replica no longer leads. `changed` runs for every applied entry while the poll waits, so
+    /// it should be cheap; `view` runs once. Both get the applied index with the state.
     pub async fn long_poll<T>(
         &self,
         deadline: Instant,
-        mut changed: impl FnMut(&DispatcherState) -> Result<bool, DispatcherError>,
-        view: impl FnOnce(&DispatcherState) -> Result<T, DispatcherError>,
+        mut changed: impl FnMut(Option<u64>, &DispatcherState) -> Result<Check, DispatcherError>,
+        view: impl FnOnce(Option<u64>, &DispatcherState) -> Result<T, DispatcherError>,
     ) -> Result<T, DispatcherError> {
         let mut applied = self.applied_marks();
         loop {
             applied.borrow_and_update();
-            if self.read(&mut changed)? || !Self::wait_for_change(&mut applied, deadline).await {
-                return self.read(view);
+            let until = match self.read_applied(&mut changed)? {
+                Check::Changed => break,
+                Check::Unchanged => deadline,
+                Check::Again(at) => at.min(deadline),
+            };
+            match Self::wait_for_change(&mut applied, until).await {
+                Wait::Applied => {}
+                Wait::TimedOut if Instant::now() < deadline => {}
+                Wait::TimedOut | Wait::NotLeading => break,
             }
+        }
+        self.read_applied(view)
+    }
+
+    /// Waits for the next applied entry, or until `until`.
+    async fn wait_for_change(applied: &mut watch::Receiver<AppliedMark>, until: Instant) -> Wait {
+        if !applied.borrow().leading {
+            return Wait::NotLeading;
+        }
+        match tokio::time::timeout_at(until, applied.changed()).await {
+            Ok(Ok(())) if applied.borrow().leading => Wait::Applied,
+            // Raft stopped (the watch closed) or this replica stopped leading.
+            Ok(_) => Wait::NotLeading,
+            Err(_) => Wait::TimedOut,
         }
     }
 
-    /// Waits for the next applied entry, or until `deadline`; false when the deadline passed or
-    /// this replica is no longer the leader.
-    async fn wait_for_change(applied: &mut watch::Receiver<AppliedMark>, deadline: Instant) -> bool {
-        if !applied.borrow().leading {
-            return false;
-        }
-        matches!(
-            tokio::time::timeout_at(deadline, applied.changed()).await,
-            Ok(Ok(())) if applied.borrow().leading
-        )
+    /// The applied index now (of the state [`StateReader::read`] reads).
+    pub fn applied_index(&self) -> Option<u64> {
+        self.read_applied(|applied, _| applied)
+    }
+
+    /// Reads the applied state with the index of the last entry applied to it.
+    pub fn read_applied<T>(&self, f: impl FnOnce(Option<u64>, &DispatcherState) -> T) -> T {
+        let applied = self.state.read().expect("state lock poisoned");
+        f(applied.last_applied.map(|l| l.index), &applied.state)
     }
 
     /// The watch of applied entries and leadership, started on first use.
