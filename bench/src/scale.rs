@@ -8,9 +8,10 @@
 //! latencies (see `fleet_stats`), leases, and the leader's CPU time over the window; at its end
 //! the leader's RSS and the sizes from `sluice status` (the encoded state, the last snapshot).
 //!
-//! Simulated callers share gRPC connections, `callers_per_connection` to each (a connection per
-//! caller would cost the bench process more than the dispatcher), but each has its own
-//! requester id, as separate processes would.
+//! Each simulated worker has a connection of its own, as a real one does (its heartbeats and
+//! every task's leases go over it). Simulated clients share connections,
+//! `callers_per_connection` to each (a connection per client would cost the bench process more
+//! than the dispatcher), but each has its own requester id, as separate processes would.
 
 use crate::fleet::{SimClient, SimWorker};
 use crate::fleet_stats::{quantile, Caller, FleetStats};
@@ -37,6 +38,7 @@ pub struct ScaleConfig {
     pub splits: u64,
     /// Simulated work per split of a task.
     pub split_cost: Duration,
+    /// Simulated clients per gRPC connection.
     pub callers_per_connection: usize,
     /// How long workers may take to register and clients to attach.
     pub setup_timeout: Duration,
@@ -154,18 +156,19 @@ pub(crate) fn job_request(dataset: &DatasetId, name: Option<String>) -> JobReque
     }
 }
 
-/// Starts `n` simulated workers on `pool`, each with `split_cost` per split.
+/// Starts `n` simulated workers, each with `split_cost` per split and a connection of its own
+/// (a worker's heartbeats and its tasks' leases share it, as in a real worker).
 pub(crate) fn spawn_workers(
     tasks: &mut JoinSet<()>,
-    pool: &[DispatcherClient],
+    target: &Target,
     n: usize,
     split_cost: Duration,
     stats: &Arc<FleetStats>,
     cancel: &CancellationToken,
-) {
+) -> anyhow::Result<()> {
     for i in 0..n {
         let worker = SimWorker {
-            client: pool[i % pool.len()].sharing_connections(),
+            client: target.client()?,
             address: format!("127.0.0.1:{}", 1024 + i),
             split_cost,
             stats: stats.clone(),
@@ -173,6 +176,7 @@ pub(crate) fn spawn_workers(
         };
         tasks.spawn(worker.run());
     }
+    Ok(())
 }
 
 /// Runs the scale workload against `target`.
@@ -183,18 +187,17 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
     let stats = Arc::new(FleetStats::default());
     let cancel = CancellationToken::new();
     let mut tasks = JoinSet::new();
-    let callers = config.workers + config.clients;
-    let pool = connections(target, callers, config.callers_per_connection)?;
+    let pool = connections(target, config.clients, config.callers_per_connection)?;
 
     let result = async {
         spawn_workers(
             &mut tasks,
-            &pool,
+            target,
             config.workers,
             config.split_cost,
             &stats,
             &cancel,
-        );
+        )?;
         wait_count(
             &stats.workers_up,
             config.workers,
@@ -214,7 +217,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         }
         for i in 0..config.clients {
             let client = SimClient {
-                client: pool[(config.workers + i) % pool.len()].sharing_connections(),
+                client: pool[i % pool.len()].sharing_connections(),
                 job_id: jobs[i % jobs.len()],
                 stats: stats.clone(),
                 cancel: cancel.clone(),

@@ -63,16 +63,16 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
     let stats = Arc::new(FleetStats::default());
     let cancel = CancellationToken::new();
     let mut workers = JoinSet::new();
-    let pool = connections(target, config.workers + config.callers, 100)?;
+    let pool = connections(target, config.callers, 100)?;
     let result = async {
         spawn_workers(
             &mut workers,
-            &pool,
+            target,
             config.workers,
             Duration::ZERO,
             &stats,
             &cancel,
-        );
+        )?;
         let setup = Duration::from_secs(60);
         wait_count(
             &stats.workers_up,
