@@ -104,3 +104,7 @@ fn index(state: &DispatcherState) -> HashMap<String, BTreeSet<u64>> {
     }
     by_worker
 }
+
+#[cfg(test)]
+#[path = "worker_tasks_tests.rs"]
+mod tests;
