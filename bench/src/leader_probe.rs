@@ -49,18 +49,35 @@ impl Target {
         )?)
     }
 
-    /// The status JSON of the replica `client` reaches (the leader once it followed it).
-    async fn status(client: &DispatcherClient) -> anyhow::Result<Value> {
+    /// The status JSON of the quorum's leader. Slow on a large state (it lists every worker,
+    /// job, iteration and task), hence a patient client of its own.
+    async fn status(&self) -> anyhow::Result<Value> {
+        let client =
+            DispatcherClient::connect(&self.addrs.join(","), patient(), self.security.clone())?;
+        let status = client.get_status().await.context("sluice status")?;
+        let status: Value = serde_json::from_str(&status)?;
+        if status["state"] == "Leader" {
+            return Ok(status);
+        }
+        // A follower answered: ask the leader it names.
+        let leader = status["leader_addr"]
+            .as_str()
+            .context("no leader address in the status")?;
+        let client = DispatcherClient::connect(leader, patient(), self.security.clone())?;
         let status = client.get_status().await.context("sluice status")?;
         Ok(serde_json::from_str(&status)?)
     }
 
-    /// The leader's process.
-    pub(crate) async fn leader(&self, client: &DispatcherClient) -> anyhow::Result<LeaderProcess> {
+    /// The leader's process. Call it while the state is small: it reads the status.
+    pub(crate) async fn leader(&self) -> anyhow::Result<LeaderProcess> {
+        let status = self.status().await?;
+        self.process_of(&status)
+    }
+
+    fn process_of(&self, status: &Value) -> anyhow::Result<LeaderProcess> {
         if self.pids.is_empty() {
             return Ok(LeaderProcess("self".into()));
         }
-        let status = Self::status(client).await?;
         let leader = status["leader_addr"]
             .as_str()
             .context("no leader address in the status")?;
@@ -70,9 +87,18 @@ impl Target {
         Ok(LeaderProcess(self.pids[index].to_string()))
     }
 
-    /// The state and snapshot sizes the leader reports (a replica without a snapshot yet: 0).
-    pub(crate) async fn sizes(&self, client: &DispatcherClient) -> anyhow::Result<Sizes> {
-        let status = Self::status(client).await?;
+    /// The state and snapshot sizes the leader reports (a replica without a snapshot yet: 0),
+    /// and fails if the leader is no longer `leader`'s process (figures of two processes).
+    pub(crate) async fn sizes(&self, leader: &LeaderProcess) -> anyhow::Result<Sizes> {
+        let status = self.status().await?;
+        let now = self.process_of(&status)?;
+        if now.0 != leader.0 {
+            bail!(
+                "the leader changed during the run (process {} then {})",
+                leader.0,
+                now.0
+            );
+        }
         let state = status["state_bytes"]
             .as_u64()
             .context("no state_bytes in the status")?;
@@ -80,6 +106,15 @@ impl Target {
             state_mib: state as f64 / MIB,
             snapshot_mib: status["snapshot_bytes"].as_u64().unwrap_or(0) as f64 / MIB,
         })
+    }
+}
+
+/// Retries of the status calls, which take seconds on a large state.
+fn patient() -> RetryConfig {
+    RetryConfig {
+        rpc_timeout: Duration::from_secs(120),
+        retry_timeout: Duration::from_secs(240),
+        ..RetryConfig::default()
     }
 }
 

@@ -184,6 +184,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
     config.validate()?;
     let root = target.client()?;
     let dataset = register_range(&root, config.splits).await?;
+    // While the state is small: the status lists every task.
+    let leader = target.leader().await?;
     let stats = Arc::new(FleetStats::default());
     let cancel = CancellationToken::new();
     let mut tasks = JoinSet::new();
@@ -233,7 +235,6 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         )
         .await?;
 
-        let leader = target.leader(&root).await?;
         let cpu_before = leader.cpu_seconds()?;
         let started = Instant::now();
         stats.set_measuring(true);
@@ -242,7 +243,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         let seconds = started.elapsed().as_secs_f64();
         let cpu = leader.cpu_seconds()? - cpu_before;
         let leader_rss_mib = leader.rss_mib()?;
-        let sizes = target.sizes(&root).await?;
+        let sizes = target.sizes(&leader).await?;
 
         let (all, workers, clients) = (
             stats.latencies(None),

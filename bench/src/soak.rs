@@ -82,7 +82,7 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
             &stats,
         )
         .await?;
-        let leader = target.leader(&root).await?;
+        let leader = target.leader().await?;
         let rss_before = leader.rss_mib()?;
 
         let started = Instant::now();
@@ -131,9 +131,8 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
         // Measured anyway if the workers never settle.
         let _ = tokio::time::timeout(config.drain_timeout, drain).await;
 
-        let leader = target.leader(&root).await?;
         let rss_after = leader.rss_mib()?;
-        let sizes = target.sizes(&root).await?;
+        let sizes = target.sizes(&leader).await?;
         Ok(SoakFigures {
             jobs_per_s,
             tasks_finished: stats.tasks_finished_count(),
