@@ -97,6 +97,8 @@ pub struct ScaleFigures {
     pub leader_rss_mib: f64,
     pub state_mib: f64,
     pub snapshot_mib: f64,
+    /// Whether another replica led at the end (an election under the load).
+    pub leader_changed: bool,
 }
 
 /// Connections for `callers` simulated callers, `per_connection` to each.
@@ -268,6 +270,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             leader_rss_mib,
             state_mib: sizes.state_mib,
             snapshot_mib: sizes.snapshot_mib,
+            leader_changed: sizes.leader_changed,
         })
     }
     .await;

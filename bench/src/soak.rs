@@ -51,6 +51,8 @@ pub struct SoakFigures {
     pub leader_rss_before_mib: f64,
     pub leader_rss_after_mib: f64,
     pub leader_rss_ratio: f64,
+    /// Whether another replica led at the end (an election under the load).
+    pub leader_changed: bool,
 }
 
 /// Runs the soak against `target`.
@@ -143,6 +145,7 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
             leader_rss_before_mib: rss_before,
             leader_rss_after_mib: rss_after,
             leader_rss_ratio: rss_after / rss_before,
+            leader_changed: sizes.leader_changed,
         })
     }
     .await;

@@ -302,6 +302,11 @@ pub(crate) async fn scale(
     report.put("scale_state_mib", f.state_mib, "MiB (encoded state)");
     report.put("scale_snapshot_mib", f.snapshot_mib, "MiB (last snapshot)");
     report.put("scale_errors", f.errors as f64, "failed RPCs");
+    report.put(
+        "scale_leader_changes",
+        f.leader_changed as u8 as f64,
+        "1: another replica led at the end",
+    );
     if let Some(error) = f.first_error {
         println!("scale: first error: {error}");
     }
@@ -343,6 +348,11 @@ pub(crate) async fn soak(
         "tasks reported finished",
     );
     report.put("soak_errors", f.errors as f64, "failed RPCs");
+    report.put(
+        "soak_leader_changes",
+        f.leader_changed as u8 as f64,
+        "1: another replica led at the end",
+    );
     if let Some(error) = f.first_error {
         println!("soak: first error: {error}");
     }
