@@ -77,13 +77,12 @@ impl SimWorker {
                 let (task_id, iteration_id) =
                     (TaskId(task.task_id), IterationId(task.iteration_id));
                 held.entry(task.task_id).or_insert_with(|| {
-                    me.stats.held_tasks.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(me.clone().lease_loop(task_id, iteration_id))
+                    let working = Working::start(&me.stats);
+                    tokio::spawn(me.clone().lease_loop(task_id, iteration_id, working))
                 });
             }
             for task_id in reply.tasks_to_delete {
                 if let Some(lease_loop) = held.remove(&task_id) {
-                    me.stats.held_tasks.fetch_sub(1, Ordering::Relaxed);
                     lease_loop.abort();
                 }
             }
@@ -94,7 +93,12 @@ impl SimWorker {
     }
 
     /// Leases the task's splits until they run out, then reports the task finished.
-    async fn lease_loop(self: Arc<Self>, task_id: TaskId, iteration_id: IterationId) {
+    async fn lease_loop(
+        self: Arc<Self>,
+        task_id: TaskId,
+        iteration_id: IterationId,
+        _working: Working,
+    ) {
         let mut size = FIRST_LEASE;
         loop {
             let request = LeaseRequest {
@@ -140,6 +144,23 @@ impl SimWorker {
             Ok(()) => self.stats.task_finished(),
             Err(e) => self.stats.error("worker update", e),
         }
+    }
+}
+
+/// Counts a task's lease loop in `FleetStats::working_tasks` while it runs (until it ends,
+/// fails or is aborted).
+struct Working(Arc<FleetStats>);
+
+impl Working {
+    fn start(stats: &Arc<FleetStats>) -> Working {
+        stats.working_tasks.fetch_add(1, Ordering::Relaxed);
+        Working(stats.clone())
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.working_tasks.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -35,8 +35,8 @@ pub(crate) struct FleetStats {
     errors: AtomicU64,
     /// The first error seen, for the report.
     first_error: Mutex<Option<String>>,
-    /// Tasks the simulated workers hold now.
-    pub(crate) held_tasks: AtomicI64,
+    /// Tasks whose lease loop runs now (not finished, failed or deleted yet).
+    pub(crate) working_tasks: AtomicI64,
     /// Setup progress: workers that got a first heartbeat reply, clients attached.
     pub(crate) workers_up: AtomicU64,
     pub(crate) clients_up: AtomicU64,

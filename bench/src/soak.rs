@@ -117,14 +117,14 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
         }
         while callers.join_next().await.is_some() {}
         let jobs_per_s = config.jobs as f64 / started.elapsed().as_secs_f64();
-        // Let the workers get through the last tasks: finished, or deleted by the dispatcher
-        // (a task whose iteration lost its only client may never be sent or leased). Settled
-        // when the workers held none at two checks a heartbeat apart.
+        // Let the workers get through the last tasks: finished, failed, or deleted by the
+        // dispatcher (a task whose iteration lost its only client may never be sent or
+        // leased). Settled when none was working at two checks a heartbeat apart.
         let drain = async {
             let mut idle_checks = 0;
             while idle_checks < 2 {
                 tokio::time::sleep(HEARTBEAT_POLL + Duration::from_millis(500)).await;
-                match stats.held_tasks.load(Ordering::Relaxed) {
+                match stats.working_tasks.load(Ordering::Relaxed) {
                     0 => idle_checks += 1,
                     _ => idle_checks = 0,
                 }
