@@ -2,6 +2,7 @@
 //! tf.data service's figures were taken: dispatcher, worker and client in separate processes),
 //! and what the bench reads of them (the leader, a process's memory).
 
+use crate::leader_probe::Target;
 use anyhow::{bail, Context};
 use serde_json::Value;
 use sluice_client::DispatcherClient;
@@ -109,6 +110,20 @@ impl Cluster {
                 Some(creds) => creds.client()?,
                 None => ClientSecurity::default(),
             },
+        })
+    }
+
+    /// The quorum as the scale workloads see it: client addresses and process ids.
+    pub(crate) fn target(&self) -> anyhow::Result<Target> {
+        let pids = self
+            .dispatchers
+            .iter()
+            .map(|d| d.pid().context("a dispatcher's pid"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Target {
+            addrs: self.addrs.split(',').map(str::to_string).collect(),
+            pids,
+            security: self.security.clone(),
         })
     }
 

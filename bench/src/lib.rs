@@ -14,12 +14,24 @@
 //! - `workloads`: the workloads, one function each.
 //! - `sweep`: `--plot`, throughput against element size as an SVG.
 //! - `report`: `Report`, the printed rows and the JSON object.
+//! - `scale`, `soak`: the dispatcher under a fleet of simulated workers and clients, and after
+//!   many short jobs; `fleet` simulates them, `fleet_stats` records what they saw,
+//!   `leader_probe` reads the leader's CPU, memory and state sizes.
 
 mod cluster;
 mod epoch;
+mod fleet;
+mod fleet_stats;
+mod leader_probe;
 mod report;
+mod scale;
+mod soak;
 mod sweep;
 mod workloads;
+
+pub use leader_probe::Target;
+pub use scale::{run_scale, ScaleConfig, ScaleFigures};
+pub use soak::{run_soak, SoakConfig, SoakFigures};
 
 use anyhow::bail;
 use clap::Args;
@@ -46,9 +58,34 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, failover. All by default.
+    /// latency, dynamic, failover, scale. All but scale by default (scale takes minutes and
+    /// both cores: it runs only when named).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Scale: simulated workers, heartbeating at the worker's defaults.
+    #[arg(long, default_value_t = 1000)]
+    pub scale_workers: usize,
+    /// Scale: simulated clients, heartbeating at the client's defaults.
+    #[arg(long, default_value_t = 10_000)]
+    pub scale_clients: usize,
+    /// Scale: distributed_epoch jobs leasing splits (the clients are spread over them).
+    #[arg(long, default_value_t = 100)]
+    pub scale_jobs: usize,
+    /// Scale: the measured window, after every worker and client is up.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub scale_duration: std::time::Duration,
+    /// Scale: splits per iteration.
+    #[arg(long, default_value_t = 100_000)]
+    pub scale_splits: u64,
+    /// Scale: simulated work of a task per split (sets how often tasks lease).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub scale_split_cost: std::time::Duration,
+    /// Soak: short anonymous jobs after the scale run (0: no soak).
+    #[arg(long, default_value_t = 100_000)]
+    pub soak_jobs: u64,
+    /// Soak: callers creating jobs in parallel.
+    #[arg(long, default_value_t = 32)]
+    pub soak_callers: usize,
     /// Run the networked workloads a second time with TLS on every link and a token on every
     /// call; their figures get the suffix `_tls`.
     #[arg(long)]
@@ -56,9 +93,12 @@ pub struct BenchArgs {
 }
 
 /// The workloads `--only` can name, in the order they run.
-const WORKLOADS: [&str; 8] = [
-    "local", "tiny2w", "tiny1w", "batched", "large", "latency", "dynamic", "failover",
+const WORKLOADS: [&str; 9] = [
+    "local", "tiny2w", "tiny1w", "batched", "large", "latency", "dynamic", "failover", "scale",
 ];
+
+/// Workloads that run only when named.
+const ONLY_WHEN_NAMED: [&str; 1] = ["scale"];
 
 /// One pass of the networked workloads `args` selects, on clusters with `creds` (TLS and
 /// tokens) or without.
@@ -68,7 +108,7 @@ async fn run_pass(
     creds: Option<&Credentials>,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let want = |name: &str| args.only.is_empty() || args.only.iter().any(|w| w == name);
+    let want = |name: &str| wanted(args, name);
     let n = args.elements;
     if want("tiny2w") {
         let cluster = Cluster::start(sluice, 1, 2, creds)?;
@@ -109,7 +149,42 @@ async fn run_pass(
             workloads::failover(&mut cluster, &client, report).await?;
         }
     }
+    if want("scale") {
+        let cluster = Cluster::start(sluice, 3, 0, creds)?;
+        workloads::scale(&cluster.target()?, &scale_config(args), report).await?;
+        if args.soak_jobs > 0 {
+            // A fresh quorum, so the leader's memory before the soak is a new replica's.
+            drop(cluster);
+            let cluster = Cluster::start(sluice, 3, 0, creds)?;
+            let soak = SoakConfig {
+                jobs: args.soak_jobs,
+                callers: args.soak_callers,
+                ..SoakConfig::default()
+            };
+            workloads::soak(&cluster.target()?, &soak, report).await?;
+        }
+    }
     Ok(())
+}
+
+/// Whether `--only` selects `name` (or selects nothing and `name` runs by default).
+fn wanted(args: &BenchArgs, name: &str) -> bool {
+    match args.only.is_empty() {
+        true => !ONLY_WHEN_NAMED.contains(&name),
+        false => args.only.iter().any(|w| w == name),
+    }
+}
+
+fn scale_config(args: &BenchArgs) -> ScaleConfig {
+    ScaleConfig {
+        workers: args.scale_workers,
+        clients: args.scale_clients,
+        jobs: args.scale_jobs,
+        duration: args.scale_duration,
+        splits: args.scale_splits,
+        split_cost: args.scale_split_cost,
+        ..ScaleConfig::default()
+    }
 }
 
 /// Runs the workloads `args` selects against servers started from `sluice`, the path of the
@@ -122,7 +197,7 @@ pub async fn run(args: BenchArgs, sluice: &Path) -> anyhow::Result<()> {
         );
     }
     let mut report = Report::default();
-    if args.only.is_empty() || args.only.iter().any(|w| w == "local") {
+    if wanted(&args, "local") {
         workloads::local(args.elements, &mut report)?;
     }
     run_pass(&args, sluice, None, &mut report).await?;

@@ -3,7 +3,10 @@
 
 use crate::cluster::{rss_mib, Cluster};
 use crate::epoch::{measured, options, read_epoch, uncompressed, Count};
+use crate::leader_probe::Target;
 use crate::report::{median, Report};
+use crate::scale::{run_scale, ScaleConfig};
+use crate::soak::{run_soak, SoakConfig};
 use anyhow::Context;
 use sluice_client::{DispatcherClient, DispatcherClientExt, ShardingPolicy};
 use sluice_dataset::{Dataset, ExecOptions, Tensor, Transform};
@@ -229,5 +232,129 @@ pub(crate) async fn failover(
         longest.as_secs_f64() * 1000.0,
         "ms (longest client stall, leader SIGKILLed)",
     );
+    Ok(())
+}
+
+/// `scale`: the simulated fleet against a three-replica quorum.
+pub(crate) async fn scale(
+    target: &Target,
+    config: &ScaleConfig,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    println!(
+        "scale: {} workers, {} clients, {} jobs, {:?} measured",
+        config.workers, config.clients, config.jobs, config.duration
+    );
+    let f = run_scale(target, config).await?;
+    report.put(
+        "scale_heartbeat_p50_ms",
+        f.heartbeat_p50_ms,
+        "ms (every heartbeat)",
+    );
+    report.put(
+        "scale_heartbeat_p99_ms",
+        f.heartbeat_p99_ms,
+        "ms (every heartbeat)",
+    );
+    report.put(
+        "scale_worker_heartbeat_p50_ms",
+        f.worker_heartbeat_p50_ms,
+        "ms",
+    );
+    report.put(
+        "scale_worker_heartbeat_p99_ms",
+        f.worker_heartbeat_p99_ms,
+        "ms",
+    );
+    report.put(
+        "scale_client_heartbeat_p50_ms",
+        f.client_heartbeat_p50_ms,
+        "ms",
+    );
+    report.put(
+        "scale_client_heartbeat_p99_ms",
+        f.client_heartbeat_p99_ms,
+        "ms",
+    );
+    report.put("scale_heartbeats", f.heartbeats as f64, "heartbeats timed");
+    report.put(
+        "scale_news_replies",
+        f.news_replies as f64,
+        "heartbeats answered early with news (not timed)",
+    );
+    report.put("scale_leases_per_s", f.leases_per_s, "leases/s");
+    report.put("scale_splits_per_s", f.splits_per_s, "splits/s");
+    report.put(
+        "scale_tasks_finished",
+        f.tasks_finished as f64,
+        "tasks reported finished",
+    );
+    report.put(
+        "scale_leader_cpu_pct",
+        f.leader_cpu_percent,
+        "% of one core (leader, measured window)",
+    );
+    report.put(
+        "scale_leader_rss_mib",
+        f.leader_rss_mib,
+        "MiB (leader, end of window)",
+    );
+    report.put("scale_state_mib", f.state_mib, "MiB (encoded state)");
+    report.put("scale_snapshot_mib", f.snapshot_mib, "MiB (last snapshot)");
+    report.put("scale_errors", f.errors as f64, "failed RPCs");
+    report.put(
+        "scale_leader_changes",
+        f.leader_changed as u8 as f64,
+        "1: another replica led at the end",
+    );
+    if let Some(error) = f.first_error {
+        println!("scale: first error: {error}");
+    }
+    Ok(())
+}
+
+/// The soak: many short anonymous jobs, then what the quorum keeps.
+pub(crate) async fn soak(
+    target: &Target,
+    config: &SoakConfig,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    println!(
+        "soak: {} anonymous jobs from {} callers",
+        config.jobs, config.callers
+    );
+    let f = run_soak(target, config).await?;
+    report.put("soak_jobs_per_s", f.jobs_per_s, "jobs/s");
+    report.put(
+        "soak_state_mib",
+        f.state_mib,
+        "MiB (encoded state after the soak)",
+    );
+    report.put(
+        "soak_snapshot_mib",
+        f.snapshot_mib,
+        "MiB (last snapshot after the soak)",
+    );
+    report.put("soak_leader_rss_before_mib", f.leader_rss_before_mib, "MiB");
+    report.put("soak_leader_rss_after_mib", f.leader_rss_after_mib, "MiB");
+    report.put(
+        "soak_leader_rss_ratio",
+        f.leader_rss_ratio,
+        "leader RSS after / before",
+    );
+    report.put(
+        "soak_tasks_finished",
+        f.tasks_finished as f64,
+        "tasks reported finished",
+    );
+    report.put("soak_errors", f.errors as f64, "failed RPCs");
+    report.put(
+        "soak_leader_changes",
+        f.leader_changed as u8 as f64,
+        "1: another replica led at the end",
+    );
+    if let Some(error) = f.first_error {
+        println!("soak: first error: {error}");
+    }
     Ok(())
 }

@@ -9,12 +9,12 @@ use crate::access;
 use crate::config::DispatcherConfig;
 use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
-use crate::ids::ClientId;
+use crate::ids::{ClientId, TaskId};
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::state::dispatcher_state::check_rounds;
-use crate::state::{DispatcherState, Rejection};
-use crate::state_reader::StateReader;
+use crate::state::{Dataset, DispatcherState, Iteration, Job, Rejection, Task};
+use crate::state_reader::{Check, StateReader};
 use sluice_proto::dispatcher as pb;
 use sluice_security::Identity;
 use std::collections::BTreeSet;
@@ -73,7 +73,16 @@ impl Heartbeats {
                 .await?;
         }
         self.reader
-            .long_poll(deadline, |s| client_view(s, client_id, req.known_tasks))
+            .long_poll(
+                deadline,
+                |_, s| {
+                    Ok(match client_changed(s, client_id, req.known_tasks)? {
+                        true => Check::Changed,
+                        false => Check::Unchanged,
+                    })
+                },
+                |_, s| client_view(s, client_id),
+            )
             .await
     }
 
@@ -114,13 +123,20 @@ impl Heartbeats {
                 .await?;
         }
         let current: BTreeSet<u64> = req.current_tasks.iter().copied().collect();
+        let worker = req.worker_address.as_str();
         self.reader
-            .long_poll(deadline, |s| {
-                let response = worker_view(s, &req.worker_address, &current);
-                let changed =
-                    !response.new_tasks.is_empty() || !response.tasks_to_delete.is_empty();
-                Ok((response, changed))
-            })
+            .long_poll(
+                deadline,
+                |_, s| {
+                    let active = active_tasks(s, worker);
+                    Ok(if worker_changed(s, &active, &current) {
+                        Check::Changed
+                    } else {
+                        Check::Unchanged
+                    })
+                },
+                |_, s| Ok(worker_view(s, worker, &active_tasks(s, worker), &current)),
+            )
             .await
     }
 }
@@ -129,16 +145,36 @@ fn poll_deadline(poll: Duration) -> Instant {
     Instant::now() + poll.min(MAX_POLL)
 }
 
-/// A client's tasks and its iteration's progress, and whether that is news to a client that
-/// knows `known_tasks` tasks (a blocked round is always news: it needs the consumer's answer).
-fn client_view(
+/// The client's iteration, or `NotFound`.
+fn iteration_of(
+    state: &DispatcherState,
+    client_id: ClientId,
+) -> Result<&Iteration, DispatcherError> {
+    Ok(state.client_iteration(client_id).ok_or_else(|| {
+        Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
+    })?)
+}
+
+/// Whether a client that knows `known_tasks` tasks has news: the iteration finished, a round
+/// is blocked (always news: it needs the consumer's answer), or the tasks changed. Without
+/// building the reply: long polls ask this after every applied entry.
+fn client_changed(
     state: &DispatcherState,
     client_id: ClientId,
     known_tasks: u32,
-) -> Result<(pb::ClientHeartbeatResponse, bool), DispatcherError> {
-    let iteration = state.client_iteration(client_id).ok_or_else(|| {
-        Rejection::NotFound(format!("Iteration client id not found: {client_id}"))
-    })?;
+) -> Result<bool, DispatcherError> {
+    let iteration = iteration_of(state, client_id)?;
+    Ok(iteration.finished
+        || !iteration.pending_tasks.is_empty()
+        || iteration.tasks.len() != known_tasks as usize)
+}
+
+/// A client's tasks and its iteration's progress.
+fn client_view(
+    state: &DispatcherState,
+    client_id: ClientId,
+) -> Result<pb::ClientHeartbeatResponse, DispatcherError> {
+    let iteration = iteration_of(state, client_id)?;
     let tasks: Vec<pb::TaskInfo> = state
         .tasks_of_iteration(iteration)
         .into_iter()
@@ -149,38 +185,61 @@ fn client_view(
         block_round: iteration.pending_tasks.front().map(|p| p.target_round),
         tasks,
     };
-    let changed = response.iteration_finished
-        || response.block_round.is_some()
-        || response.tasks.len() as u32 != known_tasks;
-    Ok((response, changed))
+    Ok(response)
+}
+
+/// The worker's unfinished tasks (the state keeps an index of them).
+fn active_tasks(state: &DispatcherState, worker: &str) -> BTreeSet<u64> {
+    state
+        .active_tasks_of_worker(worker)
+        .map(|t| t.id.0)
+        .collect()
+}
+
+/// Whether the worker has a task to start or to stop; [`worker_view`] without building it.
+fn worker_changed(
+    state: &DispatcherState,
+    active: &BTreeSet<u64>,
+    current: &BTreeSet<u64>,
+) -> bool {
+    // As `worker_view`: a task whose definition cannot be found is not sent.
+    active
+        .difference(current)
+        .any(|id| definition_of(state, TaskId(*id)).is_some())
+        || !current.is_subset(active)
+}
+
+/// The iteration, job and dataset a task runs, when all are stored.
+fn definition_of(state: &DispatcherState, id: TaskId) -> Option<(&Task, &Job, &Dataset)> {
+    let task = state.task(id)?;
+    let iteration = state.iteration(task.iteration_id)?;
+    let job = state.job(iteration.job_id)?;
+    let dataset = state.dataset(&job.dataset_id)?;
+    Some((task, job, dataset))
 }
 
 /// What a worker should start (assigned, unfinished, not running) and stop (running, no longer
-/// assigned or finished).
+/// assigned or finished), given its `active` tasks.
 fn worker_view(
     state: &DispatcherState,
     worker: &str,
+    active: &BTreeSet<u64>,
     current: &BTreeSet<u64>,
 ) -> pb::WorkerHeartbeatResponse {
-    let active: Vec<_> = state.active_tasks_of_worker(worker).collect();
-    let active_ids: BTreeSet<u64> = active.iter().map(|t| t.id.0).collect();
     let new_tasks = active
-        .iter()
-        .filter(|t| !current.contains(&t.id.0))
-        .filter_map(|t| {
-            let iteration = state.iteration(t.iteration_id)?;
-            let job = state.job(iteration.job_id)?;
-            let dataset = state.dataset(&job.dataset_id)?;
-            Some(task_def(
-                t,
+        .difference(current)
+        .filter_map(|id| definition_of(state, TaskId(*id)))
+        .map(|(task, job, dataset)| {
+            task_def(
+                task,
                 job,
                 dataset,
                 state.worker_index(worker),
                 state.static_workers(),
-            ))
+            )
         })
         .collect();
-    let tasks_to_delete = current.difference(&active_ids).copied().collect();
+    let tasks_to_delete = current.difference(active).copied().collect();
     pb::WorkerHeartbeatResponse {
         new_tasks,
         tasks_to_delete,

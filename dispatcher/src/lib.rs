@@ -23,6 +23,7 @@
 //! - `registration`: the leader's preparation of a dataset registration (file expansion, split
 //!   counts, element spec).
 //! - `state_reader`: linearizable reads of the applied state and long polls on it.
+//! - `read_batch`: one quorum confirmation shared by concurrent linearizable reads.
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
 //! - `membership`: adding and removing replicas.
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
@@ -51,6 +52,7 @@ pub mod raft_error;
 pub mod raft_network;
 pub mod raft_service;
 pub mod raft_types;
+pub mod read_batch;
 pub mod registration;
 pub mod service;
 pub mod state;

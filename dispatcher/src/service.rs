@@ -320,9 +320,16 @@ impl Dispatcher for DispatcherService {
         let request = request.into_inner();
         let page = cluster_status::StatusPage::parse(request.page_size, &request.page_token)?;
         let metrics = self.raft.metrics().borrow().clone();
-        let json = self
+        let mut json = self
             .reader
             .read(|s| cluster_status::status_json(&metrics, s, &page));
+        // Sizes: the encoded state, and the snapshot a lagging follower would be sent.
+        json["state_bytes"] = self.reader.encoded_state_bytes()?.into();
+        json["snapshot_bytes"] = match self.raft.get_snapshot().await {
+            Ok(snapshot) => snapshot.map(|s| s.snapshot.get_ref().len()).into(),
+            // Only a stopped Raft fails to read its snapshot.
+            Err(e) => return Err(DispatcherError::RaftStopped(e.to_string()).into()),
+        };
         Ok(Response::new(pb::GetStatusResponse {
             json: json.to_string(),
         }))

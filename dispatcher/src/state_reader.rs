@@ -1,27 +1,59 @@
 //! `StateReader`: reads of the applied state that must be current, and long polls on it.
 //!
 //! A read is current when this replica is the leader, a quorum confirmed it after the request
-//! arrived, and it applied everything committed before (`linearizable`). A long poll then
-//! re-reads the state after every applied entry until the caller's view changed, its deadline
-//! passed, or this replica stopped leading (the caller then asks again, maybe elsewhere).
+//! arrived, and it applied everything committed before (`linearizable`; concurrent reads share
+//! one confirmation, see `ReadBatch`). A long poll then checks the caller's view after every
+//! applied entry until it changed, its deadline passed, or this replica stopped leading (the
+//! caller then asks again, maybe elsewhere).
+//!
+//! Long polls wake on applied entries and leadership changes only: Raft's metrics also change
+//! on every quorum acknowledgement (several times per heartbeat interval, and once per
+//! confirmation round), and waking thousands of waiting heartbeats for those re-read the state
+//! for nothing. One task per replica turns the metrics into an [`AppliedMark`] watch.
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
-use crate::raft_error::raft_error;
-use crate::raft_types::{Raft, StateHandle};
+use crate::raft_types::{NodeInfo, Raft, StateHandle};
+use crate::read_batch::ReadBatch;
 use crate::state::DispatcherState;
+use openraft::RaftMetrics;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// How long a linearizable read waits for a quorum to confirm the leader before the caller
-/// hears `Unavailable`.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(3);
+/// What a long poll waits for a change of: the last applied index, and whether this replica
+/// leads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct AppliedMark {
+    applied: Option<u64>,
+    leading: bool,
+}
+
+/// What a long poll's check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    Changed,
+    Unchanged,
+    /// Cannot tell before this time (it read an index built before the latest entry).
+    Again(Instant),
+}
+
+/// How a long poll's wait ended.
+enum Wait {
+    Applied,
+    TimedOut,
+    NotLeading,
+}
 
 #[derive(Clone)]
 pub struct StateReader {
     id: NodeId,
     raft: Raft,
     state: StateHandle,
+    reads: Arc<ReadBatch>,
+    /// Started by the first long poll (a runtime is needed to run its forwarding task).
+    applied: Arc<OnceLock<watch::Receiver<AppliedMark>>>,
     /// A leader no quorum acknowledged for this long is probably deposed (or cut off): it
     /// answers `Unavailable` at once instead of letting callers wait on writes that cannot
     /// commit.
@@ -32,6 +64,8 @@ impl StateReader {
     pub fn new(id: NodeId, raft: Raft, state: StateHandle, quorum_lease: Duration) -> Self {
         StateReader {
             id,
+            reads: ReadBatch::new(raft.clone()),
+            applied: Arc::new(OnceLock::new()),
             raft,
             state,
             quorum_lease,
@@ -56,12 +90,13 @@ impl StateReader {
     /// before the call, so the state read next is current.
     pub async fn linearizable(&self) -> Result<(), DispatcherError> {
         self.check_quorum()?;
-        let confirmed = tokio::time::timeout(CONFIRM_TIMEOUT, self.raft.ensure_linearizable())
-            .await
-            .map_err(|_| {
-                DispatcherError::QuorumUnavailable("no quorum confirmed the leader in time".into())
-            })?;
-        confirmed.map(|_| ()).map_err(raft_error)
+        self.reads.confirm().await
+    }
+
+    /// The size of the applied state in the journal's encoding (what a snapshot holds).
+    pub fn encoded_state_bytes(&self) -> Result<usize, DispatcherError> {
+        let applied = self.state.read().expect("state lock poisoned");
+        Ok(sluice_journal::codec::try_encode(&applied.state)?.len())
     }
 
     /// Reads the applied state (current only after [`StateReader::linearizable`]).
@@ -70,32 +105,82 @@ impl StateReader {
         f(&applied.state)
     }
 
-    /// Evaluates `view` now and after each applied entry; returns its value once it reports a
-    /// change, when `deadline` passes, or when this replica no longer leads.
+    /// Checks `changed` now and after each applied entry (or at the time it asks to be asked
+    /// again); returns `view` once `changed` says so, when `deadline` passes, or when this
+    /// replica no longer leads. `changed` runs for every applied entry while the poll waits, so
+    /// it should be cheap; `view` runs once. Both get the applied index with the state.
     pub async fn long_poll<T>(
         &self,
         deadline: Instant,
-        mut view: impl FnMut(&DispatcherState) -> Result<(T, bool), DispatcherError>,
+        mut changed: impl FnMut(Option<u64>, &DispatcherState) -> Result<Check, DispatcherError>,
+        view: impl FnOnce(Option<u64>, &DispatcherState) -> Result<T, DispatcherError>,
     ) -> Result<T, DispatcherError> {
+        let mut applied = self.applied_marks();
         loop {
-            let (value, changed) = self.read(&mut view)?;
-            if changed || !self.wait_for_change(deadline).await {
-                return Ok(value);
+            applied.borrow_and_update();
+            let until = match self.read_applied(&mut changed)? {
+                Check::Changed => break,
+                Check::Unchanged => deadline,
+                Check::Again(at) => at.min(deadline),
+            };
+            match Self::wait_for_change(&mut applied, until).await {
+                Wait::Applied => {}
+                Wait::TimedOut if Instant::now() < deadline => {}
+                Wait::TimedOut | Wait::NotLeading => break,
             }
+        }
+        self.read_applied(view)
+    }
+
+    /// Waits for the next applied entry, or until `until`.
+    async fn wait_for_change(applied: &mut watch::Receiver<AppliedMark>, until: Instant) -> Wait {
+        if !applied.borrow().leading {
+            return Wait::NotLeading;
+        }
+        match tokio::time::timeout_at(until, applied.changed()).await {
+            Ok(Ok(())) if applied.borrow().leading => Wait::Applied,
+            // Raft stopped (the watch closed) or this replica stopped leading.
+            Ok(_) => Wait::NotLeading,
+            Err(_) => Wait::TimedOut,
         }
     }
 
-    /// Waits for the next applied entry, or until `deadline`; false when the deadline passed or
-    /// this replica is no longer the leader.
-    async fn wait_for_change(&self, deadline: Instant) -> bool {
-        let mut metrics = self.raft.metrics();
-        metrics.borrow_and_update();
-        if metrics.borrow().current_leader != Some(self.id) {
-            return false;
-        }
-        matches!(
-            tokio::time::timeout_at(deadline, metrics.changed()).await,
-            Ok(Ok(()))
-        )
+    /// The applied index now (of the state [`StateReader::read`] reads).
+    pub fn applied_index(&self) -> Option<u64> {
+        self.read_applied(|applied, _| applied)
+    }
+
+    /// Reads the applied state with the index of the last entry applied to it.
+    pub fn read_applied<T>(&self, f: impl FnOnce(Option<u64>, &DispatcherState) -> T) -> T {
+        let applied = self.state.read().expect("state lock poisoned");
+        f(applied.last_applied.map(|l| l.index), &applied.state)
+    }
+
+    /// The watch of applied entries and leadership, started on first use.
+    fn applied_marks(&self) -> watch::Receiver<AppliedMark> {
+        self.applied
+            .get_or_init(|| {
+                let mut metrics = self.raft.metrics();
+                let id = self.id;
+                let mark = move |m: &RaftMetrics<NodeId, NodeInfo>| AppliedMark {
+                    applied: m.last_applied.map(|l| l.index),
+                    leading: m.current_leader == Some(id),
+                };
+                let (marks, receiver) = watch::channel(mark(&metrics.borrow_and_update()));
+                tokio::spawn(async move {
+                    // Ends when Raft stops (its metrics sender is dropped); the long polls then
+                    // see the watch closed and return.
+                    while metrics.changed().await.is_ok() {
+                        let next = mark(&metrics.borrow_and_update());
+                        marks.send_if_modified(|current| {
+                            let modified = *current != next;
+                            *current = next;
+                            modified
+                        });
+                    }
+                });
+                receiver
+            })
+            .clone()
     }
 }

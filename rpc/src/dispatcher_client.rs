@@ -62,8 +62,9 @@ struct Inner {
     request_ids: Arc<RequestIds>,
     /// TLS and the token every call presents.
     security: ClientSecurity,
-    /// Std mutexes: held only to read or update, never across `.await`.
-    channels: Mutex<HashMap<String, Channel>>,
+    /// Std mutexes: held only to read or update, never across `.await`. Shared with the
+    /// clients made by [`DispatcherClient::sharing_connections`].
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
     /// The address to try first: the last known leader.
     current: Mutex<String>,
 }
@@ -135,9 +136,26 @@ impl DispatcherClient {
                 retry,
                 request_ids: RequestIds::new(rand::random()),
                 security,
-                channels: Mutex::new(HashMap::new()),
+                channels: Arc::new(Mutex::new(HashMap::new())),
             }),
         })
+    }
+
+    /// A client of the same replicas over this one's connections, with a requester id (and
+    /// request sequence) of its own, as a caller in another process would have. For harnesses that simulate many
+    /// callers in one process without opening a connection per caller.
+    pub fn sharing_connections(&self) -> DispatcherClient {
+        let inner = &self.inner;
+        DispatcherClient {
+            inner: Arc::new(Inner {
+                current: Mutex::new(self.current()),
+                addrs: inner.addrs.clone(),
+                retry: inner.retry.clone(),
+                request_ids: RequestIds::new(rand::random()),
+                security: inner.security.clone(),
+                channels: inner.channels.clone(),
+            }),
+        }
     }
 
     /// The addresses this client was given.

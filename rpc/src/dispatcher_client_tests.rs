@@ -109,3 +109,17 @@ fn addresses_are_checked_when_the_client_is_built() {
     }
     assert!(DispatcherClient::new("grpc://h:1,http://h:2, h:3").is_ok());
 }
+
+#[tokio::test]
+async fn a_client_sharing_connections_has_a_requester_id_of_its_own() {
+    let leader = FakeDispatcher::leader(0).await;
+    let first = patient(&leader.addr());
+    let second = first.sharing_connections();
+    assert_ne!(
+        first.begin_request().id.requester_id,
+        second.begin_request().id.requester_id
+    );
+    assert!(Arc::ptr_eq(&first.inner.channels, &second.inner.channels));
+    assert_eq!(second.get_status().await, Ok("{}".to_string()));
+    assert_eq!(leader.calls("get_status"), 1);
+}

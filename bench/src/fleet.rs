@@ -1,0 +1,252 @@
+//! `SimWorker` and `SimClient`: workers and clients simulated as tokio tasks in the bench
+//! process, talking the dispatcher's real gRPC API through `sluice_rpc`'s client.
+//!
+//! They do what the real ones do towards the dispatcher, without data: a worker heartbeats with
+//! the tasks it holds (long poll, the worker's default), starts a lease loop for each new task
+//! and drops the tasks it is told to delete; a task leases splits of its distributed_epoch
+//! iteration as the worker's split leaser sizes them (first 8, doubling while a lease is used up
+//! in less than 100 ms), spends `split_cost` per split instead of running a pipeline, and reports
+//! itself finished once the splits ran out. A client attaches to its job's iteration,
+//! heartbeats (long poll, the client's default) and, when the iteration finished, releases it
+//! and attaches to the next repetition, as an epoch loop does. Nobody reads elements: the
+//! workers' addresses are never dialled.
+
+use crate::fleet_stats::{Caller, FleetStats};
+use sluice_rpc::{
+    ClientHeartbeat, DispatcherClient, IterationId, JobId, LeaseRequest, TaskId, WorkerHeartbeat,
+    WorkerId,
+};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The long poll of workers' and clients' heartbeats (their default).
+pub(crate) const HEARTBEAT_POLL: Duration = Duration::from_secs(1);
+/// The worker's split leaser: first lease, largest lease, and the time a lease should last
+/// before the next one doubles.
+const FIRST_LEASE: u32 = 8;
+const MAX_LEASE: u32 = 1 << 16;
+const LEASE_TARGET: Duration = Duration::from_millis(100);
+/// After a failed call, as the real worker does before its next heartbeat.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+pub(crate) struct SimWorker {
+    pub(crate) client: DispatcherClient,
+    pub(crate) address: String,
+    /// Simulated time a task spends on one split.
+    pub(crate) split_cost: Duration,
+    pub(crate) stats: Arc<FleetStats>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl SimWorker {
+    pub(crate) async fn run(self) {
+        let me = Arc::new(self);
+        let mut held: HashMap<u64, JoinHandle<()>> = HashMap::new();
+        let mut first = true;
+        while !me.cancel.is_cancelled() {
+            let heartbeat = WorkerHeartbeat {
+                worker: WorkerId(me.address.clone()),
+                current_tasks: held.keys().map(|t| TaskId(*t)).collect(),
+                tags: Vec::new(),
+            };
+            let started = Instant::now();
+            let reply = tokio::select! {
+                _ = me.cancel.cancelled() => break,
+                reply = me.client.worker_heartbeat(&heartbeat, HEARTBEAT_POLL) => reply,
+            };
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    me.stats.error("worker heartbeat", e);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+            };
+            let news = !reply.new_tasks.is_empty() || !reply.tasks_to_delete.is_empty();
+            me.stats
+                .heartbeat(Caller::Worker, started.elapsed(), HEARTBEAT_POLL, news);
+            if first {
+                me.stats.workers_up.fetch_add(1, Ordering::Relaxed);
+                first = false;
+            }
+            for task in reply.new_tasks {
+                let (task_id, iteration_id) =
+                    (TaskId(task.task_id), IterationId(task.iteration_id));
+                held.entry(task.task_id).or_insert_with(|| {
+                    let working = Working::start(&me.stats);
+                    tokio::spawn(me.clone().lease_loop(task_id, iteration_id, working))
+                });
+            }
+            for task_id in reply.tasks_to_delete {
+                if let Some(lease_loop) = held.remove(&task_id) {
+                    lease_loop.abort();
+                }
+            }
+        }
+        for lease_loop in held.into_values() {
+            lease_loop.abort();
+        }
+    }
+
+    /// Leases the task's splits until they run out, then reports the task finished.
+    async fn lease_loop(
+        self: Arc<Self>,
+        task_id: TaskId,
+        iteration_id: IterationId,
+        _working: Working,
+    ) {
+        let mut size = FIRST_LEASE;
+        loop {
+            let request = LeaseRequest {
+                iteration_id,
+                task_id,
+                provider: 0,
+                repetition: 0,
+                max_splits: size,
+            };
+            let lease = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                lease = self.client.lease_splits(&request) => lease,
+            };
+            let lease = match lease {
+                Ok(lease) => lease,
+                Err(e) => {
+                    // A real task fails here; its splits are lost (at-most-once).
+                    self.stats.error("lease splits", e);
+                    return;
+                }
+            };
+            let splits = lease.end.saturating_sub(lease.start);
+            self.stats.lease(splits);
+            if lease.end_of_splits {
+                break;
+            }
+            let work = self.split_cost.saturating_mul(splits as u32);
+            if work < LEASE_TARGET {
+                size = (size * 2).min(MAX_LEASE);
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep(work) => {}
+            }
+        }
+        let worker = WorkerId(self.address.clone());
+        let finished = [task_id];
+        let reported = tokio::select! {
+            _ = self.cancel.cancelled() => return,
+            reported = self.client.worker_update(&worker, &finished) => reported,
+        };
+        match reported {
+            Ok(()) => self.stats.task_finished(),
+            Err(e) => self.stats.error("worker update", e),
+        }
+    }
+}
+
+/// Counts a task's lease loop in `FleetStats::working_tasks` while it runs (until it ends,
+/// fails or is aborted).
+struct Working(Arc<FleetStats>);
+
+impl Working {
+    fn start(stats: &Arc<FleetStats>) -> Working {
+        stats.working_tasks.fetch_add(1, Ordering::Relaxed);
+        Working(stats.clone())
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.working_tasks.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub(crate) struct SimClient {
+    pub(crate) client: DispatcherClient,
+    pub(crate) job_id: JobId,
+    pub(crate) stats: Arc<FleetStats>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl SimClient {
+    pub(crate) async fn run(self) {
+        let mut repetition = 0;
+        let mut attached = false;
+        while !self.cancel.is_cancelled() {
+            let iteration = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                iteration = self.client.get_or_create_iteration(self.job_id, repetition) => iteration,
+            };
+            let client_id = match iteration {
+                Ok(iteration) => iteration.client_id,
+                Err(e) => {
+                    self.stats.error("get or create iteration", e);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+            };
+            if !attached {
+                self.stats.clients_up.fetch_add(1, Ordering::Relaxed);
+                attached = true;
+            }
+            let finished = self.heartbeat_until_finished(client_id).await;
+            if !finished {
+                return;
+            }
+            let released = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                released = self.client.release_iteration_client(client_id) => released,
+            };
+            if let Err(e) = released {
+                self.stats.error("release iteration client", e);
+            }
+            repetition += 1;
+        }
+    }
+
+    /// Heartbeats as the client's epoch loop does; true once the iteration finished, false when
+    /// cancelled.
+    async fn heartbeat_until_finished(&self, client_id: sluice_rpc::ClientId) -> bool {
+        let mut known_tasks = 0;
+        // The first heartbeat of an epoch does not wait.
+        let mut poll = Duration::ZERO;
+        loop {
+            let heartbeat = ClientHeartbeat {
+                client_id,
+                known_tasks,
+                current_round: None,
+                blocked_round: None,
+            };
+            let started = Instant::now();
+            let reply = tokio::select! {
+                _ = self.cancel.cancelled() => return false,
+                reply = self.client.client_heartbeat(&heartbeat, poll) => reply,
+            };
+            match reply {
+                Ok(reply) => {
+                    let tasks = reply.tasks.len() as u32;
+                    let news = reply.iteration_finished
+                        || reply.block_round.is_some()
+                        || tasks != known_tasks;
+                    self.stats
+                        .heartbeat(Caller::Client, started.elapsed(), poll, news);
+                    if reply.iteration_finished {
+                        return true;
+                    }
+                    known_tasks = tasks;
+                    poll = HEARTBEAT_POLL;
+                }
+                Err(e) => {
+                    self.stats.error("client heartbeat", e);
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return false,
+                        _ = tokio::time::sleep(RETRY_PAUSE) => {}
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! `FleetStats`: what the simulated workers and clients of the scale workload record, shared by
+//! all of them.
+//!
+//! A heartbeat is a long poll, so its wall time is mostly the wait the caller asked for. Its
+//! latency is what came on top: the whole call for a heartbeat that may not wait (poll 0, each
+//! client's first), and the time past the poll for one that waited it out with nothing new
+//! (the dispatcher started the poll's clock when the request reached it, so queueing before the
+//! handler, the linearizable read beyond the poll and the reply count). A reply that brought
+//! news before the poll ended says nothing about latency (the wait for news is not the
+//! service's cost) and is only counted. Latencies are kept only inside the measured window;
+//! errors are counted from the start.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Which kind of caller a heartbeat came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Caller {
+    Worker,
+    Client,
+}
+
+#[derive(Default)]
+pub(crate) struct FleetStats {
+    measuring: AtomicBool,
+    /// Latencies in ms; std mutexes: a push, never held across `.await`.
+    worker_ms: Mutex<Vec<f64>>,
+    client_ms: Mutex<Vec<f64>>,
+    /// Heartbeats answered early with news (not latencies).
+    news: AtomicU64,
+    leases: AtomicU64,
+    splits: AtomicU64,
+    tasks_finished: AtomicU64,
+    errors: AtomicU64,
+    /// The first error seen, for the report.
+    first_error: Mutex<Option<String>>,
+    /// Tasks whose lease loop runs now (not finished, failed or deleted yet).
+    pub(crate) working_tasks: AtomicI64,
+    /// Setup progress: workers that got a first heartbeat reply, clients attached.
+    pub(crate) workers_up: AtomicU64,
+    pub(crate) clients_up: AtomicU64,
+}
+
+impl FleetStats {
+    /// Starts or ends the measured window.
+    pub(crate) fn set_measuring(&self, on: bool) {
+        self.measuring.store(on, Ordering::SeqCst);
+    }
+
+    fn measuring(&self) -> bool {
+        self.measuring.load(Ordering::Relaxed)
+    }
+
+    /// Records one heartbeat that took `elapsed` with `poll` allowed, and whether it brought
+    /// news.
+    pub(crate) fn heartbeat(&self, caller: Caller, elapsed: Duration, poll: Duration, news: bool) {
+        if !self.measuring() {
+            return;
+        }
+        let latency = if poll.is_zero() {
+            elapsed
+        } else if news {
+            self.news.fetch_add(1, Ordering::Relaxed);
+            return;
+        } else {
+            elapsed.saturating_sub(poll)
+        };
+        let ms = latency.as_secs_f64() * 1000.0;
+        let list = match caller {
+            Caller::Worker => &self.worker_ms,
+            Caller::Client => &self.client_ms,
+        };
+        list.lock().expect("latency lock poisoned").push(ms);
+    }
+
+    pub(crate) fn lease(&self, splits: u64) {
+        if self.measuring() {
+            self.leases.fetch_add(1, Ordering::Relaxed);
+            self.splits.fetch_add(splits, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn task_finished(&self) {
+        self.tasks_finished.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed RPC (whatever its code) and keeps the first message.
+    pub(crate) fn error(&self, what: &str, error: impl std::fmt::Display) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_error.lock().expect("error lock poisoned");
+        if first.is_none() {
+            *first = Some(format!("{what}: {error}"));
+        }
+    }
+
+    pub(crate) fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn first_error(&self) -> Option<String> {
+        self.first_error
+            .lock()
+            .expect("error lock poisoned")
+            .clone()
+    }
+
+    pub(crate) fn leases(&self) -> u64 {
+        self.leases.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn splits(&self) -> u64 {
+        self.splits.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn tasks_finished_count(&self) -> u64 {
+        self.tasks_finished.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn news(&self) -> u64 {
+        self.news.load(Ordering::Relaxed)
+    }
+
+    /// The latencies of one kind of caller, or of both (`None`), sorted.
+    pub(crate) fn latencies(&self, caller: Option<Caller>) -> Vec<f64> {
+        let mut all: Vec<f64> = Vec::new();
+        if caller != Some(Caller::Client) {
+            all.extend(self.worker_ms.lock().expect("latency lock poisoned").iter());
+        }
+        if caller != Some(Caller::Worker) {
+            all.extend(self.client_ms.lock().expect("latency lock poisoned").iter());
+        }
+        all.sort_by(|a, b| a.total_cmp(b));
+        all
+    }
+}
+
+/// The `q` quantile (0..=1) of sorted values; 0 when there are none.
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}

@@ -1,0 +1,280 @@
+//! The `scale` workload: a fleet of simulated workers and clients (see `fleet`) against a
+//! three-replica quorum, and what the leader pays for them.
+//!
+//! Workers start first and register; then the jobs are created (distributed_epoch, one named
+//! job each, on one registered `range` dataset) and the clients attach to them, spread evenly.
+//! Each iteration gets a task on every worker, so the leases come from `jobs × workers` tasks.
+//! Once every worker and client is up, the measured window runs for `duration`: heartbeat
+//! latencies (see `fleet_stats`), leases, and the leader's CPU time over the window; at its end
+//! the leader's RSS and the sizes from `sluice status` (the encoded state, the last snapshot).
+//!
+//! Each simulated worker has a connection of its own, as a real one does (its heartbeats and
+//! every task's leases go over it). Simulated clients share connections,
+//! `callers_per_connection` to each (a connection per client would cost the bench process more
+//! than the dispatcher), but each has its own requester id, as separate processes would.
+
+use crate::fleet::{SimClient, SimWorker};
+use crate::fleet_stats::{quantile, Caller, FleetStats};
+use crate::leader_probe::Target;
+use anyhow::{bail, Context};
+use sluice_client::{DispatcherClientExt, RegisterOptions};
+use sluice_dataset::Dataset;
+use sluice_rpc::{DatasetId, DispatcherClient, JobRequest, ShardingPolicy, TargetWorkers};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Sizes of the scale workload.
+#[derive(Clone, Debug)]
+pub struct ScaleConfig {
+    pub workers: usize,
+    pub clients: usize,
+    pub jobs: usize,
+    /// The measured window.
+    pub duration: Duration,
+    /// Splits of each iteration (the dataset is `range(splits)`).
+    pub splits: u64,
+    /// Simulated work per split of a task.
+    pub split_cost: Duration,
+    /// Simulated clients per gRPC connection.
+    pub callers_per_connection: usize,
+    /// How long workers may take to register and clients to attach.
+    pub setup_timeout: Duration,
+}
+
+impl Default for ScaleConfig {
+    fn default() -> Self {
+        ScaleConfig {
+            workers: 1000,
+            clients: 10_000,
+            jobs: 100,
+            duration: Duration::from_secs(60),
+            splits: 100_000,
+            split_cost: Duration::from_secs(1),
+            callers_per_connection: 100,
+            setup_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+impl ScaleConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.workers == 0 || self.clients == 0 || self.jobs == 0 {
+            bail!("the scale workload needs at least one worker, client and job");
+        }
+        if self.workers > 60_000 {
+            bail!("at most 60,000 simulated workers (each takes a port number as its address)");
+        }
+        if self.callers_per_connection == 0 {
+            bail!("callers per connection must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// What one scale run measured.
+#[derive(Clone, Debug, Default)]
+pub struct ScaleFigures {
+    pub heartbeat_p50_ms: f64,
+    pub heartbeat_p99_ms: f64,
+    pub worker_heartbeat_p50_ms: f64,
+    pub worker_heartbeat_p99_ms: f64,
+    pub client_heartbeat_p50_ms: f64,
+    pub client_heartbeat_p99_ms: f64,
+    /// Heartbeats with a latency in the window, and those that brought news instead.
+    pub heartbeats: usize,
+    pub news_replies: u64,
+    pub leases_per_s: f64,
+    pub splits_per_s: f64,
+    pub tasks_finished: u64,
+    /// Failed RPCs, setup included.
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// The leader's CPU over the window, in percent of one core.
+    pub leader_cpu_percent: f64,
+    pub leader_rss_mib: f64,
+    pub state_mib: f64,
+    pub snapshot_mib: f64,
+    /// Whether another replica led at the end (an election under the load).
+    pub leader_changed: bool,
+}
+
+/// Connections for `callers` simulated callers, `per_connection` to each.
+pub(crate) fn connections(
+    target: &Target,
+    callers: usize,
+    per_connection: usize,
+) -> anyhow::Result<Vec<DispatcherClient>> {
+    (0..callers.div_ceil(per_connection).max(1))
+        .map(|_| target.client())
+        .collect()
+}
+
+/// Waits until `counter` reaches `n`, or fails after `timeout` naming `what`.
+pub(crate) async fn wait_count(
+    counter: &AtomicU64,
+    n: usize,
+    timeout: Duration,
+    what: &str,
+    stats: &FleetStats,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while counter.load(Ordering::Relaxed) < n as u64 {
+        if Instant::now() > deadline {
+            bail!(
+                "{what}: {} of {n} within {timeout:?} (first error: {})",
+                counter.load(Ordering::Relaxed),
+                stats.first_error().unwrap_or_else(|| "none".into())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Registers `range(splits)`; its id.
+pub(crate) async fn register_range(
+    client: &DispatcherClient,
+    splits: u64,
+) -> anyhow::Result<DatasetId> {
+    let id = client
+        .register_dataset(&Dataset::range(splits as i64), &RegisterOptions::default())
+        .await
+        .context("register the dataset")?;
+    Ok(DatasetId(id))
+}
+
+/// A job request on `dataset` (distributed_epoch); named, or anonymous with `None`.
+pub(crate) fn job_request(dataset: &DatasetId, name: Option<String>) -> JobRequest {
+    JobRequest {
+        dataset_id: dataset.clone(),
+        sharding: ShardingPolicy::Dynamic,
+        job_name: name,
+        num_consumers: None,
+        use_cross_trainer_cache: false,
+        target_workers: TargetWorkers::Auto,
+    }
+}
+
+/// Starts `n` simulated workers, each with `split_cost` per split and a connection of its own
+/// (a worker's heartbeats and its tasks' leases share it, as in a real worker).
+pub(crate) fn spawn_workers(
+    tasks: &mut JoinSet<()>,
+    target: &Target,
+    n: usize,
+    split_cost: Duration,
+    stats: &Arc<FleetStats>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    for i in 0..n {
+        let worker = SimWorker {
+            client: target.client()?,
+            address: format!("127.0.0.1:{}", 1024 + i),
+            split_cost,
+            stats: stats.clone(),
+            cancel: cancel.clone(),
+        };
+        tasks.spawn(worker.run());
+    }
+    Ok(())
+}
+
+/// Runs the scale workload against `target`.
+pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<ScaleFigures> {
+    config.validate()?;
+    let root = target.client()?;
+    let dataset = register_range(&root, config.splits).await?;
+    // While the state is small: the status lists every task.
+    let leader = target.leader().await?;
+    let stats = Arc::new(FleetStats::default());
+    let cancel = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let pool = connections(target, config.clients, config.callers_per_connection)?;
+
+    let result = async {
+        spawn_workers(
+            &mut tasks,
+            target,
+            config.workers,
+            config.split_cost,
+            &stats,
+            &cancel,
+        )?;
+        wait_count(
+            &stats.workers_up,
+            config.workers,
+            config.setup_timeout,
+            "workers registered",
+            &stats,
+        )
+        .await?;
+        let mut jobs = Vec::new();
+        for j in 0..config.jobs {
+            let request = job_request(&dataset, Some(format!("scale-{j}")));
+            jobs.push(
+                root.get_or_create_job(&request)
+                    .await
+                    .context("create a job")?,
+            );
+        }
+        for i in 0..config.clients {
+            let client = SimClient {
+                client: pool[i % pool.len()].sharing_connections(),
+                job_id: jobs[i % jobs.len()],
+                stats: stats.clone(),
+                cancel: cancel.clone(),
+            };
+            tasks.spawn(client.run());
+        }
+        wait_count(
+            &stats.clients_up,
+            config.clients,
+            config.setup_timeout,
+            "clients attached",
+            &stats,
+        )
+        .await?;
+
+        let cpu_before = leader.cpu_seconds()?;
+        let started = Instant::now();
+        stats.set_measuring(true);
+        tokio::time::sleep(config.duration).await;
+        stats.set_measuring(false);
+        let seconds = started.elapsed().as_secs_f64();
+        let cpu = leader.cpu_seconds()? - cpu_before;
+        let leader_rss_mib = leader.rss_mib()?;
+        let sizes = target.sizes(&leader).await?;
+
+        let (all, workers, clients) = (
+            stats.latencies(None),
+            stats.latencies(Some(Caller::Worker)),
+            stats.latencies(Some(Caller::Client)),
+        );
+        Ok(ScaleFigures {
+            heartbeat_p50_ms: quantile(&all, 0.5),
+            heartbeat_p99_ms: quantile(&all, 0.99),
+            worker_heartbeat_p50_ms: quantile(&workers, 0.5),
+            worker_heartbeat_p99_ms: quantile(&workers, 0.99),
+            client_heartbeat_p50_ms: quantile(&clients, 0.5),
+            client_heartbeat_p99_ms: quantile(&clients, 0.99),
+            heartbeats: all.len(),
+            news_replies: stats.news(),
+            leases_per_s: stats.leases() as f64 / seconds,
+            splits_per_s: stats.splits() as f64 / seconds,
+            tasks_finished: stats.tasks_finished_count(),
+            errors: stats.errors(),
+            first_error: stats.first_error(),
+            leader_cpu_percent: cpu / seconds * 100.0,
+            leader_rss_mib,
+            state_mib: sizes.state_mib,
+            snapshot_mib: sizes.snapshot_mib,
+            leader_changed: sizes.leader_changed,
+        })
+    }
+    .await;
+    cancel.cancel();
+    while tasks.join_next().await.is_some() {}
+    result
+}

@@ -1,0 +1,71 @@
+//! The scale workload and the soak, small, against a three-replica quorum in this process.
+
+use sluice_bench::{run_scale, run_soak, ScaleConfig, SoakConfig, Target};
+use sluice_security::ClientSecurity;
+use sluice_testkit::LocalCluster;
+use std::time::Duration;
+
+async fn quorum() -> (LocalCluster, Target) {
+    let cluster = LocalCluster::start(3, 0).await.expect("start the quorum");
+    let target = Target {
+        addrs: cluster
+            .dispatcher_addrs()
+            .split(',')
+            .map(str::to_string)
+            .collect(),
+        pids: Vec::new(),
+        security: ClientSecurity::default(),
+    };
+    (cluster, target)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_fleet_heartbeats_and_leases_without_errors() {
+    let (cluster, target) = quorum().await;
+    let config = ScaleConfig {
+        workers: 20,
+        clients: 100,
+        jobs: 3,
+        duration: Duration::from_secs(3),
+        // About a second of leasing per iteration: iterations end and clients move on.
+        splits: 2000,
+        split_cost: Duration::from_millis(10),
+        callers_per_connection: 30,
+        setup_timeout: Duration::from_secs(60),
+    };
+    let f = run_scale(&target, &config).await.expect("scale run");
+    println!("{f:?}");
+    assert_eq!(f.errors, 0, "first error: {:?}", f.first_error);
+    assert!(
+        f.heartbeats > 100,
+        "too few heartbeats timed: {}",
+        f.heartbeats
+    );
+    assert!(f.worker_heartbeat_p99_ms > 0.0 && f.client_heartbeat_p99_ms > 0.0);
+    assert!(f.heartbeat_p50_ms <= f.heartbeat_p99_ms);
+    // Generous: a debug build on a shared machine, yet far below a timeout.
+    assert!(f.heartbeat_p99_ms < 3000.0, "p99 {} ms", f.heartbeat_p99_ms);
+    assert!(f.leases_per_s > 0.0 && f.splits_per_s >= f.leases_per_s);
+    assert!(f.tasks_finished > 0, "no task finished");
+    assert!(f.state_mib > 0.0 && f.leader_rss_mib > 0.0);
+    assert!(f.leader_cpu_percent > 0.0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_soak_finishes_every_job_and_reports_sizes() {
+    let (cluster, target) = quorum().await;
+    let config = SoakConfig {
+        jobs: 200,
+        callers: 4,
+        workers: 1,
+        drain_timeout: Duration::from_secs(60),
+    };
+    let f = run_soak(&target, &config).await.expect("soak");
+    println!("{f:?}");
+    assert_eq!(f.errors, 0, "first error: {:?}", f.first_error);
+    assert!(f.tasks_finished > 0, "no task finished");
+    assert!(f.state_mib > 0.0);
+    assert!(f.leader_rss_ratio > 0.0 && f.jobs_per_s > 0.0);
+    cluster.shutdown().await;
+}
