@@ -49,6 +49,17 @@ impl Cluster {
         workers: usize,
         creds: Option<&Credentials>,
     ) -> anyhow::Result<Cluster> {
+        Self::start_with(sluice, dispatchers, workers, creds, &[])
+    }
+
+    /// As [`Cluster::start`], each dispatcher also given `dispatcher_args`.
+    pub(crate) fn start_with(
+        sluice: &Path,
+        dispatchers: usize,
+        workers: usize,
+        creds: Option<&Credentials>,
+        dispatcher_args: &[&str],
+    ) -> anyhow::Result<Cluster> {
         let flags = |cert: &str, tokens: &str| match creds {
             Some(creds) => creds.server_flags(cert, tokens),
             None => Vec::new(),
@@ -89,6 +100,7 @@ impl Cluster {
                 .iter()
                 .chain(&dispatcher_flags)
                 .map(String::as_str)
+                .chain(dispatcher_args.iter().copied())
                 .collect();
             procs.push(SluiceProcess::spawn(sluice, &args, STARTUP)?);
         }

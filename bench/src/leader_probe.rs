@@ -53,6 +53,19 @@ impl Target {
 
     /// The status JSON of the quorum's leader. Slow on a large state (it lists every worker,
     /// job, iteration and task), hence a patient client of its own.
+    /// Returns once the state holds no job (every finished job was removed); polls the status
+    /// every half second.
+    pub(crate) async fn wait_jobs_removed(&self) {
+        loop {
+            if let Ok(status) = self.status().await {
+                if status["state_sizes"]["jobs"].as_u64() == Some(0) {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     async fn status(&self) -> anyhow::Result<Value> {
         let client =
             DispatcherClient::connect(&self.addrs.join(","), patient(), self.security.clone())?;

@@ -86,6 +86,10 @@ pub struct BenchArgs {
     /// Soak: callers creating jobs in parallel.
     #[arg(long, default_value_t = 32)]
     pub soak_callers: usize,
+    /// Soak: the dispatchers' `--job-gc-timeout`. Finished work is removed this long after its
+    /// last client left, so the state after the soak holds what the last such window made.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub soak_job_gc_timeout: std::time::Duration,
     /// Run the networked workloads a second time with TLS on every link and a token on every
     /// call; their figures get the suffix `_tls`.
     #[arg(long)]
@@ -155,10 +159,13 @@ async fn run_pass(
         if args.soak_jobs > 0 {
             // A fresh quorum, so the leader's memory before the soak is a new replica's.
             drop(cluster);
-            let cluster = Cluster::start(sluice, 3, 0, creds)?;
+            let gc_timeout = humantime::format_duration(args.soak_job_gc_timeout).to_string();
+            let cluster =
+                Cluster::start_with(sluice, 3, 0, creds, &["--job-gc-timeout", &gc_timeout])?;
             let soak = SoakConfig {
                 jobs: args.soak_jobs,
                 callers: args.soak_callers,
+                job_gc_timeout: args.soak_job_gc_timeout,
                 ..SoakConfig::default()
             };
             workloads::soak(&cluster.target()?, &soak, report).await?;

@@ -27,6 +27,9 @@ pub struct SoakConfig {
     pub workers: usize,
     /// How long the workers may take to finish the last tasks after the last job.
     pub drain_timeout: Duration,
+    /// The dispatchers' `--job-gc-timeout`: after the drain, the soak waits (up to three of
+    /// these and ten seconds) for the quorum to remove the finished jobs before it measures.
+    pub job_gc_timeout: Duration,
 }
 
 impl Default for SoakConfig {
@@ -36,6 +39,7 @@ impl Default for SoakConfig {
             callers: 32,
             workers: 2,
             drain_timeout: Duration::from_secs(120),
+            job_gc_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -132,6 +136,9 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
         };
         // Measured anyway if the workers never settle.
         let _ = tokio::time::timeout(config.drain_timeout, drain).await;
+        // Measured anyway if the jobs are not all removed in time: the figures then show it.
+        let removal = config.job_gc_timeout * 3 + Duration::from_secs(10);
+        let _ = tokio::time::timeout(removal, target.wait_jobs_removed()).await;
 
         let rss_after = leader.rss_mib()?;
         let sizes = target.sizes(&leader).await?;

@@ -6,7 +6,10 @@ use sluice_testkit::LocalCluster;
 use std::time::Duration;
 
 async fn quorum() -> (LocalCluster, Target) {
-    let cluster = LocalCluster::start(3, 0).await.expect("start the quorum");
+    target_of(LocalCluster::start(3, 0).await.expect("start the quorum"))
+}
+
+fn target_of(cluster: LocalCluster) -> (LocalCluster, Target) {
     let target = Target {
         addrs: cluster
             .dispatcher_addrs()
@@ -54,12 +57,17 @@ async fn a_small_fleet_heartbeats_and_leases_without_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_soak_finishes_every_job_and_reports_sizes() {
-    let (cluster, target) = quorum().await;
+    const GC: Duration = Duration::from_secs(1);
+    let cluster = LocalCluster::start_with(3, 0, |config| config.job_gc_timeout = Some(GC))
+        .await
+        .expect("start the quorum");
+    let (cluster, target) = target_of(cluster);
     let config = SoakConfig {
         jobs: 200,
         callers: 4,
         workers: 1,
         drain_timeout: Duration::from_secs(60),
+        job_gc_timeout: GC,
     };
     let f = run_soak(&target, &config).await.expect("soak");
     println!("{f:?}");
@@ -67,5 +75,15 @@ async fn a_small_soak_finishes_every_job_and_reports_sizes() {
     assert!(f.tasks_finished > 0, "no task finished");
     assert!(f.state_mib > 0.0);
     assert!(f.leader_rss_ratio > 0.0 && f.jobs_per_s > 0.0);
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(20))
+        .await
+        .expect("a leader");
+    let sizes = cluster.state_of(leader).expect("the leader runs").sizes();
+    assert_eq!(
+        (sizes.jobs, sizes.iterations, sizes.tasks),
+        (0, 0, 0),
+        "every finished job was removed"
+    );
     cluster.shutdown().await;
 }
