@@ -46,8 +46,8 @@ pub struct Timers {
     pub dataset_gc_timeout: Option<Duration>,
 }
 
-/// Most ids of each kind one `RemoveIdle` lists, so its entry stays small; the rest go in the
-/// next check.
+/// Most ids of each kind one `RemoveIdle` lists, so its entry stays small; more go in further
+/// updates of the same check.
 pub const MAX_REMOVALS_PER_UPDATE: usize = 1000;
 
 impl Timers {
@@ -132,8 +132,9 @@ impl Timers {
         updates
     }
 
-    /// What has been idle long enough to be removed from the state.
-    fn removals(&self, now: Now, state: &DispatcherState) -> Option<Update> {
+    /// What has been idle long enough to be removed from the state, in updates of at most
+    /// [`MAX_REMOVALS_PER_UPDATE`] ids of each kind.
+    fn removals(&self, now: Now, state: &DispatcherState) -> Vec<Update> {
         let before = |timeout: Option<Duration>| {
             timeout.map(|t| now.wall_micros.saturating_sub(t.as_micros() as u64))
         };
@@ -144,30 +145,40 @@ impl Timers {
             .iterations()
             .filter(|it| state.iteration_idle(it.id, iterations_before))
             .map(|it| it.id)
-            .take(MAX_REMOVALS_PER_UPDATE)
             .collect();
         let jobs: Vec<JobId> = state
             .jobs()
             .filter(|job| state.job_idle(job.id, iterations_before))
             .map(|job| job.id)
-            .take(MAX_REMOVALS_PER_UPDATE)
             .collect();
         let datasets: Vec<DatasetId> = state
             .datasets()
             .filter(|d| state.dataset_idle(&d.id, datasets_before))
             .map(|d| d.id.clone())
-            .take(MAX_REMOVALS_PER_UPDATE)
             .collect();
-        (!iterations.is_empty() || !jobs.is_empty() || !datasets.is_empty()).then_some(
-            Update::RemoveIdle {
+        let updates = [iterations.len(), jobs.len(), datasets.len()]
+            .into_iter()
+            .map(|n| n.div_ceil(MAX_REMOVALS_PER_UPDATE))
+            .max()
+            .unwrap_or(0);
+        (0..updates)
+            .map(|i| Update::RemoveIdle {
                 iterations_before,
                 datasets_before,
-                iterations,
-                jobs,
-                datasets,
-            },
-        )
+                iterations: chunk(&iterations, i),
+                jobs: chunk(&jobs, i),
+                datasets: chunk(&datasets, i),
+            })
+            .collect()
     }
+}
+
+/// The `i`th run of at most [`MAX_REMOVALS_PER_UPDATE`] of `ids` (empty past the end).
+fn chunk<T: Clone>(ids: &[T], i: usize) -> Vec<T> {
+    ids.chunks(MAX_REMOVALS_PER_UPDATE)
+        .nth(i)
+        .map(<[T]>::to_vec)
+        .unwrap_or_default()
 }
 
 /// The leader's timer task: reads the clocks, asks [`Timers::decide`], proposes.

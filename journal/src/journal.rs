@@ -170,8 +170,7 @@ impl Journal {
             source: e,
         })?;
         let db_path = dir.join(DB_DIR);
-        let db = sled::Config::new()
-            .path(&db_path)
+        let db = sled_config(&db_path)
             .open()
             .map_err(|e| JournalError::sled(format!("creating {}", db_path.display()), e))?;
         let header = db
@@ -346,10 +345,21 @@ fn tree_is_empty(db: &sled::Db, name: &str) -> Result<bool, JournalError> {
 const LOCK_WAIT: Duration = Duration::from_secs(2);
 const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(5);
 
+/// Sled's page cache; its default (1 GiB) let a replica's memory grow with every entry it
+/// wrote until the cache was full. The journal's reads are the recent log and the last
+/// snapshot, which this holds many times over.
+const SLED_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+fn sled_config(db_path: &Path) -> sled::Config {
+    sled::Config::new()
+        .path(db_path)
+        .cache_capacity(SLED_CACHE_BYTES)
+}
+
 fn open_sled(dir: &Path, db_path: &Path) -> Result<sled::Db, JournalError> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
-        match sled::Config::new().path(db_path).open() {
+        match sled_config(db_path).open() {
             Ok(db) => return Ok(db),
             Err(sled::Error::Io(ref io))
                 if sled_lock_contended(io) && Instant::now() < deadline =>
