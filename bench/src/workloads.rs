@@ -285,11 +285,6 @@ pub(crate) async fn scale(
     report.put("scale_leases_per_s", f.leases_per_s, "leases/s");
     report.put("scale_splits_per_s", f.splits_per_s, "splits/s");
     report.put(
-        "scale_tasks_finished",
-        f.tasks_finished as f64,
-        "tasks reported finished",
-    );
-    report.put(
         "scale_leader_cpu_pct",
         f.leader_cpu_percent,
         "% of one core (leader, measured window)",
@@ -301,15 +296,14 @@ pub(crate) async fn scale(
     );
     report.put("scale_state_mib", f.state_mib, "MiB (encoded state)");
     report.put("scale_snapshot_mib", f.snapshot_mib, "MiB (last snapshot)");
-    report.put("scale_errors", f.errors as f64, "failed RPCs");
-    report.put(
-        "scale_leader_changes",
-        f.leader_changed as u8 as f64,
-        "1: another replica led at the end",
+    put_outcome(
+        report,
+        "scale",
+        f.tasks_finished,
+        f.errors,
+        f.leader_changed,
+        f.first_error,
     );
-    if let Some(error) = f.first_error {
-        println!("scale: first error: {error}");
-    }
     Ok(())
 }
 
@@ -342,19 +336,39 @@ pub(crate) async fn soak(
         f.leader_rss_ratio,
         "leader RSS after / before",
     );
+    put_outcome(
+        report,
+        "soak",
+        f.tasks_finished,
+        f.errors,
+        f.leader_changed,
+        f.first_error,
+    );
+    Ok(())
+}
+
+/// The figures the scale run and the soak both end with: tasks finished, failed calls and
+/// whether the leader changed (under `<workload>_`), and the first error, printed.
+fn put_outcome(
+    report: &mut Report,
+    workload: &str,
+    tasks_finished: u64,
+    errors: u64,
+    leader_changed: bool,
+    first_error: Option<String>,
+) {
     report.put(
-        "soak_tasks_finished",
-        f.tasks_finished as f64,
+        &format!("{workload}_tasks_finished"),
+        tasks_finished as f64,
         "tasks reported finished",
     );
-    report.put("soak_errors", f.errors as f64, "failed RPCs");
+    report.put(&format!("{workload}_errors"), errors as f64, "failed RPCs");
     report.put(
-        "soak_leader_changes",
-        f.leader_changed as u8 as f64,
+        &format!("{workload}_leader_changes"),
+        f64::from(u8::from(leader_changed)),
         "1: another replica led at the end",
     );
-    if let Some(error) = f.first_error {
-        println!("soak: first error: {error}");
+    if let Some(error) = first_error {
+        println!("{workload}: first error: {error}");
     }
-    Ok(())
 }

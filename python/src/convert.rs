@@ -209,27 +209,49 @@ pub fn tensor_from_parts(
     tensor.map_err(dataset_error)
 }
 
+/// A structure of tuples and dicts (str keys) over `value`: a tuple stays a tuple, a dict a
+/// dict, and anything else is a leaf, converted by `leaf`. `what` names the structure in the
+/// error for a key that is not a string.
+fn structure_from_py<T>(
+    value: &Bound<'_, PyAny>,
+    what: &str,
+    tuple: fn(Vec<T>) -> T,
+    dict: fn(std::collections::BTreeMap<String, T>) -> T,
+    leaf: &dyn Fn(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<T> {
+    if let Ok(items) = value.cast::<PyTuple>() {
+        let items = items
+            .iter()
+            .map(|item| structure_from_py(&item, what, tuple, dict, leaf))
+            .collect::<PyResult<_>>()?;
+        return Ok(tuple(items));
+    }
+    if let Ok(entries) = value.cast::<PyDict>() {
+        let mut fields = std::collections::BTreeMap::new();
+        for (k, v) in entries.iter() {
+            let key: String = k
+                .extract()
+                .map_err(|_| invalid_argument(format!("{what} dict keys must be strings")))?;
+            fields.insert(key, structure_from_py(&v, what, tuple, dict, leaf)?);
+        }
+        return Ok(dict(fields));
+    }
+    leaf(value)
+}
+
 /// The columns of `from_tensor_slices` of a structure: a tuple stays a tuple, a dict (str keys)
 /// a dict, and a leaf is the list `[dtype, shape, data]` of `tensor_from_parts`.
 pub fn columns_from_py(value: &Bound<'_, PyAny>) -> PyResult<Element> {
-    if let Ok(tuple) = value.cast::<PyTuple>() {
-        return Ok(Element::Tuple(
-            tuple
-                .iter()
-                .map(|item| columns_from_py(&item))
-                .collect::<PyResult<_>>()?,
-        ));
-    }
-    if let Ok(dict) = value.cast::<PyDict>() {
-        let mut fields = std::collections::BTreeMap::new();
-        for (k, v) in dict.iter() {
-            let key: String = k
-                .extract()
-                .map_err(|_| invalid_argument("from_tensor_slices dict keys must be strings"))?;
-            fields.insert(key, columns_from_py(&v)?);
-        }
-        return Ok(Element::Dict(fields));
-    }
+    structure_from_py(
+        value,
+        "from_tensor_slices",
+        Element::Tuple,
+        Element::Dict,
+        &columns_leaf,
+    )
+}
+
+fn columns_leaf(value: &Bound<'_, PyAny>) -> PyResult<Element> {
     let leaf = value.cast::<PyList>()?;
     if leaf.len() != 3 {
         return Err(invalid_argument(
@@ -248,24 +270,16 @@ pub fn columns_from_py(value: &Bound<'_, PyAny>) -> PyResult<Element> {
 /// An element spec from `sluice.data.TensorSpec` leaves (anything with a `shape` of ints and
 /// `None`s and a `dtype` whose `str` is a Sluice dtype name) in tuples and dicts.
 pub fn spec_from_py(value: &Bound<'_, PyAny>) -> PyResult<ElementSpec> {
-    if let Ok(tuple) = value.cast::<PyTuple>() {
-        return Ok(ElementSpec::Tuple(
-            tuple
-                .iter()
-                .map(|item| spec_from_py(&item))
-                .collect::<PyResult<_>>()?,
-        ));
-    }
-    if let Ok(dict) = value.cast::<PyDict>() {
-        let mut fields = std::collections::BTreeMap::new();
-        for (k, v) in dict.iter() {
-            let key: String = k
-                .extract()
-                .map_err(|_| invalid_argument("element spec dict keys must be strings"))?;
-            fields.insert(key, spec_from_py(&v)?);
-        }
-        return Ok(ElementSpec::Dict(fields));
-    }
+    structure_from_py(
+        value,
+        "element spec",
+        ElementSpec::Tuple,
+        ElementSpec::Dict,
+        &spec_leaf,
+    )
+}
+
+fn spec_leaf(value: &Bound<'_, PyAny>) -> PyResult<ElementSpec> {
     let not_a_spec = || {
         invalid_argument(format!(
             "an element spec is TensorSpecs in tuples and dicts, got {}",
