@@ -9,7 +9,7 @@ use crate::cancellation::Cancellation;
 use crate::element::Element;
 use crate::error::DatasetError;
 use crate::executor::ElementIter;
-use crate::memory_budget::{element_bytes, Reservation};
+use crate::memory_budget::Reservation;
 use crate::tensor::Tensor;
 
 /// The most slots allocated ahead for a batch: a huge batch size with a short input must not
@@ -52,24 +52,16 @@ impl Iterator for BatchIter {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while !self.done && self.pending.len() < self.size {
-            if let Err(e) = self.cancel.check() {
-                return Some(Err(e));
-            }
-            match self.input.next() {
-                Some(Ok(e)) => {
-                    if let Err(err) = self.held.grow(element_bytes(&e)) {
-                        // Nothing more is read, and no partial batch follows the error.
-                        self.done = true;
-                        self.pending.clear();
-                        self.held.clear();
-                        return Some(Err(err));
-                    }
-                    self.pending.push(e)
-                }
-                Some(Err(e)) => return Some(Err(e)),
-                None => self.done = true,
-            }
+        // Past the budget no partial batch follows the error.
+        if let Some(e) = super::fill_held(
+            &mut self.input,
+            &mut self.pending,
+            self.size,
+            &self.held,
+            &self.cancel,
+            &mut self.done,
+        ) {
+            return Some(Err(e));
         }
         if self.pending.is_empty() || (self.pending.len() < self.size && self.drop_remainder) {
             return None;

@@ -62,24 +62,16 @@ impl Iterator for ShuffleIter {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while !self.input_done && self.buffer.len() < self.capacity {
-            if let Err(e) = self.cancel.check() {
-                return Some(Err(e));
-            }
-            match self.input.next() {
-                Some(Ok(e)) => {
-                    if let Err(err) = self.held.grow(element_bytes(&e)) {
-                        // Nothing more is read: the pipeline ends with this error.
-                        self.input_done = true;
-                        self.buffer.clear();
-                        self.held.clear();
-                        return Some(Err(err));
-                    }
-                    self.buffer.push(e)
-                }
-                Some(Err(e)) => return Some(Err(e)),
-                None => self.input_done = true,
-            }
+        // Past the budget nothing more is read: the pipeline ends with the error.
+        if let Some(e) = super::fill_held(
+            &mut self.input,
+            &mut self.buffer,
+            self.capacity,
+            &self.held,
+            &self.cancel,
+            &mut self.input_done,
+        ) {
+            return Some(Err(e));
         }
         if self.buffer.is_empty() {
             return None;
