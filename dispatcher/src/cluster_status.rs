@@ -61,17 +61,12 @@ impl StatusPage {
     }
 }
 
-/// Takes up to `size` entries; the key of the last one taken when more were left.
-fn page<T, K>(
-    entries: impl Iterator<Item = T>,
-    size: usize,
-    key: impl Fn(&T) -> K,
-) -> (Vec<T>, Option<K>) {
+/// Takes up to `size` entries, and whether more were left.
+fn page<T>(entries: impl Iterator<Item = T>, size: usize) -> (Vec<T>, bool) {
     let mut entries = entries.peekable();
     let taken: Vec<T> = entries.by_ref().take(size).collect();
     let more = entries.peek().is_some();
-    let last = taken.last().filter(|_| more).map(key);
-    (taken, last)
+    (taken, more)
 }
 
 pub fn status_json(
@@ -81,39 +76,28 @@ pub fn status_json(
 ) -> Value {
     let size = page_request.size;
     let after = &page_request.after;
-    let (datasets, datasets_next) =
-        page(state.datasets_after(after.datasets.as_ref()), size, |d| {
-            d.id.clone()
+    let (datasets, datasets_more) = page(state.datasets_after(after.datasets.as_ref()), size);
+    let (worker_page, workers_more) = page(state.workers_after(after.workers.as_deref()), size);
+    let (job_page, jobs_more) = page(state.jobs_after(after.jobs), size);
+    let (iteration_page, iterations_more) = page(state.iterations_after(after.iterations), size);
+    // Each list goes on after its last entry on this page; one that is empty here stays where
+    // it was (at its end).
+    let next_page_token =
+        (datasets_more || workers_more || jobs_more || iterations_more).then(|| {
+            let token = PageToken {
+                datasets: datasets
+                    .last()
+                    .map(|d| d.id.clone())
+                    .or_else(|| after.datasets.clone()),
+                workers: worker_page
+                    .last()
+                    .map(|w| w.address.clone())
+                    .or_else(|| after.workers.clone()),
+                jobs: job_page.last().map(|j| j.id).or(after.jobs),
+                iterations: iteration_page.last().map(|it| it.id).or(after.iterations),
+            };
+            serde_json::to_string(&token).unwrap_or_default()
         });
-    let (worker_page, workers_next) =
-        page(state.workers_after(after.workers.as_deref()), size, |w| {
-            w.address.clone()
-        });
-    let (job_page, jobs_next) = page(state.jobs_after(after.jobs), size, |j| j.id);
-    let (iteration_page, iterations_next) =
-        page(state.iterations_after(after.iterations), size, |it| it.id);
-    let any_next = datasets_next.is_some()
-        || workers_next.is_some()
-        || jobs_next.is_some()
-        || iterations_next.is_some();
-    // A list that ended stays at its end (its last key on this page, or where it started).
-    let next_page_token = any_next.then(|| {
-        let token = PageToken {
-            datasets: datasets_next
-                .or_else(|| datasets.last().map(|d| d.id.clone()))
-                .or_else(|| after.datasets.clone()),
-            workers: workers_next
-                .or_else(|| worker_page.last().map(|w| w.address.clone()))
-                .or_else(|| after.workers.clone()),
-            jobs: jobs_next
-                .or_else(|| job_page.last().map(|j| j.id))
-                .or(after.jobs),
-            iterations: iterations_next
-                .or_else(|| iteration_page.last().map(|it| it.id))
-                .or(after.iterations),
-        };
-        serde_json::to_string(&token).unwrap_or_default()
-    });
     let membership = metrics.membership_config.membership();
     let members: Vec<Value> = membership
         .nodes()
