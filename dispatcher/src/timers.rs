@@ -135,6 +135,10 @@ impl Timers {
     /// What has been idle long enough to be removed from the state, in updates of at most
     /// [`MAX_REMOVALS_PER_UPDATE`] ids of each kind.
     fn removals(&self, now: Now, state: &DispatcherState) -> Vec<Update> {
+        if self.job_gc_timeout.is_none() && self.dataset_gc_timeout.is_none() {
+            // Nothing can qualify: no need to look at every entity.
+            return Vec::new();
+        }
         let before = |timeout: Option<Duration>| {
             timeout.map(|t| now.wall_micros.saturating_sub(t.as_micros() as u64))
         };
