@@ -13,8 +13,8 @@
 
 use crate::fleet_stats::{Caller, FleetStats};
 use sluice_rpc::{
-    ClientHeartbeat, DispatcherClient, IterationId, JobId, LeaseRequest, TaskId, WorkerHeartbeat,
-    WorkerId,
+    ClientHeartbeat, DispatcherClient, IterationId, JobId, KnownTasks, LeaseRequest, TaskId,
+    WorkerHeartbeat, WorkerId,
 };
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -210,7 +210,7 @@ impl SimClient {
     /// Heartbeats as the client's epoch loop does; true once the iteration finished, false when
     /// cancelled.
     async fn heartbeat_until_finished(&self, client_id: sluice_rpc::ClientId) -> bool {
-        let mut known_tasks = 0;
+        let mut known_tasks = KnownTasks::default();
         // The first heartbeat of an epoch does not wait.
         let mut poll = Duration::ZERO;
         loop {
@@ -227,16 +227,17 @@ impl SimClient {
             };
             match reply {
                 Ok(reply) => {
-                    let tasks = reply.tasks.len() as u32;
                     let news = reply.iteration_finished
                         || reply.block_round.is_some()
-                        || tasks != known_tasks;
+                        || reply.tasks.is_some();
                     self.stats
                         .heartbeat(Caller::Client, started.elapsed(), poll, news);
                     if reply.iteration_finished {
                         return true;
                     }
-                    known_tasks = tasks;
+                    if let Some(tasks) = reply.tasks {
+                        known_tasks = KnownTasks::of(&tasks);
+                    }
                     poll = HEARTBEAT_POLL;
                 }
                 Err(e) => {

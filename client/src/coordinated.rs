@@ -19,10 +19,11 @@
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use futures::stream::{FuturesOrdered, StreamExt};
-use sluice_proto::dispatcher as pb;
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
-use sluice_rpc::{ClientHeartbeat, ClientId, DispatcherClient, TaskId};
+use sluice_rpc::{
+    ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, TaskId,
+};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -240,12 +241,15 @@ impl Reader {
         &self,
         wait: Duration,
         poll: Duration,
-    ) -> impl Future<Output = Result<pb::ClientHeartbeatResponse, ClientError>> + Send + 'static
-    {
+    ) -> impl Future<Output = Result<ClientHeartbeatReply, ClientError>> + Send + 'static {
         let client = self.client.clone();
         let heartbeat = ClientHeartbeat {
             client_id: self.config.client_id,
-            known_tasks: self.tasks.len() as u32,
+            // The list mirrors the dispatcher's, in its order.
+            known_tasks: KnownTasks {
+                count: self.tasks.len() as u32,
+                last: self.tasks.last().map(|t| t.task_id),
+            },
             current_round: Some(self.current_round),
             blocked_round: self.round_limit,
         };
@@ -256,14 +260,18 @@ impl Reader {
     }
 
     /// Takes in the dispatcher's task list and blocked round; true while a task is pending.
-    fn apply_heartbeat(&mut self, response: pb::ClientHeartbeatResponse) -> bool {
+    fn apply_heartbeat(&mut self, response: ClientHeartbeatReply) -> bool {
         match response.block_round {
             // Already in that round: the dispatcher will move the target later.
             Some(block) if self.current_round >= block => {}
             Some(block) => self.round_limit = Some(block),
             None => self.round_limit = None,
         }
-        let listed: Vec<u64> = response.tasks.iter().map(|t| t.task_id).collect();
+        let Some(listed_tasks) = response.tasks else {
+            // The list is unchanged.
+            return response.block_round.is_some();
+        };
+        let listed: Vec<u64> = listed_tasks.iter().map(|t| t.task_id).collect();
         // Tasks no longer listed were removed; keep the position in the round consistent.
         let mut index = 0;
         while index < self.tasks.len() {
@@ -280,7 +288,7 @@ impl Reader {
             self.next_task_index = 0;
             self.current_round += 1;
         }
-        for info in response.tasks {
+        for info in listed_tasks {
             if self.tasks.iter().any(|t| t.task_id == info.task_id) {
                 continue;
             }

@@ -24,7 +24,8 @@ use sluice_dataset::{
 };
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
-    ClientHeartbeat, ClientId, DispatcherClient, LocalWorkers, TargetWorkers, TaskId,
+    ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, LocalWorkers,
+    TargetWorkers, TaskId,
 };
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -411,10 +412,11 @@ impl Driver {
             let own_tasks_ended = streams.values().all(|done| *done);
             own_tasks_ended && (finished || (!skipped.is_empty() && !streams.is_empty()))
         };
+        let mut known_tasks = KnownTasks::default();
         let mut pending = Box::pin(heartbeat(
             self.client.clone(),
             self.client_id,
-            0,
+            known_tasks,
             Duration::ZERO,
         ));
         loop {
@@ -422,14 +424,21 @@ impl Driver {
                 _ = self.cancel.cancelled() => return Ok(()),
                 response = &mut pending => {
                     let response = response?;
-                    let known_tasks = response.tasks.len() as u32;
+                    // No list: the one known is current.
+                    let tasks = match response.tasks {
+                        Some(tasks) => {
+                            known_tasks = KnownTasks::of(&tasks);
+                            tasks
+                        }
+                        None => Vec::new(),
+                    };
                     if response.iteration_finished {
                         let _ = finished_tx.send(true);
                     }
                     // A finished iteration has nothing left in tasks not opened yet (tf.data
                     // updates no tasks once the iteration finished).
                     let mut new_tasks = Vec::new();
-                    for task in response.tasks {
+                    for task in tasks {
                         if *finished_tx.borrow()
                             || streams.contains_key(&task.task_id)
                             || skipped.contains(&task.task_id)
@@ -515,9 +524,9 @@ impl Driver {
 async fn heartbeat(
     client: DispatcherClient,
     client_id: ClientId,
-    known_tasks: u32,
+    known_tasks: KnownTasks,
     poll: Duration,
-) -> Result<pb::ClientHeartbeatResponse, ClientError> {
+) -> Result<ClientHeartbeatReply, ClientError> {
     let heartbeat = ClientHeartbeat {
         client_id,
         known_tasks,

@@ -72,16 +72,17 @@ impl Heartbeats {
                 .client_rounds(client_id, current_round, req.blocked_round)
                 .await?;
         }
+        let known = KnownTasks::of(&req);
         self.reader
             .long_poll(
                 deadline,
                 |_, s| {
-                    Ok(match client_changed(s, client_id, req.known_tasks)? {
+                    Ok(match client_changed(s, client_id, &known)? {
                         true => Check::Changed,
                         false => Check::Unchanged,
                     })
                 },
-                |_, s| client_view(s, client_id),
+                |_, s| client_view(s, client_id, &known),
             )
             .await
     }
@@ -155,35 +156,70 @@ fn iteration_of(
     })?)
 }
 
-/// Whether a client that knows `known_tasks` tasks has news: the iteration finished, a round
-/// is blocked (always news: it needs the consumer's answer), or the tasks changed. Without
-/// building the reply: long polls ask this after every applied entry.
+/// The task list a client holds, as its heartbeat describes it.
+struct KnownTasks {
+    count: usize,
+    last: u64,
+    /// Whether the client takes a reply without tasks when its list is current.
+    omit_unchanged: bool,
+}
+
+impl KnownTasks {
+    fn of(req: &pb::ClientHeartbeatRequest) -> Self {
+        KnownTasks {
+            count: req.known_tasks as usize,
+            last: req.last_known_task,
+            omit_unchanged: req.omit_unchanged_tasks,
+        }
+    }
+
+    /// Whether the iteration's tasks are the ones the client knows. Exact when the client sent
+    /// its last task: tasks are only appended (with ids never listed before) or removed, so a
+    /// list of the same length with the same last task is the same list. Without it, the count
+    /// alone.
+    fn current(&self, iteration: &Iteration) -> bool {
+        let same_last = !self.omit_unchanged
+            || self.count == 0
+            || iteration.tasks.last().is_some_and(|t| t.0 == self.last);
+        iteration.tasks.len() == self.count && same_last
+    }
+}
+
+/// Whether the client has news: the iteration finished, a round is blocked (always news: it
+/// needs the consumer's answer), or its tasks changed. Without building the reply: long polls
+/// ask this after every applied entry.
 fn client_changed(
     state: &DispatcherState,
     client_id: ClientId,
-    known_tasks: u32,
+    known: &KnownTasks,
 ) -> Result<bool, DispatcherError> {
     let iteration = iteration_of(state, client_id)?;
-    Ok(iteration.finished
-        || !iteration.pending_tasks.is_empty()
-        || iteration.tasks.len() != known_tasks as usize)
+    Ok(iteration.finished || !iteration.pending_tasks.is_empty() || !known.current(iteration))
 }
 
-/// A client's tasks and its iteration's progress.
+/// A client's tasks (left out when the client's list is current and it asked for that) and
+/// its iteration's progress.
 fn client_view(
     state: &DispatcherState,
     client_id: ClientId,
+    known: &KnownTasks,
 ) -> Result<pb::ClientHeartbeatResponse, DispatcherError> {
     let iteration = iteration_of(state, client_id)?;
-    let tasks: Vec<pb::TaskInfo> = state
-        .tasks_of_iteration(iteration)
-        .into_iter()
-        .map(|t| task_info(state, t))
-        .collect();
+    let tasks_unchanged = known.omit_unchanged && known.current(iteration);
+    let tasks: Vec<pb::TaskInfo> = if tasks_unchanged {
+        Vec::new()
+    } else {
+        state
+            .tasks_of_iteration(iteration)
+            .into_iter()
+            .map(|t| task_info(state, t))
+            .collect()
+    };
     let response = pb::ClientHeartbeatResponse {
         iteration_finished: iteration.finished,
         block_round: iteration.pending_tasks.front().map(|p| p.target_round),
         tasks,
+        tasks_unchanged,
     };
     Ok(response)
 }

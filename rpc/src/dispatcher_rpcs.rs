@@ -44,10 +44,40 @@ pub struct IterationClient {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientHeartbeat {
     pub client_id: ClientId,
-    /// Tasks the client knows of: the dispatcher answers at once when it has others.
-    pub known_tasks: u32,
+    /// The task list the client holds: the dispatcher answers at once when it has another,
+    /// and leaves the list out of a reply while it is the same.
+    pub known_tasks: KnownTasks,
     pub current_round: Option<u64>,
     pub blocked_round: Option<u64>,
+}
+
+/// A client's task list as its heartbeat describes it: its length and last task. The
+/// dispatcher only appends tasks (with fresh ids) or removes them, so the two tell any change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KnownTasks {
+    pub count: u32,
+    pub last: Option<u64>,
+}
+
+impl KnownTasks {
+    /// The list a heartbeat reply gave, in its order.
+    pub fn of(tasks: &[pb::TaskInfo]) -> Self {
+        KnownTasks {
+            count: tasks.len() as u32,
+            last: tasks.last().map(|t| t.task_id),
+        }
+    }
+}
+
+/// A client heartbeat's reply.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientHeartbeatReply {
+    /// The iteration's tasks, in the dispatcher's order; `None` when the caller's list is still
+    /// current.
+    pub tasks: Option<Vec<pb::TaskInfo>>,
+    pub iteration_finished: bool,
+    /// Coordinated reads: a pending task joins at this round.
+    pub block_round: Option<u64>,
 }
 
 /// A worker's heartbeat: the tasks it holds; the first one registers it.
@@ -203,19 +233,27 @@ impl DispatcherClient {
         &self,
         heartbeat: &ClientHeartbeat,
         poll: Duration,
-    ) -> Result<pb::ClientHeartbeatResponse, RpcError> {
+    ) -> Result<ClientHeartbeatReply, RpcError> {
         let request = pb::ClientHeartbeatRequest {
             iteration_client_id: heartbeat.client_id.0,
             poll_timeout_ms: poll.as_millis() as u64,
-            known_tasks: heartbeat.known_tasks,
+            known_tasks: heartbeat.known_tasks.count,
             current_round: heartbeat.current_round,
             blocked_round: heartbeat.blocked_round,
+            omit_unchanged_tasks: true,
+            last_known_task: heartbeat.known_tasks.last.unwrap_or_default(),
         };
-        self.call("client_heartbeat", poll, |mut c, timeout| {
-            let request = timed(request, timeout);
-            async move { c.client_heartbeat(request).await }
+        let response = self
+            .call("client_heartbeat", poll, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.client_heartbeat(request).await }
+            })
+            .await?;
+        Ok(ClientHeartbeatReply {
+            tasks: (!response.tasks_unchanged).then_some(response.tasks),
+            iteration_finished: response.iteration_finished,
+            block_round: response.block_round,
         })
-        .await
     }
 
     /// Detaches a client from its iteration.

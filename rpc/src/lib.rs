@@ -37,7 +37,8 @@ mod fuzz_tests;
 
 pub use dispatcher_client::{DispatcherClient, RetryConfig};
 pub use dispatcher_rpcs::{
-    ClientHeartbeat, IterationClient, JobRequest, LeaseRequest, SplitLease, WorkerHeartbeat,
+    ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks, LeaseRequest,
+    SplitLease, WorkerHeartbeat,
 };
 pub use error::{is_retryable_code, is_retryable_status, RpcError};
 pub use ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};

@@ -9,6 +9,7 @@ mod data_dir_identity;
 mod data_roots;
 mod distribute;
 mod failover;
+mod heartbeats;
 mod hostile_input;
 mod jobs_and_datasets;
 mod limits;

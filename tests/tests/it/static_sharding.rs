@@ -16,7 +16,7 @@ use sluice_dataset::tfrecord::TfRecordWriter;
 use sluice_dataset::{Dataset, Element, Transform};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::FetchRequest;
-use sluice_rpc::{ClientHeartbeat, JobRequest};
+use sluice_rpc::{ClientHeartbeat, JobRequest, KnownTasks};
 use sluice_tests::TestCluster;
 use sluice_worker::{WorkerError, WorkerHandle};
 use std::collections::BTreeMap;
@@ -99,18 +99,23 @@ async fn read_by_worker(
         let poll = Duration::from_millis(500);
         let heartbeat = ClientHeartbeat {
             client_id: iteration.client_id,
-            known_tasks: 0,
+            known_tasks: KnownTasks::default(),
             current_round: None,
             blocked_round: None,
         };
-        let response = client.client_heartbeat(&heartbeat, poll).await?;
-        if response.tasks.len() >= num_workers {
-            break response.tasks;
+        // Knowing no task, a reply without a list means there is none yet.
+        let tasks = client
+            .client_heartbeat(&heartbeat, poll)
+            .await?
+            .tasks
+            .unwrap_or_default();
+        if tasks.len() >= num_workers {
+            break tasks;
         }
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
             "the iteration has {} tasks, expected {num_workers}",
-            response.tasks.len()
+            tasks.len()
         );
     };
     let mut out = BTreeMap::new();

@@ -1,0 +1,120 @@
+//! What a client heartbeat carries: the iteration's task list only when it differs from the one
+//! the client holds (a fleet of clients polling every second would otherwise receive every
+//! task of its iteration every second), and at once when it changes during a long poll.
+
+use sluice_client::DispatcherClientExt;
+use sluice_rpc::dispatcher_rpcs::{JobRequest, WorkerHeartbeat};
+use sluice_rpc::ids::DatasetId;
+use sluice_rpc::{ClientHeartbeat, ClientId, DispatcherClient, KnownTasks, ShardingPolicy};
+use std::time::{Duration, Instant};
+
+/// A heartbeat of `client_id`, which holds `known`.
+async fn heartbeat(
+    client: &DispatcherClient,
+    client_id: ClientId,
+    known: KnownTasks,
+    poll: Duration,
+) -> anyhow::Result<Option<Vec<u64>>> {
+    let heartbeat = ClientHeartbeat {
+        client_id,
+        known_tasks: known,
+        current_round: None,
+        blocked_round: None,
+    };
+    let reply = client.client_heartbeat(&heartbeat, poll).await?;
+    Ok(reply
+        .tasks
+        .map(|tasks| tasks.iter().map(|t| t.task_id).collect()))
+}
+
+/// Registers a simulated worker at `address` (its first heartbeat).
+async fn register_worker(client: &DispatcherClient, address: &str) -> anyhow::Result<()> {
+    let heartbeat = WorkerHeartbeat {
+        worker: address.into(),
+        current_tasks: vec![],
+        tags: vec![],
+    };
+    client.worker_heartbeat(&heartbeat, Duration::ZERO).await?;
+    Ok(())
+}
+
+fn known(ids: &[u64]) -> KnownTasks {
+    KnownTasks {
+        count: ids.len() as u32,
+        last: ids.last().copied(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_heartbeat_lists_the_tasks_only_when_they_changed() -> anyhow::Result<()> {
+    let cluster = sluice_tests::start_cluster(1, 0).await?;
+    let client = cluster.client();
+    let dataset = client
+        .register_dataset(&sluice_dataset::Dataset::range(100), &Default::default())
+        .await?;
+    let job = client
+        .get_or_create_job(&JobRequest {
+            dataset_id: DatasetId(dataset),
+            sharding: ShardingPolicy::Off,
+            job_name: None,
+            num_consumers: None,
+            use_cross_trainer_cache: false,
+            target_workers: Default::default(),
+        })
+        .await?;
+    let iteration = client.get_or_create_iteration(job, 0).await?;
+    let id = iteration.client_id;
+
+    // No worker yet: a client that knows no task holds the current list.
+    assert_eq!(
+        heartbeat(&client, id, known(&[]), Duration::ZERO).await?,
+        None
+    );
+
+    // A worker joins during a long poll: the poll ends early, with the new list.
+    let poll = Duration::from_secs(10);
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let reply = heartbeat(&client, id, known(&[]), poll).await;
+            (reply, started.elapsed())
+        }
+    });
+    register_worker(&client, "127.0.0.1:9").await?;
+    let (reply, waited) = waiting.await?;
+    let first = reply?.expect("a new task is a new list");
+    assert_eq!(first.len(), 1);
+    assert!(
+        waited < poll / 2,
+        "the poll waited {waited:?} after the change"
+    );
+
+    // The list held is current: no list.
+    assert_eq!(
+        heartbeat(&client, id, known(&first), Duration::ZERO).await?,
+        None
+    );
+    // A stale list of the same length is not current.
+    let stale = KnownTasks {
+        count: 1,
+        last: Some(first[0] + 1000),
+    };
+    assert_eq!(
+        heartbeat(&client, id, stale, Duration::ZERO).await?,
+        Some(first.clone())
+    );
+
+    // A second worker: the client holding one task gets both, in the dispatcher's order.
+    register_worker(&client, "127.0.0.1:10").await?;
+    let both = heartbeat(&client, id, known(&first), Duration::ZERO)
+        .await?
+        .expect("the list changed");
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[0], first[0]);
+    assert_eq!(
+        heartbeat(&client, id, known(&both), Duration::ZERO).await?,
+        None
+    );
+    Ok(())
+}
