@@ -13,7 +13,7 @@ use crate::ids::{ClientId, TaskId};
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::state::dispatcher_state::check_rounds;
-use crate::state::{Dataset, DispatcherState, Iteration, Job, Rejection, Task};
+use crate::state::{Dataset, DispatcherState, Iteration, Job, Rejection, Task, Watched};
 use crate::state_reader::{Check, StateReader};
 use sluice_proto::dispatcher as pb;
 use sluice_security::Identity;
@@ -73,8 +73,12 @@ impl Heartbeats {
                 .await?;
         }
         let known = KnownTasks::of(&req);
+        let iteration_id = self
+            .reader
+            .read(|s| iteration_of(s, client_id).map(|it| it.id))?;
         self.reader
             .long_poll(
+                Watched::Iteration(iteration_id),
                 deadline,
                 |_, s| {
                     Ok(match client_changed(s, client_id, &known)? {
@@ -127,6 +131,7 @@ impl Heartbeats {
         let worker = req.worker_address.as_str();
         self.reader
             .long_poll(
+                Watched::Worker(req.worker_address.clone()),
                 deadline,
                 |_, s| {
                     let active = active_tasks(s, worker);

@@ -23,6 +23,7 @@
 //! - `registration`: the leader's preparation of a dataset registration (file expansion, split
 //!   counts, element spec).
 //! - `state_reader`: linearizable reads of the applied state and long polls on it.
+//! - `watchers`: the long polls waiting on each worker and iteration, woken by what entries touch.
 //! - `read_batch`: one quorum confirmation shared by concurrent linearizable reads.
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
 //! - `membership`: adding and removing replicas.
@@ -59,6 +60,7 @@ pub mod state;
 pub mod state_reader;
 pub mod task_remover;
 pub mod timers;
+pub mod watchers;
 
 pub use config::DispatcherConfig;
 pub use dispatcher_handle::DispatcherHandle;

@@ -3,19 +3,21 @@
 //! A read is current when this replica is the leader, a quorum confirmed it after the request
 //! arrived, and it applied everything committed before (`linearizable`; concurrent reads share
 //! one confirmation, see `ReadBatch`). A long poll then checks the caller's view after every
-//! applied entry until it changed, its deadline passed, or this replica stopped leading (the
-//! caller then asks again, maybe elsewhere).
+//! applied entry that touched what it waits on until it changed, its deadline passed, or this
+//! replica stopped leading (the caller then asks again, maybe elsewhere).
 //!
-//! Long polls wake on applied entries and leadership changes only: Raft's metrics also change
-//! on every quorum acknowledgement (several times per heartbeat interval, and once per
-//! confirmation round), and waking thousands of waiting heartbeats for those re-read the state
-//! for nothing. One task per replica turns the metrics into an [`AppliedMark`] watch.
+//! One task per replica follows Raft's metrics: on each applied entry it takes the keys the
+//! entry touched (`state::changes`) and wakes only their long polls (`watchers`); a change of
+//! leadership wakes them all. Raft's metrics also change on every quorum acknowledgement
+//! (several times per heartbeat interval), and waking thousands of waiting heartbeats for those,
+//! or for entries that did not concern them, re-read the state for nothing.
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
 use crate::raft_types::{NodeInfo, Raft, StateHandle};
 use crate::read_batch::ReadBatch;
-use crate::state::DispatcherState;
+use crate::state::{DispatcherState, Watched};
+use crate::watchers::{Watch, Watchers};
 use openraft::RaftMetrics;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -54,6 +56,8 @@ pub struct StateReader {
     reads: Arc<ReadBatch>,
     /// Started by the first long poll (a runtime is needed to run its forwarding task).
     applied: Arc<OnceLock<watch::Receiver<AppliedMark>>>,
+    /// The long polls waiting, by what they wait on.
+    watchers: Arc<Watchers>,
     /// A leader no quorum acknowledged for this long is probably deposed (or cut off): it
     /// answers `Unavailable` at once instead of letting callers wait on writes that cannot
     /// commit.
@@ -66,6 +70,7 @@ impl StateReader {
             id,
             reads: ReadBatch::new(raft.clone()),
             applied: Arc::new(OnceLock::new()),
+            watchers: Watchers::new(),
             raft,
             state,
             quorum_lease,
@@ -105,25 +110,28 @@ impl StateReader {
         f(&applied.state)
     }
 
-    /// Checks `changed` now and after each applied entry (or at the time it asks to be asked
-    /// again); returns `view` once `changed` says so, when `deadline` passes, or when this
-    /// replica no longer leads. `changed` runs for every applied entry while the poll waits, so
-    /// it should be cheap; `view` runs once. Both get the applied index with the state.
+    /// Checks `changed` now and after each applied entry that touched `key` (or at the time
+    /// it asks to be asked again); returns `view` once `changed` says so, when `deadline`
+    /// passes, or when this replica no longer leads. `changed` may run many times while the poll
+    /// waits, so it should be cheap; `view` runs once. Both get the applied index with the
+    /// state.
     pub async fn long_poll<T>(
         &self,
+        key: Watched,
         deadline: Instant,
         mut changed: impl FnMut(Option<u64>, &DispatcherState) -> Result<Check, DispatcherError>,
         view: impl FnOnce(Option<u64>, &DispatcherState) -> Result<T, DispatcherError>,
     ) -> Result<T, DispatcherError> {
-        let mut applied = self.applied_marks();
+        let applied = self.applied_marks();
+        let mut watch = self.watchers.watch(key);
         loop {
-            applied.borrow_and_update();
+            watch.mark_seen();
             let until = match self.read_applied(&mut changed)? {
                 Check::Changed => break,
                 Check::Unchanged => deadline,
                 Check::Again(at) => at.min(deadline),
             };
-            match Self::wait_for_change(&mut applied, until).await {
+            match Self::wait_for_change(&applied, &mut watch, until).await {
                 Wait::Applied => {}
                 Wait::TimedOut if Instant::now() < deadline => {}
                 Wait::TimedOut | Wait::NotLeading => break,
@@ -132,15 +140,21 @@ impl StateReader {
         self.read_applied(view)
     }
 
-    /// Waits for the next applied entry, or until `until`.
-    async fn wait_for_change(applied: &mut watch::Receiver<AppliedMark>, until: Instant) -> Wait {
+    /// Waits for the next wake of `watch`, or until `until`.
+    async fn wait_for_change(
+        applied: &watch::Receiver<AppliedMark>,
+        watch: &mut Watch,
+        until: Instant,
+    ) -> Wait {
         if !applied.borrow().leading {
             return Wait::NotLeading;
         }
-        match tokio::time::timeout_at(until, applied.changed()).await {
-            Ok(Ok(())) if applied.borrow().leading => Wait::Applied,
-            // Raft stopped (the watch closed) or this replica stopped leading.
-            Ok(_) => Wait::NotLeading,
+        match tokio::time::timeout_at(until, watch.changed()).await {
+            // Raft stopped (the marks closed) or this replica stopped leading.
+            Ok(()) if applied.has_changed().is_err() || !applied.borrow().leading => {
+                Wait::NotLeading
+            }
+            Ok(()) => Wait::Applied,
             Err(_) => Wait::TimedOut,
         }
     }
@@ -156,7 +170,8 @@ impl StateReader {
         f(applied.last_applied.map(|l| l.index), &applied.state)
     }
 
-    /// The watch of applied entries and leadership, started on first use.
+    /// The watch of applied entries and leadership, started on first use with the task that
+    /// also wakes the long polls.
     fn applied_marks(&self) -> watch::Receiver<AppliedMark> {
         self.applied
             .get_or_init(|| {
@@ -167,17 +182,27 @@ impl StateReader {
                     leading: m.current_leader == Some(id),
                 };
                 let (marks, receiver) = watch::channel(mark(&metrics.borrow_and_update()));
+                let (state, watchers) = (self.state.clone(), self.watchers.clone());
                 tokio::spawn(async move {
                     // Ends when Raft stops (its metrics sender is dropped); the long polls then
-                    // see the watch closed and return.
+                    // see the marks closed and return.
                     while metrics.changed().await.is_ok() {
                         let next = mark(&metrics.borrow_and_update());
-                        marks.send_if_modified(|current| {
-                            let modified = *current != next;
-                            *current = next;
-                            modified
-                        });
+                        let current = *marks.borrow();
+                        if next == current {
+                            continue;
+                        }
+                        marks.send_replace(next);
+                        let mut touched = match state.read() {
+                            Ok(applied) => applied.state.changes().take(),
+                            Err(_) => break,
+                        };
+                        touched.all |= next.leading != current.leading;
+                        watchers.wake(&touched);
                     }
+                    // Raft stopped: every long poll finds the marks closed.
+                    drop(marks);
+                    watchers.wake(&crate::state::Touched::default());
                 });
                 receiver
             })

@@ -37,6 +37,7 @@ mod tasks;
 mod workers;
 
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
 use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
@@ -81,6 +82,9 @@ pub struct DispatcherState {
     next_iteration_id: u64,
     next_client_id: u64,
     next_task_id: u64,
+    /// What the entries applied since the last take touched (not replicated, never encoded).
+    #[serde(skip)]
+    changes: Changes,
 }
 
 impl Default for DispatcherState {
@@ -103,6 +107,7 @@ impl Default for DispatcherState {
             next_iteration_id: 2000,
             next_client_id: 3000,
             next_task_id: FIRST_TASK_ID,
+            changes: Changes::default(),
         }
     }
 }

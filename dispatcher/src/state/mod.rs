@@ -11,10 +11,13 @@
 //! - `split_cursor`: the per-provider cursor of a distributed_epoch iteration.
 //! - `request_log`: the recorded outcomes of retryable requests, and when they are forgotten.
 //! - `worker_index_resolver`: the static-sharding worker list and each worker's index in it.
+//! - `changes`: which workers and iterations the last applied entries touched (not replicated:
+//!   what long polls wake on).
 //! - `dispatcher_state`: `DispatcherState` and `apply`, with the handling of each update in one
 //!   file per entity beside it (datasets, workers, jobs, iterations, tasks, splits, rounds) and
 //!   the read-only queries.
 
+pub mod changes;
 pub mod dispatcher_state;
 pub mod entities;
 pub mod request_log;
@@ -25,6 +28,7 @@ pub mod worker_index_resolver;
 #[cfg(test)]
 mod dispatcher_state_tests;
 
+pub use changes::{Changes, Touched, Watched};
 pub use dispatcher_state::{ApplyContext, DispatcherState, StateSizes};
 pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
 pub use split_cursor::SplitCursor;

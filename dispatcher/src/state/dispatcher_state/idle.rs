@@ -13,6 +13,7 @@
 
 use super::DispatcherState;
 use crate::ids::{DatasetId, IterationId, JobId};
+use crate::state::changes::Watched;
 use crate::state::update::Outcome;
 
 impl DispatcherState {
@@ -77,6 +78,7 @@ impl DispatcherState {
         let Some(iteration) = self.iterations.remove(&id) else {
             return;
         };
+        self.changes.touch(Watched::Iteration(id));
         let pending = iteration.pending_tasks.iter().map(|p| p.task_id);
         for task_id in iteration.tasks.iter().copied().chain(pending) {
             self.mark_finished(task_id, true);

@@ -3,6 +3,7 @@
 
 use super::DispatcherState;
 use crate::ids::{ClientId, IterationId, JobId};
+use crate::state::changes::Watched;
 use crate::state::entities::Iteration;
 use crate::state::split_cursor::SplitCursor;
 use crate::state::update::{Outcome, Rejection, ShardingPolicy};
@@ -132,7 +133,9 @@ impl DispatcherState {
         Ok(Outcome::IterationCollected)
     }
 
+    /// Every change of an iteration goes through here, and touches it for its waiters.
     pub(super) fn iteration_mut(&mut self, id: IterationId) -> &mut Iteration {
+        self.changes.touch(Watched::Iteration(id));
         self.iterations
             .get_mut(&id)
             .expect("ids stored in the state name existing iterations")

@@ -2,6 +2,7 @@
 
 use super::DispatcherState;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
 use serde::Serialize;
 use std::ops::Bound;
@@ -111,6 +112,11 @@ impl DispatcherState {
             .iter()
             .map(|(c, it)| (*c, &self.iterations[it]))
             .filter(|(_, it)| !it.finished)
+    }
+
+    /// What the entries applied since the last take touched (see `Changes`).
+    pub fn changes(&self) -> &Changes {
+        &self.changes
     }
 
     /// The iteration a client is attached to.

@@ -3,6 +3,7 @@
 
 use super::DispatcherState;
 use crate::ids::{IterationId, TaskId};
+use crate::state::changes::Watched;
 use crate::state::entities::Task;
 
 impl DispatcherState {
@@ -46,6 +47,7 @@ impl DispatcherState {
         }
         task.finished = true;
         task.dropped = dropped;
+        self.changes.touch(Watched::Worker(task.worker.clone()));
         if let Some(tasks) = self.worker_tasks.get_mut(&task.worker) {
             tasks.remove(&task_id);
             if tasks.is_empty() {
@@ -84,6 +86,7 @@ impl DispatcherState {
                 dropped: false,
             },
         );
+        self.changes.touch(Watched::Worker(worker.to_string()));
         self.worker_tasks
             .entry(worker.to_string())
             .or_default()

@@ -3,6 +3,7 @@
 
 use super::DispatcherState;
 use crate::ids::{IterationId, TaskId};
+use crate::state::changes::Watched;
 use crate::state::entities::{Iteration, Worker};
 use crate::state::update::{Outcome, Rejection};
 
@@ -24,6 +25,7 @@ impl DispatcherState {
         }
         self.worker_indices.record_config(worker_addresses)?;
         self.worker_indices.add_worker(address)?;
+        self.changes.touch(Watched::Worker(address.to_string()));
         self.workers.insert(
             address.to_string(),
             Worker {
@@ -70,6 +72,7 @@ impl DispatcherState {
         if self.workers.remove(address).is_none() {
             return;
         }
+        self.changes.touch(Watched::Worker(address.to_string()));
         let dropped: Vec<TaskId> = self.active_tasks_of_worker(address).map(|t| t.id).collect();
         for task_id in dropped {
             self.drop_task(task_id);
