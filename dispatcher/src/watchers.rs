@@ -133,12 +133,12 @@ mod tests {
         let cases: Vec<(&str, Touched, [bool; 3])> = vec![
             (
                 "the worker",
-                touched(&[worker.clone()], false),
+                touched(std::slice::from_ref(&worker), false),
                 [true, true, false],
             ),
             (
                 "the iteration",
-                touched(&[iteration.clone()], false),
+                touched(std::slice::from_ref(&iteration), false),
                 [false, false, true],
             ),
             (
