@@ -6,6 +6,9 @@
 //! address; every replica then records its own (see `client_addr_announcer`). A restarted
 //! replica recovers from its own data dir alone (its journal knows the membership).
 //!
+//! Raft and the peer listener run on the replica's own `RaftRuntime`; everything else on the
+//! caller's runtime.
+//!
 //! Data-dir identity: only `init` and `join` may create a journal; a plain start needs this
 //! replica's own (same cluster id, same node id). A voter that lost its disk therefore cannot
 //! come back with an empty log and no vote, where it could help elect a leader that lacks
@@ -20,6 +23,7 @@ use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::raft_error::raft_error;
 use crate::raft_network::PeerNetwork;
+use crate::raft_runtime::RaftRuntime;
 use crate::raft_service::RaftPeerService;
 use crate::raft_types::{NodeInfo, Raft, StateHandle, TypeConfig};
 use crate::service::DispatcherService;
@@ -47,6 +51,8 @@ pub struct DispatcherHandle {
     state: StateHandle,
     shutdown: CancellationToken,
     servers: [ServerTask; 2],
+    /// Where Raft and the peer listener run (see `raft_runtime`).
+    raft_runtime: RaftRuntime,
 }
 
 /// Binds `addr`, naming what it is for when that fails.
@@ -139,15 +145,18 @@ impl DispatcherHandle {
             peer_caller,
             config.peer_message_limit(),
         );
-        let raft = Raft::new(
-            config.id,
-            Arc::new(raft_config),
-            network.clone(),
-            log_store,
-            state_machine,
-        )
-        .await
-        .map_err(raft_error)?;
+        let raft_runtime = RaftRuntime::new(config.id)?;
+        let peer_listener = raft_runtime.adopt(peer_listener)?;
+        let raft = raft_runtime
+            .run(Raft::new(
+                config.id,
+                Arc::new(raft_config),
+                network.clone(),
+                log_store,
+                state_machine,
+            ))
+            .await?
+            .map_err(raft_error)?;
 
         let proposer = ProposerHandle::spawn(raft.clone());
         let liveness = Arc::new(Liveness::default());
@@ -185,14 +194,16 @@ impl DispatcherHandle {
                 authenticator.clone(),
                 shutdown.clone(),
             ),
-            grpc_servers::serve_peers(
-                peer_listener,
-                RaftPeerService::new(raft.clone()),
-                config.peer_message_limit(),
-                peer_tls,
-                authenticator,
-                shutdown.clone(),
-            ),
+            raft_runtime.enter(|| {
+                grpc_servers::serve_peers(
+                    peer_listener,
+                    RaftPeerService::new(raft.clone()),
+                    config.peer_message_limit(),
+                    peer_tls,
+                    authenticator,
+                    shutdown.clone(),
+                )
+            }),
         ];
 
         let peers = if config.peers.is_empty() {
@@ -221,6 +232,7 @@ impl DispatcherHandle {
             state,
             shutdown,
             servers,
+            raft_runtime,
         })
     }
 
@@ -271,6 +283,7 @@ impl DispatcherHandle {
         for server in self.servers {
             let _ = server.await;
         }
+        self.raft_runtime.shutdown().await;
     }
 
     /// Serves until `stop` is cancelled or the server fails, then shuts down.

@@ -30,6 +30,7 @@
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
+//! - `raft_runtime`: the thread Raft runs on, apart from the client API.
 //! - `network_faults`: cut Raft links, for partition tests.
 //! - `cluster_status`: the JSON of `sluice status`.
 //! - `task_remover`: the leader's barrier for removing a task from coordinated reads.
@@ -51,6 +52,7 @@ pub mod network_faults;
 pub mod proposer;
 pub mod raft_error;
 pub mod raft_network;
+pub mod raft_runtime;
 pub mod raft_service;
 pub mod raft_types;
 pub mod read_batch;
