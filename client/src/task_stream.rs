@@ -129,10 +129,15 @@ pub(crate) async fn run(
     // Since when the worker has not answered (reset by any answer).
     let mut unreachable_since: Option<Instant> = None;
     loop {
+        let before = resume;
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             result = fetch(&config, &permits, &out, &mut resume) => result,
         };
+        if resume != before {
+            // The stream made progress before it broke: a blip, not a worker that is down.
+            backoff = Duration::from_millis(10);
+        }
         match attempt {
             Ok(()) => return Ok(()),
             Err(FetchError::Fatal(e)) => return Err(e),
