@@ -126,8 +126,12 @@ impl ReaderLedger {
             let end = start + message.len() as u64;
             if end > from {
                 let mut part = message.clone();
-                // Skip what precedes `from`, then keep what the bounds allow.
-                part.split_to(from.max(start).saturating_sub(start) as usize);
+                // Skip what precedes `from`, then keep what the bounds allow (no split, and no
+                // allocation, in the common case of a whole message).
+                let skip = from.saturating_sub(start) as usize;
+                if skip > 0 {
+                    part.split_to(skip);
+                }
                 let mut part = part.split_to((max_elements - elements) as usize);
                 if !parts.is_empty() && bytes + part.byte_len() > max_bytes {
                     break;

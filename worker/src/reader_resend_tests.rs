@@ -202,3 +202,87 @@ async fn with_the_planted_bug_a_reader_receives_a_duplicate() {
         got.len()
     );
 }
+
+/// The memory bound: a reader that grants many credits but acknowledges late is never sent more
+/// than its window past its last acknowledgement, and the ledger holds no more than that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_holds_no_more_than_the_readers_window_unacknowledged() {
+    let worker = start(vec![task(1, Dataset::range(300))]).await;
+    let (credits, window) = (1000, 16);
+    let socket = raw_fetch::connect(&worker.addr.to_string(), &ClientSecurity::default())
+        .await
+        .expect("connect");
+    let first = acking(1, credits, window, Resume::default());
+    let (requests, mut batches) = raw_fetch::open(socket, None, first, credits)
+        .await
+        .expect("open");
+    let key = crate::reader_stream::ledger_key(&request(1, 0));
+    let mut at = Resume::default();
+    let mut acked = 0;
+    loop {
+        let batch = tokio::time::timeout(DEADLINE, batches.message())
+            .await
+            .expect("a batch in time")
+            .expect("a batch")
+            .expect("no close before the end");
+        at.incarnation = batch.incarnation;
+        at.received += packed(&batch).len() as u64;
+        assert!(
+            at.received - acked <= u64::from(window),
+            "{} elements past the last acknowledgement ({acked})",
+            at.received - acked
+        );
+        if let Some(ledger) = worker.state.existing_ledger(&key) {
+            let unacked = ledger.lock().expect("ledger").unacked();
+            assert!(unacked <= u64::from(window), "{unacked} held");
+        }
+        if batch.end_of_sequence {
+            break;
+        }
+        // Acknowledged only once the window is used up; no more credits.
+        if at.received - acked == u64::from(window) {
+            acked = at.received;
+            requests
+                .send(acking(1, 0, window, at))
+                .await
+                .expect("the stream is open");
+        }
+    }
+    assert_eq!(at.received, 300);
+}
+
+/// A reader that read from an earlier process of this worker counts in that process's numbers:
+/// its count acknowledges nothing here, and it is served from the first element.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_from_another_worker_process_acknowledges_nothing() {
+    let worker = start(vec![task(1, Dataset::range(50))]).await;
+    let elsewhere = Resume {
+        incarnation: worker.state.incarnation ^ 1,
+        received: 900,
+    };
+    let socket = raw_fetch::connect(&worker.addr.to_string(), &ClientSecurity::default())
+        .await
+        .expect("connect");
+    let (requests, mut batches) = raw_fetch::open(socket, None, acking(1, 4, 8, elsewhere), 8)
+        .await
+        .expect("open");
+    // More credits, still in the other process's numbers.
+    requests
+        .send(acking(1, 4, 8, elsewhere))
+        .await
+        .expect("the stream is open");
+    let mut received = 0;
+    while received < 8 {
+        let batch = tokio::time::timeout(DEADLINE, batches.message())
+            .await
+            .expect("a batch in time")
+            .expect("not refused")
+            .expect("a batch");
+        assert_eq!(batch.incarnation, worker.state.incarnation);
+        assert_eq!(
+            batch.first_sequence, received,
+            "served from the first element"
+        );
+        received += packed(&batch).len() as u64;
+    }
+}

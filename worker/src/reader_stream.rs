@@ -11,6 +11,11 @@
 //! while the ledger holds fewer than the reader's window of unacknowledged elements; and it
 //! sends the ledger's elements in order, never skipping one (a resend starts at the reader's
 //! count of what it received).
+//!
+//! Hazard: an older stream of the same reader, on a connection whose break it has not noticed
+//! yet, may still be waiting to take elements when the newer one opens. What it takes goes into
+//! the ledger all the same (then it stops), so nothing is lost; the newer stream sends it when it
+//! next looks at the ledger (its next take, request, or the task's end).
 
 use crate::error::WorkerError;
 use crate::reader_ledger::ReaderLedger;
@@ -98,7 +103,9 @@ impl ReaderStream {
 
     /// Whether the ledger holds elements this stream has not sent.
     pub(crate) fn has_unsent(&self) -> bool {
-        self.lock().next() > self.cursor
+        let held = self.lock();
+        // What the reader acknowledged it has, whichever stream sent it.
+        held.next() > self.cursor.max(held.acked())
     }
 
     /// New elements the stream may take now: its credits, and the room left in the window.
@@ -110,7 +117,9 @@ impl ReaderStream {
     /// A request of the reader: more credits, and what it received by then.
     pub(crate) fn on_request(&mut self, request: &FetchRequest) -> Result<(), WorkerError> {
         self.credits += u64::from(request.credits);
-        if self.acknowledges {
+        // A count in another incarnation's numbers (a reader that has not heard from this
+        // worker process yet) acknowledges nothing here.
+        if self.acknowledges && request.incarnation == self.incarnation {
             self.lock()
                 .ack(request.received)
                 .map_err(|source| WorkerError::Ack {

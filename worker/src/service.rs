@@ -8,6 +8,11 @@
 //! (`raw_fetch`) alike. Nor does it depend on where the elements come from: `serve` is one
 //! credit loop over a `FetchSource` (the task's buffer, or its cross-trainer cache).
 //!
+//! Every element a stream takes goes into its reader's ledger before it is sent, and is sent
+//! from there (`reader_stream`): a reader that acknowledges what it receives and reconnects after
+//! a broken connection is resent what it had not received, before anything new, and a finished
+//! task still serves it that rest and the end.
+//!
 //! Refusals are `WorkerError`s; `error.rs` maps them to the status a reader sees. Every RPC is
 //! for readers: the service runs behind the authenticator's interceptor (`raw_fetch::serve_port`)
 //! and each handler first checks that the caller holds the client role (admins do too).
@@ -289,9 +294,9 @@ async fn serve<S: FetchSource>(
             if !wait_until(&mut reader, &mut requests, &tx, |r| r.credits() > 0).await {
                 return;
             }
-            let (header, elements) = reader
-                .next_unsent(MAX_BATCH_BYTES)
-                .expect("held elements and credits");
+            let Some((header, elements)) = reader.next_unsent(MAX_BATCH_BYTES) else {
+                continue; // acknowledged meanwhile: nothing left to send
+            };
             // The end goes with the last elements when nothing else is left to send.
             let last = ended && !reader.has_unsent();
             let batch = ElementBatch {
