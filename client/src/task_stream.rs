@@ -142,18 +142,16 @@ pub(crate) async fn run(
             Ok(()) => return Ok(()),
             Err(FetchError::Fatal(e)) => return Err(e),
             Err(FetchError::Retry(message, worker)) => {
-                let since = match worker {
-                    Worker::Unreachable => *unreachable_since.get_or_insert_with(Instant::now),
+                let unreachable_for = match worker {
+                    Worker::Unreachable => {
+                        unreachable_since.get_or_insert_with(Instant::now).elapsed()
+                    }
                     _ => {
                         unreachable_since = None;
-                        Instant::now()
+                        Duration::ZERO
                     }
                 };
-                // A finished iteration has no new work: a worker that is gone has nothing left
-                // for this reader. A live one may still hold elements it sent and lost.
-                if *finished.borrow()
-                    && (worker == Worker::Gone || since.elapsed() >= UNREACHABLE_GRACE)
-                {
+                if gives_up(*finished.borrow(), worker, unreachable_for) {
                     tracing::debug!(task = config.task_id, worker = %config.address, %message, "giving up the task of a worker that is gone");
                     return Ok(());
                 }
@@ -166,6 +164,19 @@ pub(crate) async fn run(
         }
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Whether a task stream stops retrying after a failed attempt that says `worker` of the
+/// task's worker (unreachable for `unreachable_for` so far). A finished iteration has no new
+/// work, so a worker that is gone has nothing left for this reader; a live one may still hold
+/// elements it sent and that never arrived, so it is retried until the task's end arrives.
+fn gives_up(finished: bool, worker: Worker, unreachable_for: Duration) -> bool {
+    finished
+        && match worker {
+            Worker::Alive => false,
+            Worker::Unreachable => unreachable_for >= UNREACHABLE_GRACE,
+            Worker::Gone => true,
+        }
 }
 
 fn classify(config: &TaskStreamConfig, status: tonic::Status) -> FetchError {
@@ -447,6 +458,28 @@ mod tests {
             FetchError::Fatal(ClientError::Worker { address, message })
                 if address == "w:1" && message.contains("which has been deleted")
         ));
+    }
+
+    #[test]
+    fn a_live_worker_is_retried_until_the_end_even_after_the_iteration_finished() {
+        let grace = UNREACHABLE_GRACE;
+        let rows = [
+            // (finished, worker, unreachable for, gives up)
+            (false, Worker::Alive, Duration::ZERO, false),
+            (false, Worker::Gone, Duration::ZERO, false),
+            (false, Worker::Unreachable, grace * 10, false),
+            (true, Worker::Alive, Duration::ZERO, false),
+            (true, Worker::Unreachable, grace / 2, false),
+            (true, Worker::Unreachable, grace, true),
+            (true, Worker::Gone, Duration::ZERO, true),
+        ];
+        for (finished, worker, unreachable_for, want) in rows {
+            assert_eq!(
+                gives_up(finished, worker, unreachable_for),
+                want,
+                "{finished} {worker:?} {unreachable_for:?}"
+            );
+        }
     }
 
     /// One arriving message per row: where the reader stood, the message's (incarnation, first

@@ -13,7 +13,10 @@ const CUTS: usize = 20;
 const DEADLINE: Duration = Duration::from_secs(15);
 
 /// One worker, reached by the reader only through a proxy that cuts the connection `CUTS`
-/// times while the epoch is read.
+/// times while the epoch is read, and once more while its last elements travel (more than the
+/// reader's 64 outstanding before the end: the worker may have taken the task's end by then,
+/// and the reader may hear that the iteration finished before it reconnects; the rest still
+/// comes).
 async fn cut_mid_epoch(mode: ShardingPolicy) -> anyhow::Result<()> {
     let mut cluster = sluice_tests::start_cluster(1, 0).await?;
     let proxy = CutProxy::start().await?;
@@ -44,10 +47,15 @@ async fn cut_mid_epoch(mode: ShardingPolicy) -> anyhow::Result<()> {
             "--- the reader's connection was cut"
         );
     }
+    info!("--- once more as the last elements travel");
+    let last = 100;
+    let before_last = n as usize - last - got.len();
+    got.extend(tokio::time::timeout(DEADLINE, read_ints(&mut epoch, before_last)).await??);
+    proxy.cut_after(200);
     let rest = tokio::time::timeout(DEADLINE, epoch.collect()).await??;
     got.extend(rest.iter().map(|e| e.as_i64().expect("an integer")));
     assert_exactly_once(&got, n);
-    assert_eq!(proxy.cuts(), CUTS);
+    assert_eq!(proxy.cuts(), CUTS + 1);
     assert!(
         proxy.opened() > CUTS,
         "the reader reconnected after every cut"
