@@ -4,8 +4,16 @@
 //! The stream never asks for more elements than it holds permits for (one permit per element,
 //! from the epoch's shared semaphore), and hands each arriving element to the caller together
 //! with its permit. A broken stream (worker down or restarting, task not there yet) is retried
-//! with backoff until the worker serves the task again, or until the iteration is finished, at
-//! which point a task that cannot be reached has nothing left for this client.
+//! with backoff until the worker serves the task again.
+//!
+//! Nothing is lost with a broken connection to a live worker, and nothing is delivered twice:
+//! the reader acknowledges what it received (`Resume`, in every request), the worker keeps what
+//! was not acknowledged, and a stream opened again resumes at the reader's count; elements the
+//! reader already has (numbered below its count) are dropped on arrival. So a task is retried
+//! until its end arrives, also once the iteration is finished (that only means there is no new
+//! work): only a worker that is gone (it refuses connections, or no longer holds the task), or
+//! one unreachable for `UNREACHABLE_GRACE` after the iteration finished, ends the stream without
+//! its end. What such a worker held is lost with it.
 //!
 //! The stream presents the reader's credentials (the `ClientSecurity` its dispatcher client
 //! has): TLS when it has a CA, its token in the handshake. A worker's refusal of them
@@ -19,7 +27,7 @@ use sluice_proto::worker::{ElementBatch, FetchRequest};
 use sluice_rpc::raw_fetch;
 use sluice_security::ClientSecurity;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -35,11 +43,77 @@ pub(crate) struct TaskStreamConfig {
     pub security: ClientSecurity,
 }
 
+/// After the iteration finished, how long a worker that cannot be reached (no answer, as in a
+/// partition) is tried before its task is given up: it may still hold elements for this reader.
+const UNREACHABLE_GRACE: Duration = Duration::from_secs(10);
+
 enum FetchError {
-    /// Try again later (worker unreachable, task not started yet, stream broken).
-    Retry(String),
+    /// Try again later (worker unreachable, task not started yet, stream broken); what the
+    /// failure says of the worker.
+    Retry(String, Worker),
     /// The epoch fails.
     Fatal(ClientError),
+}
+
+/// What a failed attempt says of the task's worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Worker {
+    /// It answered: the stream broke, or the task is not there yet.
+    Alive,
+    /// It does not answer (a connection timed out).
+    Unreachable,
+    /// Nothing listens at its address, or it does not hold the task (it restarted): what it
+    /// held for this reader is gone.
+    Gone,
+}
+
+/// Where this reader stands in the task's sequence (see the module header): the worker
+/// incarnation it counts in (0 before it heard of one) and how many elements it received.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Resume {
+    incarnation: u64,
+    received: u64,
+}
+
+impl Resume {
+    /// A message of `n` elements numbered from `first` in `incarnation` (0: a worker that does
+    /// not number them) arrived: how many of its first elements this reader already has. A
+    /// worker of another incarnation (a restarted one) numbers from 0 again. A message that
+    /// starts past what was received means elements were skipped: an error.
+    fn admit(&mut self, incarnation: u64, first: u64, n: usize) -> Result<usize, String> {
+        if incarnation == 0 {
+            return Ok(0);
+        }
+        if incarnation != self.incarnation {
+            *self = Resume {
+                incarnation,
+                received: 0,
+            };
+        }
+        if first > self.received {
+            return Err(format!(
+                "the worker skipped elements {}..{first} of the task",
+                self.received
+            ));
+        }
+        let skip = ((self.received - first) as usize).min(n);
+        self.received = self.received.max(first + n as u64);
+        Ok(skip)
+    }
+
+    /// A request granting `credits` and acknowledging what was received.
+    fn request(&self, config: &TaskStreamConfig, credits: u32) -> FetchRequest {
+        FetchRequest {
+            task_id: config.task_id,
+            credits,
+            client_id: config.client_id,
+            trainer_id: config.trainer_id.clone(),
+            acknowledges: true,
+            received: self.received,
+            incarnation: self.incarnation,
+            window: config.max_credits,
+        }
+    }
 }
 
 /// Reads the task until its end. `Ok` also when cancelled or when the consumer went away.
@@ -51,16 +125,34 @@ pub(crate) async fn run(
     cancel: CancellationToken,
 ) -> Result<(), ClientError> {
     let mut backoff = Duration::from_millis(10);
+    let mut resume = Resume::default();
+    // Since when the worker has not answered (reset by any answer).
+    let mut unreachable_since: Option<Instant> = None;
     loop {
+        let before = resume;
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            result = fetch(&config, &permits, &out) => result,
+            result = fetch(&config, &permits, &out, &mut resume) => result,
         };
+        if resume != before {
+            // The stream made progress before it broke: a blip, not a worker that is down.
+            backoff = Duration::from_millis(10);
+        }
         match attempt {
             Ok(()) => return Ok(()),
             Err(FetchError::Fatal(e)) => return Err(e),
-            Err(FetchError::Retry(message)) => {
-                if *finished.borrow() {
+            Err(FetchError::Retry(message, worker)) => {
+                let unreachable_for = match worker {
+                    Worker::Unreachable => {
+                        unreachable_since.get_or_insert_with(Instant::now).elapsed()
+                    }
+                    _ => {
+                        unreachable_since = None;
+                        Duration::ZERO
+                    }
+                };
+                if gives_up(*finished.borrow(), worker, unreachable_for) {
+                    tracing::debug!(task = config.task_id, worker = %config.address, %message, "giving up the task of a worker that is gone");
                     return Ok(());
                 }
                 tracing::debug!(task = config.task_id, worker = %config.address, %message, "retrying task stream");
@@ -74,9 +166,30 @@ pub(crate) async fn run(
     }
 }
 
-fn classify(address: &str, status: tonic::Status) -> FetchError {
+/// Whether a task stream stops retrying after a failed attempt that says `worker` of the
+/// task's worker (unreachable for `unreachable_for` so far). A finished iteration has no new
+/// work, so a worker that is gone has nothing left for this reader; a live one may still hold
+/// elements it sent and that never arrived, so it is retried until the task's end arrives.
+fn gives_up(finished: bool, worker: Worker, unreachable_for: Duration) -> bool {
+    finished
+        && match worker {
+            Worker::Alive => false,
+            Worker::Unreachable => unreachable_for >= UNREACHABLE_GRACE,
+            Worker::Gone => true,
+        }
+}
+
+fn classify(config: &TaskStreamConfig, status: tonic::Status) -> FetchError {
+    let address = &config.address;
     if !is_worker_refusal(status.code()) {
-        FetchError::Retry(status.message().to_string())
+        // The worker's answer for a task it does not hold (tf.data's words): not yet, or no
+        // longer, which only matters once the iteration is finished.
+        let worker = if status.message() == format!("Task {} not found", config.task_id) {
+            Worker::Gone
+        } else {
+            Worker::Alive
+        };
+        FetchError::Retry(status.message().to_string(), worker)
     } else {
         FetchError::Fatal(worker_refusal(address, status))
     }
@@ -141,6 +254,7 @@ async fn fetch(
     config: &TaskStreamConfig,
     permits: &Arc<Semaphore>,
     out: &flume::Sender<Delivery>,
+    resume: &mut Resume,
 ) -> Result<(), FetchError> {
     // The raw fetch stream (see `raw_frame`): the worker's `Fetch` without gRPC, so a large
     // tensor's bytes are not copied through a protobuf encoding and decode buffer on the way.
@@ -155,24 +269,20 @@ async fn fetch(
                 address: config.address.clone(),
                 message: format!("TLS handshake failed: {e}"),
             }),
-            _ => FetchError::Retry(e.to_string()),
+            std::io::ErrorKind::ConnectionRefused => FetchError::Retry(e.to_string(), Worker::Gone),
+            _ => FetchError::Retry(e.to_string(), Worker::Unreachable),
         })?;
 
     // Permits held = credits granted to the worker and not yet used.
     let mut held = Held { permit: None };
     let granted = held.top_up(permits, config.max_credits, true).await;
-    let first = FetchRequest {
-        task_id: config.task_id,
-        credits: granted,
-        client_id: config.client_id,
-        trainer_id: config.trainer_id.clone(),
-    };
+    let first = resume.request(config, granted);
     // Whether the worker serves the task is the stream's first message (as a status it would
     // have answered the gRPC call with).
     let token = config.security.token().map(|t| t.expose().as_bytes());
     let (credits_tx, mut stream) = raw_fetch::open(socket, token, first, config.max_credits)
         .await
-        .map_err(|e| FetchError::Retry(e.to_string()))?;
+        .map_err(|e| FetchError::Retry(e.to_string(), Worker::Alive))?;
     // Grants are at least this large (except the first), so the worker's messages stay large.
     let half = (config.max_credits / 2).max(1);
     loop {
@@ -186,12 +296,7 @@ async fn fetch(
             permit = permits.clone().acquire_many_owned(half), if refill => {
                 held.add(permit.expect("the permit semaphore is never closed"));
                 let granted = half + held.top_up(permits, config.max_credits, false).await;
-                let more = FetchRequest {
-                    task_id: config.task_id,
-                    credits: granted,
-                    client_id: config.client_id,
-                    trainer_id: config.trainer_id.clone(),
-                };
+                let more = resume.request(config, granted);
                 // A closed request side means the worker already ended the response (its last
                 // batch may still be unread): keep reading, the response says what happened.
                 let _ = credits_tx.send(more).await;
@@ -200,13 +305,18 @@ async fn fetch(
         };
         let batch = match message {
             Ok(Some(batch)) => batch,
-            Ok(None) => return Err(FetchError::Retry("the worker closed the stream".into())),
-            Err(status) => return Err(classify(&config.address, status)),
+            Ok(None) => {
+                return Err(FetchError::Retry(
+                    "the worker closed the stream".into(),
+                    Worker::Alive,
+                ))
+            }
+            Err(status) => return Err(classify(config, status)),
         };
         if !batch.error.is_empty() {
             return Err(FetchError::Fatal(batch_error(&config.address, batch)));
         }
-        let elements = sluice_dataset::Packed::from_wire(
+        let mut elements = sluice_dataset::Packed::from_wire(
             batch.packed,
             batch.lengths,
             batch.each_length,
@@ -218,23 +328,41 @@ async fn fetch(
                 message: format!("a malformed message: {e}"),
             })
         })?;
+        let skip = resume
+            .admit(batch.incarnation, batch.first_sequence, elements.len())
+            .map_err(|message| {
+                FetchError::Fatal(ClientError::Worker {
+                    address: config.address.clone(),
+                    message,
+                })
+            })?;
         if !elements.is_empty() {
-            let permit = held.take(elements.len()).ok_or_else(|| {
+            let mut permit = held.take(elements.len()).ok_or_else(|| {
                 FetchError::Fatal(ClientError::Worker {
                     address: config.address.clone(),
                     message: "the worker sent more elements than it was granted credits for".into(),
                 })
             })?;
-            // Decoded as the caller takes them (see `Elements`).
-            let delivered = Delivered {
-                elements: Elements::Packed(elements.into_decoder()),
-                permit: Some(permit),
-            };
-            if out.send_async(Ok(delivered)).await.is_err() {
-                return Ok(()); // the consumer went away
+            if skip > 0 {
+                // Already delivered (a resend that overlaps what arrived before the break):
+                // dropped, and their permits go back.
+                drop(elements.split_to(skip));
+                drop(permit.split(skip));
+            }
+            if !elements.is_empty() {
+                // Decoded as the caller takes them (see `Elements`).
+                let delivered = Delivered {
+                    elements: Elements::Packed(elements.into_decoder()),
+                    permit: Some(permit),
+                };
+                if out.send_async(Ok(delivered)).await.is_err() {
+                    return Ok(()); // the consumer went away
+                }
             }
         }
         if batch.end_of_sequence {
+            // The worker keeps what it sent until it hears that everything arrived.
+            let _ = credits_tx.try_send(resume.request(config, 0));
             return Ok(());
         }
     }
@@ -299,12 +427,28 @@ mod tests {
 
     /// A raw fetch stream's status frames become the gRPC statuses the worker would have failed
     /// the call with; classifying them must not depend on the transport.
+    fn config() -> TaskStreamConfig {
+        TaskStreamConfig {
+            task_id: 7,
+            address: "w:1".into(),
+            client_id: 3,
+            trainer_id: String::new(),
+            max_credits: 16,
+            security: ClientSecurity::default(),
+        }
+    }
+
     #[test]
     fn a_missing_task_is_retried_and_a_deleted_one_fails_the_epoch() {
-        let missing = classify("w:1", tonic::Status::unavailable("Task 7 not found"));
-        assert!(matches!(missing, FetchError::Retry(m) if m == "Task 7 not found"));
+        let missing = classify(&config(), tonic::Status::unavailable("Task 7 not found"));
+        assert!(matches!(missing, FetchError::Retry(m, Worker::Gone) if m == "Task 7 not found"));
+        let broken = classify(
+            &config(),
+            tonic::Status::unavailable("raw fetch stream: reset"),
+        );
+        assert!(matches!(broken, FetchError::Retry(_, Worker::Alive)));
         let deleted = classify(
-            "w:1",
+            &config(),
             tonic::Status::failed_precondition(
                 "Got request for local task 7 of worker w:1, which has been deleted.",
             ),
@@ -316,6 +460,66 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_live_worker_is_retried_until_the_end_even_after_the_iteration_finished() {
+        let grace = UNREACHABLE_GRACE;
+        let rows = [
+            // (finished, worker, unreachable for, gives up)
+            (false, Worker::Alive, Duration::ZERO, false),
+            (false, Worker::Gone, Duration::ZERO, false),
+            (false, Worker::Unreachable, grace * 10, false),
+            (true, Worker::Alive, Duration::ZERO, false),
+            (true, Worker::Unreachable, grace / 2, false),
+            (true, Worker::Unreachable, grace, true),
+            (true, Worker::Gone, Duration::ZERO, true),
+        ];
+        for (finished, worker, unreachable_for, want) in rows {
+            assert_eq!(
+                gives_up(finished, worker, unreachable_for),
+                want,
+                "{finished} {worker:?} {unreachable_for:?}"
+            );
+        }
+    }
+
+    /// One arriving message per row: where the reader stood, the message's (incarnation, first
+    /// sequence number, elements), and the elements dropped as already delivered, or the error.
+    #[test]
+    fn resent_elements_are_delivered_once_and_a_gap_is_an_error() {
+        let at = |incarnation, received| Resume {
+            incarnation,
+            received,
+        };
+        type Row = (Resume, (u64, u64, usize), Result<usize, ()>, Resume);
+        let rows: Vec<Row> = vec![
+            // A worker that does not number its messages: everything is new, nothing counted.
+            (at(0, 0), (0, 0, 5), Ok(0), at(0, 0)),
+            // The first message: the reader learns the incarnation.
+            (at(0, 0), (9, 0, 5), Ok(0), at(9, 5)),
+            // In order.
+            (at(9, 5), (9, 5, 3), Ok(0), at(9, 8)),
+            // A resend overlapping what arrived: the first two are dropped.
+            (at(9, 8), (9, 6, 4), Ok(2), at(9, 10)),
+            // A resend of nothing new.
+            (at(9, 10), (9, 4, 6), Ok(6), at(9, 10)),
+            // The end's message (no elements) at the reader's count.
+            (at(9, 10), (9, 10, 0), Ok(0), at(9, 10)),
+            // A restarted worker numbers from 0 again.
+            (at(9, 10), (4, 0, 2), Ok(0), at(4, 2)),
+            // Elements skipped: an error, and nothing counted.
+            (at(9, 10), (9, 12, 1), Err(()), at(9, 10)),
+        ];
+        for (before, (incarnation, first, n), want, after) in rows {
+            let mut resume = before;
+            let got = resume.admit(incarnation, first, n).map_err(|_| ());
+            assert_eq!(
+                (got, resume),
+                (want, after),
+                "{before:?} + {incarnation}/{first}/{n}"
+            );
+        }
+    }
+
     /// A worker that refuses the reader's credentials refuses them on every retry.
     #[test]
     fn a_refused_credential_fails_the_epoch() {
@@ -325,7 +529,7 @@ mod tests {
         ] {
             let code = status.code();
             assert!(matches!(
-                classify("w:1", status),
+                classify(&config(), status),
                 FetchError::Fatal(ClientError::Rpc { code: c, message })
                     if c == code && message.starts_with("worker w:1: ")
             ));

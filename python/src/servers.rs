@@ -54,7 +54,8 @@ fn worker_error(e: WorkerError) -> PyErr {
         WorkerError::TaskDeleted { .. } => "NotFoundError",
         WorkerError::NoFirstRequest
         | WorkerError::EmptyTrainerId
-        | WorkerError::NotRoundRobin { .. } => "InvalidArgumentError",
+        | WorkerError::NotRoundRobin { .. }
+        | WorkerError::Ack { .. } => "InvalidArgumentError",
         WorkerError::Round(_) => "FailedPreconditionError",
         WorkerError::TooManyRequests { .. } => "ResourceExhaustedError",
         WorkerError::Reader(_) => "CancelledError",

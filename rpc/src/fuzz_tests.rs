@@ -193,6 +193,10 @@ fn request(task_id: u64, credits: u32, trainer_id: &str) -> FetchRequest {
         credits,
         client_id: 3,
         trainer_id: trainer_id.into(),
+        acknowledges: true,
+        received: 12,
+        incarnation: 99,
+        window: credits,
     }
 }
 

@@ -21,8 +21,9 @@
 //!   counts when there is no token) and requires the client role before it reads a request; a
 //!   refusal is a status frame (`Unauthenticated`, `PermissionDenied`), and nothing is served.
 //! - Requests are the gRPC `Fetch` stream's messages: the first names the task (and the trainer,
-//!   for cross-trainer cache jobs), every one may grant credits. The client closes its side when
-//!   it stops reading.
+//!   for cross-trainer cache jobs), every one may grant credits and acknowledge what arrived
+//!   (see worker.proto). The client closes its side when it stops reading; after the end of
+//!   sequence, it first acknowledges the end.
 //! - A frame is one `ElementBatch` of the gRPC stream (see worker.proto) with its `payloads` moved
 //!   out: their lengths go into `payload_lengths` and their bytes follow the header, in order.
 //!   The reader puts them back, so a batch reads as the gRPC stream would deliver it.
@@ -30,7 +31,8 @@
 //!   `tonic::Status` (code and message) that a gRPC `Fetch` would have ended with, so callers
 //!   classify both transports' failures alike. The connection closes after it.
 //! - The worker closes the connection after the batch that ends the stream (end of sequence, a
-//!   pipeline error) or a status frame. A connection closed at any other point is a broken stream
+//!   pipeline error) or a status frame; after an end of sequence to a reader that acknowledges,
+//!   once the reader acknowledged it or closed its side (or a few seconds passed). A connection closed at any other point is a broken stream
 //!   (as a gRPC stream ending early), to be retried.
 //!
 //! Limits, so that a garbage or hostile peer gets an error and never a panic or an allocation

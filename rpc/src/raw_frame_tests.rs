@@ -315,6 +315,11 @@ async fn requests_round_trip_and_oversized_ones_are_refused() {
             } else {
                 String::new()
             },
+            // A reader that acknowledges, on odd requests.
+            acknowledges: i % 2 == 1,
+            received: u64::from(i) * 1000,
+            incarnation: u64::from(i % 2) * u64::MAX,
+            window: i * 16,
         })
         .collect();
     let wire: Vec<u8> = sent.iter().flat_map(request_bytes).collect();

@@ -5,8 +5,10 @@
 //!   gRPC on 127.0.0.1 port 0, a temp dir per replica, kill and restart), with tracing set up.
 //! - `process`: the test kit's helpers to run the real `sluice` binary as child processes.
 //! - `wait`: waiting on conditions with deadlines (never on sleeps).
+//! - `cut_proxy`: a TCP proxy whose live connections a test can cut.
 
 pub use sluice_testkit::process;
+pub mod cut_proxy;
 pub mod wait;
 
 pub use sluice_testkit::{local_dispatcher_config, LocalCluster};

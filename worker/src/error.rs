@@ -8,6 +8,7 @@
 //! must choose its code; nothing else in this crate builds a `Status`.
 
 use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
+use crate::reader_ledger::AckError;
 use crate::round_robin::RoundError;
 use sluice_dataset::DatasetError;
 use sluice_rpc::RpcError;
@@ -83,6 +84,9 @@ pub enum WorkerError {
     /// A raw fetch caller whose role may not read elements.
     #[error("{0}")]
     PermissionDenied(String),
+    /// A reader acknowledged elements of task `task_id` it cannot have received.
+    #[error("task {task_id}: {source}")]
+    Ack { task_id: u64, source: AckError },
 }
 
 impl WorkerError {
@@ -107,6 +111,7 @@ impl WorkerError {
             WorkerError::Security(_) => false,
             WorkerError::Unauthenticated(_) => false,
             WorkerError::PermissionDenied(_) => false,
+            WorkerError::Ack { .. } => false,
         }
     }
 }
@@ -139,6 +144,7 @@ impl From<WorkerError> for Status {
             WorkerError::Security(_) => Code::FailedPrecondition,
             WorkerError::Unauthenticated(_) => Code::Unauthenticated,
             WorkerError::PermissionDenied(_) => Code::PermissionDenied,
+            WorkerError::Ack { .. } => Code::InvalidArgument,
         };
         Status::new(code, message)
     }
@@ -152,6 +158,17 @@ mod tests {
     /// breaks `variant_has_a_row` until it gets a row here.
     fn rows() -> Vec<(WorkerError, Code, &'static str)> {
         vec![
+            (
+                WorkerError::Ack {
+                    task_id: 7,
+                    source: AckError {
+                        received: 9,
+                        sent: 4,
+                    },
+                },
+                Code::InvalidArgument,
+                "task 7: the reader acknowledged 9 elements, but only 4 were sent",
+            ),
             (
                 WorkerError::Config("buffer size must be positive".into()),
                 Code::InvalidArgument,
@@ -314,7 +331,8 @@ mod tests {
             | WorkerError::RawVersion { .. }
             | WorkerError::Security(_)
             | WorkerError::Unauthenticated(_)
-            | WorkerError::PermissionDenied(_) => {}
+            | WorkerError::PermissionDenied(_)
+            | WorkerError::Ack { .. } => {}
         }
     }
 

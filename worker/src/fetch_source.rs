@@ -3,9 +3,10 @@
 //! is ready into one message (up to the credits and a message's byte bound), and sends it. A
 //! source says only how its elements are taken and what its end means.
 //!
-//! Two sources: a task's shared buffer (`BufferSource`, first come, first served: each element
+//! Three sources: a task's shared buffer (`BufferSource`, first come, first served: each element
 //! goes to whichever reader takes it first), and a cross-trainer cache task (`CacheSource`: the
-//! elements at one trainer's cursor). This is the data plane's hot path: neither allocates per
+//! elements at one trainer's cursor), and a task that has ended (`EndedSource`, for a reader
+//! that reconnects to get what it had not received). This is the data plane's hot path: neither allocates per
 //! element. The buffer hands over whole chunks of elements, and the cache copies its elements
 //! into one growing message buffer.
 
@@ -152,6 +153,26 @@ impl FetchSource for BufferSource {
     fn try_take(&self, max: u64, message: &mut Chunks) -> Option<Took> {
         let taken = self.buffer.try_take_sealed(as_usize(max))?;
         Some(self.took(taken, message))
+    }
+}
+
+/// A task that ended before this stream opened, read by a reader that has elements to get
+/// again (see `reader_ledger`): the stream resends them, then ends.
+pub(crate) struct EndedSource;
+
+impl FetchSource for EndedSource {
+    type Message = Chunks;
+
+    fn failed(&self) -> Option<TaskFailure> {
+        None
+    }
+
+    async fn take(&self, _max: u64, _message: &mut Chunks) -> Took {
+        Took::End
+    }
+
+    fn try_take(&self, _max: u64, _message: &mut Chunks) -> Option<Took> {
+        Some(Took::End)
     }
 }
 

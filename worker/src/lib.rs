@@ -14,6 +14,9 @@
 //! - `split_leaser`: split ranges leased from the dispatcher for distributed_epoch tasks.
 //! - `service`: the `Fetch` stream with credit-based flow control (gRPC, and `open_fetch` for
 //!   both transports), one loop for every source of elements.
+//! - `reader_ledger`: what a reader was sent and has not acknowledged, resent when it
+//!   reconnects.
+//! - `reader_stream`: one fetch stream's credits and place in its reader's ledger.
 //! - `fetch_source`: those sources: the task's buffer, and its cross-trainer cache.
 //! - `raw_fetch`: the worker's port shared by gRPC and raw fetch streams (no protobuf copies).
 //! - `task_failure`: why a task's pipeline failed, with a Python function's exception.
@@ -26,6 +29,8 @@ pub mod error;
 mod fetch_source;
 mod membarrier;
 mod raw_fetch;
+pub mod reader_ledger;
+mod reader_stream;
 pub mod round_robin;
 pub mod service;
 pub mod split_leaser;

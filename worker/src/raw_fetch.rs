@@ -407,3 +407,7 @@ mod port_security_tests;
 #[cfg(test)]
 #[path = "raw_fetch_fuzz_tests.rs"]
 mod fuzz_tests;
+
+#[cfg(test)]
+#[path = "reader_resend_tests.rs"]
+mod reader_resend_tests;

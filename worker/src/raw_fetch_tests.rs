@@ -27,7 +27,7 @@ const LARGE_FLOATS: usize = 65_536;
 
 pub(super) struct Worker {
     pub(super) addr: SocketAddr,
-    state: Arc<WorkerState>,
+    pub(super) state: Arc<WorkerState>,
     cancel: CancellationToken,
     _tasks: JoinSet<()>,
     /// Serves the tasks' definitions.
@@ -67,7 +67,7 @@ fn large_tensor() -> Tensor {
 }
 
 /// An open worker on 127.0.0.1 port 0 holding `tasks`.
-async fn start(tasks: Vec<Held>) -> Worker {
+pub(super) async fn start(tasks: Vec<Held>) -> Worker {
     start_with(tasks, &ServerSecurity::default()).await
 }
 
@@ -126,7 +126,7 @@ pub(super) fn request(task_id: u64, credits: u32) -> FetchRequest {
 }
 
 /// The elements a message carries, still encoded.
-fn packed(batch: &ElementBatch) -> sluice_dataset::Packed {
+pub(super) fn packed(batch: &ElementBatch) -> sluice_dataset::Packed {
     sluice_dataset::Packed::from_wire(
         batch.packed.clone(),
         batch.lengths.clone(),

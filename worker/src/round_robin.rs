@@ -13,6 +13,10 @@
 //! requests of the first round seen plus those of the next one account for every consumer, the
 //! laggards are served a partial round, or skip it if the others report they skipped it.
 //!
+//! A consumer that asks again for the round it was last served (the reply was lost with its
+//! connection) gets the same reply: asking for a later round is what acknowledges a round, so
+//! each consumer's last reply is kept until then, and a broken connection loses no element.
+//!
 //! The task's input must be infinite: its end is an error for every later request.
 
 use crate::task_buffer::{contiguous, Taken, TaskBuffer};
@@ -67,6 +71,8 @@ struct Rounds {
     /// The task's input ended or failed: every later request gets this.
     error: Option<String>,
     stopped: bool,
+    /// Each consumer's last reply and its round, kept until the consumer asks for a later one.
+    served: BTreeMap<u32, (u64, RoundReply)>,
 }
 
 struct Waiting {
@@ -109,6 +115,9 @@ impl RoundRobin {
             let mut rounds = self.rounds();
             if rounds.stopped {
                 return Err(RoundError::Stopped);
+            }
+            if let Some((_, reply)) = rounds.served.get(&consumer).filter(|(r, _)| *r == round) {
+                return Ok(reply.clone());
             }
             if let Some(error) = &rounds.error {
                 return Err(RoundError::Failed(error.clone()));
@@ -169,14 +178,17 @@ impl RoundRobin {
                 continue;
             }
             if !filled {
-                for (_, w) in waiting {
+                for (consumer, w) in waiting {
+                    rounds.served.insert(consumer, (round, RoundReply::Skip));
                     let _ = w.reply.send(Ok(RoundReply::Skip));
                 }
                 continue;
             }
             let elements: Vec<Bytes> = rounds.buffer.drain(..needed).collect();
-            for ((_, w), element) in waiting.into_iter().zip(elements) {
-                let _ = w.reply.send(Ok(RoundReply::Element(element)));
+            for ((consumer, w), element) in waiting.into_iter().zip(elements) {
+                let reply = RoundReply::Element(element);
+                rounds.served.insert(consumer, (round, reply.clone()));
+                let _ = w.reply.send(Ok(reply));
             }
         }
     }
@@ -301,6 +313,23 @@ mod tests {
                  consumers"
                     .into()
             ))
+        );
+    }
+
+    /// A reply lost with the consumer's connection is asked for again: the same element, and
+    /// nothing more is taken; asking for the next round acknowledges it.
+    #[tokio::test]
+    async fn a_consumer_asking_again_for_its_last_round_gets_the_same_reply() {
+        let (_tx, rx) = input(0..10);
+        let rr = RoundRobin::new(2, rx);
+        let (a, b) = tokio::join!(rr.get(0, 0, false, false), rr.get(1, 0, false, false));
+        assert_eq!((a, b), (element(0), element(1)));
+        assert_eq!(rr.get(1, 0, false, false).await, element(1));
+        let (a, b) = tokio::join!(rr.get(0, 1, false, false), rr.get(1, 1, false, false));
+        assert_eq!((a, b), (element(2), element(3)));
+        assert!(
+            rr.get(1, 0, false, false).await.is_err(),
+            "round 0 was acknowledged"
         );
     }
 

@@ -8,12 +8,18 @@
 //! (`raw_fetch`) alike. Nor does it depend on where the elements come from: `serve` is one
 //! credit loop over a `FetchSource` (the task's buffer, or its cross-trainer cache).
 //!
+//! Every element a stream takes goes into its reader's ledger before it is sent, and is sent
+//! from there (`reader_stream`): a reader that acknowledges what it receives and reconnects after
+//! a broken connection is resent what it had not received, before anything new, and a finished
+//! task still serves it that rest and the end.
+//!
 //! Refusals are `WorkerError`s; `error.rs` maps them to the status a reader sees. Every RPC is
 //! for readers: the service runs behind the authenticator's interceptor (`raw_fetch::serve_port`)
 //! and each handler first checks that the caller holds the client role (admins do too).
 
 use crate::error::WorkerError;
-use crate::fetch_source::{BufferSource, CacheSource, FetchSource, Message, Took};
+use crate::fetch_source::{BufferSource, CacheSource, EndedSource, FetchSource, Message, Took};
+use crate::reader_stream::{ledger_key, ReaderStream};
 use crate::round_robin::RoundReply;
 use crate::task_failure::TaskFailure;
 use crate::worker_state::WorkerState;
@@ -58,13 +64,18 @@ fn end_of_sequence() -> ElementBatch {
 
 /// A message carrying `elements` (see worker.proto).
 fn batch_of(elements: Packed) -> ElementBatch {
+    with_elements(ElementBatch::default(), elements)
+}
+
+/// `header` (a message's sequence fields) carrying `elements`.
+fn with_elements(header: ElementBatch, elements: Packed) -> ElementBatch {
     let (packed, lengths, each_length, payloads) = elements.into_wire();
     ElementBatch {
         packed,
         lengths,
         each_length,
         payloads,
-        ..Default::default()
+        ..header
     }
 }
 
@@ -174,6 +185,7 @@ pub(crate) async fn open_fetch(
         .map_err(WorkerError::Reader)?
         .ok_or(WorkerError::NoFirstRequest)?;
     let task_id = first.task_id;
+    let (tx, rx) = mpsc::channel(2);
     let Some(runner) = state.get(task_id) else {
         if state.is_deleted(task_id) {
             return Err(WorkerError::TaskDeleted {
@@ -182,106 +194,207 @@ pub(crate) async fn open_fetch(
             });
         }
         if state.is_finished(task_id) {
-            let (tx, rx) = mpsc::channel(1);
+            // A reader that reconnects after the end gets what it had not received first.
+            let held = first
+                .acknowledges
+                .then(|| state.existing_ledger(&ledger_key(&first)))
+                .flatten();
+            if let Some(ledger) = held {
+                let reader = ReaderStream::open(state, &first, Some(ledger))?;
+                tokio::spawn(serve(EndedSource, reader, requests, tx, state.clone()));
+                return Ok(rx);
+            }
             tx.try_send(Ok(end_of_sequence()))
                 .expect("a fresh channel has room for one batch");
             return Ok(rx);
         }
         return Err(WorkerError::TaskNotHereYet { task_id });
     };
-    let (tx, rx) = mpsc::channel(2);
-    let credits = u64::from(first.credits);
     match runner.cross_trainer_cache() {
         Some(cache) => {
             if first.trainer_id.is_empty() {
                 return Err(WorkerError::EmptyTrainerId);
             }
+            let reader = ReaderStream::open(state, &first, None)?;
             let source = CacheSource::new(cache, first.trainer_id);
-            tokio::spawn(serve(source, credits, requests, tx));
+            tokio::spawn(serve(source, reader, requests, tx, state.clone()));
         }
         None => {
+            let reader = ReaderStream::open(state, &first, None)?;
             let source = BufferSource::new(runner, state.clone());
-            tokio::spawn(serve(source, credits, requests, tx));
+            tokio::spawn(serve(source, reader, requests, tx, state.clone()));
         }
     }
     Ok(rx)
 }
 
-/// Adds the credits of the reader's next request; false when the reader went away.
-fn add_credits(credits: &mut u64, more: Result<Option<FetchRequest>, Status>) -> bool {
+/// What became of a wait on the reader.
+enum Heard {
+    /// A request arrived and was taken into account.
+    Request,
+    /// The reader went away, or broke a rule (it was told so): the stream is over.
+    Over,
+}
+
+/// Takes the reader's next request (`more`) into account: its credits and acknowledgement.
+async fn hear(
+    reader: &mut ReaderStream,
+    more: Result<Option<FetchRequest>, Status>,
+    tx: &Batches,
+) -> Heard {
     match more {
-        Ok(Some(more)) => {
-            *credits += u64::from(more.credits);
-            true
-        }
-        _ => false,
+        Ok(Some(more)) => match reader.on_request(&more) {
+            Ok(()) => Heard::Request,
+            Err(refused) => {
+                let _ = tx.send(Err(refused.into())).await;
+                Heard::Over
+            }
+        },
+        _ => Heard::Over,
     }
+}
+
+/// Waits, reading the reader's requests, until `ready` holds; false when the stream is over.
+async fn wait_until(
+    reader: &mut ReaderStream,
+    requests: &mut FetchRequests,
+    tx: &Batches,
+    ready: impl Fn(&ReaderStream) -> bool,
+) -> bool {
+    while !ready(reader) {
+        if let Heard::Over = hear(reader, requests.message().await, tx).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Streams `source` to one reader: never more elements than the reader granted credits for,
 /// each message what is ready when it is gathered (up to the credits and `MAX_BATCH_BYTES`),
-/// until the source ends, fails or stops, or the reader goes away.
+/// until the source ends, fails or stops, or the reader goes away. What the reader's ledger
+/// holds and this stream has not sent (a resend, after a reconnect) goes before anything new.
 async fn serve<S: FetchSource>(
     source: S,
-    mut credits: u64,
+    mut reader: ReaderStream,
     mut requests: FetchRequests,
     tx: Batches,
+    state: Arc<WorkerState>,
 ) {
+    // The source reached its end (every element is in the ledger).
+    let mut ended = false;
     loop {
         if let Some(failure) = source.failed() {
             let _ = tx.send(Ok(failed_batch(failure, Packed::default()))).await;
             return;
         }
-        // Wait for credits, then for at least one element (or more credits).
-        while credits == 0 {
-            if !add_credits(&mut credits, requests.message().await) {
-                return; // the reader went away
-            }
+        if reader.is_replaced() {
+            return; // a newer stream of the same reader serves it
         }
-        let mut message = S::Message::default();
-        // `take` is cancel-safe: when more credits win the race, nothing was taken.
-        let first = tokio::select! {
-            took = source.take(credits, &mut message) => took,
-            more = requests.message() => {
-                if add_credits(&mut credits, more) { continue; }
+        if reader.has_unsent() {
+            if !wait_until(&mut reader, &mut requests, &tx, |r| r.credits() > 0).await {
                 return;
             }
+            let Some((header, elements)) = reader.next_unsent(MAX_BATCH_BYTES) else {
+                continue; // acknowledged meanwhile: nothing left to send
+            };
+            // The end goes with the last elements when nothing else is left to send.
+            let last = ended && !reader.has_unsent();
+            let batch = ElementBatch {
+                end_of_sequence: last,
+                ..with_elements(header, elements)
+            };
+            if tx.send(Ok(batch)).await.is_err() {
+                return;
+            }
+            if last {
+                return await_end_ack(reader, requests, &state).await;
+            }
+            continue;
+        }
+        if ended {
+            let batch = ElementBatch {
+                end_of_sequence: true,
+                ..reader.end_header()
+            };
+            if tx.send(Ok(batch)).await.is_ok() {
+                await_end_ack(reader, requests, &state).await;
+            }
+            return;
+        }
+        // Wait for credits and room in the window, then for at least one element.
+        if !wait_until(&mut reader, &mut requests, &tx, |r| r.room() > 0).await {
+            return;
+        }
+        let max = reader.room();
+        let mut message = S::Message::default();
+        // `take` is cancel-safe: when a request wins the race, nothing was taken.
+        let first = tokio::select! {
+            took = source.take(max, &mut message) => took,
+            more = requests.message() => match hear(&mut reader, more, &tx).await {
+                Heard::Request => continue,
+                Heard::Over => return,
+            },
         };
-        let (mut failure, mut end_of_sequence) = (None, false);
+        let (mut failure, mut stopped, mut taken) = (None, false, 0);
         let mut next = Some(first);
-        // One message: what is ready now, up to the credits and the byte bound.
+        // One message: what is ready now, up to the room and the byte bound.
         while let Some(took) = next.take() {
             match took {
-                Took::Elements(n) => credits -= n,
+                Took::Elements(n) => taken += n,
                 Took::Error(e) => {
                     failure = Some(e);
                     break;
                 }
                 Took::Stopped => {
-                    if !message.is_empty() {
-                        let _ = tx.send(Ok(batch_of(message.finish()))).await;
-                    }
-                    return;
+                    stopped = true;
+                    break;
                 }
                 Took::End => {
-                    end_of_sequence = true;
+                    ended = true;
                     break;
                 }
             }
-            if credits > 0 && message.byte_len() < MAX_BATCH_BYTES {
-                next = source.try_take(credits, &mut message);
+            if taken < max && message.byte_len() < MAX_BATCH_BYTES {
+                next = source.try_take(max - taken, &mut message);
             }
         }
-        let last = end_of_sequence || failure.is_some();
-        let batch = match failure {
-            Some(failure) => failed_batch(failure, message.finish()),
-            None => ElementBatch {
-                end_of_sequence,
-                ..batch_of(message.finish())
-            },
-        };
-        if tx.send(Ok(batch)).await.is_err() || last {
+        if !message.is_empty() {
+            reader.record(message.finish());
+        }
+        if let Some(failure) = failure {
+            // The epoch fails: what was taken goes with the failure, unnumbered.
+            let elements = reader
+                .next_unsent(usize::MAX)
+                .map(|(_, elements)| elements)
+                .unwrap_or_default();
+            let _ = tx.send(Ok(failed_batch(failure, elements))).await;
+            return;
+        }
+        if stopped {
+            // Not an end: the reader retries, and what it has not received stays held.
+            if let Some((header, elements)) = reader.next_unsent(MAX_BATCH_BYTES) {
+                let _ = tx.send(Ok(with_elements(header, elements))).await;
+            }
             return;
         }
     }
+}
+
+/// How long a stream that sent its end waits for the reader to acknowledge it.
+const END_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// After the end: reads the reader's last acknowledgement, which lets the ledger go. Without
+/// it (the connection broke first) the ledger stays for the reader to reconnect to.
+async fn await_end_ack(mut reader: ReaderStream, mut requests: FetchRequests, state: &WorkerState) {
+    if !reader.acknowledges() {
+        return;
+    }
+    let _ = tokio::time::timeout(END_ACK_WAIT, async {
+        while let Ok(Some(request)) = requests.message().await {
+            if reader.acknowledged_end(state, &request) {
+                return;
+            }
+        }
+    })
+    .await;
 }

@@ -1,11 +1,41 @@
 //! `WorkerState`: the tasks a worker holds, shared by its heartbeat loop and its fetch service,
-//! and (as a [`LocalWorker`]) by clients running in the same process.
+//! and (as a [`LocalWorker`]) by clients running in the same process; and the ledgers of what
+//! each task's readers were sent and have not acknowledged (see `reader_ledger`).
+//!
+//! A ledger outlives the streams that fill it (a reader whose connection broke reconnects to
+//! it) and its task's runner (a reader may reconnect after the task ended, to get what it had
+//! not received and the end). It goes when its reader acknowledged the end, when the task is
+//! deleted for its reader, or, for a finished task, once nothing used it for `LEDGER_TTL` (a
+//! reader that received the end but whose last acknowledgement was lost).
 
+use crate::reader_ledger::ReaderLedger;
 use crate::task_runner::TaskRunner;
 use sluice_rpc::{LocalWorker, TaskId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// How long a finished task's ledger is kept after its last use.
+const LEDGER_TTL: Duration = Duration::from_secs(600);
+
+/// Whose ledger: a task, a reader (its iteration client id) and, for cross-trainer cache jobs,
+/// the trainer whose cursor the reader reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LedgerKey {
+    pub task_id: u64,
+    pub client_id: u64,
+    pub trainer_id: String,
+}
+
+/// A ledger, shared by the streams of its reader. A std mutex: held to record, acknowledge or
+/// copy out one message, never across `.await`.
+pub type SharedLedger = Arc<Mutex<ReaderLedger>>;
+
+struct LedgerEntry {
+    ledger: SharedLedger,
+    last_used: Instant,
+}
 
 pub struct WorkerState {
     /// The address registered with the dispatcher (the bound address).
@@ -14,6 +44,11 @@ pub struct WorkerState {
     inner: Mutex<Tasks>,
     /// Tasks whose end a reader saw, to report to the dispatcher.
     completed: mpsc::UnboundedSender<u64>,
+    /// This process's number, different from any other run's: sequence numbers count in it, so
+    /// a reader tells a restarted worker (which numbers from 0 again) from a resumed stream.
+    pub incarnation: u64,
+    /// A std mutex: lookups and inserts only, never held across `.await`.
+    ledgers: Mutex<HashMap<LedgerKey, LedgerEntry>>,
 }
 
 #[derive(Default)]
@@ -34,7 +69,69 @@ impl WorkerState {
             address,
             inner: Mutex::new(Tasks::default()),
             completed,
+            // Never 0, which means "none" on the wire.
+            incarnation: rand::random::<u64>().max(1),
+            ledgers: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn ledgers(&self) -> std::sync::MutexGuard<'_, HashMap<LedgerKey, LedgerEntry>> {
+        self.ledgers.lock().expect("worker ledger lock poisoned")
+    }
+
+    /// The reader's ledger, made when it has none. Also drops the ledgers of finished tasks
+    /// unused for `LEDGER_TTL`.
+    pub fn ledger(&self, key: LedgerKey) -> SharedLedger {
+        let now = Instant::now();
+        let finished: HashSet<u64> = {
+            let ledgers = self.ledgers();
+            let stale: Vec<u64> = ledgers
+                .iter()
+                .filter(|(_, e)| now.duration_since(e.last_used) >= LEDGER_TTL)
+                .map(|(k, _)| k.task_id)
+                .collect();
+            drop(ledgers);
+            let tasks = self.tasks();
+            stale
+                .into_iter()
+                .filter(|id| tasks.finished.contains(id))
+                .collect()
+        };
+        let mut ledgers = self.ledgers();
+        if !finished.is_empty() {
+            ledgers.retain(|k, e| {
+                !finished.contains(&k.task_id) || now.duration_since(e.last_used) < LEDGER_TTL
+            });
+        }
+        let entry = ledgers.entry(key).or_insert_with(|| LedgerEntry {
+            ledger: SharedLedger::default(),
+            last_used: now,
+        });
+        entry.last_used = now;
+        entry.ledger.clone()
+    }
+
+    /// The reader's ledger, if it has one.
+    pub fn existing_ledger(&self, key: &LedgerKey) -> Option<SharedLedger> {
+        self.ledgers().get(key).map(|e| e.ledger.clone())
+    }
+
+    /// Drops `ledger` (its reader acknowledged everything up to the task's end), unless a
+    /// newer one took its place.
+    pub fn forget_ledger(&self, key: &LedgerKey, ledger: &SharedLedger) {
+        let mut ledgers = self.ledgers();
+        if ledgers
+            .get(key)
+            .is_some_and(|e| Arc::ptr_eq(&e.ledger, ledger))
+        {
+            ledgers.remove(key);
+        }
+    }
+
+    /// Ledgers held, for tests.
+    #[cfg(test)]
+    pub fn ledger_count(&self) -> usize {
+        self.ledgers().len()
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, Tasks> {
@@ -96,6 +193,8 @@ impl WorkerState {
         if let Some(runner) = runner {
             runner.cancel();
             self.complete(task_id);
+            // Its reader is gone: nobody will acknowledge what it was sent.
+            self.ledgers().retain(|k, _| k.task_id != task_id);
         }
     }
 

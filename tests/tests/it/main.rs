@@ -8,6 +8,7 @@ mod cross_trainer_cache;
 mod data_dir_identity;
 mod data_roots;
 mod distribute;
+mod dropped_connections;
 mod failover;
 mod heartbeats;
 mod hostile_input;
