@@ -7,7 +7,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "sluice-jepsen",
-    about = "Chaos harness: real sluice dispatchers under kills, pauses and partitions, a history, checkers"
+    about = "Chaos harness: real sluice dispatchers and workers under kills, pauses and partitions, a history, checkers"
 )]
 pub struct Cli {
     /// Log filter of the harness itself (tracing `EnvFilter` syntax).
@@ -22,8 +22,8 @@ pub enum Command {
     /// One run: faults for --time, a heal, a final epoch, checks. Exit 0 valid, 1 invalid,
     /// 2 unknown or harness failure.
     Run(RunArgs),
-    /// Runs against a dispatcher built with the `planted-bug` feature; exit 0 only if the run is
-    /// found invalid.
+    /// Runs against binaries built with planted bugs (a dispatcher that leases splits twice, a
+    /// worker that re-sends an acknowledged element); exit 0 only if every run is found invalid.
     SelfTest(SelfTestArgs),
 }
 
@@ -41,15 +41,25 @@ pub struct RunArgs {
     /// Dispatcher processes.
     #[arg(long, default_value_t = 3)]
     pub nodes: u64,
-    /// In-process workers.
+    /// Worker processes.
     #[arg(long, default_value_t = 2)]
     pub workers: u32,
     /// In-process clients.
     #[arg(long, default_value_t = 2)]
     pub clients: u32,
-    /// Faults to inject: any of kill, pause, partition, restart.
-    #[arg(long, default_value = "kill,pause,partition,restart")]
+    /// Faults to inject: any of kill, pause, partition, restart (dispatchers), worker-kill,
+    /// worker-pause, worker-restart, worker-partition (a worker's links to the dispatchers),
+    /// reader-partition (the readers' links to a worker).
+    #[arg(
+        long,
+        default_value = "kill,pause,partition,restart,worker-kill,worker-pause,worker-restart,worker-partition,reader-partition"
+    )]
     pub nemesis: String,
+    /// Fail the run when no element is delivered for longer than this while a reader waits,
+    /// in a gap of the fault phase that overlaps no worker fault (e.g. `1.5s`). Without it, the
+    /// gaps are only reported.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_delivery_gap: Option<Duration>,
     /// The `sluice` binary (default: the workspace's target/debug/sluice, built if missing).
     #[arg(long)]
     pub sluice_bin: Option<PathBuf>,
@@ -74,9 +84,13 @@ pub struct RunArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct SelfTestArgs {
-    /// Output directory of the run against the bugged dispatcher.
+    /// Output directory: one subdirectory per planted bug.
     #[arg(long)]
     pub out: PathBuf,
+    /// The planted bugs to run against: `dispatcher` (splits leased twice), `worker` (an
+    /// element re-sent after its acknowledgement).
+    #[arg(long, default_value = "dispatcher,worker")]
+    pub planted: String,
     /// Length of the fault phase.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     pub time: Duration,

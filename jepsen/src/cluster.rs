@@ -6,7 +6,9 @@
 //!
 //! Every node gets the same `--peers` (the real peer addresses; each node's Raft listener binds
 //! its own entry) and its own `--raft-routes` (the link proxies, in front of the peer ports).
-//! Clients and workers use the client addresses, which no proxy stands in front of. A node
+//! Each node advertises its front proxy (`--advertise-address`, see `worker_net`), so the leader
+//! hints callers follow lead through the fronts; the harness's own status reads use the client
+//! addresses directly. A node
 //! keeps its addresses and data dir across restarts, so a restart recovers from disk alone. Each node sits behind its own tokio
 //! mutex: the nemesis and the heal phase act on one node at a time, and a process handle is
 //! held across `.await` (waiting for exit or for `READY`).
@@ -36,6 +38,8 @@ pub struct ClusterConfig {
     pub election_timeout: Duration,
     /// `--raft-routes` per node id.
     pub routes: BTreeMap<u64, String>,
+    /// `--advertise-address` per node id (its front proxy).
+    pub advertise: BTreeMap<u64, SocketAddr>,
     /// Flags every node gets besides its addresses (TLS and token files).
     pub server_flags: Vec<String>,
     /// What the status reads present.
@@ -209,6 +213,14 @@ impl Cluster {
             .arg(&self.peers)
             .arg("--raft-routes")
             .arg(self.config.routes.get(&id).cloned().unwrap_or_default())
+            .args(
+                self.config
+                    .advertise
+                    .get(&id)
+                    .map(|a| ["--advertise-address".to_string(), a.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--election-timeout")
             .arg(humantime::format_duration(self.config.election_timeout).to_string())
             .args(&self.config.server_flags)
