@@ -25,6 +25,19 @@ pub enum Command {
     /// Runs against binaries built with planted bugs (a dispatcher that leases splits twice, a
     /// worker that re-sends an acknowledged element); exit 0 only if every run is found invalid.
     SelfTest(SelfTestArgs),
+    /// Checks a finished run's history again (with this build's checkers), rewriting its
+    /// results.json and report.html. Exit codes as `run`.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// A run's output directory (its schedule.json and history.jsonl are read).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// As `run --max-delivery-gap`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_delivery_gap: Option<Duration>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -110,7 +123,7 @@ impl RunArgs {
                 args.out = out;
                 args
             }
-            Command::SelfTest(_) => unreachable!("parsed a run"),
+            Command::SelfTest(_) | Command::Check(_) => unreachable!("parsed a run"),
         }
     }
 }

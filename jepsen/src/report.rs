@@ -239,8 +239,8 @@ pub fn render(
          <style>body{{font-family:sans-serif;margin:20px}}td,th{{padding:2px 8px;text-align:left}}\
          .valid{{color:#2ca02c}}.invalid{{color:#d62728}}.unknown{{color:#ff7f0e}}</style></head><body>\
          <h1>sluice-jepsen: <span class=\"{verdict}\">{verdict}</span></h1>\
-         <p>seed {}, {} nodes, {} ms of faults, nemeses {:?}</p>",
-        schedule.seed, schedule.seed, schedule.nodes, schedule.time_ms, schedule.nemeses
+         <p>seed {}, {} nodes, {} workers, {} ms of faults, nemeses {:?}</p>",
+        schedule.seed, schedule.seed, schedule.nodes, schedule.workers, schedule.time_ms, schedule.nemeses
     );
     html.push_str("<p>");
     for kind in NemesisKind::ALL.map(NemesisKind::name) {

@@ -226,6 +226,9 @@ impl WorkerPool {
             .spawn()
             .with_context(|| format!("spawn {}", self.config.bin.display()))?;
         let pid = child.id().context("worker pid")?;
+        // Known before the process dials anyone: a front names a connection's caller once,
+        // when it accepts it.
+        self.pids.set(pid, &name);
         let stdout = child.stdout.take().context("child stdout")?;
         let incarnation = worker.incarnation + 1;
         let stopping = Arc::new(AtomicBool::new(false));
@@ -246,6 +249,7 @@ impl WorkerPool {
         match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
+                self.pids.remove(pid);
                 let status = child.wait().await.ok();
                 bail!(
                     "{name} exited before READY ({status:?}); see {}",
@@ -253,11 +257,11 @@ impl WorkerPool {
                 )
             }
             Err(_) => {
+                self.pids.remove(pid);
                 let _ = child.kill().await;
                 bail!("{name} printed no READY within {READY_TIMEOUT:?}")
             }
         }
-        self.pids.set(pid, &name);
         self.history.record(
             &name,
             Kind::Ok,

@@ -8,7 +8,9 @@
 //! - delivered: a reader's `element` events of that job and split; two or more is a violation;
 //! - lost (none) is allowed only if, before the epoch ended, the holding incarnation died
 //!   (`worker-I exit`), or the dispatcher removed the worker (`monitor worker-removed`), or the
-//!   worker was given a new task of the same iteration (its old task was removed);
+//!   worker was given a new task of the same iteration (its old task was removed); and only if
+//!   no later split of the same task was delivered: a task produces its splits in order, so a
+//!   later split delivered proves this one was produced before the death, and lost in transit;
 //! - a split of a complete epoch that no recorded lease covers (the reply of a lease can be lost
 //!   with the process that asked for it) may be lost only if some worker died or was removed
 //!   during the epoch.
@@ -174,42 +176,76 @@ pub fn check(events: &[Event]) -> CheckResult {
             continue;
         };
         let epoch = epochs.get(job);
+        let times = |split: u64| delivered.get(&(job.clone(), split)).copied().unwrap_or(0);
+        // The last split each holder (worker, incarnation, task) is known to have produced: a
+        // task produces its splits in order, so a split before it was produced too.
+        let mut produced: HashMap<(&str, u64, u64), u64> = HashMap::new();
+        for lease in held {
+            for split in (lease.start..lease.end).filter(|s| times(*s) > 0) {
+                let last = produced
+                    .entry((&lease.worker, lease.incarnation, lease.task))
+                    .or_insert(split);
+                *last = (*last).max(split);
+            }
+        }
         let mut covered: BTreeSet<u64> = BTreeSet::new();
         for lease in held.iter().filter(|l| l.end > l.start) {
+            let mut twice = Vec::new();
+            let mut lost_alive = Vec::new();
+            let mut in_transit = false;
             for split in lease.start..lease.end {
                 covered.insert(split);
                 result.count("leased_splits", 1);
-                let times = delivered.get(&(job.clone(), split)).copied().unwrap_or(0);
-                match (times, epoch) {
+                match (times(split), epoch) {
                     (1, _) => result.count("delivered_once", 1),
-                    (2.., _) => {
-                        result.count("delivered_twice", 1);
-                        result.flag(
-                            Verdict::Invalid,
-                            format!(
-                                "split {split} of job {job} delivered {times} times (leased to {} incarnation {})",
-                                lease.worker, lease.incarnation
-                            ),
-                        );
-                    }
+                    (2.., _) => twice.push(split),
                     (0, Some(epoch)) if epoch.complete => {
                         let end = epoch.end_ms.unwrap_or(u64::MAX);
-                        if excused(lease, held, &deaths, &removals, end) {
+                        let produced_later = produced
+                            .get(&(lease.worker.as_str(), lease.incarnation, lease.task))
+                            .is_some_and(|last| *last > split);
+                        if !produced_later && excused(lease, held, &deaths, &removals, end) {
                             result.count("lost_with_worker", 1);
                         } else {
-                            result.count("lost_while_worker_lived", 1);
-                            result.flag(
-                                Verdict::Invalid,
-                                format!(
-                                    "split {split} of job {job} (iteration {iteration}) was lost: leased to {} \
-                                     incarnation {} (task {}) at {} ms, which lived and kept its task until the epoch ended at {end} ms",
-                                    lease.worker, lease.incarnation, lease.task, lease.t_ms
-                                ),
-                            );
+                            in_transit |= produced_later;
+                            lost_alive.push(split);
                         }
                     }
                     (0, _) => result.count("not_judged", 1),
                 }
+            }
+            let holder = format!(
+                "{} incarnation {} (task {}, lease [{}, {}) at {} ms)",
+                lease.worker, lease.incarnation, lease.task, lease.start, lease.end, lease.t_ms
+            );
+            if !twice.is_empty() {
+                result.count("delivered_twice", twice.len() as u64);
+                result.flag(
+                    Verdict::Invalid,
+                    format!(
+                        "{} splits of job {job} delivered more than once: {}; held by {holder}",
+                        twice.len(),
+                        ranges(&twice)
+                    ),
+                );
+            }
+            if !lost_alive.is_empty() {
+                result.count("lost_while_worker_lived", lost_alive.len() as u64);
+                result.flag(
+                    Verdict::Invalid,
+                    format!(
+                        "{} splits of job {job} (iteration {iteration}) lost while their worker lived: {}; \
+                         held by {holder}, which {} before the epoch ended at {} ms",
+                        lost_alive.len(),
+                        ranges(&lost_alive),
+                        if in_transit {
+                            "had produced them (a later split of its task was delivered)"
+                        } else {
+                            "neither died nor was removed"
+                        },
+                        epoch.and_then(|e| e.end_ms).unwrap_or(0)
+                    ),
+                );
             }
         }
         // Splits of a complete epoch that no recorded lease covers.
@@ -238,6 +274,25 @@ pub fn check(events: &[Event]) -> CheckResult {
         }
     }
     result
+}
+
+/// `3, 4, 5, 9` as `3..=5, 9`.
+fn ranges(splits: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < splits.len() {
+        let mut j = i;
+        while j + 1 < splits.len() && splits[j + 1] == splits[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            splits[i].to_string()
+        } else {
+            format!("{}..={}", splits[i], splits[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// How much earlier than a lease's record a removal may be seen and still count for it: the

@@ -117,6 +117,18 @@ fn the_loss_bound_is_checked_split_by_split() {
             vec![("lost_with_worker", 2)],
         ),
         (
+            "a split lost in transit before its worker died (a later split was delivered)",
+            [
+                vec![lease(5, "worker-1", 1, 1, 0, 4)],
+                elements(10, &[0, 1, 3]),
+                vec![exit(20, "worker-1", 1, "kill")],
+            ]
+            .concat(),
+            (100, Kind::Ok),
+            Verdict::Invalid,
+            vec![("lost_while_worker_lived", 1)],
+        ),
+        (
             "a lease recorded after its incarnation's death still counts as held by it",
             [
                 vec![exit(4, "worker-1", 1, "kill"), lease(5, "worker-1", 1, 1, 0, 2)],
