@@ -312,7 +312,11 @@ pub struct WorkerArgs {
 
 /// `FIRST,MAX`: two positive split counts, the first at most the second.
 fn parse_split_lease(text: &str) -> Result<(u32, u32), String> {
-    let parse = |part: &str| part.trim().parse::<u32>().map_err(|e| format!("{text}: {e}"));
+    let parse = |part: &str| {
+        part.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("{text}: {e}"))
+    };
     let (first, max) = text
         .split_once(',')
         .ok_or_else(|| format!("{text}: expected FIRST,MAX"))?;

@@ -52,9 +52,9 @@ impl Monitor {
                         .collect();
                 let leader = leader_of(views.iter().cloned());
                 let leader_view = leader.and_then(|(node, term)| {
-                    views
-                        .iter()
-                        .find(|v| v["node"].as_u64() == Some(node) && v["term"].as_u64() == Some(term))
+                    views.iter().find(|v| {
+                        v["node"].as_u64() == Some(node) && v["term"].as_u64() == Some(term)
+                    })
                 });
                 if let Some(view) = leader_view {
                     record_iterations(view, &book, &history);

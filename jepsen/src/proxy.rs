@@ -206,8 +206,20 @@ async fn serve(
     let next = {
         let (client_read, client_write) = client.split();
         let (server_read, server_write) = server.split();
-        let requests = pump(client_read, server_write, &caller, &modes, LinkMode::DropRequests);
-        let replies = pump(server_read, client_write, &caller, &modes, LinkMode::DropReplies);
+        let requests = pump(
+            client_read,
+            server_write,
+            &caller,
+            &modes,
+            LinkMode::DropRequests,
+        );
+        let replies = pump(
+            server_read,
+            client_write,
+            &caller,
+            &modes,
+            LinkMode::DropReplies,
+        );
         let mut watch = modes.clone();
         let cut = cut_when(&mut watch, &caller, current != LinkMode::Pass);
         tokio::select! {

@@ -45,6 +45,9 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// A fault as drawn: its kind, its lanes (index and name), its start and end.
+type Span = (String, Vec<(u64, String)>, u64, u64);
+
 /// The lanes a fault is drawn in: its nodes (`nodes`), then its workers (`workers`), after
 /// the node lanes.
 fn lanes_of(value: &serde_json::Value, nodes: u64) -> Vec<(u64, String)> {
@@ -82,7 +85,7 @@ pub fn render(
         .filter(|e| e.process == "nemesis" && e.kind == Kind::Ok && e.f != "recover")
         .filter_map(|e| Some((e.value["fault"].as_u64()?, e)))
         .collect();
-    let spans: BTreeMap<u64, (String, Vec<(u64, String)>, u64, u64)> = fault_spans(events, end_ms)
+    let spans: BTreeMap<u64, Span> = fault_spans(events, end_ms)
         .into_iter()
         .map(|(id, kind, start, stop)| {
             let hit = starts
@@ -136,9 +139,10 @@ pub fn render(
         }
     }
     // Workers the dispatcher removed, and worker processes that exited on their own.
-    for e in events.iter().filter(|e| {
-        (e.f == "worker-removed") || (e.f == "exit" && e.value["cause"] == "crash")
-    }) {
+    for e in events
+        .iter()
+        .filter(|e| (e.f == "worker-removed") || (e.f == "exit" && e.value["cause"] == "crash"))
+    {
         let worker = e.value["worker"]
             .as_str()
             .unwrap_or(&e.process)

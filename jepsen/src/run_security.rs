@@ -86,7 +86,10 @@ impl RunSecurity {
         };
         let name = format!("worker-{index}");
         let flag = |flag: &str, file: String| {
-            [flag.to_string(), Self::file(dir, &file).display().to_string()]
+            [
+                flag.to_string(),
+                Self::file(dir, &file).display().to_string(),
+            ]
         };
         [
             flag("--tls-cert", format!("{name}.pem")),

@@ -21,11 +21,11 @@ use crate::report;
 use crate::run_security::RunSecurity;
 use crate::schedule::{NemesisKind, Schedule};
 use crate::worker_net::WorkerNet;
+use crate::worker_pool;
 use crate::worker_pool::{WorkerPids, WorkerPool, WorkerPoolConfig};
 use crate::workload::{Client, WorkloadConfig};
 use anyhow::{bail, Context};
 use serde_json::json;
-use crate::worker_pool;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -165,8 +165,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     let net = Arc::new(ProxyNet::start(&peer_addrs).await?);
     let pids = WorkerPids::default();
     let client_addrs = addrs.iter().map(|(&id, a)| (id, a.client)).collect();
-    let worker_net =
-        Arc::new(WorkerNet::start(&client_addrs, &worker_addrs, pids.clone()).await?);
+    let worker_net = Arc::new(WorkerNet::start(&client_addrs, &worker_addrs, pids.clone()).await?);
     let config = ClusterConfig {
         bin: bin.clone(),
         dir: out.clone(),
@@ -373,9 +372,15 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
         bail!("no leader within 30 s of the start");
     };
     let workers = Arc::new(
-        WorkerPool::start(pool_config, worker_addrs, history.clone(), pids, book.clone())
-            .await
-            .context("start the workers")?,
+        WorkerPool::start(
+            pool_config,
+            worker_addrs,
+            history.clone(),
+            pids,
+            book.clone(),
+        )
+        .await
+        .context("start the workers")?,
     );
     history.record("harness", Kind::Ok, "setup", json!({"leader": leader}));
     let result = drive_workload(

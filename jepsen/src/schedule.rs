@@ -103,7 +103,10 @@ impl FromStr for NemesisKind {
             .find(|k| k.name() == s.trim())
             .ok_or_else(|| {
                 let names: Vec<&str> = NemesisKind::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown nemesis '{s}': expected one of {}", names.join(", "))
+                format!(
+                    "unknown nemesis '{s}': expected one of {}",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -172,17 +175,32 @@ impl LinkMode {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Action {
-    Kill { target: Target },
-    Pause { target: Target },
-    Restart { target: Target },
-    Partition { shape: Shape, mode: LinkMode },
+    Kill {
+        target: Target,
+    },
+    Pause {
+        target: Target,
+    },
+    Restart {
+        target: Target,
+    },
+    Partition {
+        shape: Shape,
+        mode: LinkMode,
+    },
     /// Worker `worker` (1-based) is SIGKILLed.
     #[serde(rename = "worker-kill")]
-    WorkerKill { worker: u32 },
+    WorkerKill {
+        worker: u32,
+    },
     #[serde(rename = "worker-pause")]
-    WorkerPause { worker: u32 },
+    WorkerPause {
+        worker: u32,
+    },
     #[serde(rename = "worker-restart")]
-    WorkerRestart { worker: u32 },
+    WorkerRestart {
+        worker: u32,
+    },
     #[serde(rename = "worker-partition")]
     WorkerPartition {
         worker: u32,
@@ -190,7 +208,10 @@ pub enum Action {
         mode: LinkMode,
     },
     #[serde(rename = "reader-partition")]
-    ReaderPartition { worker: u32, mode: LinkMode },
+    ReaderPartition {
+        worker: u32,
+        mode: LinkMode,
+    },
 }
 
 impl Action {

@@ -152,7 +152,14 @@ async fn run_one(args: &SelfTestArgs, bug: Planted) -> anyhow::Result<(bool, Ver
         bug.name()
     );
     let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-        .args(["build", "-p", "sluice", "--features", feature, "--target-dir"])
+        .args([
+            "build",
+            "-p",
+            "sluice",
+            "--features",
+            feature,
+            "--target-dir",
+        ])
         .arg(&target)
         .current_dir(&root)
         .env_remove("CARGO_TARGET_DIR")

@@ -13,10 +13,12 @@ pub fn owner(peer: SocketAddr, local: SocketAddr, pids: &[u32]) -> Option<u32> {
     if pids.is_empty() {
         return None;
     }
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|path| {
-        let table = std::fs::read_to_string(path).ok()?;
-        inode_of(&table, peer, local)
-    })?;
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|path| {
+            let table = std::fs::read_to_string(path).ok()?;
+            inode_of(&table, peer, local)
+        })?;
     let wanted = format!("socket:[{inode}]");
     pids.iter().copied().find(|pid| {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
@@ -59,7 +61,8 @@ fn inode_of(table: &str, peer: SocketAddr, listener: SocketAddr) -> Option<u64> 
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let v6 = fields.get(1)?.len() > 13;
-        let matches = fields[1] == proc_addr(peer, v6) && fields.get(2)? == &proc_addr(listener, v6);
+        let matches =
+            fields[1] == proc_addr(peer, v6) && fields.get(2)? == &proc_addr(listener, v6);
         matches
             .then(|| fields.get(9)?.parse().ok())
             .flatten()

@@ -98,7 +98,10 @@ impl WorkerNet {
 
     /// Every link back to pass.
     pub fn heal(&self) {
-        self.fronts.values().chain(self.readers.values()).for_each(Proxy::heal);
+        self.fronts
+            .values()
+            .chain(self.readers.values())
+            .for_each(Proxy::heal);
     }
 }
 

@@ -40,7 +40,11 @@ pub struct WorkerPids(Arc<StdMutex<BTreeMap<u32, String>>>);
 
 impl WorkerPids {
     pub fn name_of(&self, pid: u32) -> Option<String> {
-        self.0.lock().expect("pids lock poisoned").get(&pid).cloned()
+        self.0
+            .lock()
+            .expect("pids lock poisoned")
+            .get(&pid)
+            .cloned()
     }
 
     pub fn pids(&self) -> Vec<u32> {
@@ -122,8 +126,7 @@ impl WorkerPool {
     pub fn pick_addrs(n: u32) -> anyhow::Result<BTreeMap<u32, SocketAddr>> {
         let mut probes = Vec::new();
         for i in 1..=n {
-            let probe =
-                std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port")?;
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port")?;
             probes.push((i, probe.local_addr()?, probe));
         }
         Ok(probes.into_iter().map(|(i, addr, _)| (i, addr)).collect())

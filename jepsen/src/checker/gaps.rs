@@ -109,7 +109,8 @@ pub fn delivery_gaps(events: &[Event]) -> DeliveryGaps {
                 reading.insert(&e.process);
             }
             ("epoch", _) => {
-                if reading.remove(e.process.as_str()) && reading.is_empty() {
+                let left = reading.remove(e.process.as_str());
+                if left && reading.is_empty() {
                     close(&mut since, e.t_ms, &mut all);
                 }
             }
@@ -188,7 +189,13 @@ mod tests {
     fn gaps_are_measured_and_given_to_the_fault_they_began_in() {
         // (elements, faults, end, longest bounded, per fault longest)
         #[allow(clippy::type_complexity)]
-        let cases: Vec<(Vec<u64>, Vec<(u64, &str, u64, u64)>, u64, Option<u64>, Vec<Option<u64>>)> = vec![
+        let cases: Vec<(
+            Vec<u64>,
+            Vec<(u64, &str, u64, u64)>,
+            u64,
+            Option<u64>,
+            Vec<Option<u64>>,
+        )> = vec![
             // a leader pause from 1000 to 3000 ms; nothing delivered from 1100 to 2900
             (
                 vec![100, 500, 1000, 1100, 2900, 3000],

@@ -137,7 +137,9 @@ pub fn check(events: &[Event]) -> CheckResult {
             }
             ("exit", Kind::Ok) => {
                 let incarnation = v["incarnation"].as_u64().unwrap_or(0);
-                deaths.entry((e.process.clone(), incarnation)).or_insert(e.t_ms);
+                deaths
+                    .entry((e.process.clone(), incarnation))
+                    .or_insert(e.t_ms);
                 if v["cause"] == "crash" {
                     result.count("crashes", 1);
                     result.flag(
@@ -317,11 +319,9 @@ fn excused(
         .into_iter()
         .flatten()
         .any(|t| *t <= end && t + REMOVAL_SLACK_MS >= lease.t_ms);
-    let replaced = held
-        .iter()
-        .any(|l| {
-            l.worker == lease.worker && l.task != lease.task && l.t_ms >= lease.t_ms && l.t_ms <= end
-        });
+    let replaced = held.iter().any(|l| {
+        l.worker == lease.worker && l.task != lease.task && l.t_ms >= lease.t_ms && l.t_ms <= end
+    });
     died || removed || replaced
 }
 

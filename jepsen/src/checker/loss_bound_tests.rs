@@ -74,7 +74,10 @@ fn the_loss_bound_is_checked_split_by_split() {
         (
             "every split delivered once",
             [
-                vec![lease(5, "worker-1", 1, 1, 0, 2), lease(6, "worker-2", 1, 2, 2, 4)],
+                vec![
+                    lease(5, "worker-1", 1, 1, 0, 2),
+                    lease(6, "worker-2", 1, 2, 2, 4),
+                ],
                 elements(10, &[0, 1, 2, 3]),
             ]
             .concat(),
@@ -107,7 +110,10 @@ fn the_loss_bound_is_checked_split_by_split() {
         (
             "splits lost with the incarnation that held them",
             [
-                vec![lease(5, "worker-1", 1, 1, 0, 2), lease(6, "worker-2", 1, 2, 2, 4)],
+                vec![
+                    lease(5, "worker-1", 1, 1, 0, 2),
+                    lease(6, "worker-2", 1, 2, 2, 4),
+                ],
                 elements(10, &[2, 3]),
                 vec![exit(20, "worker-1", 1, "kill")],
             ]
@@ -131,7 +137,10 @@ fn the_loss_bound_is_checked_split_by_split() {
         (
             "a lease recorded after its incarnation's death still counts as held by it",
             [
-                vec![exit(4, "worker-1", 1, "kill"), lease(5, "worker-1", 1, 1, 0, 2)],
+                vec![
+                    exit(4, "worker-1", 1, "kill"),
+                    lease(5, "worker-1", 1, 1, 0, 2),
+                ],
                 elements(10, &[2, 3]),
             ]
             .concat(),
@@ -142,7 +151,10 @@ fn the_loss_bound_is_checked_split_by_split() {
         (
             "an earlier incarnation's death does not excuse a later one's loss",
             [
-                vec![exit(2, "worker-1", 1, "kill"), lease(5, "worker-1", 2, 1, 0, 4)],
+                vec![
+                    exit(2, "worker-1", 1, "kill"),
+                    lease(5, "worker-1", 2, 1, 0, 4),
+                ],
                 elements(10, &[0, 1, 2]),
             ]
             .concat(),
@@ -177,7 +189,10 @@ fn the_loss_bound_is_checked_split_by_split() {
         (
             "a new task of the same iteration means the old one was removed",
             [
-                vec![lease(5, "worker-1", 1, 1, 0, 2), lease(50, "worker-1", 1, 9, 2, 4)],
+                vec![
+                    lease(5, "worker-1", 1, 1, 0, 2),
+                    lease(50, "worker-1", 1, 9, 2, 4),
+                ],
                 elements(60, &[2, 3]),
             ]
             .concat(),
@@ -187,11 +202,7 @@ fn the_loss_bound_is_checked_split_by_split() {
         ),
         (
             "an epoch cut short is not judged for loss",
-            [
-                vec![lease(5, "worker-1", 1, 1, 0, 4)],
-                elements(10, &[0]),
-            ]
-            .concat(),
+            [vec![lease(5, "worker-1", 1, 1, 0, 4)], elements(10, &[0])].concat(),
             (100, Kind::Info),
             Verdict::Valid,
             vec![("not_judged", 3)],
@@ -234,7 +245,11 @@ fn the_loss_bound_is_checked_split_by_split() {
     ];
     for (what, middle, (end, kind), verdict, counts) in cases {
         let r = check(&run(middle, end, kind));
-        assert_eq!(r.verdict, verdict, "{what}: {:?} {:?}", r.problems, r.counts);
+        assert_eq!(
+            r.verdict, verdict,
+            "{what}: {:?} {:?}",
+            r.problems, r.counts
+        );
         for (key, n) in counts {
             assert_eq!(r.counts[key], n, "{what}: {key} in {:?}", r.counts);
         }

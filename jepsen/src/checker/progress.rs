@@ -156,9 +156,18 @@ mod tests {
 
     #[test]
     fn a_late_or_failed_or_short_final_epoch_is_not() {
-        assert_eq!(check(&run(17_000, Kind::Ok, 3), None).verdict, Verdict::Invalid);
-        assert_eq!(check(&run(4000, Kind::Info, 1), None).verdict, Verdict::Invalid);
-        assert_eq!(check(&run(4000, Kind::Ok, 2), None).verdict, Verdict::Invalid);
+        assert_eq!(
+            check(&run(17_000, Kind::Ok, 3), None).verdict,
+            Verdict::Invalid
+        );
+        assert_eq!(
+            check(&run(4000, Kind::Info, 1), None).verdict,
+            Verdict::Invalid
+        );
+        assert_eq!(
+            check(&run(4000, Kind::Ok, 2), None).verdict,
+            Verdict::Invalid
+        );
     }
 
     #[test]
