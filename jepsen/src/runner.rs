@@ -21,8 +21,7 @@ use crate::report;
 use crate::run_security::RunSecurity;
 use crate::schedule::{NemesisKind, Schedule};
 use crate::worker_net::WorkerNet;
-use crate::worker_pool;
-use crate::worker_pool::{WorkerPids, WorkerPool, WorkerPoolConfig};
+use crate::worker_pool::{self, WorkerPids, WorkerPool, WorkerPoolConfig};
 use crate::workload::{Client, WorkloadConfig};
 use anyhow::{bail, Context};
 use serde_json::json;
@@ -215,7 +214,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         monitor: &monitor,
         security: &security,
         worker_net: &worker_net,
-        pool: (pool_config, &advertised, pids, book),
+        pool_config,
+        worker_addrs: &advertised,
+        pids,
+        book,
     };
     let result = drive(run).await;
     stop_monitor.cancel();
@@ -344,14 +346,13 @@ struct Run<'a> {
     monitor: &'a Arc<Monitor>,
     security: &'a RunSecurity,
     worker_net: &'a Arc<WorkerNet>,
-    /// How to start the workers: their config, `(listen, advertised)` addresses, the shared
-    /// pids, the lease book.
-    pool: (
-        WorkerPoolConfig,
-        &'a BTreeMap<u32, (SocketAddr, SocketAddr)>,
-        WorkerPids,
-        LeaseBook,
-    ),
+    /// How the workers are started.
+    pool_config: WorkerPoolConfig,
+    /// Each worker's `(listen, advertised)` addresses.
+    worker_addrs: &'a BTreeMap<u32, (SocketAddr, SocketAddr)>,
+    /// The live workers' pids, shared with the dispatchers' fronts.
+    pids: WorkerPids,
+    book: LeaseBook,
 }
 
 /// Everything between the cluster's start and its shutdown.
@@ -366,7 +367,10 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
         monitor,
         security,
         worker_net,
-        pool: (pool_config, worker_addrs, pids, book),
+        pool_config,
+        worker_addrs,
+        pids,
+        book,
     } = run;
     let Some(leader) = monitor.wait_leader(Duration::from_secs(30)).await else {
         bail!("no leader within 30 s of the start");

@@ -173,14 +173,6 @@ impl WorkerPool {
         self.workers.keys().copied().collect()
     }
 
-    /// Each worker's name by the address it is registered under (its reader proxy).
-    pub fn names_by_address(&self) -> BTreeMap<String, String> {
-        self.workers
-            .iter()
-            .filter_map(|(&i, w)| Some((w.try_lock().ok()?.advertised.to_string(), name(i))))
-            .collect()
-    }
-
     fn worker(&self, index: u32) -> anyhow::Result<&Mutex<Worker>> {
         self.workers
             .get(&index)
