@@ -403,6 +403,7 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
         &workers,
     )
     .await;
+    // Already done after a final epoch; here for a run that failed before it.
     workers.shutdown().await;
     result
 }
@@ -501,6 +502,8 @@ async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::R
         .epoch(&format!("final-{seed}"), &CancellationToken::new())
         .await;
     println!("final epoch: {elements} elements, complete: {complete}");
+    // The workers stop before the final reads, so the state the nodes must agree on is still.
+    workers.shutdown().await;
 
     // ---- final reads
     final_reads(cluster, history).await;
