@@ -480,3 +480,30 @@ pub fn one_line(e: &anyhow::Error) -> String {
         .join(": ")
         .replace('\n', " ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_lease_sizes_are_two_increasing_positive_counts() {
+        let cases: Vec<(&str, Result<(u32, u32), &str>)> = vec![
+            ("16,64", Ok((16, 64))),
+            (" 8 , 8 ", Ok((8, 8))),
+            ("16", Err("16: expected FIRST,MAX")),
+            ("0,4", Err("0,4: FIRST must be positive and at most MAX")),
+            (
+                "64,16",
+                Err("64,16: FIRST must be positive and at most MAX"),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                parse_split_lease(text),
+                want.map_err(String::from),
+                "{text}"
+            );
+        }
+        assert!(parse_split_lease("a,4").unwrap_err().starts_with("a,4: "));
+    }
+}
