@@ -284,6 +284,8 @@ pub struct Schedule {
     pub seed: u64,
     pub time_ms: u64,
     pub nodes: u64,
+    /// Absent from the schedules of runs whose workers ran inside the harness.
+    #[serde(default)]
     pub workers: u32,
     pub nemeses: Vec<NemesisKind>,
     /// Both tracks, by start time.
