@@ -15,8 +15,8 @@
 //!   `invalid` from each.
 //! - `cluster`: `Cluster`, the dispatcher processes (spawn, kill, pause, restart, status).
 //! - `worker_pool`: `WorkerPool`, the worker processes, their incarnations and leases.
-//! - `proxy`: `Proxy` (one cuttable TCP proxy, per-caller modes) and `ProxyNet`, one per
-//!   directed Raft link.
+//! - `proxy`: `Proxy`, one cuttable TCP proxy, with per-caller modes.
+//! - `proxy_net`: `ProxyNet`, a proxy per directed Raft link.
 //! - `worker_net`: `WorkerNet`, the dispatchers' fronts and the workers' reader proxies.
 //! - `socket_owner`: which local process opened a loopback connection (for the fronts).
 //! - `schedule`: `Schedule`, the seeded fault plan (a dispatcher track and a worker track).
@@ -39,6 +39,7 @@ pub mod lease_book;
 pub mod monitor;
 pub mod nemesis;
 pub mod proxy;
+pub mod proxy_net;
 pub mod report;
 pub mod run_security;
 pub mod runner;

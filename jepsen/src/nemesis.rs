@@ -11,7 +11,7 @@
 use crate::cluster::Cluster;
 use crate::history::{History, Kind};
 use crate::monitor::Monitor;
-use crate::proxy::{Link, ProxyNet};
+use crate::proxy_net::{Link, ProxyNet};
 use crate::schedule::{Action, Fault, Schedule, Shape, Target, WorkerShape};
 use crate::worker_net::WorkerNet;
 use crate::worker_pool::{self, WorkerPool};

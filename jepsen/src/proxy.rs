@@ -1,7 +1,5 @@
 //! `Proxy`: one in-process TCP proxy in front of one address, whose connections the nemesis can
-//! cut; and `ProxyNet`, one proxy per directed Raft link i→j. Node i is started with
-//! `--raft-routes j=PROXY(i→j)`, so every connection i opens to j passes through it (the replies
-//! of j travel back on the same connection).
+//! cut (see `proxy_net` and `worker_net` for where they stand).
 //!
 //! A proxy may tell its callers apart (a `Classifier` names the caller of each accepted
 //! connection); each caller has its own mode, and callers without one pass. Modes: `pass`
@@ -86,69 +84,6 @@ impl Proxy {
             modes.clear();
             changed
         });
-    }
-}
-
-/// A directed link: connections node `from` opens to node `to`.
-pub type Link = (u64, u64);
-
-/// Every directed Raft link's proxy.
-pub struct ProxyNet {
-    links: BTreeMap<Link, Proxy>,
-    cancel: CancellationToken,
-}
-
-impl ProxyNet {
-    /// Binds a proxy for every directed link between `nodes` (id → real peer address).
-    pub async fn start(nodes: &BTreeMap<u64, SocketAddr>) -> anyhow::Result<ProxyNet> {
-        let cancel = CancellationToken::new();
-        let mut links = BTreeMap::new();
-        for &from in nodes.keys() {
-            for (&to, &target) in nodes {
-                if from != to {
-                    let proxy = Proxy::start(target, None, cancel.clone()).await?;
-                    links.insert((from, to), proxy);
-                }
-            }
-        }
-        Ok(ProxyNet { links, cancel })
-    }
-
-    /// `--raft-routes` of node `from`: `j=PROXY(from→j)` for every other node.
-    pub fn routes_of(&self, from: u64) -> String {
-        self.links
-            .iter()
-            .filter(|((f, _), _)| *f == from)
-            .map(|((_, to), p)| format!("{to}={}", p.addr))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Sets every listed link to `mode`, and every other link to pass.
-    pub fn set(&self, cut: &[Link], mode: LinkMode) {
-        for (link, proxy) in &self.links {
-            let want = if cut.contains(link) {
-                mode
-            } else {
-                LinkMode::Pass
-            };
-            proxy.set(ANY_CALLER, want);
-        }
-    }
-
-    /// Every link back to pass.
-    pub fn heal(&self) {
-        self.set(&[], LinkMode::Pass);
-    }
-
-    pub fn links(&self) -> impl Iterator<Item = Link> + '_ {
-        self.links.keys().copied()
-    }
-}
-
-impl Drop for ProxyNet {
-    fn drop(&mut self) {
-        self.cancel.cancel();
     }
 }
 
@@ -308,4 +243,4 @@ fn reset(stream: TcpStream) {
 
 #[cfg(test)]
 #[path = "proxy_tests.rs"]
-mod tests;
+pub(crate) mod tests;

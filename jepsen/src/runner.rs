@@ -16,7 +16,7 @@ use crate::history::{self, History, Kind};
 use crate::lease_book::LeaseBook;
 use crate::monitor::Monitor;
 use crate::nemesis::Nemesis;
-use crate::proxy::ProxyNet;
+use crate::proxy_net::ProxyNet;
 use crate::report;
 use crate::run_security::RunSecurity;
 use crate::schedule::{NemesisKind, Schedule};
