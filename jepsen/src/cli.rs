@@ -79,6 +79,10 @@ pub struct RunArgs {
     /// Dispatcher election timeout (lower bound), passed to every node.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "300ms")]
     pub election_timeout: Duration,
+    /// A worker silent this long is removed by the dispatchers (their `--worker-timeout`); below
+    /// the longest worker fault (4 s), pauses and partitions of workers also remove them.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub worker_timeout: Duration,
     /// Splits (elements of `range(N)`) per epoch.
     #[arg(long, default_value_t = 1000)]
     pub splits: u64,

@@ -15,6 +15,7 @@
 //!   `invalid` from each.
 //! - `cluster`: `Cluster`, the dispatcher processes (spawn, kill, pause, restart, status).
 //! - `worker_pool`: `WorkerPool`, the worker processes, their incarnations and leases.
+//! - `fixed_ports`: ports for processes that keep their address across restarts.
 //! - `proxy`: `Proxy`, one cuttable TCP proxy, with per-caller modes.
 //! - `proxy_net`: `ProxyNet`, a proxy per directed Raft link.
 //! - `worker_net`: `WorkerNet`, the dispatchers' fronts and the workers' reader proxies.
@@ -34,6 +35,7 @@
 pub mod checker;
 pub mod cli;
 pub mod cluster;
+pub mod fixed_ports;
 pub mod history;
 pub mod lease_book;
 pub mod monitor;

@@ -169,6 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         bin: bin.clone(),
         dir: out.clone(),
         election_timeout: args.election_timeout,
+        worker_timeout: args.worker_timeout,
         routes: addrs.keys().map(|&id| (id, net.routes_of(id))).collect(),
         advertise: addrs
             .keys()

@@ -16,6 +16,7 @@
 //! The pids of the live incarnations are shared (`WorkerPids`), so the dispatchers' front
 //! proxies can tell which worker opened a connection.
 
+use crate::fixed_ports;
 use crate::history::{History, Kind};
 use crate::lease_book::LeaseBook;
 use anyhow::{bail, Context};
@@ -122,14 +123,11 @@ pub struct WorkerPool {
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl WorkerPool {
-    /// Picks a free listen port for each of `n` workers (kept across restarts).
+    /// Picks a free listen port for each of `n` workers (kept across restarts; see
+    /// `fixed_ports`).
     pub fn pick_addrs(n: u32) -> anyhow::Result<BTreeMap<u32, SocketAddr>> {
-        let mut probes = Vec::new();
-        for i in 1..=n {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port")?;
-            probes.push((i, probe.local_addr()?, probe));
-        }
-        Ok(probes.into_iter().map(|(i, addr, _)| (i, addr)).collect())
+        let ports = fixed_ports::pick(n as usize)?;
+        Ok((1..=n).zip(ports).collect())
     }
 
     /// Starts every worker (`listen` and `advertised` addresses by index) and waits for each
