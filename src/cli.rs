@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn split_lease_sizes_are_two_increasing_positive_counts() {
-        let cases: Vec<(&str, Result<(u32, u32), &str>)> = vec![
+        let cases = [
             ("16,64", Ok((16, 64))),
             (" 8 , 8 ", Ok((8, 8))),
             ("16", Err("16: expected FIRST,MAX")),
