@@ -284,7 +284,7 @@ pub struct Schedule {
     pub seed: u64,
     pub time_ms: u64,
     pub nodes: u64,
-    /// Absent from the schedules of runs whose workers ran inside the harness.
+    /// Defaults to 0, so any saved schedule.json loads for `check`.
     #[serde(default)]
     pub workers: u32,
     pub nemeses: Vec<NemesisKind>,
@@ -302,8 +302,8 @@ const SETTLE_MS: u64 = 500;
 /// The worker track starts this much after the dispatcher track, so the two rarely begin at
 /// the same moment.
 const WORKER_TRACK_OFFSET_MS: u64 = 1500;
-/// Mixed into the seed for the worker track's own generator, so adding worker faults leaves
-/// the dispatcher track of a seed as it was.
+/// Mixed into the seed for the worker track's own generator, so a seed's dispatcher track does
+/// not depend on whether worker faults are asked for.
 const WORKER_TRACK_SEED: u64 = 0x7755_0000_0000_0001;
 
 impl Schedule {
