@@ -187,3 +187,60 @@ async fn run_one(args: &SelfTestArgs, bug: Planted) -> anyhow::Result<(bool, Ver
         outcome.verdict,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn result(name: &'static str, verdict: Verdict, counts: &[(&'static str, u64)]) -> CheckResult {
+        CheckResult {
+            name,
+            verdict,
+            counts: counts.iter().copied().collect::<BTreeMap<_, _>>(),
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn each_planted_bug_must_be_caught_for_its_own_reason() {
+        let leased_twice = [
+            result(
+                "at-most-once",
+                Verdict::Invalid,
+                &[("duplicate_leased_splits", 4)],
+            ),
+            result("loss-bound", Verdict::Valid, &[("delivered_twice", 0)]),
+        ];
+        let resent = [
+            result(
+                "at-most-once",
+                Verdict::Invalid,
+                &[("duplicate_elements", 1)],
+            ),
+            result("loss-bound", Verdict::Invalid, &[("delivered_twice", 1)]),
+        ];
+        let lost = [
+            result("at-most-once", Verdict::Valid, &[("duplicate_elements", 0)]),
+            result(
+                "loss-bound",
+                Verdict::Invalid,
+                &[("lost_while_worker_lived", 3)],
+            ),
+        ];
+        // (bug, the run's verdict, its checks, caught)
+        let cases: [(Planted, Verdict, &[CheckResult], bool); 6] = [
+            (Planted::Dispatcher, Verdict::Invalid, &leased_twice, true),
+            (Planted::Dispatcher, Verdict::Invalid, &lost, false),
+            (Planted::Worker, Verdict::Invalid, &resent, true),
+            (Planted::Worker, Verdict::Invalid, &leased_twice, false),
+            (Planted::Worker, Verdict::Invalid, &lost, false),
+            (Planted::Worker, Verdict::Unknown, &resent, false),
+        ];
+        for (bug, verdict, results, caught) in cases {
+            assert_eq!(bug.caught(verdict, results), caught, "{bug:?} {verdict}");
+        }
+        assert_eq!(Planted::parse(" worker"), Ok(Planted::Worker));
+        assert!(Planted::parse("disp").unwrap_err().contains("'disp'"));
+    }
+}
