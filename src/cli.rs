@@ -300,6 +300,31 @@ pub struct WorkerArgs {
     /// Python executor processes (default: one per core); needs --python.
     #[arg(long, value_name = "N", requires = "python")]
     pub python_executors: Option<usize>,
+    /// First and largest number of splits a distributed_epoch task leases at once, `FIRST,MAX`
+    /// (default 8,65536); leases double from the first while they are used up quickly.
+    #[arg(long, value_name = "FIRST,MAX", value_parser = parse_split_lease)]
+    pub split_lease: Option<(u32, u32)>,
+    /// Print `LEASE <json>` on stdout for every split lease this worker gets (a chaos harness
+    /// records them).
+    #[arg(long, hide = true)]
+    pub print_leases: bool,
+}
+
+/// `FIRST,MAX`: two positive split counts, the first at most the second.
+fn parse_split_lease(text: &str) -> Result<(u32, u32), String> {
+    let parse = |part: &str| {
+        part.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("{text}: {e}"))
+    };
+    let (first, max) = text
+        .split_once(',')
+        .ok_or_else(|| format!("{text}: expected FIRST,MAX"))?;
+    let (first, max) = (parse(first)?, parse(max)?);
+    if first == 0 || max < first {
+        return Err(format!("{text}: FIRST must be positive and at most MAX"));
+    }
+    Ok((first, max))
 }
 
 /// A size in bytes with an optional unit: `500`, `64KiB`, `64MiB`, `10GB` (case-insensitive).
@@ -454,4 +479,31 @@ pub fn one_line(e: &anyhow::Error) -> String {
         .collect::<Vec<_>>()
         .join(": ")
         .replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_lease_sizes_are_two_increasing_positive_counts() {
+        let cases = [
+            ("16,64", Ok((16, 64))),
+            (" 8 , 8 ", Ok((8, 8))),
+            ("16", Err("16: expected FIRST,MAX")),
+            ("0,4", Err("0,4: FIRST must be positive and at most MAX")),
+            (
+                "64,16",
+                Err("64,16: FIRST must be positive and at most MAX"),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                parse_split_lease(text),
+                want.map_err(String::from),
+                "{text}"
+            );
+        }
+        assert!(parse_split_lease("a,4").unwrap_err().starts_with("a,4: "));
+    }
 }

@@ -13,8 +13,9 @@ use sluice_client::{
 use sluice_dataset::Transform;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_security::Role;
-use sluice_worker::{PoolConfig, WorkerConfig, WorkerHandle};
+use sluice_worker::{LeaseEvent, LeaseObserver, PoolConfig, WorkerConfig, WorkerHandle};
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -112,6 +113,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
 }
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let defaults = WorkerConfig::default();
     let config = WorkerConfig {
         dispatcher: args.dispatcher,
         listen: args.listen,
@@ -128,12 +130,29 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             pool.executors = args.python_executors.unwrap_or(pool.executors);
             pool
         }),
-        ..WorkerConfig::default()
+        split_lease: args.split_lease.unwrap_or(defaults.split_lease),
+        lease_observer: args.print_leases.then(lease_printer),
+        ..defaults
     };
     let handle = WorkerHandle::start(config).await?;
     ready("worker", handle.addr(), None)?;
     handle.run_until(stop_on_signal()).await;
     Ok(())
+}
+
+/// `--print-leases`: every split lease as one `LEASE <json>` line on stdout, written whole and
+/// flushed, so a harness reading the pipe sees each lease before the worker can die after it.
+fn lease_printer() -> LeaseObserver {
+    LeaseObserver(Arc::new(|lease: LeaseEvent| {
+        let line = serde_json::json!({
+            "worker": lease.worker, "task": lease.task_id, "iteration": lease.iteration_id,
+            "provider": lease.provider, "repetition": lease.repetition,
+            "start": lease.start, "end": lease.end, "end_of_splits": lease.end_of_splits,
+        });
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "LEASE {line}");
+        let _ = stdout.flush();
+    }))
 }
 
 fn distribute_options(

@@ -7,7 +7,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "sluice-jepsen",
-    about = "Chaos harness: real sluice dispatchers under kills, pauses and partitions, a history, checkers"
+    about = "Chaos harness: real sluice dispatchers and workers under kills, pauses and partitions, a history, checkers"
 )]
 pub struct Cli {
     /// Log filter of the harness itself (tracing `EnvFilter` syntax).
@@ -22,9 +22,22 @@ pub enum Command {
     /// One run: faults for --time, a heal, a final epoch, checks. Exit 0 valid, 1 invalid,
     /// 2 unknown or harness failure.
     Run(RunArgs),
-    /// Runs against a dispatcher built with the `planted-bug` feature; exit 0 only if the run is
-    /// found invalid.
+    /// Runs against binaries built with planted bugs (a dispatcher that leases splits twice, a
+    /// worker that re-sends an acknowledged element); exit 0 only if every run is found invalid.
     SelfTest(SelfTestArgs),
+    /// Checks a finished run's history again (with this build's checkers), rewriting its
+    /// results.json and report.html. Exit codes as `run`.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// A run's output directory (its schedule.json and history.jsonl are read).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// As `run --max-delivery-gap`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_delivery_gap: Option<Duration>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -41,21 +54,35 @@ pub struct RunArgs {
     /// Dispatcher processes.
     #[arg(long, default_value_t = 3)]
     pub nodes: u64,
-    /// In-process workers.
+    /// Worker processes.
     #[arg(long, default_value_t = 2)]
     pub workers: u32,
     /// In-process clients.
     #[arg(long, default_value_t = 2)]
     pub clients: u32,
-    /// Faults to inject: any of kill, pause, partition, restart.
-    #[arg(long, default_value = "kill,pause,partition,restart")]
+    /// Faults to inject: any of kill, pause, partition, restart (dispatchers), worker-kill,
+    /// worker-pause, worker-restart, worker-partition (a worker's links to the dispatchers),
+    /// reader-partition (the readers' links to a worker).
+    #[arg(
+        long,
+        default_value = "kill,pause,partition,restart,worker-kill,worker-pause,worker-restart,worker-partition,reader-partition"
+    )]
     pub nemesis: String,
+    /// Fail the run when no element is delivered for longer than this while a reader waits,
+    /// in a gap of the fault phase that overlaps no worker fault (e.g. `1.5s`). Without it, the
+    /// gaps are only reported.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_delivery_gap: Option<Duration>,
     /// The `sluice` binary (default: the workspace's target/debug/sluice, built if missing).
     #[arg(long)]
     pub sluice_bin: Option<PathBuf>,
     /// Dispatcher election timeout (lower bound), passed to every node.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "300ms")]
     pub election_timeout: Duration,
+    /// A worker silent this long is removed by the dispatchers (their `--worker-timeout`); below
+    /// the longest worker fault (4 s), pauses and partitions of workers also remove them.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub worker_timeout: Duration,
     /// Splits (elements of `range(N)`) per epoch.
     #[arg(long, default_value_t = 1000)]
     pub splits: u64,
@@ -74,9 +101,13 @@ pub struct RunArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct SelfTestArgs {
-    /// Output directory of the run against the bugged dispatcher.
+    /// Output directory: one subdirectory per planted bug.
     #[arg(long)]
     pub out: PathBuf,
+    /// The planted bugs to run against: `dispatcher` (splits leased twice), `worker` (an
+    /// element re-sent after its acknowledgement).
+    #[arg(long, default_value = "dispatcher,worker")]
+    pub planted: String,
     /// Length of the fault phase.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     pub time: Duration,
@@ -96,7 +127,7 @@ impl RunArgs {
                 args.out = out;
                 args
             }
-            Command::SelfTest(_) => unreachable!("parsed a run"),
+            Command::SelfTest(_) | Command::Check(_) => unreachable!("parsed a run"),
         }
     }
 }

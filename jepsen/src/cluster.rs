@@ -6,11 +6,14 @@
 //!
 //! Every node gets the same `--peers` (the real peer addresses; each node's Raft listener binds
 //! its own entry) and its own `--raft-routes` (the link proxies, in front of the peer ports).
-//! Clients and workers use the client addresses, which no proxy stands in front of. A node
+//! Each node advertises its front proxy (`--advertise-address`, see `worker_net`), so the leader
+//! hints callers follow lead through the fronts; the harness's own status reads use the client
+//! addresses directly. A node
 //! keeps its addresses and data dir across restarts, so a restart recovers from disk alone. Each node sits behind its own tokio
 //! mutex: the nemesis and the heal phase act on one node at a time, and a process handle is
 //! held across `.await` (waiting for exit or for `READY`).
 
+use crate::fixed_ports;
 use anyhow::{bail, Context};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -34,8 +37,11 @@ pub struct ClusterConfig {
     pub bin: PathBuf,
     pub dir: PathBuf,
     pub election_timeout: Duration,
+    pub worker_timeout: Duration,
     /// `--raft-routes` per node id.
     pub routes: BTreeMap<u64, String>,
+    /// `--advertise-address` per node id (its front proxy).
+    pub advertise: BTreeMap<u64, SocketAddr>,
     /// Flags every node gets besides its addresses (TLS and token files).
     pub server_flags: Vec<String>,
     /// What the status reads present.
@@ -90,22 +96,18 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Cluster {
     /// Picks two free ports per node (client and peer), so addresses stay fixed across
-    /// restarts. (Another process could take a port between the probe and the bind; the start
-    /// then fails loudly.)
+    /// restarts (see `fixed_ports`).
     pub fn pick_addrs(n: u64) -> anyhow::Result<BTreeMap<u64, NodeAddrs>> {
-        let probe = || std::net::TcpListener::bind("127.0.0.1:0").context("probe a free port");
-        let mut probes = Vec::new();
-        for id in 1..=n {
-            let (client, peer) = (probe()?, probe()?);
-            let addrs = NodeAddrs {
-                client: client.local_addr()?,
-                peer: peer.local_addr()?,
-            };
-            probes.push((id, addrs, client, peer));
-        }
-        Ok(probes
-            .into_iter()
-            .map(|(id, addrs, _, _)| (id, addrs))
+        let ports = fixed_ports::pick(2 * n as usize)?;
+        Ok((1..=n)
+            .zip(ports.chunks(2))
+            .map(|(id, pair)| {
+                let addrs = NodeAddrs {
+                    client: pair[0],
+                    peer: pair[1],
+                };
+                (id, addrs)
+            })
             .collect())
     }
 
@@ -209,8 +211,18 @@ impl Cluster {
             .arg(&self.peers)
             .arg("--raft-routes")
             .arg(self.config.routes.get(&id).cloned().unwrap_or_default())
+            .args(
+                self.config
+                    .advertise
+                    .get(&id)
+                    .map(|a| ["--advertise-address".to_string(), a.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--election-timeout")
             .arg(humantime::format_duration(self.config.election_timeout).to_string())
+            .arg("--worker-timeout")
+            .arg(humantime::format_duration(self.config.worker_timeout).to_string())
             .args(&self.config.server_flags)
             .args(match start {
                 Start::Init => &["--init"][..],

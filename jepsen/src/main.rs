@@ -23,6 +23,7 @@ fn main() {
         match cli.command {
             Command::Run(args) => sluice_jepsen::runner::main(args).await,
             Command::SelfTest(args) => sluice_jepsen::self_test::main(args).await,
+            Command::Check(args) => sluice_jepsen::runner::check_main(args),
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

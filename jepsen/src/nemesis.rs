@@ -1,16 +1,20 @@
-//! `Nemesis`: plays a `Schedule` against the cluster and the link proxies, and records every
-//! fault's start and end in the history (`process: nemesis`).
+//! `Nemesis`: plays a `Schedule` against the cluster, the workers and the link proxies, and
+//! records every fault's start and end in the history (`process: nemesis`). Its two tracks
+//! (dispatcher faults, worker faults) play at once, each one fault at a time.
 //!
 //! Each fault is an `invoke` then `ok` (applied) or `info` (the harness could not apply it;
 //! the coverage checker then finds it missing), and its end a `recover` `invoke` then
 //! `ok`/`info`. Targets are resolved when a fault starts: "the leader" is the monitor's last
-//! view, and the history records the nodes actually hit.
+//! view, and the history records the nodes actually hit (`nodes`), or the worker (`workers`,
+//! with the `incarnation` a kill or pause hit, and the dispatchers whose links were cut).
 
 use crate::cluster::Cluster;
 use crate::history::{History, Kind};
 use crate::monitor::Monitor;
-use crate::proxy::{Link, ProxyNet};
-use crate::schedule::{Action, Fault, Schedule, Shape, Target};
+use crate::proxy_net::{Link, ProxyNet};
+use crate::schedule::{Action, Fault, Schedule, Shape, Target, WorkerShape};
+use crate::worker_net::WorkerNet;
+use crate::worker_pool::{self, WorkerPool};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -22,6 +26,8 @@ pub struct Nemesis {
     pub net: Arc<ProxyNet>,
     pub monitor: Arc<Monitor>,
     pub history: History,
+    pub workers: Arc<WorkerPool>,
+    pub worker_net: Arc<WorkerNet>,
 }
 
 /// What a fault did, to undo it.
@@ -29,13 +35,28 @@ enum Applied {
     Down(u64),
     Paused(u64),
     Cut,
+    WorkerDown(u32),
+    WorkerPaused(u32),
+    WorkerCut,
 }
 
 impl Nemesis {
-    /// Plays every fault of `schedule`, the fault phase having started at `start`. Returns
-    /// early (after undoing the current fault) when `cancel` fires.
+    /// Plays every fault of `schedule`, the fault phase having started at `start`: both tracks
+    /// at once. Returns early (after undoing the current faults) when `cancel` fires.
     pub async fn run(&self, schedule: &Schedule, start: Instant, cancel: CancellationToken) {
-        for fault in &schedule.faults {
+        let (on_workers, on_dispatchers): (Vec<&Fault>, Vec<&Fault>) = schedule
+            .faults
+            .iter()
+            .partition(|f| f.action.kind().on_workers());
+        tokio::join!(
+            self.track(&on_dispatchers, start, &cancel),
+            self.track(&on_workers, start, &cancel),
+        );
+    }
+
+    /// Plays one track's faults, one at a time.
+    async fn track(&self, faults: &[&Fault], start: Instant, cancel: &CancellationToken) {
+        for &fault in faults {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(start + fault.at()) => {}
@@ -126,6 +147,11 @@ impl Nemesis {
                 self.net.set(&cut, *mode);
                 (Ok(Applied::Cut), detail)
             }
+            Action::WorkerKill { worker }
+            | Action::WorkerPause { worker }
+            | Action::WorkerRestart { worker }
+            | Action::WorkerPartition { worker, .. }
+            | Action::ReaderPartition { worker, .. } => self.begin_on_worker(fault, *worker).await,
         };
         match applied {
             Ok(applied) => {
@@ -143,6 +169,63 @@ impl Nemesis {
         }
     }
 
+    /// Starts a worker fault: records the `invoke` (with the incarnation it hits) and applies it.
+    async fn begin_on_worker(
+        &self,
+        fault: &Fault,
+        worker: u32,
+    ) -> (anyhow::Result<Applied>, Value) {
+        let kind = fault.action.kind().name();
+        let name = worker_pool::name(worker);
+        let leader = self.monitor.leader();
+        let incarnation = self.workers.incarnation(worker).await.unwrap_or(0);
+        let dispatchers: Vec<u64> = match &fault.action {
+            Action::WorkerPartition { shape, .. } => match shape {
+                WorkerShape::AllDispatchers => self.cluster.ids().collect(),
+                // No leader known: cut the lowest id rather than skip (recorded).
+                WorkerShape::Leader => vec![leader.unwrap_or(1)],
+            },
+            _ => Vec::new(),
+        };
+        let detail = json!({
+            "fault": fault.id, "action": fault.action, "workers": [worker], "worker": name,
+            "incarnation": incarnation, "dispatchers": dispatchers, "leader": leader,
+            "hit_leader": false,
+        });
+        self.history
+            .record("nemesis", Kind::Invoke, kind, detail.clone());
+        let result = match &fault.action {
+            Action::WorkerKill { .. } => self
+                .workers
+                .kill(worker)
+                .await
+                .map(|_| Applied::WorkerDown(worker)),
+            Action::WorkerRestart { .. } => self
+                .workers
+                .terminate(worker)
+                .await
+                .map(|_| Applied::WorkerDown(worker)),
+            Action::WorkerPause { .. } => self
+                .workers
+                .pause(worker)
+                .await
+                .map(|_| Applied::WorkerPaused(worker)),
+            Action::WorkerPartition { mode, .. } => {
+                self.worker_net.cut_worker(&name, &dispatchers, *mode);
+                Ok(Applied::WorkerCut)
+            }
+            Action::ReaderPartition { mode, .. } => {
+                self.worker_net.cut_readers(worker, *mode);
+                Ok(Applied::WorkerCut)
+            }
+            Action::Kill { .. }
+            | Action::Pause { .. }
+            | Action::Restart { .. }
+            | Action::Partition { .. } => unreachable!("a dispatcher fault"),
+        };
+        (result, detail)
+    }
+
     async fn end(&self, fault: &Fault, applied: Applied) {
         let detail = json!({"fault": fault.id, "kind": fault.action.kind()});
         self.history
@@ -152,6 +235,12 @@ impl Nemesis {
             Applied::Paused(node) => self.cluster.resume(node).await,
             Applied::Cut => {
                 self.net.heal();
+                Ok(())
+            }
+            Applied::WorkerDown(worker) => self.workers.spawn(worker).await,
+            Applied::WorkerPaused(worker) => self.workers.resume(worker).await,
+            Applied::WorkerCut => {
+                self.worker_net.heal();
                 Ok(())
             }
         };

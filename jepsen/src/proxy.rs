@@ -1,106 +1,97 @@
-//! `ProxyNet`: one in-process TCP proxy per directed Raft link i→j. Node i is started with
-//! `--raft-routes j=PROXY(i→j)`, so every connection i opens to j passes through it (the replies
-//! of j travel back on the same connection).
+//! `Proxy`: one in-process TCP proxy in front of one address, whose connections the nemesis can
+//! cut (see `proxy_net` and `worker_net` for where they stand).
 //!
-//! Modes: `pass` forwards; `blackhole` accepts, reads and drops (a silent partition);
-//! `reset` closes at once with a TCP reset. A mode change also cuts live connections: tonic
-//! keeps one HTTP/2 connection per peer open, so a partition that only refused new connections
-//! would never take effect. A live connection becomes a blackhole or is reset, and after a heal
-//! every connection opened during the partition is closed, so nodes reconnect cleanly.
+//! A proxy may tell its callers apart (a `Classifier` names the caller of each accepted
+//! connection); each caller has its own mode, and callers without one pass. Modes: `pass`
+//! forwards; `blackhole` accepts, reads and drops (a silent partition); `reset` closes at once
+//! with a TCP reset; `drop-requests` and `drop-replies` forward one direction and silently drop
+//! the other (a one-way partition of a connection that only one side opens).
+//!
+//! A mode change also cuts live connections: tonic keeps one HTTP/2 connection per peer open, so
+//! a partition that only refused new connections would never take effect. A live connection
+//! becomes a blackhole, is reset, or starts dropping one direction; a connection that lost bytes
+//! is reset when its caller's mode returns to pass (its byte stream is broken), so callers
+//! reconnect cleanly.
 
 use crate::schedule::LinkMode;
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-/// A directed link: connections node `from` opens to node `to`.
-pub type Link = (u64, u64);
+/// Names the caller of an accepted connection from its `(peer, local)` addresses.
+pub type Classifier = Arc<dyn Fn(SocketAddr, SocketAddr) -> String + Send + Sync>;
 
-struct Proxy {
+/// The caller name of a proxy that does not tell callers apart.
+pub const ANY_CALLER: &str = "";
+
+/// Each caller's mode; a caller not listed passes.
+type Modes = BTreeMap<String, LinkMode>;
+
+fn mode_of(modes: &Modes, caller: &str) -> LinkMode {
+    modes.get(caller).copied().unwrap_or(LinkMode::Pass)
+}
+
+/// One listener forwarding to one target.
+pub struct Proxy {
     addr: SocketAddr,
-    mode: watch::Sender<LinkMode>,
+    modes: watch::Sender<Modes>,
 }
 
-/// Every directed link's proxy.
-pub struct ProxyNet {
-    links: BTreeMap<Link, Proxy>,
-    cancel: CancellationToken,
-}
-
-impl ProxyNet {
-    /// Binds a proxy for every directed link between `nodes` (id → real peer address).
-    pub async fn start(nodes: &BTreeMap<u64, SocketAddr>) -> anyhow::Result<ProxyNet> {
-        let cancel = CancellationToken::new();
-        let mut links = BTreeMap::new();
-        for &from in nodes.keys() {
-            for (&to, &target) in nodes {
-                if from == to {
-                    continue;
-                }
-                let listener = TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .context("bind a link proxy")?;
-                let addr = listener.local_addr()?;
-                let (mode, mode_rx) = watch::channel(LinkMode::Pass);
-                tokio::spawn(accept_loop(listener, target, mode_rx, cancel.clone()));
-                links.insert((from, to), Proxy { addr, mode });
-            }
-        }
-        Ok(ProxyNet { links, cancel })
+impl Proxy {
+    /// Binds a proxy to `target` on a free loopback port; it runs until `cancel`.
+    pub async fn start(
+        target: SocketAddr,
+        classifier: Option<Classifier>,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("bind a proxy")?;
+        let addr = listener.local_addr()?;
+        let (modes, modes_rx) = watch::channel(Modes::new());
+        tokio::spawn(accept_loop(listener, target, classifier, modes_rx, cancel));
+        Ok(Proxy { addr, modes })
     }
 
-    /// `--raft-routes` of node `from`: `j=PROXY(from→j)` for every other node.
-    pub fn routes_of(&self, from: u64) -> String {
-        self.links
-            .iter()
-            .filter(|((f, _), _)| *f == from)
-            .map(|((_, to), p)| format!("{to}={}", p.addr))
-            .collect::<Vec<_>>()
-            .join(",")
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
-    /// Sets every listed link to `mode`, and every other link to pass.
-    pub fn set(&self, cut: &[Link], mode: LinkMode) {
-        for (link, proxy) in &self.links {
-            let want = if cut.contains(link) {
-                mode
+    /// Sets `caller`'s mode (`ANY_CALLER` for a proxy without a classifier).
+    pub fn set(&self, caller: &str, mode: LinkMode) {
+        self.modes.send_if_modified(|modes| {
+            let before = mode_of(modes, caller);
+            if mode == LinkMode::Pass {
+                modes.remove(caller);
             } else {
-                LinkMode::Pass
-            };
-            proxy.mode.send_if_modified(|m| {
-                let changed = *m != want;
-                *m = want;
-                changed
-            });
-        }
+                modes.insert(caller.to_string(), mode);
+            }
+            before != mode
+        });
     }
 
-    /// Every link back to pass.
+    /// Every caller back to pass.
     pub fn heal(&self) {
-        self.set(&[], LinkMode::Pass);
-    }
-
-    pub fn links(&self) -> impl Iterator<Item = Link> + '_ {
-        self.links.keys().copied()
-    }
-}
-
-impl Drop for ProxyNet {
-    fn drop(&mut self) {
-        self.cancel.cancel();
+        self.modes.send_if_modified(|modes| {
+            let changed = !modes.is_empty();
+            modes.clear();
+            changed
+        });
     }
 }
 
 async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
-    mode: watch::Receiver<LinkMode>,
+    classifier: Option<Classifier>,
+    modes: watch::Receiver<Modes>,
     cancel: CancellationToken,
 ) {
     loop {
@@ -108,62 +99,125 @@ async fn accept_loop(
             _ = cancel.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let Ok((stream, _)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let mode = mode.clone();
+        let caller = match (&classifier, stream.local_addr()) {
+            (Some(classify), Ok(local)) => classify(peer, local),
+            _ => ANY_CALLER.to_string(),
+        };
+        let modes = modes.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = serve(stream, target, mode) => {}
+                _ = serve(stream, target, caller, modes) => {}
             }
         });
     }
 }
 
-/// One accepted connection, until it closes or the link's mode changes.
-async fn serve(mut client: TcpStream, target: SocketAddr, mut mode: watch::Receiver<LinkMode>) {
-    let current = *mode.borrow_and_update();
+/// One accepted connection, until it closes or its caller's mode cuts it.
+async fn serve(
+    mut client: TcpStream,
+    target: SocketAddr,
+    caller: String,
+    mut modes: watch::Receiver<Modes>,
+) {
+    let current = mode_of(&modes.borrow_and_update(), &caller);
     match current {
         LinkMode::Reset => return reset(client),
-        LinkMode::Blackhole => return blackhole(client, mode).await,
-        LinkMode::Pass => {}
+        LinkMode::Blackhole => return blackhole(client, &caller, modes).await,
+        LinkMode::Pass | LinkMode::DropRequests | LinkMode::DropReplies => {}
     }
     let connect = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(target)).await;
     let Ok(Ok(mut server)) = connect else {
-        // The peer is down: refuse, as the peer itself would.
+        // The target is down: refuse, as the target itself would.
         return reset(client);
     };
     let _ = server.set_nodelay(true);
-    let next = loop {
+    let next = {
+        let (client_read, client_write) = client.split();
+        let (server_read, server_write) = server.split();
+        let requests = pump(
+            client_read,
+            server_write,
+            &caller,
+            &modes,
+            LinkMode::DropRequests,
+        );
+        let replies = pump(
+            server_read,
+            client_write,
+            &caller,
+            &modes,
+            LinkMode::DropReplies,
+        );
+        let mut watch = modes.clone();
+        let cut = cut_when(&mut watch, &caller, current != LinkMode::Pass);
         tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => return,
-            changed = mode.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                let now = *mode.borrow_and_update();
-                if now != LinkMode::Pass {
-                    break now;
-                }
-            }
+            _ = requests => return,
+            _ = replies => return,
+            next = cut => next,
         }
     };
-    debug!(%target, mode = ?next, "cutting a live connection");
-    if next == LinkMode::Reset {
-        reset(server);
-        reset(client);
-    } else {
-        drop(server);
-        blackhole(client, mode).await;
+    debug!(%target, %caller, mode = ?next, "cutting a live connection");
+    match next {
+        LinkMode::Blackhole => {
+            drop(server);
+            blackhole(client, &caller, modes).await;
+        }
+        _ => {
+            reset(server);
+            reset(client);
+        }
     }
 }
 
-/// Reads and drops until the link's mode changes, then closes with a reset.
-async fn blackhole(mut client: TcpStream, mut mode: watch::Receiver<LinkMode>) {
+/// Copies `from` to `to`, dropping what it reads while `caller`'s mode is `dropping`. Ends at
+/// end of stream or on an error of either side.
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    caller: &str,
+    modes: &watch::Receiver<Modes>,
+    dropping: LinkMode,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if mode_of(&modes.borrow(), caller) == dropping {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits until `caller`'s mode makes a live connection end: reset or blackhole, or pass after
+/// bytes were dropped (`broken`). Returns that mode (reset for a broken stream).
+async fn cut_when(modes: &mut watch::Receiver<Modes>, caller: &str, mut broken: bool) -> LinkMode {
+    loop {
+        if modes.changed().await.is_err() {
+            return LinkMode::Reset;
+        }
+        match mode_of(&modes.borrow_and_update(), caller) {
+            LinkMode::Pass if broken => return LinkMode::Reset,
+            LinkMode::Pass => {}
+            LinkMode::DropRequests | LinkMode::DropReplies => broken = true,
+            cut @ (LinkMode::Reset | LinkMode::Blackhole) => return cut,
+        }
+    }
+}
+
+/// Reads and drops until `caller`'s mode changes, then closes with a reset.
+async fn blackhole(mut client: TcpStream, caller: &str, mut modes: watch::Receiver<Modes>) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
@@ -171,8 +225,9 @@ async fn blackhole(mut client: TcpStream, mut mode: watch::Receiver<LinkMode>) {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             },
-            changed = mode.changed() => {
-                if changed.is_err() || *mode.borrow_and_update() != LinkMode::Blackhole {
+            changed = modes.changed() => {
+                let still = mode_of(&modes.borrow_and_update(), caller) == LinkMode::Blackhole;
+                if changed.is_err() || !still {
                     return reset(client);
                 }
             }
@@ -187,58 +242,5 @@ fn reset(stream: TcpStream) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::AsyncWriteExt;
-
-    /// An echo server; returns its address.
-    async fn echo() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = s.split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        addr
-    }
-
-    async fn roundtrip(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-        s.write_all(b"ping").await?;
-        let mut buf = [0u8; 4];
-        tokio::time::timeout(Duration::from_millis(300), s.read_exact(&mut buf))
-            .await
-            .map_err(|_| std::io::Error::other("timed out"))??;
-        Ok(buf.to_vec())
-    }
-
-    #[tokio::test]
-    async fn partitions_cut_live_connections_and_heal() {
-        let nodes: BTreeMap<u64, SocketAddr> = [(1, echo().await), (2, echo().await)].into();
-        let net = ProxyNet::start(&nodes).await.unwrap();
-        let addr = net.links[&(1, 2)].addr;
-        let mut live = TcpStream::connect(addr).await.unwrap();
-        assert_eq!(roundtrip(&mut live).await.unwrap(), b"ping");
-
-        // blackhole: the live connection goes silent
-        net.set(&[(1, 2)], LinkMode::Blackhole);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(roundtrip(&mut live).await.is_err());
-
-        // reset: new connections are refused or closed
-        net.set(&[(1, 2)], LinkMode::Reset);
-        let mut fresh = TcpStream::connect(addr).await.unwrap();
-        assert!(roundtrip(&mut fresh).await.is_err());
-
-        // the other direction was never cut
-        let mut back = TcpStream::connect(net.links[&(2, 1)].addr).await.unwrap();
-        assert_eq!(roundtrip(&mut back).await.unwrap(), b"ping");
-
-        net.heal();
-        let mut healed = TcpStream::connect(addr).await.unwrap();
-        assert_eq!(roundtrip(&mut healed).await.unwrap(), b"ping");
-    }
-}
+#[path = "proxy_tests.rs"]
+pub(crate) mod tests;

@@ -1,16 +1,22 @@
 //! `report.html`: one self-contained page (inline SVG and CSS, no scripts or links) with the
-//! verdict, each checker's counts and problems, the schedule, and a timeline: one lane per node
-//! with its faults, a lane with the leader of the moment, and elements received per second.
+//! verdict, each checker's counts and problems, the schedule, the longest delivery gap per
+//! fault, and a timeline: one lane per node with its faults, one lane per worker with its faults
+//! (process faults, its links to the dispatchers, the readers' links to it) and the moments the
+//! dispatcher removed it, a lane with the leader of the moment, and elements received per
+//! second with the longer delivery gaps marked.
 
+use crate::checker::gaps::{fault_spans, DeliveryGaps};
 use crate::checker::{CheckResult, Verdict};
 use crate::history::{Event, Kind};
-use crate::schedule::Schedule;
+use crate::schedule::{NemesisKind, Schedule};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 const WIDTH: f64 = 1100.0;
 const LEFT: f64 = 110.0;
 const LANE: f64 = 26.0;
+/// Delivery gaps at least this long are marked on the throughput lane.
+const GAP_DRAWN_MS: u64 = 500;
 
 fn color(kind: &str) -> &'static str {
     match kind {
@@ -18,6 +24,11 @@ fn color(kind: &str) -> &'static str {
         "pause" => "#ff7f0e",
         "partition" => "#9467bd",
         "restart" => "#1f77b4",
+        "worker-kill" => "#8c1c13",
+        "worker-pause" => "#c77c02",
+        "worker-restart" => "#0b4f8a",
+        "worker-partition" => "#5b3a87",
+        "reader-partition" => "#138d75",
         _ => "#7f7f7f",
     }
 }
@@ -34,41 +45,57 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// A fault as drawn: its kind, its lanes (index and name), its start and end.
+type Span = (String, Vec<(u64, String)>, u64, u64);
+
+/// The lanes a fault is drawn in: its nodes (`nodes`), then its workers (`workers`), after
+/// the node lanes.
+fn lanes_of(value: &serde_json::Value, nodes: u64) -> Vec<(u64, String)> {
+    let ids = |key: &str| -> Vec<u64> {
+        value[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_u64())
+            .collect()
+    };
+    let on_nodes = ids("nodes").into_iter().map(|n| (n, format!("node {n}")));
+    let on_workers = ids("workers")
+        .into_iter()
+        .map(|w| (nodes + w, format!("worker {w}")));
+    on_nodes.chain(on_workers).collect()
+}
+
 pub fn render(
     events: &[Event],
     schedule: &Schedule,
     results: &[CheckResult],
     verdict: Verdict,
+    gaps: &DeliveryGaps,
 ) -> String {
     let end_ms = events.last().map(|e| e.t_ms).unwrap_or(1).max(1);
     let x = |t: u64| LEFT + (WIDTH - LEFT - 10.0) * t as f64 / end_ms as f64;
     let nodes = schedule.nodes;
+    let lanes = nodes + u64::from(schedule.workers);
     let mut svg = String::new();
 
-    // Fault spans: (fault id) -> (kind, nodes, start, end)
-    let mut spans: BTreeMap<u64, (String, Vec<u64>, u64, u64)> = BTreeMap::new();
-    for e in events
+    // Fault spans: (fault id) -> (kind, lanes, start, end)
+    let starts: BTreeMap<u64, &Event> = events
         .iter()
-        .filter(|e| e.process == "nemesis" && e.kind == Kind::Ok)
-    {
-        let Some(id) = e.value["fault"].as_u64() else {
-            continue;
-        };
-        if e.f == "recover" {
-            if let Some(span) = spans.get_mut(&id) {
-                span.3 = e.t_ms;
-            }
-        } else {
-            let hit: Vec<u64> = e.value["nodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|n| n.as_u64())
-                .collect();
-            spans.insert(id, (e.f.clone(), hit, e.t_ms, end_ms));
-        }
-    }
-    let leader_y = 20.0 + LANE * nodes as f64;
+        .filter(|e| e.process == "nemesis" && e.kind == Kind::Ok && e.f != "recover")
+        .filter_map(|e| Some((e.value["fault"].as_u64()?, e)))
+        .collect();
+    let spans: BTreeMap<u64, Span> = fault_spans(events, end_ms)
+        .into_iter()
+        .map(|(id, kind, start, stop)| {
+            let hit = starts
+                .get(&id)
+                .map(|e| lanes_of(&e.value, nodes))
+                .unwrap_or_default();
+            (id, (kind, hit, start, stop))
+        })
+        .collect();
+    let leader_y = 20.0 + LANE * lanes as f64;
     let thr_top = leader_y + LANE + 20.0;
     let thr_h = 120.0;
     let height = thr_top + thr_h + 40.0;
@@ -87,16 +114,50 @@ pub fn render(
             y + LANE / 2.0
         );
     }
+    for w in 1..=u64::from(schedule.workers) {
+        let y = 20.0 + LANE * (nodes + w - 1) as f64;
+        let _ = write!(
+            svg,
+            r##"<text x="5" y="{}">worker {w}</text><line x1="{LEFT}" x2="{}" y1="{}" y2="{}" stroke="#ccc"/>"##,
+            y + 16.0,
+            WIDTH - 10.0,
+            y + LANE / 2.0,
+            y + LANE / 2.0
+        );
+    }
     for (id, (kind, hit, start, stop)) in &spans {
-        for n in hit {
-            let y = 20.0 + LANE * (*n as f64 - 1.0) + 3.0;
+        for (lane, name) in hit {
+            let y = 20.0 + LANE * (*lane as f64 - 1.0) + 3.0;
             let _ = write!(
                 svg,
-                r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{}" fill="{}" opacity="0.8"><title>#{id} {kind} node {n}: {start}–{stop} ms</title></rect>"#,
+                r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{}" fill="{}" opacity="0.8"><title>#{id} {kind} {name}: {start}–{stop} ms</title></rect>"#,
                 x(*start),
                 (x(*stop) - x(*start)).max(1.0),
                 LANE - 6.0,
                 color(kind)
+            );
+        }
+    }
+    // Workers the dispatcher removed, and worker processes that exited on their own.
+    for e in events
+        .iter()
+        .filter(|e| (e.f == "worker-removed") || (e.f == "exit" && e.value["cause"] == "crash"))
+    {
+        let worker = e.value["worker"]
+            .as_str()
+            .unwrap_or(&e.process)
+            .trim_start_matches("worker-")
+            .parse::<u64>();
+        if let Ok(w) = worker {
+            let y = 20.0 + LANE * (nodes + w - 1) as f64;
+            let _ = write!(
+                svg,
+                r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.1}" y2="{2:.1}" stroke="#000" stroke-width="2"><title>{3} at {4} ms</title></line>"##,
+                x(e.t_ms),
+                y + 1.0,
+                y + LANE - 1.0,
+                esc(&e.f),
+                e.t_ms
             );
         }
     }
@@ -133,6 +194,17 @@ pub fn render(
         thr_top + 14.0,
         thr_top + 28.0
     );
+    for gap in gaps.gaps.iter().filter(|g| g.ms() >= GAP_DRAWN_MS) {
+        let _ = write!(
+            svg,
+            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{thr_h}" fill="#d62728" opacity="0.25"><title>no element for {} ms from {} ms</title></rect>"##,
+            x(gap.start_ms),
+            thr_top,
+            (x(gap.end_ms) - x(gap.start_ms)).max(1.0),
+            gap.ms(),
+            gap.start_ms
+        );
+    }
     for (s, n) in buckets.iter().enumerate() {
         let h = thr_h * *n as f64 / max as f64;
         let t = s as u64 * 1000;
@@ -171,11 +243,11 @@ pub fn render(
          <style>body{{font-family:sans-serif;margin:20px}}td,th{{padding:2px 8px;text-align:left}}\
          .valid{{color:#2ca02c}}.invalid{{color:#d62728}}.unknown{{color:#ff7f0e}}</style></head><body>\
          <h1>sluice-jepsen: <span class=\"{verdict}\">{verdict}</span></h1>\
-         <p>seed {}, {} nodes, {} ms of faults, nemeses {:?}</p>",
-        schedule.seed, schedule.seed, schedule.nodes, schedule.time_ms, schedule.nemeses
+         <p>seed {}, {} nodes, {} workers, {} ms of faults, nemeses {:?}</p>",
+        schedule.seed, schedule.seed, schedule.nodes, schedule.workers, schedule.time_ms, schedule.nemeses
     );
     html.push_str("<p>");
-    for kind in ["kill", "pause", "partition", "restart"] {
+    for kind in NemesisKind::ALL.map(NemesisKind::name) {
         let _ = write!(
             html,
             "<span style=\"background:{};color:#fff;padding:1px 6px;margin-right:6px\">{kind}</span>",
@@ -195,6 +267,30 @@ pub fn render(
             r.verdict,
             esc(&counts.join(" ")),
             esc(&r.problems.join("; "))
+        );
+    }
+    html.push_str("</table><h2>Delivery gaps</h2>");
+    let _ = write!(
+        html,
+        "<p>The longest time no reader received an element while one waited: {} ms in the fault \
+         phase; {} ms in gaps that overlap no worker fault (the ones <code>--max-delivery-gap</code> \
+         bounds). Gaps of {GAP_DRAWN_MS} ms or more are shaded on the timeline.</p>",
+        gaps.longest.map_or(0, |g| g.ms()),
+        gaps.longest_bounded.map_or(0, |g| g.ms()),
+    );
+    html.push_str("<table><tr><th>fault</th><th>kind</th><th>from</th><th>to</th><th>longest gap begun during it</th></tr>");
+    for f in &gaps.faults {
+        let gap = f
+            .longest_gap
+            .map(|g| format!("{} ms (from {} ms)", g.ms(), g.start_ms))
+            .unwrap_or_else(|| "none".into());
+        let _ = write!(
+            html,
+            "<tr><td>#{}</td><td>{}</td><td>{} ms</td><td>{} ms</td><td>{gap}</td></tr>",
+            f.fault,
+            esc(&f.kind),
+            f.start_ms,
+            f.end_ms
         );
     }
     html.push_str("</table><h2>Schedule</h2><pre>");

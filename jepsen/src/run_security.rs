@@ -5,7 +5,7 @@
 //! - the dispatcher processes serve TLS on both listeners and check tokens; replicas speak
 //!   mutual TLS to each other through the link proxies, which forward TCP bytes and never look
 //!   inside (the certificates name 127.0.0.1, the address every route dials);
-//! - each in-process worker serves TLS and tokens and calls the dispatchers as itself, so the
+//! - each worker process serves TLS and tokens and calls the dispatchers as itself, so the
 //!   dispatcher's rule that a worker acts only on its own tasks holds under every fault;
 //! - clients, readers and the harness's own status reads present the CA and the client token.
 //!
@@ -13,9 +13,7 @@
 
 use anyhow::Context;
 use sluice_security::certs::{generate, CertsPlan};
-use sluice_security::{
-    ClientSecurity, ClientSecurityFiles, Role, ServerSecurity, ServerSecurityFiles,
-};
+use sluice_security::{ClientSecurity, ClientSecurityFiles, Role};
 use std::path::{Path, PathBuf};
 
 /// A run's credentials: `None` for a plain run, else the directory `sluice certs` wrote.
@@ -80,21 +78,26 @@ impl RunSecurity {
         .concat()
     }
 
-    /// Worker `index`'s settings: its certificate, the CA, its token file (its own token, and
-    /// the client token it accepts).
-    pub fn worker(&self, index: u32) -> anyhow::Result<ServerSecurity> {
+    /// Worker `index`'s flags: its certificate, the CA, its token file (its own token, and the
+    /// client token it accepts). None for a plain run.
+    pub fn worker_flags(&self, index: u32) -> Vec<String> {
         let Some(dir) = &self.dir else {
-            return Ok(ServerSecurity::default());
+            return Vec::new();
         };
         let name = format!("worker-{index}");
-        ServerSecurity::load(&ServerSecurityFiles {
-            tls_cert: Some(Self::file(dir, &format!("{name}.pem"))),
-            tls_key: Some(Self::file(dir, &format!("{name}.key"))),
-            tls_ca: Some(Self::file(dir, "ca.pem")),
-            token_file: Some(Self::file(dir, &format!("{name}.tokens"))),
-            insecure: false,
-        })
-        .with_context(|| format!("load {name}'s credentials"))
+        let flag = |flag: &str, file: String| {
+            [
+                flag.to_string(),
+                Self::file(dir, &file).display().to_string(),
+            ]
+        };
+        [
+            flag("--tls-cert", format!("{name}.pem")),
+            flag("--tls-key", format!("{name}.key")),
+            flag("--tls-ca", "ca.pem".into()),
+            flag("--auth-token-file", format!("{name}.tokens")),
+        ]
+        .concat()
     }
 
     /// What clients, readers and the harness's status reads present: the CA and the client

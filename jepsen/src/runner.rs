@@ -1,24 +1,32 @@
 //! One run, phase by phase: setup (schedule, credentials unless `--plain`, proxies, dispatcher
-//! processes, a leader, workers, clients) → fault phase (the nemesis plays the schedule for `--time`) → heal (every link to
-//! pass, SIGCONT, restart whatever is down) → final epoch (a fresh client, no faults) → final
-//! reads (every node's status once they agree) → checks, `report.html`, the verdict line.
+//! processes, a leader, worker processes, clients) → fault phase (the nemesis plays the
+//! schedule for `--time`) → heal (every link to pass, SIGCONT, restart whatever is down,
+//! dispatchers and workers) → final epoch (a fresh client, no faults) → final reads (every
+//! node's status once they agree) → checks, `results.json` (with the delivery gaps per fault),
+//! `report.html`, the verdict line.
 //!
 //! Harness failures (a node that never prints READY, no leader at setup) end the run with
 //! exit code 2 and are never folded into the system's verdict.
 
-use crate::checker::{self, CheckResult, Verdict};
-use crate::cli::RunArgs;
+use crate::checker::gaps::{delivery_gaps, DeliveryGaps};
+use crate::checker::{self, CheckOptions, CheckResult, Verdict};
+use crate::cli::{CheckArgs, RunArgs};
 use crate::cluster::{Cluster, ClusterConfig};
 use crate::history::{self, History, Kind};
+use crate::lease_book::LeaseBook;
 use crate::monitor::Monitor;
 use crate::nemesis::Nemesis;
-use crate::proxy::ProxyNet;
+use crate::proxy_net::ProxyNet;
 use crate::report;
 use crate::run_security::RunSecurity;
 use crate::schedule::{NemesisKind, Schedule};
-use crate::workload::{self, Client, WorkloadConfig};
+use crate::worker_net::WorkerNet;
+use crate::worker_pool::{self, WorkerPids, WorkerPool, WorkerPoolConfig};
+use crate::workload::{Client, WorkloadConfig};
 use anyhow::{bail, Context};
 use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +111,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     if args.nodes < 1 {
         bail!("--nodes must be at least 1");
     }
+    if args.workers < 1 {
+        bail!("--workers must be at least 1");
+    }
+    let split_lease = parse_lease(&args.split_lease)?;
     let out = &args.out;
     if out.exists()
         && std::fs::read_dir(out)
@@ -120,7 +132,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     } else {
         RunSecurity::generate(&out.join("certs"), args.workers)?
     };
-    let schedule = Schedule::generate(seed, args.time, args.nodes, &nemeses);
+    let schedule = Schedule::generate(seed, args.time, args.nodes, args.workers, &nemeses);
     println!(
         "sluice-jepsen run: seed {seed}, {} nodes, {} workers, {} clients, {:?} of faults, binary {}",
         args.nodes,
@@ -145,24 +157,54 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         json!({"seed": seed, "secure": !args.plain}),
     );
     let addrs = Cluster::pick_addrs(args.nodes)?;
-    // Only Raft links are proxied (cut by the nemesis): the peer ports.
+    let worker_addrs = WorkerPool::pick_addrs(args.workers)?;
+    // Raft links are proxied at the peer ports; workers reach the dispatchers through fronts,
+    // and readers reach workers through reader proxies (see `worker_net`).
     let peer_addrs = addrs.iter().map(|(&id, a)| (id, a.peer)).collect();
     let net = Arc::new(ProxyNet::start(&peer_addrs).await?);
+    let pids = WorkerPids::default();
+    let client_addrs = addrs.iter().map(|(&id, a)| (id, a.client)).collect();
+    let worker_net = Arc::new(WorkerNet::start(&client_addrs, &worker_addrs, pids.clone()).await?);
     let config = ClusterConfig {
         bin: bin.clone(),
         dir: out.clone(),
         election_timeout: args.election_timeout,
+        worker_timeout: args.worker_timeout,
         routes: addrs.keys().map(|&id| (id, net.routes_of(id))).collect(),
+        advertise: addrs
+            .keys()
+            .filter_map(|&id| Some((id, worker_net.front(id)?)))
+            .collect(),
         server_flags: security.dispatcher_flags(),
         status_security: security.client()?,
     };
     let cluster = Arc::new(Cluster::start(config, &addrs).await?);
+    let book = LeaseBook::default();
+    let advertised: BTreeMap<u32, (SocketAddr, SocketAddr)> = worker_addrs
+        .iter()
+        .filter_map(|(&i, &listen)| Some((i, (listen, worker_net.reader_proxy(i)?))))
+        .collect();
+    let names = advertised
+        .iter()
+        .map(|(&i, (_, proxy))| (proxy.to_string(), worker_pool::name(i)))
+        .collect();
     let stop_monitor = CancellationToken::new();
     let monitor = Arc::new(Monitor::start(
         cluster.clone(),
         history.clone(),
+        book.clone(),
+        names,
         stop_monitor.clone(),
     ));
+    let pool_config = WorkerPoolConfig {
+        bin: bin.clone(),
+        dir: out.clone(),
+        dispatchers: worker_net.fronts(),
+        split_lease,
+        flags: (1..=args.workers)
+            .map(|i| (i, security.worker_flags(i)))
+            .collect(),
+    };
     let run = Run {
         args: &args,
         seed,
@@ -172,6 +214,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         net: &net,
         monitor: &monitor,
         security: &security,
+        worker_net: &worker_net,
+        pool_config,
+        worker_addrs: &advertised,
+        pids,
+        book,
     };
     let result = drive(run).await;
     stop_monitor.cancel();
@@ -180,18 +227,51 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     result?;
 
     // ---- checks
+    check(out, &schedule, args.max_delivery_gap)
+}
+
+/// `check` as a command: the checks of a finished run, again; returns the exit code.
+pub fn check_main(args: CheckArgs) -> i32 {
+    let schedule = std::fs::read_to_string(args.out.join("schedule.json"))
+        .context("read schedule.json")
+        .and_then(|text| serde_json::from_str::<Schedule>(&text).context("parse schedule.json"));
+    let outcome = schedule.and_then(|schedule| check(&args.out, &schedule, args.max_delivery_gap));
+    match outcome {
+        Ok(outcome) => match outcome.verdict {
+            Verdict::Valid => 0,
+            Verdict::Invalid => 1,
+            Verdict::Unknown => 2,
+        },
+        Err(e) => {
+            println!("unknown: harness failure: {e:#}");
+            2
+        }
+    }
+}
+
+/// Checks the history in `out`, writes `results.json` and `report.html`, prints the verdict.
+fn check(
+    out: &Path,
+    schedule: &Schedule,
+    max_delivery_gap: Option<Duration>,
+) -> anyhow::Result<Outcome> {
+    let seed = schedule.seed;
     let events = history::load(&out.join("history.jsonl"))?;
-    let results = checker::check_all(&events, &schedule);
+    let options = CheckOptions { max_delivery_gap };
+    let results = checker::check_all(&events, schedule, &options);
     let verdict = checker::overall(&results);
+    let gaps = delivery_gaps(&events);
     std::fs::write(
         out.join("results.json"),
-        serde_json::to_string_pretty(
-            &json!({"seed": seed, "verdict": verdict, "checks": results}),
-        )?,
+        serde_json::to_string_pretty(&json!({
+            "seed": seed, "verdict": verdict, "checks": results,
+            "max_delivery_gap_ms": max_delivery_gap.map(|d| d.as_millis() as u64),
+            "delivery_gaps": gaps_json(&gaps),
+        }))?,
     )?;
     std::fs::write(
         out.join("report.html"),
-        report::render(&events, &schedule, &results, verdict),
+        report::render(&events, schedule, &results, verdict, &gaps),
     )
     .context("write report.html")?;
     for r in &results {
@@ -218,6 +298,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     };
     println!(
         "{verdict}: seed {seed}, {} of {} faults, {} elements, {} leases, {} duplicates, \
+         {} lost while the worker lived ({} with it, {} unleased), longest delivery gap {} ms, \
          {} lost writes, {} stale reads, {} ops ({} ok, {} fail, {} info); see {}",
         count(&results, "coverage", "faults_done"),
         schedule.faults.len(),
@@ -225,6 +306,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         count(&results, "at-most-once", "leases"),
         count(&results, "at-most-once", "duplicate_elements")
             + count(&results, "at-most-once", "duplicate_leased_splits"),
+        count(&results, "loss-bound", "lost_while_worker_lived"),
+        count(&results, "loss-bound", "lost_with_worker"),
+        count(&results, "loss-bound", "lost_unleased"),
+        count(&results, "progress", "longest_bounded_gap_ms"),
         count(&results, "no-lost-state", "lost_writes"),
         count(&results, "no-lost-state", "stale_reads"),
         ops.get("ops").unwrap_or(&0),
@@ -234,6 +319,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         out.join("report.html").display()
     );
     Ok(Outcome { verdict, results })
+}
+
+/// `results.json`'s `delivery_gaps`: the longest gaps, and per fault the longest gap that
+/// began during it.
+fn gaps_json(gaps: &DeliveryGaps) -> serde_json::Value {
+    json!({
+        "longest": gaps.longest,
+        "longest_bounded": gaps.longest_bounded,
+        "per_fault": gaps.faults.iter().map(|f| json!({
+            "fault": f.fault, "kind": f.kind, "on_workers": f.on_workers,
+            "start_ms": f.start_ms, "end_ms": f.end_ms,
+            "longest_gap_ms": f.longest_gap.map(|g| g.ms()),
+            "longest_gap_start_ms": f.longest_gap.map(|g| g.start_ms),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// What `drive` works with.
@@ -246,6 +346,14 @@ struct Run<'a> {
     net: &'a Arc<ProxyNet>,
     monitor: &'a Arc<Monitor>,
     security: &'a RunSecurity,
+    worker_net: &'a Arc<WorkerNet>,
+    /// How the workers are started.
+    pool_config: WorkerPoolConfig,
+    /// Each worker's `(listen, advertised)` addresses.
+    worker_addrs: &'a BTreeMap<u32, (SocketAddr, SocketAddr)>,
+    /// The live workers' pids, shared with the dispatchers' fronts.
+    pids: WorkerPids,
+    book: LeaseBook,
 }
 
 /// Everything between the cluster's start and its shutdown.
@@ -259,27 +367,96 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
         net,
         monitor,
         security,
+        worker_net,
+        pool_config,
+        worker_addrs,
+        pids,
+        book,
     } = run;
     let Some(leader) = monitor.wait_leader(Duration::from_secs(30)).await else {
         bail!("no leader within 30 s of the start");
     };
+    let workers = Arc::new(
+        WorkerPool::start(
+            pool_config,
+            worker_addrs,
+            history.clone(),
+            pids,
+            book.clone(),
+        )
+        .await
+        .context("start the workers")?,
+    );
     history.record("harness", Kind::Ok, "setup", json!({"leader": leader}));
+    let result = drive_workload(
+        Workload {
+            args,
+            seed,
+            schedule,
+            history,
+            cluster,
+            net,
+            monitor,
+            security,
+            worker_net,
+            book,
+        },
+        &workers,
+    )
+    .await;
+    // Already done after a final epoch; here for a run that failed before it.
+    workers.shutdown().await;
+    result
+}
+
+/// What the workload phases work with.
+struct Workload<'a> {
+    args: &'a RunArgs,
+    seed: u64,
+    schedule: &'a Schedule,
+    history: &'a History,
+    cluster: &'a Arc<Cluster>,
+    net: &'a Arc<ProxyNet>,
+    monitor: &'a Arc<Monitor>,
+    security: &'a RunSecurity,
+    worker_net: &'a Arc<WorkerNet>,
+    book: LeaseBook,
+}
+
+/// From the clients' start to the final reads; the workers are running.
+async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::Result<()> {
+    let Workload {
+        args,
+        seed,
+        schedule,
+        history,
+        cluster,
+        net,
+        monitor,
+        security,
+        worker_net,
+        book,
+    } = w;
     let config = WorkloadConfig {
-        dispatchers: cluster.addrs(),
+        dispatchers: worker_net.fronts(),
         seed,
         splits: args.splits,
         rate: args.rate,
-        split_lease: parse_lease(&args.split_lease)?,
         op_timeout: Duration::from_secs(3),
         epoch_retry: Duration::from_secs(10),
         epoch_timeout: Duration::from_secs(30),
         client_security: security.client()?,
     };
-    let workers = workload::start_workers(args.workers, &config, history, security).await?;
     let stop_clients = CancellationToken::new();
     let mut clients = tokio::task::JoinSet::new();
     for i in 1..=args.clients {
-        let client = Client::new(&format!("client-{i}"), i, config.clone(), history.clone())?;
+        let client = Client::new(
+            &format!("client-{i}"),
+            i,
+            config.clone(),
+            history.clone(),
+            book.clone(),
+        )?;
         clients.spawn(client.run(stop_clients.clone()));
     }
 
@@ -291,6 +468,8 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
         net: net.clone(),
         monitor: monitor.clone(),
         history: history.clone(),
+        workers: workers.clone(),
+        worker_net: worker_net.clone(),
     };
     nemesis.run(schedule, start, CancellationToken::new()).await;
     tokio::time::sleep_until(start + args.time).await;
@@ -308,7 +487,9 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
     // ---- heal
     history.record("harness", Kind::Invoke, "heal", json!({}));
     net.heal();
-    let healed = cluster.heal().await.context("heal")?;
+    worker_net.heal();
+    let mut healed = cluster.heal().await.context("heal")?;
+    healed.extend(workers.heal().await.context("heal the workers")?);
     history.record("harness", Kind::Ok, "heal", json!({"actions": healed}));
     println!("healed ({healed:?}); final epoch");
 
@@ -317,14 +498,13 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
         epoch_timeout: Duration::from_millis(checker::PROGRESS_DEADLINE_MS + 5000),
         ..config
     };
-    let client = Client::new("final", 0, final_config, history.clone())?;
+    let client = Client::new("final", 0, final_config, history.clone(), book)?;
     let (elements, complete) = client
         .epoch(&format!("final-{seed}"), &CancellationToken::new())
         .await;
     println!("final epoch: {elements} elements, complete: {complete}");
-    for worker in workers {
-        worker.shutdown().await;
-    }
+    // The workers stop before the final reads, so the state the nodes must agree on is still.
+    workers.shutdown().await;
 
     // ---- final reads
     final_reads(cluster, history).await;

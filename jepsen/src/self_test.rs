@@ -1,36 +1,155 @@
-//! `self-test`: proves the harness can fail. It builds the dispatcher with the `planted-bug`
-//! feature (a lease starting at a multiple of 64 re-issues the 4 splits before it) into its own
-//! target dir, `target/planted-bug`, so the normal binary is never replaced, runs a short fixed
-//! seed against it, and passes only if the run is `invalid` with at-most-once broken.
+//! `self-test`: proves the harness can fail. For each planted bug it builds `sluice` with that
+//! bug's cargo feature into its own target dir (`target/<feature>`), so the normal binary is
+//! never replaced, runs a short fixed seed against it, and passes only if the run is `invalid`
+//! for the right reason:
+//! - `dispatcher` (feature `planted-bug`): a lease starting at a multiple of 64 re-issues the 4
+//!   splits before it; at-most-once must be broken.
+//! - `worker` (feature `planted-resend-bug`): a worker re-sends an element after the reader
+//!   acknowledged it; a split must be found delivered twice. The run cuts the readers' links to
+//!   the workers, so readers reconnect and acknowledge under faults.
+//!
+//! Each bug's result is reported on its own line; the exit code is 0 only if every bug asked
+//! for was caught.
 
-use crate::checker::Verdict;
+use crate::checker::{CheckResult, Verdict};
 use crate::cli::{RunArgs, SelfTestArgs};
 use crate::runner::{self, workspace_root};
 use anyhow::{bail, Context};
 
-pub async fn main(args: SelfTestArgs) -> i32 {
-    match self_test(args).await {
-        Ok(true) => {
-            println!("self-test: caught the planted bug (invalid, as required)");
-            0
+/// A bug planted in the binary for the self-test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Planted {
+    Dispatcher,
+    Worker,
+}
+
+impl Planted {
+    fn parse(text: &str) -> Result<Planted, String> {
+        match text.trim() {
+            "dispatcher" => Ok(Planted::Dispatcher),
+            "worker" => Ok(Planted::Worker),
+            other => Err(format!(
+                "unknown planted bug '{other}': expected dispatcher or worker"
+            )),
         }
-        Ok(false) => {
-            println!("self-test: FAILED: the planted bug was not caught");
-            1
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Planted::Dispatcher => "dispatcher",
+            Planted::Worker => "worker",
         }
-        Err(e) => {
-            println!("self-test: harness failure: {e:#}");
-            2
+    }
+
+    /// The cargo feature of crate `sluice` that plants it.
+    fn feature(self) -> &'static str {
+        match self {
+            Planted::Dispatcher => "planted-bug",
+            Planted::Worker => "planted-resend-bug",
         }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Planted::Dispatcher => "splits leased twice",
+            Planted::Worker => "an element re-sent after its acknowledgement",
+        }
+    }
+
+    /// The faults its run plays (`None`: the defaults).
+    fn nemesis(self) -> Option<&'static str> {
+        match self {
+            Planted::Dispatcher => None,
+            Planted::Worker => Some("reader-partition,worker-partition,pause"),
+        }
+    }
+
+    /// Whether the checkers found this bug.
+    fn caught(self, verdict: Verdict, results: &[CheckResult]) -> bool {
+        let check = |name: &str| results.iter().find(|r| r.name == name);
+        let count = |name: &str, key: &str| {
+            check(name)
+                .and_then(|r| r.counts.get(key).copied())
+                .unwrap_or(0)
+        };
+        verdict == Verdict::Invalid
+            && match self {
+                Planted::Dispatcher => {
+                    check("at-most-once").map(|r| r.verdict) == Some(Verdict::Invalid)
+                }
+                Planted::Worker => {
+                    count("at-most-once", "duplicate_elements") > 0
+                        || count("loss-bound", "delivered_twice") > 0
+                }
+            }
     }
 }
 
-async fn self_test(args: SelfTestArgs) -> anyhow::Result<bool> {
+/// One bug's result.
+enum Finding {
+    Caught,
+    Missed(Verdict),
+    Failed(anyhow::Error),
+}
+
+pub async fn main(args: SelfTestArgs) -> i32 {
+    let planted: Vec<Planted> = match args
+        .planted
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(Planted::parse)
+        .collect()
+    {
+        Ok(planted) => planted,
+        Err(e) => {
+            println!("self-test: {e}");
+            return 2;
+        }
+    };
+    let mut results = Vec::new();
+    for bug in planted {
+        let result = match run_one(&args, bug).await {
+            Ok((true, _)) => Finding::Caught,
+            Ok((false, verdict)) => Finding::Missed(verdict),
+            Err(e) => Finding::Failed(e),
+        };
+        results.push((bug, result));
+    }
+    println!("self-test results:");
+    for (bug, result) in &results {
+        match result {
+            Finding::Caught => println!(
+                "  {:<10} caught: {} (invalid, as required)",
+                bug.name(),
+                bug.what()
+            ),
+            Finding::Missed(verdict) => println!(
+                "  {:<10} FAILED: {} was not caught (the run was {verdict})",
+                bug.name(),
+                bug.what()
+            ),
+            Finding::Failed(e) => println!("  {:<10} harness failure: {e:#}", bug.name()),
+        }
+    }
+    if results.iter().any(|(_, r)| matches!(r, Finding::Missed(_))) {
+        1
+    } else if results.iter().any(|(_, r)| matches!(r, Finding::Failed(_))) {
+        2
+    } else {
+        0
+    }
+}
+
+/// Builds the bugged binary and runs against it. Returns whether the bug was caught, and the
+/// run's verdict.
+async fn run_one(args: &SelfTestArgs, bug: Planted) -> anyhow::Result<(bool, Verdict)> {
     let root = workspace_root();
-    let target = root.join("target/planted-bug");
+    let feature = bug.feature();
+    let target = root.join("target").join(feature);
     println!(
-        "self-test: building the planted-bug dispatcher \
-         (cargo build -p sluice --features planted-bug --target-dir target/planted-bug)"
+        "self-test {}: building sluice with {feature} \
+         (cargo build -p sluice --features {feature} --target-dir target/{feature})",
+        bug.name()
     );
     let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
         .args([
@@ -38,7 +157,7 @@ async fn self_test(args: SelfTestArgs) -> anyhow::Result<bool> {
             "-p",
             "sluice",
             "--features",
-            "planted-bug",
+            feature,
             "--target-dir",
         ])
         .arg(&target)
@@ -48,20 +167,80 @@ async fn self_test(args: SelfTestArgs) -> anyhow::Result<bool> {
         .context("run cargo build")?;
     let bin = target.join("debug/sluice");
     if !status.success() || !bin.is_file() {
-        bail!("building the planted-bug binary failed ({status})");
+        bail!("building sluice with {feature} failed ({status})");
     }
+    let defaults = RunArgs::defaults(args.out.join(bug.name()));
     let run = RunArgs {
         time: args.time,
         seed: Some(args.seed),
         sluice_bin: Some(bin),
         plain: args.plain,
-        ..RunArgs::defaults(args.out)
+        nemesis: bug
+            .nemesis()
+            .map(str::to_string)
+            .unwrap_or(defaults.nemesis.clone()),
+        ..defaults
     };
     let outcome = runner::run(run).await?;
-    let at_most_once = outcome
-        .results
-        .iter()
-        .find(|r| r.name == "at-most-once")
-        .map(|r| r.verdict);
-    Ok(outcome.verdict == Verdict::Invalid && at_most_once == Some(Verdict::Invalid))
+    Ok((
+        bug.caught(outcome.verdict, &outcome.results),
+        outcome.verdict,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn result(name: &'static str, verdict: Verdict, counts: &[(&'static str, u64)]) -> CheckResult {
+        CheckResult {
+            name,
+            verdict,
+            counts: counts.iter().copied().collect::<BTreeMap<_, _>>(),
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn each_planted_bug_must_be_caught_for_its_own_reason() {
+        let leased_twice = [
+            result(
+                "at-most-once",
+                Verdict::Invalid,
+                &[("duplicate_leased_splits", 4)],
+            ),
+            result("loss-bound", Verdict::Valid, &[("delivered_twice", 0)]),
+        ];
+        let resent = [
+            result(
+                "at-most-once",
+                Verdict::Invalid,
+                &[("duplicate_elements", 1)],
+            ),
+            result("loss-bound", Verdict::Invalid, &[("delivered_twice", 1)]),
+        ];
+        let lost = [
+            result("at-most-once", Verdict::Valid, &[("duplicate_elements", 0)]),
+            result(
+                "loss-bound",
+                Verdict::Invalid,
+                &[("lost_while_worker_lived", 3)],
+            ),
+        ];
+        // (bug, the run's verdict, its checks, caught)
+        let cases: [(Planted, Verdict, &[CheckResult], bool); 6] = [
+            (Planted::Dispatcher, Verdict::Invalid, &leased_twice, true),
+            (Planted::Dispatcher, Verdict::Invalid, &lost, false),
+            (Planted::Worker, Verdict::Invalid, &resent, true),
+            (Planted::Worker, Verdict::Invalid, &leased_twice, false),
+            (Planted::Worker, Verdict::Invalid, &lost, false),
+            (Planted::Worker, Verdict::Unknown, &resent, false),
+        ];
+        for (bug, verdict, results, caught) in cases {
+            assert_eq!(bug.caught(verdict, results), caught, "{bug:?} {verdict}");
+        }
+        assert_eq!(Planted::parse(" worker"), Ok(Planted::Worker));
+        assert!(Planted::parse("disp").unwrap_err().contains("'disp'"));
+    }
 }

@@ -1,11 +1,13 @@
-//! The workload: in-process workers (the `sluice-worker` library, with a lease observer) and
-//! clients (the `sluice-client` library), all given every dispatcher's real address, so they
-//! follow the leader by themselves. Workers serve and call with their own credentials and
-//! clients present the client's (see `run_security`), unless the run is plain.
+//! The workload: in-process clients (the `sluice-client` library) reading from the worker
+//! processes (`worker_pool`), given every dispatcher's front, so they follow the leader by
+//! themselves. Clients present the client's credentials (see `run_security`), unless the run is
+//! plain; their fetch streams reach each worker through its reader proxy (`worker_net`).
 //!
 //! A client reads distributed epochs of `range(N)`, one named job per epoch
 //! (`j<seed>-c<client>-e<epoch>`), so an element's split identity is (job, value): value v is
-//! split v of provider 0, repetition 0 of the job's one iteration. Between epochs it issues
+//! split v of provider 0, repetition 0 of the job's one iteration. Each element is recorded with
+//! the worker and incarnation whose lease held the split, when the `LeaseBook` already knows it.
+//! Between epochs it issues
 //! other operations, each recorded as `invoke` then `ok`, `fail` (definitely not applied: the
 //! request was refused) or `info` (unknown: the quorum was unavailable or the call timed out
 //! after the request may have reached a leader):
@@ -16,7 +18,7 @@
 //! - `status`: one node's `GetStatus` (its local view; not checked, drawn in the report).
 
 use crate::history::{History, Kind};
-use crate::run_security::RunSecurity;
+use crate::lease_book::LeaseBook;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -27,8 +29,6 @@ use sluice_client::{
 };
 use sluice_dataset::Dataset;
 use sluice_security::ClientSecurity;
-use sluice_worker::{LeaseEvent, LeaseObserver, WorkerConfig, WorkerHandle};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,15 +36,13 @@ use tokio_util::sync::CancellationToken;
 /// What the workload does.
 #[derive(Clone, Debug)]
 pub struct WorkloadConfig {
-    /// Every dispatcher's real address, comma-separated.
+    /// Every dispatcher's front, comma-separated.
     pub dispatchers: String,
     pub seed: u64,
     /// Splits (elements) per epoch; above 64 so leases cross multiples of 64.
     pub splits: u64,
     /// Elements per second one client reads at most.
     pub rate: f64,
-    /// First and largest lease of a worker.
-    pub split_lease: (u32, u32),
     /// Retry deadline of single operations (short, so they complete and get classified).
     pub op_timeout: Duration,
     /// Retry deadline of an epoch's calls (heartbeats, job creation).
@@ -53,43 +51,6 @@ pub struct WorkloadConfig {
     pub epoch_timeout: Duration,
     /// What clients present to dispatchers and workers.
     pub client_security: ClientSecurity,
-}
-
-/// Starts `n` workers whose leases are recorded as `process: worker-I, f: lease`; worker I
-/// runs with `security.worker(I)`.
-pub async fn start_workers(
-    n: u32,
-    config: &WorkloadConfig,
-    history: &History,
-    security: &RunSecurity,
-) -> anyhow::Result<Vec<WorkerHandle>> {
-    let mut workers = Vec::new();
-    for i in 1..=n {
-        let history = history.clone();
-        let process = format!("worker-{i}");
-        let observer = LeaseObserver(Arc::new(move |lease: LeaseEvent| {
-            history.record(
-                &process,
-                Kind::Ok,
-                "lease",
-                json!({
-                    "worker": lease.worker, "task": lease.task_id, "iteration": lease.iteration_id,
-                    "provider": lease.provider, "repetition": lease.repetition,
-                    "start": lease.start, "end": lease.end, "end_of_splits": lease.end_of_splits,
-                }),
-            );
-        }));
-        let worker = WorkerHandle::start(WorkerConfig {
-            dispatcher: config.dispatchers.clone(),
-            split_lease: config.split_lease,
-            lease_observer: Some(observer),
-            security: security.worker(i)?,
-            ..WorkerConfig::default()
-        })
-        .await?;
-        workers.push(worker);
-    }
-    Ok(workers)
 }
 
 /// Whether a failed call definitely changed nothing (`fail`) or may have (`info`).
@@ -113,6 +74,7 @@ pub struct Client {
     pub index: u32,
     pub config: WorkloadConfig,
     pub history: History,
+    book: LeaseBook,
     /// For single operations: short retries.
     ops: DispatcherClient,
     /// For epochs: retries that outlast a failover.
@@ -128,6 +90,7 @@ impl Client {
         index: u32,
         config: WorkloadConfig,
         history: History,
+        book: LeaseBook,
     ) -> anyhow::Result<Client> {
         let ops = DispatcherClient::connect(
             &config.dispatchers,
@@ -153,6 +116,7 @@ impl Client {
             index,
             config,
             history,
+            book,
             ops,
             epochs,
             rng,
@@ -346,12 +310,16 @@ impl Client {
             while let Some(element) = stream.next().await {
                 let element = element?;
                 let split = element.as_i64();
-                self.history.record(
-                    &self.process,
-                    Kind::Ok,
-                    "element",
-                    json!({"job": job, "split": split}),
-                );
+                let mut value = json!({"job": job, "split": split});
+                let holder = split
+                    .and_then(|s| u64::try_from(s).ok())
+                    .and_then(|s| self.book.holder(job, s));
+                if let Some((worker, incarnation)) = holder {
+                    value["worker"] = json!(worker);
+                    value["incarnation"] = json!(incarnation);
+                }
+                self.history
+                    .record(&self.process, Kind::Ok, "element", value);
                 count += 1;
                 if self.config.rate > 0.0 {
                     let due = started + Duration::from_secs_f64(count as f64 / self.config.rate);

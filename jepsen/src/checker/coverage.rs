@@ -99,6 +99,7 @@ mod tests {
             3,
             Duration::from_secs(12),
             3,
+            2,
             &[NemesisKind::Kill, NemesisKind::Pause],
         )
     }

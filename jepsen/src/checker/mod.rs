@@ -6,11 +6,16 @@
 //! - `at_most_once`: (a) no split of an iteration leased or delivered twice.
 //! - `no_lost_state`: (b) acknowledged writes on every node after convergence, nodes agree,
 //!   no stale reads.
-//! - `progress`: (c) a leader and a complete fresh epoch within 15 s of the heal.
+//! - `progress`: (c) a leader and a complete fresh epoch within 15 s of the heal, and no
+//!   delivery gap over `--max-delivery-gap`.
 //! - `coverage`: (d) the planned faults happened while the workload ran.
+//! - `loss_bound`: (e) every leased split delivered once, or lost with the worker holding it.
+//! - `gaps`: the delivery gaps of a history, per fault (used by `progress` and the report).
 
 pub mod at_most_once;
 pub mod coverage;
+pub mod gaps;
+pub mod loss_bound;
 pub mod no_lost_state;
 pub mod progress;
 
@@ -19,6 +24,7 @@ use crate::schedule::Schedule;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 /// How long after the heal the cluster has to make progress.
 pub const PROGRESS_DEADLINE_MS: u64 = 15_000;
@@ -77,12 +83,24 @@ impl CheckResult {
     }
 }
 
+/// What the run asked the checkers to hold it to, beyond the fixed properties.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CheckOptions {
+    /// The longest delivery gap allowed (`--max-delivery-gap`); `None`: gaps are only reported.
+    pub max_delivery_gap: Option<Duration>,
+}
+
 /// Every checker over one history.
-pub fn check_all(events: &[Event], schedule: &Schedule) -> Vec<CheckResult> {
+pub fn check_all(
+    events: &[Event],
+    schedule: &Schedule,
+    options: &CheckOptions,
+) -> Vec<CheckResult> {
     vec![
         at_most_once::check(events),
+        loss_bound::check(events),
         no_lost_state::check(events),
-        progress::check(events),
+        progress::check(events, options.max_delivery_gap),
         coverage::check(events, schedule),
     ]
 }

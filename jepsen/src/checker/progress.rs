@@ -1,15 +1,45 @@
 //! (c) Progress: within 15 s of the heal there is a leader, and a fresh epoch (the harness's
-//! `final` client, no faults any more) completes with every split delivered exactly once.
+//! `final` client, no faults any more) completes with every split delivered exactly once; and,
+//! when a bound is given (`--max-delivery-gap`), no delivery gap of the fault phase held to it
+//! (see `gaps`) is longer.
 //!
 //! A run that never reached the heal is `unknown` (the harness failed); a cluster that healed
 //! but did not make progress in time is `invalid` (a liveness bug).
 
+use super::gaps::delivery_gaps;
 use super::{heal_time, CheckResult, Verdict, PROGRESS_DEADLINE_MS};
 use crate::history::{Event, Kind};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-pub fn check(events: &[Event]) -> CheckResult {
+pub fn check(events: &[Event], max_gap: Option<Duration>) -> CheckResult {
     let mut result = CheckResult::new("progress");
+    let gaps = delivery_gaps(events);
+    result.count("longest_gap_ms", gaps.longest.map_or(0, |g| g.ms()));
+    result.count(
+        "longest_bounded_gap_ms",
+        gaps.longest_bounded.map_or(0, |g| g.ms()),
+    );
+    if let (Some(bound), Some(gap)) = (max_gap, gaps.longest_bounded) {
+        if u128::from(gap.ms()) > bound.as_millis() {
+            let during: Vec<String> = gaps
+                .faults
+                .iter()
+                .filter(|f| gap.start_ms >= f.start_ms && gap.start_ms < f.end_ms)
+                .map(|f| format!("#{} {}", f.fault, f.kind))
+                .collect();
+            result.flag(
+                Verdict::Invalid,
+                format!(
+                    "no element was delivered for {} ms from {} ms (during {}), over the bound of {} ms",
+                    gap.ms(),
+                    gap.start_ms,
+                    if during.is_empty() { "no fault".to_string() } else { during.join(", ") },
+                    bound.as_millis()
+                ),
+            );
+        }
+    }
     let Some(healed) = heal_time(events) else {
         result.flag(
             Verdict::Unknown,
@@ -120,15 +150,51 @@ mod tests {
 
     #[test]
     fn a_complete_final_epoch_in_time_is_progress() {
-        let r = check(&run(4000, Kind::Ok, 3));
+        let r = check(&run(4000, Kind::Ok, 3), None);
         assert_eq!(r.verdict, Verdict::Valid, "{:?}", r.problems);
     }
 
     #[test]
     fn a_late_or_failed_or_short_final_epoch_is_not() {
-        assert_eq!(check(&run(17_000, Kind::Ok, 3)).verdict, Verdict::Invalid);
-        assert_eq!(check(&run(4000, Kind::Info, 1)).verdict, Verdict::Invalid);
-        assert_eq!(check(&run(4000, Kind::Ok, 2)).verdict, Verdict::Invalid);
+        assert_eq!(
+            check(&run(17_000, Kind::Ok, 3), None).verdict,
+            Verdict::Invalid
+        );
+        assert_eq!(
+            check(&run(4000, Kind::Info, 1), None).verdict,
+            Verdict::Invalid
+        );
+        assert_eq!(
+            check(&run(4000, Kind::Ok, 2), None).verdict,
+            Verdict::Invalid
+        );
+    }
+
+    #[test]
+    fn a_gap_over_the_bound_fails_the_run() {
+        let mut h = vec![
+            ev(0, "nemesis", Kind::Ok, "pause", json!({"fault": 1})),
+            ev(0, "client-1", Kind::Invoke, "epoch", json!({"job": "a"})),
+            element(100, "client-1", "a", 0),
+            element(2100, "client-1", "a", 1),
+            ev(2200, "client-1", Kind::Ok, "epoch", json!({"job": "a"})),
+            ev(2500, "nemesis", Kind::Ok, "recover", json!({"fault": 1})),
+        ];
+        h.extend(run(4000, Kind::Ok, 3).into_iter().map(|mut e| {
+            e.t_ms += 2600;
+            e
+        }));
+        // (bound, verdict)
+        let cases = [
+            (None, Verdict::Valid),
+            (Some(Duration::from_millis(2500)), Verdict::Valid),
+            (Some(Duration::from_millis(1500)), Verdict::Invalid),
+        ];
+        for (bound, verdict) in cases {
+            let r = check(&h, bound);
+            assert_eq!(r.verdict, verdict, "{bound:?}: {:?}", r.problems);
+            assert_eq!(r.counts["longest_bounded_gap_ms"], 2000);
+        }
     }
 
     #[test]
@@ -140,6 +206,6 @@ mod tests {
             "leader",
             json!({"node": 1, "term": 1}),
         )];
-        assert_eq!(check(&h).verdict, Verdict::Unknown);
+        assert_eq!(check(&h, None).verdict, Verdict::Unknown);
     }
 }
