@@ -26,6 +26,7 @@ pub struct Target {
 }
 
 /// The leader's process, `self` or a pid.
+#[derive(Clone)]
 pub(crate) struct LeaderProcess(String);
 
 /// Sizes from the leader's status.

@@ -10,7 +10,7 @@
 
 use crate::fleet::HEARTBEAT_POLL;
 use crate::fleet_stats::FleetStats;
-use crate::leader_probe::Target;
+use crate::leader_probe::{LeaderProcess, Target};
 use crate::scale::{connections, job_request, register_range, spawn_workers, wait_count};
 use anyhow::bail;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +55,9 @@ pub struct SoakFigures {
     pub leader_rss_before_mib: f64,
     pub leader_rss_after_mib: f64,
     pub leader_rss_ratio: f64,
+    /// The leader's RSS when each tenth of the jobs had been started (a cache filling up levels
+    /// off; a leak keeps climbing).
+    pub leader_rss_by_tenth_mib: Vec<f64>,
     /// Whether another replica led at the end (an election under the load).
     pub leader_changed: bool,
 }
@@ -93,6 +96,7 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
 
         let started = Instant::now();
         let next = Arc::new(AtomicU64::new(0));
+        let curve = tokio::spawn(rss_by_tenth(leader.clone(), next.clone(), config.jobs));
         let mut callers = JoinSet::new();
         for i in 0..config.callers {
             let client = pool[i % pool.len()].sharing_connections();
@@ -120,6 +124,7 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
             });
         }
         while callers.join_next().await.is_some() {}
+        let leader_rss_by_tenth_mib = curve.await.unwrap_or_default();
         let jobs_per_s = config.jobs as f64 / started.elapsed().as_secs_f64();
         // Let the workers get through the last tasks: finished, failed, or deleted by the
         // dispatcher (a task whose iteration lost its only client may never be sent or
@@ -152,6 +157,7 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
             leader_rss_before_mib: rss_before,
             leader_rss_after_mib: rss_after,
             leader_rss_ratio: rss_after / rss_before,
+            leader_rss_by_tenth_mib,
             leader_changed: sizes.leader_changed,
         })
     }
@@ -159,4 +165,22 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
     cancel.cancel();
     while workers.join_next().await.is_some() {}
     result
+}
+
+/// The leader's RSS each time another tenth of `jobs` was started (sampled every 100 ms).
+async fn rss_by_tenth(leader: LeaderProcess, next: Arc<AtomicU64>, jobs: u64) -> Vec<f64> {
+    let mut curve = Vec::new();
+    while (curve.len() as u64) < 10 {
+        let tenths_done = next.load(Ordering::Relaxed).min(jobs) * 10 / jobs.max(1);
+        if tenths_done > curve.len() as u64 {
+            let Ok(rss) = leader.rss_mib() else {
+                break;
+            };
+            while (curve.len() as u64) < tenths_done {
+                curve.push(rss);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    curve
 }

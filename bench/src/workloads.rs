@@ -336,6 +336,13 @@ pub(crate) async fn soak(
         f.leader_rss_ratio,
         "leader RSS after / before",
     );
+    for (tenth, rss) in f.leader_rss_by_tenth_mib.iter().enumerate() {
+        report.put(
+            &format!("soak_leader_rss_at_{}pct_mib", (tenth + 1) * 10),
+            *rss,
+            "MiB (leader, that share of the jobs started)",
+        );
+    }
     put_outcome(
         report,
         "soak",

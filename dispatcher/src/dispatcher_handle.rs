@@ -133,7 +133,8 @@ impl DispatcherHandle {
             install_snapshot_timeout: 3000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs_since_last),
             max_in_snapshot_log_to_keep: config.logs_kept_after_snapshot,
-            purge_batch_size: 256,
+            // One purge per snapshot: each purge holds up Raft's core for a flush.
+            purge_batch_size: config.snapshot_logs_since_last.max(256),
             ..Default::default()
         }
         .validate()

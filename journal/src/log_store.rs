@@ -1,11 +1,12 @@
 //! `LogStore`: openraft's `RaftLogStorage` (log entries, vote, committed, last purged) on the
 //! journal's sled trees `raft_log` and `raft_meta`.
 //!
-//! Durability rules: `save_vote`, `truncate` and `purge` flush before they
-//! return; `append` writes one sled batch, which makes the entries readable, and calls the
-//! `LogFlushed` callback only after the flush that makes them durable (with the real error if
-//! the flush fails). A sled flush covers every tree, so one flush per operation is enough.
-//! `save_committed` is the exception, see there.
+//! Durability rules: `save_vote` and `truncate` flush before they return; `purge` flushes its
+//! new `last_purged` and then removes the entries without another flush; `append` writes one
+//! sled batch, which makes the entries readable, and calls the `LogFlushed` callback only after
+//! the flush that makes them durable (with the real error if the flush fails). A sled flush
+//! covers every tree, so one flush per operation is enough. `save_committed` is the exception,
+//! see there.
 //!
 //! openraft serialises all calls on one `LogStore` (and its clones used as log readers only
 //! read), so no locking is needed here.
@@ -328,10 +329,13 @@ impl<C: JournalTypeConfig> RaftLogStorage<C> for LogStore<C> {
             // them), never "entries gone but last_purged old" (a hole at the head of the log).
             self.write_meta(keys::META_LAST_PURGED, &log_id)?;
             self.flush("last purged log id").await?;
+            // The removal rides along with the next flush: until then a crash only leaves
+            // entries at or below `last_purged` behind, which openraft ignores. A flush here
+            // would hold up Raft's core (it waits for each purge) once more per purge.
             tokio::task::spawn_blocking(move || Self::remove_range(&raft_log, ..=upto))
                 .await
                 .map_err(JournalError::task)??;
-            self.flush("log purge").await
+            Ok::<(), JournalError>(())
         };
         res.await
             .map_err(|e| e.into_storage(ErrorSubject::Log(log_id.clone()), ErrorVerb::Delete))
