@@ -11,3 +11,4 @@
 pub mod cli;
 pub mod commands;
 pub mod demo;
+pub mod malloc_arenas;

@@ -6,6 +6,9 @@ use sluice::cli::Cli;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, sluice::cli::Command::Dispatcher(_)) {
+        sluice::malloc_arenas::cap_for_dispatcher();
+    }
     sluice::cli::init_tracing(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
