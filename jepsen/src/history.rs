@@ -49,6 +49,36 @@ impl Event {
     }
 }
 
+/// The split range of a `lease` event's value, as the history records it (the checkers and the
+/// lease book read leases through this one reading).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRange {
+    pub iteration: u64,
+    pub provider: u64,
+    pub repetition: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl LeaseRange {
+    /// `None` when a field is missing (an end-of-splits lease has a range of its own kind).
+    pub fn of(value: &Value) -> Option<LeaseRange> {
+        let field = |k: &str| value[k].as_u64();
+        Some(LeaseRange {
+            iteration: field("iteration")?,
+            provider: field("provider")?,
+            repetition: field("repetition")?,
+            start: field("start")?,
+            end: field("end")?,
+        })
+    }
+
+    /// Provider 0, repetition 0: a `range` job's splits, what the harness reads.
+    pub fn is_first_range(&self) -> bool {
+        self.provider == 0 && self.repetition == 0
+    }
+}
+
 /// A clone-able handle that appends events to `history.jsonl`.
 #[derive(Clone)]
 pub struct History {

@@ -5,6 +5,7 @@
 //! worker's pipe after the element it covers reached a reader, so an element may go without a
 //! worker. The checkers attribute splits from the lease events themselves.
 
+use crate::history::LeaseRange;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,17 +26,20 @@ struct Book {
 impl LeaseBook {
     /// Adds a lease event's value (as the history records it).
     pub fn add(&self, lease: &Value) {
-        let field = |k: &str| lease[k].as_u64();
-        let (Some(iteration), Some(0), Some(0), Some(start), Some(end), Some(incarnation)) = (
-            field("iteration"),
-            field("provider"),
-            field("repetition"),
-            field("start"),
-            field("end"),
-            field("incarnation"),
-        ) else {
+        let (Some(range), Some(incarnation)) =
+            (LeaseRange::of(lease), lease["incarnation"].as_u64())
+        else {
             return;
         };
+        if !range.is_first_range() {
+            return;
+        }
+        let LeaseRange {
+            iteration,
+            start,
+            end,
+            ..
+        } = range;
         let worker = lease["worker"].as_str().unwrap_or_default().to_string();
         // A std mutex: held only to update the maps, never across `.await`.
         let mut book = self.0.lock().expect("lease book poisoned");

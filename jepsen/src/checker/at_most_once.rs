@@ -7,7 +7,7 @@
 //! the progress checker.
 
 use super::{CheckResult, Verdict};
-use crate::history::{Event, Kind};
+use crate::history::{Event, Kind, LeaseRange};
 use std::collections::{BTreeMap, HashMap};
 
 /// Lease ranges `(start, end, worker)` per `(iteration, provider, repetition)`.
@@ -24,14 +24,14 @@ pub fn check(events: &[Event]) -> CheckResult {
                 if v["end_of_splits"].as_bool() == Some(true) {
                     continue;
                 }
-                let field = |k: &str| v[k].as_u64();
-                let (Some(it), Some(p), Some(r), Some(s), Some(end)) = (
-                    field("iteration"),
-                    field("provider"),
-                    field("repetition"),
-                    field("start"),
-                    field("end"),
-                ) else {
+                let Some(LeaseRange {
+                    iteration: it,
+                    provider: p,
+                    repetition: r,
+                    start: s,
+                    end,
+                }) = LeaseRange::of(v)
+                else {
                     result.flag(Verdict::Unknown, format!("malformed lease event: {v}"));
                     continue;
                 };

@@ -22,7 +22,7 @@
 //! A job's iteration comes from the monitor (`iteration` events), or from the final statuses.
 
 use super::{CheckResult, Verdict};
-use crate::history::{Event, Kind};
+use crate::history::{Event, Kind, LeaseRange};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A lease as the history records it.
@@ -57,23 +57,16 @@ pub fn check(events: &[Event]) -> CheckResult {
         let v = &e.value;
         match (e.f.as_str(), e.kind) {
             ("lease", Kind::Ok) if v["end_of_splits"].as_bool() != Some(true) => {
-                let field = |k: &str| v[k].as_u64();
-                let (Some(it), Some(0), Some(0), Some(start), Some(end)) = (
-                    field("iteration"),
-                    field("provider"),
-                    field("repetition"),
-                    field("start"),
-                    field("end"),
-                ) else {
+                let Some(range) = LeaseRange::of(v).filter(LeaseRange::is_first_range) else {
                     continue;
                 };
-                leases.entry(it).or_default().push(Lease {
+                leases.entry(range.iteration).or_default().push(Lease {
                     t_ms: e.t_ms,
                     worker: v["worker"].as_str().unwrap_or(&e.process).to_string(),
-                    incarnation: field("incarnation").unwrap_or(0),
-                    task: field("task").unwrap_or(0),
-                    start,
-                    end,
+                    incarnation: v["incarnation"].as_u64().unwrap_or(0),
+                    task: v["task"].as_u64().unwrap_or(0),
+                    start: range.start,
+                    end: range.end,
                 });
             }
             ("lease", Kind::Ok) => {
