@@ -1,9 +1,13 @@
 //! `Journal`: opening (or creating) a data dir and handing out the Raft stores built on it.
 //!
-//! A data dir holds exactly three things:
+//! A data dir holds:
 //! - `FORMAT`: one line, `sluice-journal <FORMAT_VERSION>`, written last at creation;
 //! - `IDENTITY`: the cluster and node the journal belongs to (see `journal_identity.rs`);
-//! - `db/`: the sled database, whose `header` tree repeats the version (see `keys.rs`).
+//! - `db/`: the sled database, whose `header` tree repeats the version (see `keys.rs`);
+//! - `SNAPSHOT`: the current snapshot, once there is one (see `snapshot_file.rs`).
+//!
+//! A data dir of the previous format version is upgraded in place at open
+//! (`format_upgrade.rs`); older ones are refused.
 //!
 //! Invariants: a journal is created only in a missing or empty dir, and only when the caller
 //! asks for it ([`IfMissing::Create`]): a replica that lost its data dir must not come back
@@ -23,10 +27,12 @@ use std::time::Instant;
 
 use crate::error::sled_lock_contended;
 use crate::error::JournalError;
+use crate::format_upgrade;
 use crate::journal_identity::JournalIdentity;
 use crate::journal_identity::IDENTITY_FILE;
 use crate::keys;
 use crate::log_store::LogStore;
+use crate::snapshot_file::SnapshotFile;
 use crate::state_machine::ReplicatedState;
 use crate::state_machine::StateMachineStore;
 use crate::type_config::JournalTypeConfig;
@@ -35,7 +41,8 @@ use crate::type_config::JournalTypeConfig;
 /// what the journal stores for its state machine too (log entry payloads, snapshots): a build
 /// that changes those bumps it, so an older data dir is refused by name instead of misread.
 /// Version 4: a member carries two addresses, its client API and its Raft peer listener.
-pub const FORMAT_VERSION: u32 = 4;
+/// Version 5: the snapshot is the `SNAPSHOT` file, no longer a sled tree.
+pub const FORMAT_VERSION: u32 = 5;
 /// Name of the format file inside the data dir.
 pub const FORMAT_FILE: &str = "FORMAT";
 /// Name of the sled database directory inside the data dir.
@@ -45,7 +52,11 @@ const SLED_CONF_FILE: &str = "conf";
 
 /// The exact content of a valid `FORMAT` file.
 pub fn format_file_content() -> String {
-    format!("sluice-journal {FORMAT_VERSION}\n")
+    format_file_content_of(FORMAT_VERSION)
+}
+
+pub(crate) fn format_file_content_of(version: u32) -> String {
+    format!("sluice-journal {version}\n")
 }
 
 /// What [`Journal::open`] does with a data dir that holds no journal (missing or empty).
@@ -66,7 +77,6 @@ pub struct Journal {
     db: sled::Db,
     raft_log: sled::Tree,
     raft_meta: sled::Tree,
-    snapshot: sled::Tree,
 }
 
 impl std::fmt::Debug for Journal {
@@ -120,7 +130,7 @@ impl Journal {
             return Self::create(dir, identity, if_missing, "is empty");
         }
 
-        check_format_file(dir)?;
+        let version = check_format_file(dir)?;
         let recorded = read_identity(dir)?;
         if let Some(found) = recorded.as_ref().filter(|found| *found != identity) {
             return Err(JournalError::IdentityMismatch {
@@ -141,7 +151,8 @@ impl Journal {
             ));
         }
         let db = open_sled(dir, &db_path)?;
-        check_header(dir, &db_path, &db)?;
+        check_header(dir, &db_path, &db, version)?;
+        format_upgrade::finish(dir, &db, version)?;
         if recorded.is_none() {
             adopt_identity(dir, &db, identity, if_missing)?;
         }
@@ -208,7 +219,6 @@ impl Journal {
             identity: identity.clone(),
             raft_log: tree(keys::TREE_RAFT_LOG)?,
             raft_meta: tree(keys::TREE_RAFT_META)?,
-            snapshot: tree(keys::TREE_SNAPSHOT)?,
             db,
         })
     }
@@ -242,7 +252,7 @@ impl Journal {
         C: JournalTypeConfig,
         S: ReplicatedState<C>,
     {
-        StateMachineStore::open(self.db.clone(), self.snapshot.clone())
+        StateMachineStore::open(SnapshotFile::new(&self.dir))
     }
 }
 
@@ -254,7 +264,8 @@ fn format_err(dir: &Path, path: &Path, reason: impl Into<String>) -> JournalErro
     }
 }
 
-fn check_format_file(dir: &Path) -> Result<(), JournalError> {
+/// Checks `FORMAT` and returns its version: this build's, or the one it upgrades from.
+fn check_format_file(dir: &Path) -> Result<u32, JournalError> {
     let path = dir.join(FORMAT_FILE);
     let content = match fs::read(&path) {
         Ok(c) => c,
@@ -263,6 +274,9 @@ fn check_format_file(dir: &Path) -> Result<(), JournalError> {
         }
         Err(e) => return Err(format_err(dir, &path, format!("is unreadable: {e}"))),
     };
+    if content == format_file_content_of(format_upgrade::UPGRADES_FROM).as_bytes() {
+        return Ok(format_upgrade::UPGRADES_FROM);
+    }
     let expected = format_file_content();
     if content != expected.as_bytes() {
         let shown: String = String::from_utf8_lossy(&content).chars().take(64).collect();
@@ -272,7 +286,7 @@ fn check_format_file(dir: &Path) -> Result<(), JournalError> {
             format!("has content {shown:?}, expected {expected:?}"),
         ));
     }
-    Ok(())
+    Ok(FORMAT_VERSION)
 }
 
 /// The identity recorded in `dir`, `None` if the journal predates identity files.
@@ -297,12 +311,8 @@ fn adopt_identity(
     identity: &JournalIdentity,
     if_missing: IfMissing,
 ) -> Result<(), JournalError> {
-    let mut has_state = false;
-    for name in [
-        keys::TREE_RAFT_LOG,
-        keys::TREE_RAFT_META,
-        keys::TREE_SNAPSHOT,
-    ] {
+    let mut has_state = SnapshotFile::new(dir).exists()?;
+    for name in [keys::TREE_RAFT_LOG, keys::TREE_RAFT_META] {
         has_state |= !tree_is_empty(db, name)?;
     }
     if !has_state && if_missing == IfMissing::Refuse {
@@ -322,7 +332,7 @@ fn adopt_identity(
 }
 
 /// Whether tree `name` is missing or empty; never creates it.
-fn tree_is_empty(db: &sled::Db, name: &str) -> Result<bool, JournalError> {
+pub(crate) fn tree_is_empty(db: &sled::Db, name: &str) -> Result<bool, JournalError> {
     if !db
         .tree_names()
         .iter()
@@ -390,7 +400,14 @@ fn open_error(dir: &Path, db_path: &Path, e: sled::Error) -> JournalError {
     }
 }
 
-fn check_header(dir: &Path, db_path: &Path, db: &sled::Db) -> Result<(), JournalError> {
+/// Checks the header's version against `FORMAT`'s: the same, or this build's while an upgrade
+/// from `FORMAT`'s is unfinished (`format_upgrade.rs` updates the header first).
+fn check_header(
+    dir: &Path,
+    db_path: &Path,
+    db: &sled::Db,
+    format: u32,
+) -> Result<(), JournalError> {
     // `open_tree` would create a missing tree; look it up among the existing ones instead.
     let has_header = db
         .tree_names()
@@ -410,7 +427,7 @@ fn check_header(dir: &Path, db_path: &Path, db: &sled::Db) -> Result<(), Journal
     };
     let version = <[u8; 4]>::try_from(value.as_ref()).map(u32::from_be_bytes);
     match version {
-        Ok(FORMAT_VERSION) => Ok(()),
+        Ok(v) if v == format || v == FORMAT_VERSION => Ok(()),
         Ok(v) => Err(format_err(
             dir,
             db_path,
@@ -422,7 +439,7 @@ fn check_header(dir: &Path, db_path: &Path, db: &sled::Db) -> Result<(), Journal
 
 /// Writes `name` in `dir` so that it is either absent or complete and durable: a temp file,
 /// synced, renamed, and the dir synced.
-fn write_durably(dir: &Path, name: &str, content: &str) -> Result<(), JournalError> {
+pub(crate) fn write_durably(dir: &Path, name: &str, content: &str) -> Result<(), JournalError> {
     let path = dir.join(name);
     let tmp = dir.join(format!("{name}.tmp"));
     let io_err = |path: &Path| {

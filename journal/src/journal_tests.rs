@@ -274,7 +274,7 @@ fn fresh_missing_dir_is_initialised_and_reopens() -> anyhow::Result<()> {
     drop(open_or_create(&dir)?);
     assert_eq!(
         fs::read_to_string(dir.join(FORMAT_FILE))?,
-        "sluice-journal 4\n"
+        "sluice-journal 5\n"
     );
     assert!(dir.join("db").is_dir());
     let names: BTreeSet<String> = fs::read_dir(&dir)?
@@ -347,10 +347,11 @@ fn format_file_with_other_content_is_refused_untouched() -> anyhow::Result<()> {
         format!("sluice-journal {}\n", crate::FORMAT_VERSION + 1),
     )?;
     assert_refused(tmp.path(), &tmp.path().join(FORMAT_FILE), "expected");
-    // The previous version's header (an older build's journal, encoded differently).
+    // A version before the one this build upgrades (an older build's journal, encoded
+    // differently).
     fs::write(
         tmp.path().join(FORMAT_FILE),
-        format!("sluice-journal {}\n", crate::FORMAT_VERSION - 1),
+        format!("sluice-journal {}\n", crate::FORMAT_VERSION - 2),
     )?;
     assert_refused(tmp.path(), &tmp.path().join(FORMAT_FILE), "expected");
     fs::write(tmp.path().join(FORMAT_FILE), "")?;

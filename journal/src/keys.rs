@@ -26,16 +26,7 @@ pub const META_COMMITTED: &[u8] = b"committed";
 /// before the purged entries are deleted.
 pub const META_LAST_PURGED: &[u8] = b"last_purged";
 
-/// Tree `snapshot`: the one current snapshot. `meta` and `data` are written in one batch.
-pub const TREE_SNAPSHOT: &str = "snapshot";
-/// `snapshot` / `meta`: codec(`SnapshotMeta<NodeId, Node>`).
-pub const SNAPSHOT_META: &[u8] = b"meta";
-/// `snapshot` / `data`: the snapshot bytes exactly as shipped to followers, i.e.
-/// codec((last_applied, last_membership, state)).
-pub const SNAPSHOT_DATA: &[u8] = b"data";
-/// `snapshot` / `seq`: raw big-endian `u64`, the last snapshot sequence number used in a
-/// snapshot id, so ids stay unique across restarts.
-pub const SNAPSHOT_SEQ: &[u8] = b"seq";
+// (Version 4 kept the snapshot in a tree `snapshot`; `format_upgrade.rs` moves it out.)
 
 /// The `raft_log` key of a log index.
 pub fn log_key(index: u64) -> [u8; 8] {

@@ -1,7 +1,7 @@
 //! `sluice-journal`: every byte Sluice keeps on disk.
 //!
-//! The dispatcher's Raft log, vote and snapshots live in one sled database per node, behind
-//! openraft's storage-v2 traits: [`LogStore`] implements `RaftLogStorage`, and
+//! The dispatcher's Raft log and vote live in one sled database per node and its snapshot in a
+//! file beside it, behind openraft's storage-v2 traits: [`LogStore`] implements `RaftLogStorage`, and
 //! [`StateMachineStore`] implements `RaftStateMachine` over any pure [`ReplicatedState`].
 //! Every persisted value (and every Raft RPC payload, via [`codec`]) is a version byte plus
 //! bincode. The data dir carries a format version and the identity of its cluster and node,
@@ -17,6 +17,8 @@
 //! - `log_store.rs`: [`LogStore`], log entries, vote, committed, purge and truncate.
 //! - `state_machine.rs`: [`StateMachineStore`], [`ReplicatedState`], [`AppliedState`],
 //!   snapshots.
+//! - `snapshot_file.rs`: the `SNAPSHOT` file, the one current snapshot beside the database.
+//! - `format_upgrade.rs`: upgrading a data dir of the previous format version at open.
 //! - `type_config.rs`: [`JournalTypeConfig`], the bounds the journal puts on a type config.
 //! - `error.rs`: [`JournalError`] and its mapping to openraft's `StorageError`.
 //! - tests: `suite_tests.rs` (openraft's conformance suite), `journal_tests.rs` (restart,
@@ -25,13 +27,17 @@
 
 pub mod codec;
 mod error;
+mod format_upgrade;
 mod journal;
 mod journal_identity;
 mod keys;
 mod log_store;
+mod snapshot_file;
 mod state_machine;
 mod type_config;
 
+#[cfg(test)]
+mod format_upgrade_tests;
 #[cfg(test)]
 mod fuzz_tests;
 #[cfg(test)]
@@ -53,6 +59,7 @@ pub use journal::FORMAT_VERSION;
 pub use journal_identity::JournalIdentity;
 pub use journal_identity::IDENTITY_FILE;
 pub use log_store::LogStore;
+pub use snapshot_file::SNAPSHOT_FILE;
 pub use state_machine::AppliedState;
 pub use state_machine::ReplicatedState;
 pub use state_machine::StateHandle;

@@ -1,10 +1,10 @@
 //! `StateMachineStore`: openraft's `RaftStateMachine` over an in-memory [`ReplicatedState`],
-//! made durable by snapshots in the `snapshot` tree.
+//! made durable by snapshots in the data dir's snapshot file (`snapshot_file.rs`).
 //!
 //! This is the "persistent snapshot" design of openraft's `RaftStateMachine::apply` docs:
 //! - `apply` mutates memory only (no I/O); the log and `committed` are what is durable;
-//! - every snapshot (built here or installed from the leader) is persisted with one flush
-//!   before openraft learns about it, and it is the only copy of applied state on disk;
+//! - every snapshot (built here or installed from the leader) is written and synced before
+//!   openraft learns about it, and it is the only copy of applied state on disk;
 //! - at open the state is loaded from the persisted snapshot; openraft's
 //!   `StorageHelper::get_initial_state` (called by `Raft::new`) then re-applies the committed
 //!   entries `(snapshot, committed]` from the log.
@@ -14,7 +14,7 @@
 //!
 //! Concurrency: openraft applies and installs from one task, but builds snapshots in another.
 //! Builders take a point-in-time clone under the read lock; snapshot persistence is
-//! serialised by `snapshot_lock`, and a build never overwrites a newer persisted snapshot.
+//! serialised by `persisted`, and a build never overwrites a newer persisted snapshot.
 
 use std::fmt::Debug;
 use std::io::Cursor;
@@ -41,7 +41,8 @@ use serde::Serialize;
 
 use crate::codec;
 use crate::error::JournalError;
-use crate::keys;
+use crate::snapshot_file::SnapshotFile;
+use crate::snapshot_file::StoredSnapshot;
 use crate::type_config::JournalTypeConfig;
 
 type StorageResult<T, C> = Result<T, StorageError<<C as RaftTypeConfig>::NodeId>>;
@@ -75,27 +76,29 @@ pub struct AppliedState<C: RaftTypeConfig, S> {
 /// the write lock for one batch of entries, snapshot building clones under the read lock.
 pub type StateHandle<C, S> = Arc<RwLock<AppliedState<C, S>>>;
 
-/// The Raft state machine. Clones share the in-memory state and the snapshot tree; a clone is
+/// The last log id of the persisted snapshot (`None`: none, or one of an empty state).
+type PersistedLogId<C> = Option<LogId<<C as RaftTypeConfig>::NodeId>>;
+
+/// The Raft state machine. Clones share the in-memory state and the snapshot file; a clone is
 /// also the snapshot builder.
 pub struct StateMachineStore<C: RaftTypeConfig, S> {
-    db: sled::Db,
-    snapshot: sled::Tree,
+    file: SnapshotFile,
     state: StateHandle<C, S>,
-    /// Last sequence number used in a snapshot id; persisted with each built snapshot.
+    /// Last sequence number used in a snapshot id; persisted with each snapshot.
     snapshot_seq: Arc<AtomicU64>,
-    /// Serialises "compare with the persisted snapshot, write, flush" across builders and
-    /// `install_snapshot`. A tokio mutex: it is held across the flush.
-    snapshot_lock: Arc<tokio::sync::Mutex<()>>,
+    /// What the snapshot file holds. Its lock serialises "compare with the persisted snapshot,
+    /// write, sync" across builders and `install_snapshot`; a tokio mutex, held across the
+    /// write.
+    persisted: Arc<tokio::sync::Mutex<PersistedLogId<C>>>,
 }
 
 impl<C: RaftTypeConfig, S> Clone for StateMachineStore<C, S> {
     fn clone(&self) -> Self {
         StateMachineStore {
-            db: self.db.clone(),
-            snapshot: self.snapshot.clone(),
+            file: self.file.clone(),
             state: self.state.clone(),
             snapshot_seq: self.snapshot_seq.clone(),
-            snapshot_lock: self.snapshot_lock.clone(),
+            persisted: self.persisted.clone(),
         }
     }
 }
@@ -108,40 +111,26 @@ impl<C: RaftTypeConfig, S> Debug for StateMachineStore<C, S> {
     }
 }
 
-/// A snapshot as stored: its meta and the bytes openraft ships.
-struct StoredSnapshot<C: RaftTypeConfig> {
-    meta: SnapshotMeta<C::NodeId, C::Node>,
-    data: Vec<u8>,
-}
-
 impl<C, S> StateMachineStore<C, S>
 where
     C: JournalTypeConfig,
     S: ReplicatedState<C>,
 {
     /// Loads the persisted snapshot, if any, into memory. Blocking (called at startup).
-    pub(crate) fn open(db: sled::Db, snapshot: sled::Tree) -> Result<Self, JournalError> {
-        let seq = match snapshot
-            .get(keys::SNAPSHOT_SEQ)
-            .map_err(|e| JournalError::sled("reading snapshot/seq", e))?
-        {
-            Some(v) => keys::be_u64("snapshot/seq", &v)?,
-            None => 0,
-        };
-        let applied = match read_snapshot::<C>(&snapshot)? {
+    pub(crate) fn open(file: SnapshotFile) -> Result<Self, JournalError> {
+        let (applied, seq, persisted) = match file.read::<C>()? {
             Some(stored) => {
                 let applied = decode_snapshot_data::<C, S>(&stored.meta, &stored.data)?;
                 tracing::info!(snapshot = %stored.meta, "loaded state from snapshot");
-                applied
+                (applied, stored.seq, stored.meta.last_log_id)
             }
-            None => AppliedState::default(),
+            None => (AppliedState::default(), 0, None),
         };
         Ok(StateMachineStore {
-            db,
-            snapshot,
+            file,
             state: Arc::new(RwLock::new(applied)),
             snapshot_seq: Arc::new(AtomicU64::new(seq)),
-            snapshot_lock: Arc::new(tokio::sync::Mutex::new(())),
+            persisted: Arc::new(tokio::sync::Mutex::new(persisted)),
         })
     }
 
@@ -176,46 +165,30 @@ where
         Ok(responses)
     }
 
-    /// Writes `stored` as the current snapshot (one batch, one flush). With `only_if_newer`,
-    /// keeps a persisted snapshot whose last log id is greater and returns `false`.
+    /// Writes `stored` as the current snapshot (written, synced, renamed into place). With
+    /// `only_if_newer`, keeps a persisted snapshot whose last log id is greater and returns
+    /// `false`.
     async fn persist_snapshot(
         &self,
-        stored: StoredSnapshot<C>,
-        seq: Option<u64>,
+        meta: SnapshotMeta<C::NodeId, C::Node>,
+        data: Vec<u8>,
         only_if_newer: bool,
     ) -> Result<bool, JournalError> {
-        let _serialised = self.snapshot_lock.lock().await;
-        if only_if_newer {
-            let current: Option<SnapshotMeta<C::NodeId, C::Node>> = self
-                .snapshot
-                .get(keys::SNAPSHOT_META)
-                .map_err(|e| JournalError::sled("reading snapshot/meta", e))?
-                .map(|v| codec::decode(&v))
-                .transpose()?;
-            if let Some(current) = current {
-                if current.last_log_id > stored.meta.last_log_id {
-                    tracing::info!(kept = %current, built = %stored.meta, "not persisting an older snapshot");
-                    return Ok(false);
-                }
-            }
+        let mut persisted = self.persisted.lock().await;
+        if only_if_newer && *persisted > meta.last_log_id {
+            tracing::info!(kept = ?*persisted, built = %meta, "not persisting an older snapshot");
+            return Ok(false);
         }
-        let tree = self.snapshot.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut batch = sled::Batch::default();
-            batch.insert(keys::SNAPSHOT_META, codec::try_encode(&stored.meta)?);
-            batch.insert(keys::SNAPSHOT_DATA, stored.data);
-            if let Some(seq) = seq {
-                batch.insert(keys::SNAPSHOT_SEQ, &seq.to_be_bytes());
-            }
-            tree.apply_batch(batch)
-                .map_err(|e| JournalError::sled("writing the snapshot", e))
-        })
-        .await
-        .map_err(JournalError::task)??;
-        self.db
-            .flush_async()
+        let last_log_id = meta.last_log_id.clone();
+        // Every sequence number handed out so far is at most this, so ids stay unique after a
+        // restart from this file.
+        let seq = self.snapshot_seq.load(Ordering::SeqCst);
+        let stored = StoredSnapshot::<C> { meta, data, seq };
+        let file = self.file.clone();
+        tokio::task::spawn_blocking(move || file.write(stored))
             .await
-            .map_err(|e| JournalError::sled("flushing the snapshot", e))?;
+            .map_err(JournalError::task)??;
+        *persisted = last_log_id;
         Ok(true)
     }
 
@@ -239,11 +212,8 @@ where
         let data = tokio::task::spawn_blocking(move || codec::try_encode(&applied))
             .await
             .map_err(JournalError::task)??;
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: data.clone(),
-        };
-        self.persist_snapshot(stored, Some(seq), true).await?;
+        self.persist_snapshot(meta.clone(), data.clone(), true)
+            .await?;
         tracing::info!(snapshot = %meta, bytes = data.len(), "built snapshot");
         Ok(Snapshot {
             meta,
@@ -262,12 +232,8 @@ where
         })
         .await
         .map_err(JournalError::task)??;
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
-        };
         // Durable first, then visible: after a crash here the node restarts from this snapshot.
-        self.persist_snapshot(stored, None, false).await?;
+        self.persist_snapshot(meta.clone(), data, false).await?;
         *self
             .state
             .write()
@@ -275,32 +241,6 @@ where
         tracing::info!(snapshot = %meta, "installed snapshot");
         Ok(())
     }
-}
-
-/// Reads the current snapshot. Blocking.
-fn read_snapshot<C: JournalTypeConfig>(
-    tree: &sled::Tree,
-) -> Result<Option<StoredSnapshot<C>>, JournalError> {
-    let Some(meta) = tree
-        .get(keys::SNAPSHOT_META)
-        .map_err(|e| JournalError::sled("reading snapshot/meta", e))?
-    else {
-        return Ok(None);
-    };
-    let meta: SnapshotMeta<C::NodeId, C::Node> = codec::decode(&meta)?;
-    let data = tree
-        .get(keys::SNAPSHOT_DATA)
-        .map_err(|e| JournalError::sled("reading snapshot/data", e))?
-        .ok_or_else(|| {
-            JournalError::corrupt(format!(
-                "snapshot {} has meta but no data",
-                meta.snapshot_id
-            ))
-        })?;
-    Ok(Some(StoredSnapshot {
-        meta,
-        data: data.to_vec(),
-    }))
 }
 
 /// Decodes snapshot bytes and checks they are the state `meta` describes.
@@ -389,8 +329,8 @@ where
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<C>>, C> {
-        let tree = self.snapshot.clone();
-        let stored = tokio::task::spawn_blocking(move || read_snapshot::<C>(&tree))
+        let file = self.file.clone();
+        let stored = tokio::task::spawn_blocking(move || file.read::<C>())
             .await
             .map_err(JournalError::task)
             .and_then(|r| r)
@@ -425,32 +365,18 @@ mod tests {
         let tmp = tempfile::tempdir()?;
         let journal = crate::test_support::open_or_create(tmp.path())?;
         let sm = journal.state_machine::<ToyConfig, KvState>()?;
-        let stored = |index, id| StoredSnapshot::<ToyConfig> {
-            meta: meta(index, id),
-            data: vec![],
-        };
+        let persist =
+            |index, id, only_if_newer| sm.persist_snapshot(meta(index, id), vec![], only_if_newer);
+        let current =
+            || -> anyhow::Result<_> { Ok(sm.file.read::<ToyConfig>()?.expect("a snapshot").meta) };
 
-        assert!(
-            sm.persist_snapshot(stored(10, "installed"), None, false)
-                .await?
-        );
-        assert!(
-            !sm.persist_snapshot(stored(5, "late-build"), Some(1), true)
-                .await?
-        );
-        let current = read_snapshot::<ToyConfig>(&sm.snapshot)?.expect("snapshot");
-        assert_eq!(current.meta, meta(10, "installed"));
+        assert!(persist(10, "installed", false).await?);
+        assert!(!persist(5, "late-build", true).await?);
+        assert_eq!(current()?, meta(10, "installed"));
 
-        assert!(
-            sm.persist_snapshot(stored(12, "newer-build"), Some(2), true)
-                .await?
-        );
-        assert!(
-            sm.persist_snapshot(stored(3, "install"), None, false)
-                .await?
-        );
-        let current = read_snapshot::<ToyConfig>(&sm.snapshot)?.expect("snapshot");
-        assert_eq!(current.meta, meta(3, "install"));
+        assert!(persist(12, "newer-build", true).await?);
+        assert!(persist(3, "install", false).await?);
+        assert_eq!(current()?, meta(3, "install"));
         Ok(())
     }
 }
