@@ -6,6 +6,11 @@
 //! applied entry until it changed, its deadline passed, or this replica stopped leading (the
 //! caller then asks again, maybe elsewhere).
 //!
+//! A long poll that waited confirms again before it answers: this replica may have been frozen
+//! (a GC or swap pause, a stopped VM) or cut off while it waited, and a thawed leader's timers
+//! fire before it hears of the newer term. Its Raft metrics were taken before the freeze, so
+//! only a quorum round can tell; one that fails answers the usual not-leader status.
+//!
 //! Long polls wake on applied entries and leadership changes only: Raft's metrics also change
 //! on every quorum acknowledgement (several times per heartbeat interval, and once per
 //! confirmation round), and waking thousands of waiting heartbeats for those re-read the state
@@ -107,7 +112,7 @@ impl StateReader {
 
     /// Checks `changed` now and after each applied entry (or at the time it asks to be asked
     /// again); returns `view` once `changed` says so, when `deadline` passes, or when this
-    /// replica no longer leads. `changed` runs for every applied entry while the poll waits, so
+    /// replica no longer leads; after a wait, only once a quorum confirmed it still leads. `changed` runs for every applied entry while the poll waits, so
     /// it should be cheap; `view` runs once. Both get the applied index with the state.
     pub async fn long_poll<T>(
         &self,
@@ -116,6 +121,7 @@ impl StateReader {
         view: impl FnOnce(Option<u64>, &DispatcherState) -> Result<T, DispatcherError>,
     ) -> Result<T, DispatcherError> {
         let mut applied = self.applied_marks();
+        let mut waited = false;
         loop {
             applied.borrow_and_update();
             let until = match self.read_applied(&mut changed)? {
@@ -123,11 +129,15 @@ impl StateReader {
                 Check::Unchanged => deadline,
                 Check::Again(at) => at.min(deadline),
             };
+            waited = true;
             match Self::wait_for_change(&mut applied, until).await {
                 Wait::Applied => {}
                 Wait::TimedOut if Instant::now() < deadline => {}
                 Wait::TimedOut | Wait::NotLeading => break,
             }
+        }
+        if waited {
+            self.reads.confirm().await?;
         }
         self.read_applied(view)
     }
