@@ -5,6 +5,7 @@ mod bad_input;
 mod data_dir_identity;
 mod data_roots;
 mod failover;
+mod frozen_leader;
 mod memory;
 mod parse_example;
 mod python_workers;
