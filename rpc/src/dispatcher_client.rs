@@ -445,7 +445,9 @@ impl DispatcherClient {
                 Some((answer.leader?, answer.term))
             });
         for (leader, term) in futures::future::join_all(asks).await.into_iter().flatten() {
-            self.inner.leaders.learn(leader, term);
+            if self.inner.leaders.learn(leader.clone(), term) {
+                debug!(%leader, term, "a replica named a leader of a newer term");
+            }
         }
     }
 }
