@@ -9,8 +9,8 @@
 //! A caller never waits on one replica much longer than the quorum takes to elect another
 //! (`RetryConfig::election_timeout`): a leader that is frozen or cut off still accepts
 //! connections and answers nothing, so waiting for its answer would last as long as the fault.
-//! - Hedging: an attempt not answered after a short delay (a fraction of the election timeout)
-//!   asks the other replicas who leads (`LeaderView`); once one names a leader of a newer term,
+//! - Hedging: an attempt not answered after a short delay (an eighth of the election timeout;
+//!   a long poll waits a whole one) asks the other replicas who leads (`LeaderView`); once one names a leader of a newer term,
 //!   the attempt is abandoned and the call sent there, with the same request id. A long poll is
 //!   abandoned the same way, as soon as any caller sharing the view learns of a newer term.
 //! - Deadlines: an attempt of a call the dispatcher answers at once ends after twice the
@@ -84,11 +84,13 @@ impl RetryConfig {
     }
 
     /// How long an attempt waits before asking the other replicas who leads, and then between
-    /// rounds of asking. A long poll is expected to wait: it asks less often.
+    /// rounds of asking. A long poll is expected to wait, and every reader and worker always
+    /// has one outstanding: it asks rarely, and relies on keepalive pings and on the calls
+    /// sharing its view to learn of a new leader sooner.
     fn hedge_interval(&self, long_poll: bool) -> Duration {
         match long_poll {
-            true => self.election_timeout / 2,
-            false => self.election_timeout / 4,
+            true => self.election_timeout,
+            false => self.election_timeout / 8,
         }
     }
 
@@ -292,9 +294,11 @@ impl DispatcherClient {
     }
 
     fn stub(&self, addr: &str) -> Result<RpcClient<AuthChannel>, RpcError> {
-        Ok(RpcClient::new(self.inner.security.authed(self.channel(addr)?))
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX))
+        Ok(
+            RpcClient::new(self.inner.security.authed(self.channel(addr)?))
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        )
     }
 
     /// Calls `rpc` on the leader, retrying retryable failures until the retry deadline; `wait`
@@ -388,7 +392,12 @@ impl DispatcherClient {
 
     /// Waits for `attempt` on `addr`, asking the other replicas who leads while it is not
     /// answered; ends early when a leader other than `addr` is known in a newer term.
-    async fn race<R>(&self, addr: &str, long_poll: bool, attempt: impl Future<Output = R>) -> Race<R> {
+    async fn race<R>(
+        &self,
+        addr: &str,
+        long_poll: bool,
+        attempt: impl Future<Output = R>,
+    ) -> Race<R> {
         let interval = self.inner.retry.hedge_interval(long_poll);
         let mut newest = self.inner.leaders.subscribe();
         newest.borrow_and_update();

@@ -184,12 +184,21 @@ async fn a_long_poll_on_a_frozen_leader_ends_once_a_newer_term_is_named() {
     let waited = started.elapsed();
 
     assert!(
-        matches!(answer, Err(RpcError::Status { code: tonic::Code::Unimplemented, .. })),
+        matches!(
+            answer,
+            Err(RpcError::Status {
+                code: tonic::Code::Unimplemented,
+                ..
+            })
+        ),
         "{answer:?}"
     );
     assert_eq!(frozen.calls("client_heartbeat"), 1);
     assert_eq!(successor.calls("client_heartbeat"), 1);
-    assert!(waited < Duration::from_secs(2), "waited {waited:?} of a 10 s poll");
+    assert!(
+        waited < Duration::from_secs(2),
+        "waited {waited:?} of a 10 s poll"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +220,14 @@ async fn a_leader_the_other_replicas_still_name_is_waited_for() {
 
     let answer = client.get_status().await;
 
-    assert!(matches!(answer, Err(RpcError::Unavailable { .. })), "{answer:?}");
+    assert!(
+        matches!(answer, Err(RpcError::Unavailable { .. })),
+        "{answer:?}"
+    );
     assert!(follower.calls("get_leader") >= 2, "asked while waiting");
-    assert_eq!(follower.calls("get_status"), 0, "never sent to the follower");
+    assert_eq!(
+        follower.calls("get_status"),
+        0,
+        "never sent to the follower"
+    );
 }

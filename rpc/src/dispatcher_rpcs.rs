@@ -183,14 +183,10 @@ impl DispatcherClient {
             request_id: Some(in_flight.id),
         };
         let response = self
-            .call(
-                "get_or_create_iteration",
-                Wait::Brief,
-                |mut c, timeout| {
-                    let request = timed(request, timeout);
-                    async move { c.get_or_create_iteration(request).await }
-                },
-            )
+            .call("get_or_create_iteration", Wait::Brief, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.get_or_create_iteration(request).await }
+            })
             .await?;
         Ok(IterationClient {
             iteration_id: IterationId(response.iteration_id),
@@ -226,14 +222,10 @@ impl DispatcherClient {
             iteration_client_id: client_id.0,
             request_id: Some(in_flight.id),
         };
-        self.call(
-            "release_iteration_client",
-            Wait::Brief,
-            |mut c, timeout| {
-                let request = timed(request, timeout);
-                async move { c.release_iteration_client(request).await }
-            },
-        )
+        self.call("release_iteration_client", Wait::Brief, |mut c, timeout| {
+            let request = timed(request, timeout);
+            async move { c.release_iteration_client(request).await }
+        })
         .await?;
         Ok(())
     }
@@ -319,10 +311,14 @@ impl DispatcherClient {
             round,
         };
         let response = self
-            .call("maybe_remove_task", Wait::Poll(REMOVAL_WAIT), |mut c, timeout| {
-                let request = timed(request, timeout);
-                async move { c.maybe_remove_task(request).await }
-            })
+            .call(
+                "maybe_remove_task",
+                Wait::Poll(REMOVAL_WAIT),
+                |mut c, timeout| {
+                    let request = timed(request, timeout);
+                    async move { c.maybe_remove_task(request).await }
+                },
+            )
             .await?;
         Ok(response.removed)
     }
@@ -417,10 +413,14 @@ impl DispatcherClient {
     /// Removes replica `node_id` from the quorum. Returns the voters after the change.
     pub async fn remove_node(&self, node_id: NodeId) -> Result<Vec<NodeId>, RpcError> {
         let response = self
-            .call("remove_node", Wait::Poll(MEMBERSHIP_WAIT), |mut c, timeout| {
-                let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
-                async move { c.remove_node(request).await }
-            })
+            .call(
+                "remove_node",
+                Wait::Poll(MEMBERSHIP_WAIT),
+                |mut c, timeout| {
+                    let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
+                    async move { c.remove_node(request).await }
+                },
+            )
             .await?;
         Ok(response.voters)
     }

@@ -123,7 +123,7 @@ fn spawn(args: &[String]) -> SluiceProcess {
 }
 
 /// The voters `sluice status` reports, sorted.
-fn voters(addrs: &str, flags: &Flags) -> Vec<u64> {
+pub(crate) fn voters(addrs: &str, flags: &Flags) -> Vec<u64> {
     let (ok, out, _) = sluice_at(&["status"], addrs, &flags.client);
     let status: serde_json::Value = match ok.then(|| serde_json::from_str(&out)) {
         Some(Ok(status)) => status,
@@ -162,7 +162,10 @@ fn member_addrs(addrs: &str, flags: &Flags) -> Vec<(String, String)> {
 /// replicas 2 and 3 start empty (`--join`) and are added with `sluice admin add-node` at the
 /// peer addresses their READY lines reported. No port is picked before its server binds it.
 /// Returns the replicas and their arguments (each serving at its addresses, for restarts).
-pub(crate) fn three_replicas(data: &std::path::Path, flags: &Flags) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
+pub(crate) fn three_replicas(
+    data: &std::path::Path,
+    flags: &Flags,
+) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
     let mut nodes = Vec::new();
     let mut args = Vec::new();
     for id in 1..=3u64 {
