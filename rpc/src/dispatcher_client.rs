@@ -10,14 +10,16 @@
 //! (`RetryConfig::election_timeout`): a leader that is frozen or cut off still accepts
 //! connections and answers nothing, so waiting for its answer would last as long as the fault.
 //! - Hedging: an attempt not answered after a short delay (an eighth of the election timeout;
-//!   a long poll waits a whole one) asks the other replicas who leads (`LeaderView`); once one names a leader of a newer term,
+//!   a long poll waits half of it) asks the other replicas who leads (`LeaderView`); once one names a leader of a newer term,
 //!   the attempt is abandoned and the call sent there, with the same request id. A long poll is
 //!   abandoned the same way, as soon as any caller sharing the view learns of a newer term.
-//! - Deadlines: an attempt of a call the dispatcher answers at once ends after twice the
-//!   election timeout (doubling after each attempt that timed out, up to `rpc_timeout`, so a
-//!   slow but live leader still finishes a large request); a long poll adds its wait.
+//! - Deadlines: an attempt of a small call the dispatcher answers at once ends after twice the
+//!   election timeout (doubling after each attempt that timed out), unless the other replicas
+//!   still name its replica the leader: then there is nowhere better to send it, and a slow but
+//!   live leader gets up to `rpc_timeout` (re-sending to it would only add load). A long poll
+//!   adds its wait.
 //! - HTTP/2 keepalive pings on every connection, so a silent one is noticed and closed (its calls
-//!   then fail and are retried) within the election timeout.
+//!   then fail and are retried) within one and a half election timeouts.
 //!
 //! Mutating calls carry a `RequestId` (this client's random requester id, a sequence number and
 //! the watermark, see `request_ids`) that stays the same across retries of one call, so a retry
@@ -85,19 +87,26 @@ impl RetryConfig {
 
     /// How long an attempt waits before asking the other replicas who leads, and then between
     /// rounds of asking. A long poll is expected to wait, and every reader and worker always
-    /// has one outstanding: it asks rarely, and relies on keepalive pings and on the calls
-    /// sharing its view to learn of a new leader sooner.
+    /// has one outstanding: it asks less often (a few small calls a second per process, to
+    /// the followers, which are otherwise idle), and learns sooner when a call sharing its
+    /// view asks.
     fn hedge_interval(&self, long_poll: bool) -> Duration {
         match long_poll {
-            true => self.election_timeout,
+            true => self.election_timeout / 2,
             false => self.election_timeout / 8,
         }
     }
 
-    /// HTTP/2 keepalive: a ping this often, and a connection whose ping is not answered within
-    /// as long again is closed.
-    fn keepalive(&self) -> Duration {
+    /// HTTP/2 keepalive: a ping after this long without a frame from the replica...
+    fn keepalive_interval(&self) -> Duration {
         self.election_timeout / 2
+    }
+
+    /// ...and the connection is closed when the ping is not answered within this long. Not
+    /// shorter: a live replica busy with a large request on a loaded machine must not lose its
+    /// connections.
+    fn keepalive_timeout(&self) -> Duration {
+        self.election_timeout
     }
 }
 
@@ -109,13 +118,16 @@ pub(crate) enum Wait {
     Brief,
     /// The dispatcher may hold the call this long (long polls, membership changes).
     Poll(Duration),
-    /// The reply may take long to build (the status of a large state): `rpc_timeout`.
+    /// The request or its reply may be large (a definition of up to 16 MiB, the status of a
+    /// large state): `rpc_timeout`, since sending it again sooner would only add load.
     Slow,
 }
 
 /// How one attempt ended.
 enum Race<R> {
     Answered(R),
+    /// Past its deadline, with no replica naming the one it waits on the leader.
+    TimedOut,
     /// Another replica leads in a newer term than the one the attempt waits on.
     NewerLeader(String),
 }
@@ -264,8 +276,8 @@ impl DispatcherClient {
             .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
-            .http2_keep_alive_interval(self.inner.retry.keepalive())
-            .keep_alive_timeout(self.inner.retry.keepalive())
+            .http2_keep_alive_interval(self.inner.retry.keepalive_interval())
+            .keep_alive_timeout(self.inner.retry.keepalive_timeout())
             .keep_alive_while_idle(true)
             .connect_lazy();
         channels.insert(addr.to_string(), channel.clone());
@@ -322,21 +334,32 @@ impl DispatcherClient {
         loop {
             attempts += 1;
             let addr = self.current();
-            let (timeout, long_poll) = match wait {
-                Wait::Brief => (retry.attempt_timeout(timeouts_in_a_row), false),
-                Wait::Poll(poll) => (retry.attempt_timeout(timeouts_in_a_row) + poll, true),
-                Wait::Slow => (retry.rpc_timeout, false),
+            // The attempt's deadline, and how long it may be extended while the other replicas
+            // name `addr` the leader (nowhere better to send it).
+            let (timeout, cap, long_poll) = match wait {
+                Wait::Brief => {
+                    let timeout = retry.attempt_timeout(timeouts_in_a_row);
+                    (timeout, timeout.max(retry.rpc_timeout), false)
+                }
+                Wait::Poll(poll) => {
+                    let timeout = retry.attempt_timeout(timeouts_in_a_row);
+                    (timeout + poll, timeout.max(retry.rpc_timeout) + poll, true)
+                }
+                Wait::Slow => (retry.rpc_timeout, retry.rpc_timeout, false),
             };
-            let attempt = tokio::time::timeout(timeout, rpc(self.stub(&addr)?, timeout));
-            let status = match self.race(&addr, long_poll, attempt).await {
-                Race::Answered(Ok(Ok(response))) => return Ok(response.into_inner()),
-                Race::Answered(Ok(Err(status))) => {
+            let started = Instant::now();
+            let attempt = rpc(self.stub(&addr)?, cap);
+            let race = self.race(&addr, long_poll, started + timeout, started + cap, attempt);
+            let status = match race.await {
+                Race::Answered(Ok(response)) => return Ok(response.into_inner()),
+                Race::Answered(Err(status)) => {
                     timeouts_in_a_row = 0;
                     status
                 }
-                Race::Answered(Err(_)) => {
+                Race::TimedOut => {
                     timeouts_in_a_row += 1;
-                    tonic::Status::deadline_exceeded(format!("{name} timed out after {timeout:?}"))
+                    let waited = started.elapsed();
+                    tonic::Status::deadline_exceeded(format!("{name} timed out after {waited:?}"))
                 }
                 Race::NewerLeader(leader) => {
                     debug!(rpc = name, from = %addr, to = %leader, "a newer leader was named; sending there");
@@ -391,11 +414,15 @@ impl DispatcherClient {
     }
 
     /// Waits for `attempt` on `addr`, asking the other replicas who leads while it is not
-    /// answered; ends early when a leader other than `addr` is known in a newer term.
+    /// answered; ends early when a leader other than `addr` is known in a newer term. At
+    /// `deadline` it gives `addr` up, unless the others name it the leader (or there are no
+    /// others): then it waits on until `cap`.
     async fn race<R>(
         &self,
         addr: &str,
         long_poll: bool,
+        mut deadline: Instant,
+        cap: Instant,
         attempt: impl Future<Output = R>,
     ) -> Race<R> {
         let interval = self.inner.retry.hedge_interval(long_poll);
@@ -417,25 +444,43 @@ impl DispatcherClient {
                         return Race::NewerLeader(leader.addr);
                     }
                 }
-                () = self.ask_who_leads(ask_at, addr) => {
-                    // The view is fresh (this caller or another just asked): a leader other
-                    // than `addr` in it was named after `addr` led, or `addr` never did.
-                    if let Some(leader) = self.inner.leaders.newest().filter(|l| l.addr != addr) {
+                asked = self.ask_who_leads(ask_at, addr) => {
+                    // Just asked: a leader other than `addr` in the view was named after `addr`
+                    // led, or `addr` never did.
+                    let newest = self.inner.leaders.newest();
+                    if let Some(leader) = newest.filter(|l| asked && l.addr != addr) {
                         return Race::NewerLeader(leader.addr);
                     }
                     ask_at = Instant::now() + interval;
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    if deadline >= cap || !self.named_leader(addr) {
+                        return Race::TimedOut;
+                    }
+                    deadline = cap;
                 }
             }
         }
     }
 
-    /// At `at`, asks every replica but `waiting_on` who leads (unless a caller sharing the view
-    /// asked within the interval), and records the answers in the view.
-    async fn ask_who_leads(&self, at: Instant, waiting_on: &str) {
+    /// Whether the other replicas name `addr` the newest leader, or there are none.
+    fn named_leader(&self, addr: &str) -> bool {
+        self.inner.addrs.len() == 1
+            || self
+                .inner
+                .leaders
+                .newest()
+                .is_some_and(|leader| leader.addr == addr)
+    }
+
+    /// At `at`, asks every replica but `waiting_on` who leads, and records the answers in the
+    /// view; false when a caller sharing the view asked within the interval (its answers
+    /// reach the view, and the callers watching it, on their own).
+    async fn ask_who_leads(&self, at: Instant, waiting_on: &str) -> bool {
         tokio::time::sleep_until(at).await;
         let retry = &self.inner.retry;
         if !self.inner.leaders.claim_round(retry.hedge_interval(false)) {
-            return;
+            return false;
         }
         let asks = self
             .inner
@@ -458,6 +503,7 @@ impl DispatcherClient {
                 debug!(%leader, term, "a replica named a leader of a newer term");
             }
         }
+        true
     }
 }
 

@@ -117,7 +117,7 @@ impl DispatcherClient {
         let in_flight = self.begin_request();
         let request_id = in_flight.id;
         let response = self
-            .call("register_dataset", Wait::Brief, |mut c, timeout| {
+            .call("register_dataset", Wait::Slow, |mut c, timeout| {
                 // Built per attempt from the borrowed definition: one copy of a large
                 // definition per attempt, not two.
                 let request = pb::RegisterDatasetRequest {
@@ -142,7 +142,7 @@ impl DispatcherClient {
         let request = pb::GetDatasetRequest {
             dataset_id: dataset_id.0.clone(),
         };
-        self.call("get_dataset", Wait::Brief, |mut c, timeout| {
+        self.call("get_dataset", Wait::Slow, |mut c, timeout| {
             let request = timed(request.clone(), timeout);
             async move { c.get_dataset(request).await }
         })
