@@ -12,9 +12,15 @@ use std::time::{Duration, Instant};
 
 /// How long the leader stays silent.
 const FAULT: Duration = Duration::from_secs(5);
-/// The bound on a caller's wait for the next leader (the default election timeout is
-/// 200-400 ms).
-const BOUND: Duration = Duration::from_secs(1);
+/// The bound on the running reader's longest stall: its workers hold enough to outlast the
+/// election.
+const STALL_BOUND: Duration = Duration::from_secs(1);
+/// The bound on the new epoch's first element, which waits for the election: 0.6-0.8 s with
+/// the default timeouts (openraft's leader lease, the election timeout's upper bound, then a
+/// random election timeout). A release build meets 1 s (`sluice bench --only pause,partition`:
+/// 0.65-0.82 s); this debug build measured 0.80-0.91 s on a quiet machine and up to 1.2 s at a
+/// load average of 9 on two cores, hence the margin.
+const FIRST_ELEMENT_BOUND: Duration = Duration::from_millis(1500);
 
 /// The replica's own view in `sluice status` at `addr`: (state, term).
 fn own_view(addr: &str) -> Option<(String, u64)> {
@@ -160,7 +166,7 @@ fn a_cut_off_leader_stalls_neither_a_running_reader_nor_a_new_epoch() {
 /// A reader of `range(40000)` at 4,000 elements a second; a quarter in, `silence` silences the
 /// leader (serving its client API at `leader`) and a new epoch starts; `FAULT` later, `restore`
 /// ends the fault. Both epochs arrive exactly once, the new epoch's first element and the
-/// running reader's longest stall within `BOUND`, and the old leader follows a newer term.
+/// running reader's longest stall within their bounds, and the old leader follows a newer term.
 fn silent_leader_mid_epoch(all: &str, leader: &str, silence: impl Fn(), restore: impl Fn()) {
     let (_, term_before) = own_view(leader).expect("the leader's status");
     let n = 40_000;
@@ -252,6 +258,12 @@ fn silent_leader_mid_epoch(all: &str, leader: &str, silence: impl Fn(), restore:
         "leader silent for {FAULT:?}: new epoch's first element after {first_after:?}, \
          running reader's longest stall {longest_stall:?}"
     );
-    assert!(first_after < BOUND, "first element after {first_after:?}");
-    assert!(longest_stall < BOUND, "longest stall {longest_stall:?}");
+    assert!(
+        first_after < FIRST_ELEMENT_BOUND,
+        "first element after {first_after:?}"
+    );
+    assert!(
+        longest_stall < STALL_BOUND,
+        "longest stall {longest_stall:?}"
+    );
 }
