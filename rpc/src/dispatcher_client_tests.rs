@@ -203,30 +203,45 @@ async fn a_long_poll_on_a_frozen_leader_ends_once_a_newer_term_is_named() {
 
 #[tokio::test]
 async fn a_leader_the_other_replicas_still_name_is_waited_for() {
-    // The others name the frozen replica (no election yet): nobody newer is known, so the
-    // attempt is kept until its deadline rather than abandoned for a follower.
+    // The others name the silent replica (no election yet): nobody newer is known, so the
+    // attempt outlives its deadline (twice the election timeout, 200 ms here) up to
+    // `rpc_timeout` rather than being sent again or abandoned for a follower.
     let frozen = FakeDispatcher::leader(100).await;
     frozen.freeze();
     let follower = FakeDispatcher::follower(&frozen.addr()).await;
     let client = DispatcherClient::with_retry(
         &[frozen.addr(), follower.addr()].join(","),
         RetryConfig {
+            election_timeout: Duration::from_millis(100),
             rpc_timeout: Duration::from_secs(1),
             retry_timeout: Duration::from_millis(500),
             ..RetryConfig::default()
         },
     )
     .expect("valid addresses");
+    let request = LeaseRequest {
+        iteration_id: IterationId(1),
+        task_id: TaskId(1),
+        provider: 0,
+        repetition: 0,
+        max_splits: 10,
+    };
 
-    let answer = client.get_status().await;
+    let started = Instant::now();
+    let answer = client.lease_splits(&request).await;
 
     assert!(
         matches!(answer, Err(RpcError::Unavailable { .. })),
         "{answer:?}"
     );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited to the cap"
+    );
+    assert_eq!(frozen.calls("lease_splits"), 1, "sent once");
     assert!(follower.calls("get_leader") >= 2, "asked while waiting");
     assert_eq!(
-        follower.calls("get_status"),
+        follower.calls("lease_splits"),
         0,
         "never sent to the follower"
     );
