@@ -28,6 +28,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
+/// HTTP/2 keepalive of the client API: a ping this often, and a connection whose ping is not
+/// answered within as long again is closed, so the long polls of a caller that vanished
+/// without closing its connection (a frozen or cut-off worker or reader) end.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The smallest encode limit of the client API: a status reply may outgrow the decode limit
 /// of small requests.
 const MIN_REPLY_BYTES: usize = 256 * 1024 * 1024;
@@ -49,7 +54,10 @@ pub fn serve_client_api(
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes.max(MIN_REPLY_BYTES));
     let service = InterceptedService::new(service, authenticator.interceptor());
-    let router = Server::builder().add_service(service);
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
+        .add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
     )

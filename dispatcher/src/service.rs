@@ -334,6 +334,15 @@ impl Dispatcher for DispatcherService {
             json: json.to_string(),
         }))
     }
+
+    async fn get_leader(
+        &self,
+        request: GrpcRequest<pb::GetLeaderRequest>,
+    ) -> Result<Response<pb::GetLeaderResponse>, Status> {
+        authorize(&request, "GetLeader", access::READER)?;
+        let (leader, term) = cluster_status::leader_of(&self.raft.metrics().borrow());
+        Ok(Response::new(pb::GetLeaderResponse { leader, term }))
+    }
 }
 
 #[cfg(test)]
