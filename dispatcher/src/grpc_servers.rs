@@ -29,9 +29,13 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
 /// HTTP/2 keepalive of the client API: a ping this often, and a connection whose ping is not
-/// answered within as long again is closed, so the long polls of a caller that vanished
-/// without closing its connection (a frozen or cut-off worker or reader) end.
-const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+/// answered within `KEEPALIVE_TIMEOUT` is closed, so what a caller that vanished without
+/// closing its connection (a crashed host, a dropped route) left open ends: its long polls, and
+/// its `WatchLeader` stream, which would otherwise stay forever. Slow on purpose: a replica
+/// holds a connection per worker and reader process, and callers notice a silent replica on
+/// their own.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The smallest encode limit of the client API: a status reply may outgrow the decode limit
 /// of small requests.
@@ -56,7 +60,7 @@ pub fn serve_client_api(
     let service = InterceptedService::new(service, authenticator.interceptor());
     let router = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE))
-        .http2_keepalive_timeout(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),

@@ -9,17 +9,19 @@
 //! A caller never waits on one replica much longer than the quorum takes to elect another
 //! (`RetryConfig::election_timeout`): a leader that is frozen or cut off still accepts
 //! connections and answers nothing, so waiting for its answer would last as long as the fault.
-//! - Hedging: an attempt not answered after a short delay (an eighth of the election timeout;
-//!   a long poll waits half of it) asks the other replicas who leads (`LeaderView`); once one names a leader of a newer term,
-//!   the attempt is abandoned and the call sent there, with the same request id. A long poll is
-//!   abandoned the same way, as soon as any caller sharing the view learns of a newer term.
+//! - Hedging: every replica tells this client who it believes leads, at once and at every change
+//!   (`LeaderView`, fed by one `WatchLeader` stream per replica, silent while nothing changes).
+//!   An attempt waiting on a replica other than the newest leader named is abandoned and the
+//!   call sent to that leader, with the same request id; a long poll is abandoned the same way.
+//!   So a caller moves on as soon as the other replicas have elected a new leader.
 //! - Deadlines: an attempt of a small call the dispatcher answers at once ends after twice the
-//!   election timeout (doubling after each attempt that timed out), unless the other replicas
-//!   still name its replica the leader: then there is nowhere better to send it, and a slow but
-//!   live leader gets up to `rpc_timeout` (re-sending to it would only add load). A long poll
-//!   adds its wait.
-//! - HTTP/2 keepalive pings on every connection, so a silent one is noticed and closed (its calls
-//!   then fail and are retried) within one and a half election timeouts.
+//!   election timeout (doubling after each attempt that timed out), unless the replicas name
+//!   its replica the leader (or name none yet): then there is nowhere better to send it, and a
+//!   slow but live leader gets up to `rpc_timeout` (re-sending to it would only add load). A
+//!   long poll adds its wait.
+//! - HTTP/2 keepalive pings while a call is in flight, so a connection that went silent is
+//!   noticed and closed (its calls then fail and are retried) within one and a half election
+//!   timeouts.
 //!
 //! Mutating calls carry a `RequestId` (this client's random requester id, a sequence number and
 //! the watermark, see `request_ids`) that stays the same across retries of one call, so a retry
@@ -34,8 +36,8 @@
 
 use crate::error::{is_retryable_status, RpcError};
 use crate::leader_view::LeaderView;
+use crate::leader_watcher;
 use crate::request_ids::{InFlight, RequestIds};
-use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
 use sluice_security::{AuthChannel, ClientSecurity};
@@ -83,18 +85,6 @@ impl RetryConfig {
         (self.election_timeout * 2)
             .saturating_mul(1 << timeouts.min(16))
             .min(self.rpc_timeout)
-    }
-
-    /// How long an attempt waits before asking the other replicas who leads, and then between
-    /// rounds of asking. A long poll is expected to wait, and every reader and worker always
-    /// has one outstanding: it asks less often (a few small calls a second per process, to
-    /// the followers, which are otherwise idle), and learns sooner when a call sharing its
-    /// view asks.
-    fn hedge_interval(&self, long_poll: bool) -> Duration {
-        match long_poll {
-            true => self.election_timeout / 2,
-            false => self.election_timeout / 8,
-        }
     }
 
     /// HTTP/2 keepalive: a ping after this long without a frame from the replica...
@@ -278,7 +268,7 @@ impl DispatcherClient {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(self.inner.retry.keepalive_interval())
             .keep_alive_timeout(self.inner.retry.keepalive_timeout())
-            .keep_alive_while_idle(true)
+            .keep_alive_while_idle(false)
             .connect_lazy();
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
@@ -325,6 +315,7 @@ impl DispatcherClient {
         F: FnMut(RpcClient<AuthChannel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.watch_leaders();
         let retry = &self.inner.retry;
         let deadline = Instant::now() + retry.retry_timeout;
         let mut backoff = retry.initial_backoff;
@@ -336,20 +327,20 @@ impl DispatcherClient {
             let addr = self.current();
             // The attempt's deadline, and how long it may be extended while the other replicas
             // name `addr` the leader (nowhere better to send it).
-            let (timeout, cap, long_poll) = match wait {
+            let (timeout, cap) = match wait {
                 Wait::Brief => {
                     let timeout = retry.attempt_timeout(timeouts_in_a_row);
-                    (timeout, timeout.max(retry.rpc_timeout), false)
+                    (timeout, timeout.max(retry.rpc_timeout))
                 }
                 Wait::Poll(poll) => {
                     let timeout = retry.attempt_timeout(timeouts_in_a_row);
-                    (timeout + poll, timeout.max(retry.rpc_timeout) + poll, true)
+                    (timeout + poll, timeout.max(retry.rpc_timeout) + poll)
                 }
-                Wait::Slow => (retry.rpc_timeout, retry.rpc_timeout, false),
+                Wait::Slow => (retry.rpc_timeout, retry.rpc_timeout),
             };
             let started = Instant::now();
             let attempt = rpc(self.stub(&addr)?, cap);
-            let race = self.race(&addr, long_poll, started + timeout, started + cap, attempt);
+            let race = self.race(&addr, started + timeout, started + cap, attempt);
             let status = match race.await {
                 Race::Answered(Ok(response)) => return Ok(response.into_inner()),
                 Race::Answered(Err(status)) => {
@@ -413,22 +404,20 @@ impl DispatcherClient {
         }
     }
 
-    /// Waits for `attempt` on `addr`, asking the other replicas who leads while it is not
-    /// answered; ends early when a leader other than `addr` is known in a newer term. At
-    /// `deadline` it gives `addr` up, unless the others name it the leader (or there are no
-    /// others): then it waits on until `cap`.
+    /// Waits for `attempt` on `addr`; ends early when the view names a leader other than
+    /// `addr` in a newer term. At `deadline` it gives `addr` up, unless the view names it the
+    /// leader (or names none): then it waits on until `cap`.
     async fn race<R>(
         &self,
         addr: &str,
-        long_poll: bool,
         mut deadline: Instant,
         cap: Instant,
         attempt: impl Future<Output = R>,
     ) -> Race<R> {
-        let interval = self.inner.retry.hedge_interval(long_poll);
         let mut newest = self.inner.leaders.subscribe();
-        newest.borrow_and_update();
-        let mut ask_at = Instant::now() + interval;
+        // A leader named before the attempt started counts too: the attempt may have been sent
+        // to a stale `current`.
+        newest.mark_changed();
         tokio::pin!(attempt);
         loop {
             tokio::select! {
@@ -444,15 +433,6 @@ impl DispatcherClient {
                         return Race::NewerLeader(leader.addr);
                     }
                 }
-                asked = self.ask_who_leads(ask_at, addr) => {
-                    // Just asked: a leader other than `addr` in the view was named after `addr`
-                    // led, or `addr` never did.
-                    let newest = self.inner.leaders.newest();
-                    if let Some(leader) = newest.filter(|l| asked && l.addr != addr) {
-                        return Race::NewerLeader(leader.addr);
-                    }
-                    ask_at = Instant::now() + interval;
-                }
                 () = tokio::time::sleep_until(deadline) => {
                     if deadline >= cap || !self.named_leader(addr) {
                         return Race::TimedOut;
@@ -463,47 +443,23 @@ impl DispatcherClient {
         }
     }
 
-    /// Whether the other replicas name `addr` the newest leader, or there are none.
+    /// Whether the view names `addr` the leader, or names none (nothing better known), or
+    /// there is no other replica.
     fn named_leader(&self, addr: &str) -> bool {
         self.inner.addrs.len() == 1
             || self
                 .inner
                 .leaders
                 .newest()
-                .is_some_and(|leader| leader.addr == addr)
+                .is_none_or(|leader| leader.addr == addr)
     }
 
-    /// At `at`, asks every replica but `waiting_on` who leads, and records the answers in the
-    /// view; false when a caller sharing the view asked within the interval (its answers
-    /// reach the view, and the callers watching it, on their own).
-    async fn ask_who_leads(&self, at: Instant, waiting_on: &str) -> bool {
-        tokio::time::sleep_until(at).await;
-        let retry = &self.inner.retry;
-        if !self.inner.leaders.claim_round(retry.hedge_interval(false)) {
-            return false;
+    /// Starts the view's streams on the first call (which runs inside a runtime).
+    fn watch_leaders(&self) {
+        let inner = &self.inner;
+        if inner.addrs.len() > 1 && inner.leaders.claim_watching() {
+            leader_watcher::watch_every_replica(&inner.leaders, &inner.addrs, &inner.security);
         }
-        let asks = self
-            .inner
-            .addrs
-            .iter()
-            .filter(|a| a.as_str() != waiting_on)
-            .map(|addr| async move {
-                let mut stub = self.stub(addr).ok()?;
-                let mut request = tonic::Request::new(pb::GetLeaderRequest {});
-                request.set_timeout(retry.election_timeout);
-                let answer = tokio::time::timeout(retry.election_timeout, stub.get_leader(request))
-                    .await
-                    .ok()?
-                    .ok()?
-                    .into_inner();
-                Some((answer.leader?, answer.term))
-            });
-        for (leader, term) in futures::future::join_all(asks).await.into_iter().flatten() {
-            if self.inner.leaders.learn(leader.clone(), term) {
-                debug!(%leader, term, "a replica named a leader of a newer term");
-            }
-        }
-        true
     }
 }
 

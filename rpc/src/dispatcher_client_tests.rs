@@ -6,6 +6,21 @@ use crate::ids::{IterationId, TaskId};
 use crate::LeaseRequest;
 
 /// Patient enough for a loaded machine; the tests finish as soon as their calls do.
+/// Waits (up to 10 s) until `replica` has received `n` `WatchLeader` streams, then checks it
+/// received no more.
+async fn streams_reach(replica: &FakeDispatcher, n: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.calls("watch_leader") < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        replica.calls("watch_leader"),
+        n,
+        "streams to {}",
+        replica.addr()
+    );
+}
+
 fn patient(addrs: &str) -> DispatcherClient {
     DispatcherClient::with_retry(
         addrs,
@@ -160,7 +175,9 @@ async fn a_call_on_a_frozen_leader_is_sent_again_to_the_newer_leader_with_its_re
     // The rotation after a deadline would come after twice the election timeout: hedging
     // moves on well before (a loaded machine may add a little).
     assert!(waited < Duration::from_millis(700), "waited {waited:?}");
-    assert!(follower.calls("get_leader") >= 1);
+    for replica in [&frozen, &follower, &successor] {
+        streams_reach(replica, 1).await;
+    }
 }
 
 #[tokio::test]
@@ -170,7 +187,7 @@ async fn a_long_poll_on_a_frozen_leader_ends_once_a_newer_term_is_named() {
     let client = patient(&addrs);
     let heartbeat = crate::ClientHeartbeat {
         client_id: crate::ClientId(1),
-        known_tasks: 0,
+        known_tasks: crate::KnownTasks::default(),
         current_round: None,
         blocked_round: None,
     };
@@ -239,10 +256,33 @@ async fn a_leader_the_other_replicas_still_name_is_waited_for() {
         "waited to the cap"
     );
     assert_eq!(frozen.calls("lease_splits"), 1, "sent once");
-    assert!(follower.calls("get_leader") >= 2, "asked while waiting");
+    assert_eq!(
+        follower.calls("watch_leader"),
+        1,
+        "one stream, silent while nothing changed"
+    );
     assert_eq!(
         follower.calls("lease_splits"),
         0,
         "never sent to the follower"
     );
+}
+
+#[tokio::test]
+async fn callers_sharing_a_client_hold_one_leader_stream_per_replica() {
+    let leader = FakeDispatcher::leader(100).await;
+    let follower = FakeDispatcher::follower(&leader.addr()).await;
+    let client = patient(&[follower.addr(), leader.addr()].join(","));
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let client = client.sharing_connections();
+            tokio::spawn(async move { client.get_status().await })
+        })
+        .collect();
+    for caller in callers {
+        assert_eq!(caller.await.expect("no panic"), Ok("{}".to_string()));
+    }
+    streams_reach(&leader, 1).await;
+    streams_reach(&follower, 1).await;
+    assert_eq!(leader.calls("get_status"), 20);
 }

@@ -8,8 +8,8 @@
 //! request id seen before gets the recorded lease back. It can be told to lose replies (record
 //! the lease, answer `Unavailable`), as a reply lost in a failover is. `get_status` answers
 //! `{}`, or a chosen refusal. `get_dataset` serves the definitions a test put in
-//! (`add_dataset`), `NotFound` for others. `get_leader` names the leader (itself, or the one a
-//! follower points at) in the replica's term. A replica can be frozen: from then on it
+//! (`add_dataset`), `NotFound` for others. `watch_leader` streams the leader (itself, or the one
+//! a follower points at) in the replica's term, at once and at every term change. A replica can be frozen: from then on it
 //! answers nothing, as a stopped process whose port still accepts connections. Every other
 //! RPC is `Unimplemented`: tests here need no more.
 
@@ -18,8 +18,9 @@ use sluice_proto::dispatcher::dispatcher_server::{Dispatcher, DispatcherServer};
 use sluice_proto::LEADER_METADATA_KEY;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Code, Request, Response, Status};
@@ -52,10 +53,10 @@ struct Leases {
 struct Replica {
     /// `Some(leader address)` for a follower.
     leader: Option<String>,
-    /// This replica's own address (the leader `get_leader` names when it leads).
+    /// This replica's own address (the leader `watch_leader` names when it leads).
     addr: String,
-    /// The term `get_leader` answers.
-    term: AtomicU64,
+    /// The term `watch_leader` reports.
+    term: watch::Sender<u64>,
     /// A frozen replica answers nothing.
     frozen: AtomicBool,
     /// Splits of each provider, per repetition.
@@ -101,7 +102,7 @@ impl FakeDispatcher {
         let replica = Arc::new(Replica {
             leader,
             addr: addr.to_string(),
-            term: AtomicU64::new(1),
+            term: watch::channel(1).0,
             frozen: AtomicBool::new(false),
             num_splits,
             leases: Mutex::default(),
@@ -127,9 +128,9 @@ impl FakeDispatcher {
         self.addr.to_string()
     }
 
-    /// `get_leader` answers `term` from now on.
+    /// `watch_leader` reports `term` from now on.
     pub fn set_term(&self, term: u64) {
-        self.replica.term.store(term, Ordering::SeqCst);
+        self.replica.term.send_replace(term);
     }
 
     /// From now on every RPC waits forever: the replica accepts calls and answers none.
@@ -380,17 +381,26 @@ impl Dispatcher for Service {
         }
     }
 
-    async fn get_leader(
+    type WatchLeaderStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::LeaderUpdate, Status>> + Send>,
+    >;
+
+    async fn watch_leader(
         &self,
-        _: Request<pb::GetLeaderRequest>,
-    ) -> Result<Response<pb::GetLeaderResponse>, Status> {
+        _: Request<pb::WatchLeaderRequest>,
+    ) -> Result<Response<Self::WatchLeaderStream>, Status> {
         let replica = &self.0;
-        replica.count("get_leader");
+        replica.count("watch_leader");
         replica.thawed().await;
-        Ok(Response::new(pb::GetLeaderResponse {
-            leader: Some(replica.leader.clone().unwrap_or(replica.addr.clone())),
-            term: replica.term.load(Ordering::SeqCst),
-        }))
+        let leader = replica.leader.clone().unwrap_or(replica.addr.clone());
+        let terms = tokio_stream::wrappers::WatchStream::new(replica.term.subscribe());
+        let updates = tokio_stream::StreamExt::map(terms, move |term| {
+            Ok(pb::LeaderUpdate {
+                leader: Some(leader.clone()),
+                term,
+            })
+        });
+        Ok(Response::new(Box::pin(updates)))
     }
 
     async fn add_node(

@@ -2,21 +2,20 @@
 //! beyond the hints they follow: the newest leader a replica named, with its term.
 //!
 //! A silent leader (frozen, or cut off by the network) answers nothing, not even `Unavailable`
-//! with a hint: a caller waiting on it learns of its successor only by asking the other
-//! replicas (`GetLeader`, answered from each replica's own Raft state). The answer with the
-//! highest term wins, and the view never goes back to a lower term, so a replica that still
+//! with a hint: a caller waiting on it can only learn of its successor from the other replicas.
+//! So the view keeps a `WatchLeader` stream open to every replica (`leader_watcher.rs`), each
+//! telling its own belief at once and again at every change of leader or term. The answer with
+//! the highest term wins, and the view never goes back to a lower term, so a replica that still
 //! names the old leader cannot move callers back to it. Every call in flight watches the view:
 //! one waiting on a replica other than the newest leader ends its attempt and sends again there,
-//! with the same request id. So a long poll ends as soon as any caller of the view learns of a
-//! newer term.
+//! with the same request id. So a long poll ends as soon as a replica reports a newer term.
 //!
-//! Asking is rate limited per view (one round per interval): thousands of callers sharing
-//! connections (a harness, one process's readers) cost one round, not thousands.
+//! On a healthy quorum the streams are silent: knowing costs nothing per call, and a process
+//! holds one stream per replica however many callers share the view.
 
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::watch;
-use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// A leader a replica named, and the term it leads in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,15 +26,24 @@ pub(crate) struct Leader {
 
 pub(crate) struct LeaderView {
     newest: watch::Sender<Option<Leader>>,
-    /// When the last round of asking started. A std mutex: held only to read or update.
-    last_round: Mutex<Option<Instant>>,
+    /// Whether the streams have been started (on the first call, which runs in a runtime).
+    watching: AtomicBool,
+    /// Ends the streams when the last caller sharing the view has gone.
+    stop: CancellationToken,
+}
+
+impl Drop for LeaderView {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl LeaderView {
     pub fn new() -> LeaderView {
         LeaderView {
             newest: watch::channel(None).0,
-            last_round: Mutex::new(None),
+            watching: AtomicBool::new(false),
+            stop: CancellationToken::new(),
         }
     }
 
@@ -61,17 +69,14 @@ impl LeaderView {
         })
     }
 
-    /// Claims the next round of asking: true when no round started within `interval`.
-    pub fn claim_round(&self, interval: Duration) -> bool {
-        let mut last = self.last_round.lock().expect("leader view lock poisoned");
-        let now = Instant::now();
-        match *last {
-            Some(at) if now < at + interval => false,
-            _ => {
-                *last = Some(now);
-                true
-            }
-        }
+    /// True exactly once: the caller starts the streams.
+    pub fn claim_watching(&self) -> bool {
+        !self.watching.load(Ordering::Relaxed) && !self.watching.swap(true, Ordering::AcqRel)
+    }
+
+    /// Cancelled when the view is dropped.
+    pub fn stopped(&self) -> CancellationToken {
+        self.stop.clone()
     }
 }
 
@@ -105,13 +110,14 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn one_round_of_asking_per_interval() {
+    #[test]
+    fn the_streams_are_started_once_and_stopped_with_the_view() {
         let view = LeaderView::new();
-        let interval = Duration::from_millis(100);
-        assert!(view.claim_round(interval));
-        assert!(!view.claim_round(interval), "a round just started");
-        tokio::time::advance(interval).await;
-        assert!(view.claim_round(interval));
+        assert!(view.claim_watching());
+        assert!(!view.claim_watching());
+        let stopped = view.stopped();
+        assert!(!stopped.is_cancelled());
+        drop(view);
+        assert!(stopped.is_cancelled());
     }
 }
