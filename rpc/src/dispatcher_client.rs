@@ -63,6 +63,10 @@ pub struct RetryConfig {
     pub max_backoff: Duration,
     /// Give up after this long without success.
     pub retry_timeout: Duration,
+    /// Whether this client hears from every replica who leads and moves a waiting call to a
+    /// newer leader at once (hedging; on by default). Off, a call waits on its replica until
+    /// its deadline: only for tests of what a caller slower to move on sees.
+    pub follow_newer_leaders: bool,
 }
 
 impl Default for RetryConfig {
@@ -75,6 +79,7 @@ impl Default for RetryConfig {
             // Short: after a failover the new leader is found within one backoff of its election.
             max_backoff: Duration::from_millis(100),
             retry_timeout: Duration::from_secs(3600),
+            follow_newer_leaders: true,
         }
     }
 }
@@ -457,7 +462,10 @@ impl DispatcherClient {
     /// Starts the view's streams on the first call (which runs inside a runtime).
     fn watch_leaders(&self) {
         let inner = &self.inner;
-        if inner.addrs.len() > 1 && inner.leaders.claim_watching() {
+        if inner.retry.follow_newer_leaders
+            && inner.addrs.len() > 1
+            && inner.leaders.claim_watching()
+        {
             leader_watcher::watch_every_replica(&inner.leaders, &inner.addrs, &inner.security);
         }
     }
