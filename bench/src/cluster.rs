@@ -7,7 +7,8 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 use sluice_client::DispatcherClient;
 use sluice_security::ClientSecurity;
-use sluice_testkit::{Credentials, SluiceProcess};
+use sluice_testkit::{Credentials, SluiceProcess, TcpProxy};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,16 @@ pub(crate) struct Cluster {
     addrs: String,
     /// What the bench's own calls present (plain without credentials).
     security: ClientSecurity,
+    /// With [`Cluster::start_proxied`]: what stands in front of each replica's ports.
+    proxies: Option<Proxies>,
+}
+
+/// A proxy in front of each replica's client port (callers, and the leader hints, name the
+/// proxy), and one on each directed Raft link, by replica index: a replica is cut off by
+/// blackholing its client proxy and every link to or from it.
+struct Proxies {
+    clients: Vec<TcpProxy>,
+    links: BTreeMap<(usize, usize), TcpProxy>,
 }
 
 /// Addresses of free ports, for replicas that must know each other's address before they start.
@@ -60,6 +71,44 @@ impl Cluster {
         creds: Option<&Credentials>,
         dispatcher_args: &[&str],
     ) -> anyhow::Result<Cluster> {
+        Self::launch(sluice, dispatchers, workers, creds, dispatcher_args, false)
+    }
+
+    /// As [`Cluster::start`], with proxies in front of every replica's client port and on
+    /// every Raft link, so [`Cluster::cut_off`] can isolate a replica.
+    pub(crate) fn start_proxied(
+        sluice: &Path,
+        dispatchers: usize,
+        workers: usize,
+        creds: Option<&Credentials>,
+    ) -> anyhow::Result<Cluster> {
+        Self::launch(sluice, dispatchers, workers, creds, &[], true)
+    }
+
+    /// Blackholes (`true`) or restores the client port of replica `index` and every Raft link
+    /// to or from it.
+    pub(crate) fn cut_off(&self, index: usize, on: bool) -> anyhow::Result<()> {
+        let proxies = self
+            .proxies
+            .as_ref()
+            .context("the cluster was started without proxies")?;
+        proxies.clients[index].blackhole(on);
+        for ((from, to), link) in &proxies.links {
+            if *from == index || *to == index {
+                link.blackhole(on);
+            }
+        }
+        Ok(())
+    }
+
+    fn launch(
+        sluice: &Path,
+        dispatchers: usize,
+        workers: usize,
+        creds: Option<&Credentials>,
+        dispatcher_args: &[&str],
+        proxied: bool,
+    ) -> anyhow::Result<Cluster> {
         let flags = |cert: &str, tokens: &str| match creds {
             Some(creds) => creds.server_flags(cert, tokens),
             None => Vec::new(),
@@ -78,6 +127,20 @@ impl Cluster {
             .map(|(i, a)| format!("{}={a}", i + 1))
             .collect();
         let peers = peers.join(",");
+        let proxies = match proxied {
+            true => Some(Proxies {
+                clients: addrs
+                    .iter()
+                    .map(|a| TcpProxy::to(a))
+                    .collect::<anyhow::Result<_>>()?,
+                links: (0..dispatchers)
+                    .flat_map(|from| (0..dispatchers).map(move |to| (from, to)))
+                    .filter(|(from, to)| from != to)
+                    .map(|(from, to)| Ok(((from, to), TcpProxy::to(&peer_addrs[to])?)))
+                    .collect::<anyhow::Result<_>>()?,
+            }),
+            false => None,
+        };
         let mut procs = Vec::new();
         for id in 1..=dispatchers {
             let data = dir.path().join(format!("n{id}"));
@@ -96,15 +159,43 @@ impl Cluster {
                 "--init",
             ]
             .map(str::to_string);
+            // Behind proxies: the replica names its client proxy as its address, and reaches
+            // each peer through the link's proxy.
+            let proxy_args = match &proxies {
+                Some(proxies) => {
+                    let routes: Vec<String> = proxies
+                        .links
+                        .iter()
+                        .filter(|((from, _), _)| *from == id - 1)
+                        .map(|((_, to), link)| format!("{}={}", to + 1, link.addr()))
+                        .collect();
+                    vec![
+                        "--advertise-address".to_string(),
+                        proxies.clients[id - 1].addr(),
+                        "--raft-routes".to_string(),
+                        routes.join(","),
+                    ]
+                }
+                None => Vec::new(),
+            };
             let args: Vec<&str> = args
                 .iter()
                 .chain(&dispatcher_flags)
+                .chain(&proxy_args)
                 .map(String::as_str)
                 .chain(dispatcher_args.iter().copied())
                 .collect();
             procs.push(SluiceProcess::spawn(sluice, &args, STARTUP)?);
         }
-        let all = addrs.join(",");
+        let all = match &proxies {
+            Some(proxies) => proxies
+                .clients
+                .iter()
+                .map(TcpProxy::addr)
+                .collect::<Vec<_>>()
+                .join(","),
+            None => addrs.join(","),
+        };
         let workers = (0..workers)
             .map(|_| {
                 let mut args = vec!["--log", CHILD_LOG, "worker", "--dispatcher", &all];
@@ -122,6 +213,7 @@ impl Cluster {
                 Some(creds) => creds.client()?,
                 None => ClientSecurity::default(),
             },
+            proxies,
         })
     }
 

@@ -12,6 +12,8 @@
 //! - `cluster`: `Cluster`, a dispatcher quorum and workers as child processes; the leader; RSS.
 //! - `epoch`: reading one epoch and timing it (the client side of every workload).
 //! - `workloads`: the workloads, one function each.
+//! - `leader_fault`: the leader SIGSTOPped or cut off mid-epoch (`pause_stall_ms`,
+//!   `partition_stall_ms`, ...).
 //! - `sweep`: `--plot`, throughput against element size as an SVG.
 //! - `report`: `Report`, the printed rows and the JSON object.
 //! - `scale`, `soak`: the dispatcher under a fleet of simulated workers and clients, and after
@@ -22,6 +24,7 @@ mod cluster;
 mod epoch;
 mod fleet;
 mod fleet_stats;
+mod leader_fault;
 mod leader_probe;
 mod report;
 mod scale;
@@ -37,6 +40,7 @@ use anyhow::bail;
 use clap::Args;
 use cluster::{rss_mib, Cluster};
 use epoch::warm_up;
+use leader_fault::{leader_fault, LeaderFault};
 use report::Report;
 use sluice_client::ShardingPolicy;
 use sluice_testkit::Credentials;
@@ -58,7 +62,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, failover, scale. All but scale by default (scale takes minutes and
+    /// latency, dynamic, pause, partition, failover, scale. All but scale by default (scale takes minutes and
     /// both cores: it runs only when named).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -97,8 +101,18 @@ pub struct BenchArgs {
 }
 
 /// The workloads `--only` can name, in the order they run.
-const WORKLOADS: [&str; 9] = [
-    "local", "tiny2w", "tiny1w", "batched", "large", "latency", "dynamic", "failover", "scale",
+const WORKLOADS: [&str; 11] = [
+    "local",
+    "tiny2w",
+    "tiny1w",
+    "batched",
+    "large",
+    "latency",
+    "dynamic",
+    "pause",
+    "partition",
+    "failover",
+    "scale",
 ];
 
 /// Workloads that run only when named.
@@ -142,16 +156,26 @@ async fn run_pass(
             workloads::latency(&client, report).await?;
         }
     }
-    if want("dynamic") || want("failover") {
+    if want("dynamic") || want("pause") || want("failover") {
         let mut cluster = Cluster::start(sluice, 3, 2, creds)?;
         let client = cluster.client()?;
         warm_up(&client, ShardingPolicy::Dynamic).await?;
         if want("dynamic") {
             workloads::dynamic(&client, n, report).await?;
         }
+        // Before failover, which leaves the quorum a replica short.
+        if want("pause") {
+            leader_fault(&cluster, &client, LeaderFault::Pause, report).await?;
+        }
         if want("failover") {
             workloads::failover(&mut cluster, &client, report).await?;
         }
+    }
+    if want("partition") {
+        let cluster = Cluster::start_proxied(sluice, 3, 2, creds)?;
+        let client = cluster.client()?;
+        warm_up(&client, ShardingPolicy::Dynamic).await?;
+        leader_fault(&cluster, &client, LeaderFault::Partition, report).await?;
     }
     if want("scale") {
         let cluster = Cluster::start(sluice, 3, 0, creds)?;

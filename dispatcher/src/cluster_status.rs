@@ -69,6 +69,15 @@ fn page<T>(entries: impl Iterator<Item = T>, size: usize) -> (Vec<T>, bool) {
     (taken, more)
 }
 
+/// The client address of the leader this replica knows (none during an election), and its term.
+pub fn leader_of(metrics: &RaftMetrics<NodeId, NodeInfo>) -> (Option<String>, u64) {
+    let leader = metrics
+        .current_leader
+        .and_then(|l| metrics.membership_config.membership().get_node(&l))
+        .and_then(|n| n.client_addr().map(str::to_string));
+    (leader, metrics.current_term)
+}
+
 pub fn status_json(
     metrics: &RaftMetrics<NodeId, NodeInfo>,
     state: &DispatcherState,
@@ -110,10 +119,7 @@ pub fn status_json(
             })
         })
         .collect();
-    let leader_addr = metrics
-        .current_leader
-        .and_then(|l| membership.get_node(&l))
-        .and_then(|n| n.client_addr().map(str::to_string));
+    let (leader_addr, _) = leader_of(metrics);
     let workers: Vec<Value> = worker_page
         .into_iter()
         .map(|w| {

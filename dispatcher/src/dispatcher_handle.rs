@@ -19,6 +19,7 @@ use crate::config::DispatcherConfig;
 use crate::error::DispatcherError;
 use crate::grpc_servers::{self, ServerTask};
 use crate::ids::NodeId;
+use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::raft_error::raft_error;
@@ -161,6 +162,7 @@ impl DispatcherHandle {
 
         let proposer = ProposerHandle::spawn(raft.clone());
         let liveness = Arc::new(Liveness::default());
+        let shutdown = CancellationToken::new();
         let service = DispatcherService::new(
             &config,
             raft.clone(),
@@ -168,8 +170,8 @@ impl DispatcherHandle {
             state.clone(),
             liveness.clone(),
             data_roots,
+            LeaderWatch::spawn(&raft, shutdown.clone()),
         );
-        let shutdown = CancellationToken::new();
         let timers = TimerLoop {
             id: config.id,
             raft: raft.clone(),

@@ -28,6 +28,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 
+/// HTTP/2 keepalive of the client API: a ping this often, and a connection whose ping is not
+/// answered within `KEEPALIVE_TIMEOUT` is closed, so what a caller that vanished without
+/// closing its connection (a crashed host, a dropped route) left open ends: its long polls, and
+/// its `WatchLeader` stream, which would otherwise stay forever. Slow on purpose: a replica
+/// holds a connection per worker and reader process, and callers notice a silent replica on
+/// their own.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The smallest encode limit of the client API: a status reply may outgrow the decode limit
 /// of small requests.
 const MIN_REPLY_BYTES: usize = 256 * 1024 * 1024;
@@ -49,7 +58,10 @@ pub fn serve_client_api(
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes.max(MIN_REPLY_BYTES));
     let service = InterceptedService::new(service, authenticator.interceptor());
-    let router = Server::builder().add_service(service);
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
     )

@@ -26,6 +26,8 @@
 //! - `watchers`: the long polls waiting on each worker and iteration, woken by what entries touch.
 //! - `read_batch`: one quorum confirmation shared by concurrent linearizable reads.
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
+//! - `leader_watch`: who this replica believes leads, changing only with the leader or term
+//!   (the `WatchLeader` streams).
 //! - `membership`: adding and removing replicas.
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
@@ -46,6 +48,7 @@ pub mod error;
 pub mod grpc_servers;
 pub mod heartbeats;
 pub mod ids;
+pub mod leader_watch;
 pub mod liveness;
 pub mod membership;
 pub mod network_faults;

@@ -15,6 +15,7 @@ use crate::convert::{decode_def, metadata_to_proto, request_id};
 use crate::error::DispatcherError;
 use crate::heartbeats::Heartbeats;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::membership;
 use crate::proposer::ProposerHandle;
@@ -28,8 +29,14 @@ use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_security::authorize;
+use std::pin::Pin;
 use std::sync::Arc;
+use tokio_stream::wrappers::WatchStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status};
+
+/// The replies of a `WatchLeader` stream.
+pub type LeaderUpdates = Pin<Box<dyn Stream<Item = Result<pb::LeaderUpdate, Status>> + Send>>;
 
 pub struct DispatcherService {
     raft: Raft,
@@ -42,6 +49,8 @@ pub struct DispatcherService {
     task_remover: TaskRemover,
     /// The largest definition a registration may carry, in encoded bytes.
     max_definition_bytes: usize,
+    /// Who this replica believes leads, for `WatchLeader`.
+    leaders: LeaderWatch,
 }
 
 impl DispatcherService {
@@ -55,6 +64,7 @@ impl DispatcherService {
         state: StateHandle,
         liveness: Arc<Liveness>,
         data_roots: DataRoots,
+        leaders: LeaderWatch,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout.1);
         DispatcherService {
@@ -65,6 +75,7 @@ impl DispatcherService {
             reader,
             task_remover: TaskRemover::default(),
             max_definition_bytes: config.max_definition_bytes(),
+            leaders,
         }
     }
 
@@ -333,6 +344,17 @@ impl Dispatcher for DispatcherService {
         Ok(Response::new(pb::GetStatusResponse {
             json: json.to_string(),
         }))
+    }
+
+    type WatchLeaderStream = LeaderUpdates;
+
+    async fn watch_leader(
+        &self,
+        request: GrpcRequest<pb::WatchLeaderRequest>,
+    ) -> Result<Response<LeaderUpdates>, Status> {
+        authorize(&request, "WatchLeader", access::READER)?;
+        let updates = WatchStream::from_changes(self.leaders.subscribe()).map(Ok);
+        Ok(Response::new(Box::pin(updates)))
     }
 }
 

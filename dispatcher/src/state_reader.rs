@@ -11,6 +11,11 @@
 //! leadership wakes them all. Raft's metrics also change on every quorum acknowledgement
 //! (several times per heartbeat interval), and waking thousands of waiting heartbeats for those,
 //! or for entries that did not concern them, re-read the state for nothing.
+//!
+//! A long poll that waited confirms again before it answers: this replica may have been frozen
+//! (a GC or swap pause, a stopped VM) or cut off while it waited, and a thawed leader's timers
+//! fire before it hears of the newer term. Its Raft metrics were taken before the freeze, so
+//! only a quorum round can tell; one that fails answers the usual not-leader status.
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
@@ -112,9 +117,9 @@ impl StateReader {
 
     /// Checks `changed` now and after each applied entry that touched `key` (or at the time
     /// it asks to be asked again); returns `view` once `changed` says so, when `deadline`
-    /// passes, or when this replica no longer leads. `changed` may run many times while the poll
-    /// waits, so it should be cheap; `view` runs once. Both get the applied index with the
-    /// state.
+    /// passes, or when this replica no longer leads; after a wait, only once a quorum confirmed
+    /// it still leads. `changed` may run many times while the poll waits, so it should be cheap;
+    /// `view` runs once. Both get the applied index with the state.
     pub async fn long_poll<T>(
         &self,
         key: Watched,
@@ -124,6 +129,7 @@ impl StateReader {
     ) -> Result<T, DispatcherError> {
         let applied = self.applied_marks();
         let mut watch = self.watchers.watch(key);
+        let mut waited = false;
         loop {
             watch.mark_seen();
             let until = match self.read_applied(&mut changed)? {
@@ -131,11 +137,15 @@ impl StateReader {
                 Check::Unchanged => deadline,
                 Check::Again(at) => at.min(deadline),
             };
+            waited = true;
             match Self::wait_for_change(&applied, &mut watch, until).await {
                 Wait::Applied => {}
                 Wait::TimedOut if Instant::now() < deadline => {}
                 Wait::TimedOut | Wait::NotLeading => break,
             }
+        }
+        if waited {
+            self.reads.confirm().await?;
         }
         self.read_applied(view)
     }

@@ -6,14 +6,37 @@
 //! address after an exponential backoff, until `retry_timeout` has passed. One `Channel` per
 //! address, built once and cloned; every attempt has a deadline.
 //!
+//! A caller never waits on one replica much longer than the quorum takes to elect another
+//! (`RetryConfig::election_timeout`): a leader that is frozen or cut off still accepts
+//! connections and answers nothing, so waiting for its answer would last as long as the fault.
+//! - Hedging: every replica tells this client who it believes leads, at once and at every change
+//!   (`LeaderView`, fed by one `WatchLeader` stream per replica, silent while nothing changes).
+//!   An attempt waiting on a replica other than the newest leader named is abandoned and the
+//!   call sent to that leader, with the same request id; a long poll is abandoned the same way.
+//!   So a caller moves on as soon as the other replicas have elected a new leader.
+//! - Deadlines: an attempt of a small call the dispatcher answers at once ends after twice the
+//!   election timeout (doubling after each attempt that timed out), unless the replicas name
+//!   its replica the leader (or name none yet): then there is nowhere better to send it, and a
+//!   slow but live leader gets up to `rpc_timeout` (re-sending to it would only add load). A
+//!   long poll adds its wait.
+//! - HTTP/2 keepalive pings while a call is in flight, so a connection that went silent is
+//!   noticed and closed (its calls then fail and are retried) within one and a half election
+//!   timeouts.
+//!
 //! Mutating calls carry a `RequestId` (this client's random requester id, a sequence number and
 //! the watermark, see `request_ids`) that stays the same across retries of one call, so a retry
-//! after a lost reply returns the outcome the dispatcher recorded instead of acting twice.
+//! after a lost reply returns the outcome the dispatcher recorded instead of acting twice. The
+//! typed method holds the id in flight until `call` returns, which is after its last attempt
+//! ended: an abandoned attempt is dropped before the next one starts, and one still executing
+//! on a frozen replica can commit nothing there (a newer leader exists), or reaches a replica
+//! after the watermark passed it and is refused.
 //!
 //! The generic retry loop (`call`) is private to this crate: callers use the typed methods in
 //! `dispatcher_rpcs`, one per dispatcher RPC, which fill in request ids and deadlines.
 
 use crate::error::{is_retryable_status, RpcError};
+use crate::leader_view::LeaderView;
+use crate::leader_watcher;
 use crate::request_ids::{InFlight, RequestIds};
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
@@ -29,25 +52,79 @@ use tracing::{debug, warn};
 /// How calls are retried.
 #[derive(Clone, Debug)]
 pub struct RetryConfig {
-    /// Deadline of one attempt (a long poll adds its own wait on top).
+    /// The quorum's election timeout (the upper bound of its range): how long the replicas take
+    /// to notice a silent leader and elect another. Hedging, attempt deadlines and keepalive
+    /// pings derive from it.
+    pub election_timeout: Duration,
+    /// The longest deadline of one attempt (a long poll adds its own wait on top).
     pub rpc_timeout: Duration,
     /// First backoff; doubles per failed attempt up to `max_backoff`.
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
     /// Give up after this long without success.
     pub retry_timeout: Duration,
+    /// Whether this client hears from every replica who leads and moves a waiting call to a
+    /// newer leader at once (hedging; on by default). Off, a call waits on its replica until
+    /// its deadline: only for tests of what a caller slower to move on sees.
+    pub follow_newer_leaders: bool,
 }
 
 impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
+            // The dispatcher's default election timeout range is 200-400 ms.
+            election_timeout: Duration::from_millis(400),
             rpc_timeout: Duration::from_secs(5),
             initial_backoff: Duration::from_millis(5),
             // Short: after a failover the new leader is found within one backoff of its election.
             max_backoff: Duration::from_millis(100),
             retry_timeout: Duration::from_secs(3600),
+            follow_newer_leaders: true,
         }
     }
+}
+
+impl RetryConfig {
+    /// The deadline of an attempt after `timeouts` attempts in a row timed out.
+    fn attempt_timeout(&self, timeouts: u32) -> Duration {
+        (self.election_timeout * 2)
+            .saturating_mul(1 << timeouts.min(16))
+            .min(self.rpc_timeout)
+    }
+
+    /// HTTP/2 keepalive: a ping after this long without a frame from the replica...
+    fn keepalive_interval(&self) -> Duration {
+        self.election_timeout / 2
+    }
+
+    /// ...and the connection is closed when the ping is not answered within this long. Not
+    /// shorter: a live replica busy with a large request on a loaded machine must not lose its
+    /// connections.
+    fn keepalive_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+}
+
+/// How long the dispatcher may take to answer a call, which sets its attempts' deadlines.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    /// A live leader answers at once (writes, current reads): deadlines from the election
+    /// timeout.
+    Brief,
+    /// The dispatcher may hold the call this long (long polls, membership changes).
+    Poll(Duration),
+    /// The request or its reply may be large (a definition of up to 16 MiB, the status of a
+    /// large state): `rpc_timeout`, since sending it again sooner would only add load.
+    Slow,
+}
+
+/// How one attempt ended.
+enum Race<R> {
+    Answered(R),
+    /// Past its deadline, with no replica naming the one it waits on the leader.
+    TimedOut,
+    /// Another replica leads in a newer term than the one the attempt waits on.
+    NewerLeader(String),
 }
 
 /// A clone-able client of the dispatcher quorum.
@@ -67,6 +144,8 @@ struct Inner {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     /// The address to try first: the last known leader.
     current: Mutex<String>,
+    /// The newest leader the replicas named; shared like `channels`.
+    leaders: Arc<LeaderView>,
 }
 
 /// The `host:port` of one `[protocol://]host:port` entry; only gRPC (`grpc`, `http`) is spoken.
@@ -137,6 +216,7 @@ impl DispatcherClient {
                 request_ids: RequestIds::new(rand::random()),
                 security,
                 channels: Arc::new(Mutex::new(HashMap::new())),
+                leaders: Arc::new(LeaderView::new()),
             }),
         })
     }
@@ -154,6 +234,7 @@ impl DispatcherClient {
                 request_ids: RequestIds::new(rand::random()),
                 security: inner.security.clone(),
                 channels: inner.channels.clone(),
+                leaders: inner.leaders.clone(),
             }),
         }
     }
@@ -190,6 +271,9 @@ impl DispatcherClient {
             .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
+            .http2_keep_alive_interval(self.inner.retry.keepalive_interval())
+            .keep_alive_timeout(self.inner.retry.keepalive_timeout())
+            .keep_alive_while_idle(false)
             .connect_lazy();
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
@@ -216,35 +300,74 @@ impl DispatcherClient {
         self.set_current(next);
     }
 
-    /// Calls `rpc` on the leader, retrying retryable failures until the retry deadline.
-    /// `extra_timeout` extends the per-attempt deadline (long polls).
+    fn stub(&self, addr: &str) -> Result<RpcClient<AuthChannel>, RpcError> {
+        Ok(
+            RpcClient::new(self.inner.security.authed(self.channel(addr)?))
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        )
+    }
+
+    /// Calls `rpc` on the leader, retrying retryable failures until the retry deadline; `wait`
+    /// says how long the dispatcher may take to answer.
     pub(crate) async fn call<T, F, Fut>(
         &self,
         name: &str,
-        extra_timeout: Duration,
+        wait: Wait,
         mut rpc: F,
     ) -> Result<T, RpcError>
     where
         F: FnMut(RpcClient<AuthChannel>, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.watch_leaders();
         let retry = &self.inner.retry;
         let deadline = Instant::now() + retry.retry_timeout;
         let mut backoff = retry.initial_backoff;
         let mut attempts = 0u32;
         let mut hints_in_a_row = 0u32;
+        let mut timeouts_in_a_row = 0u32;
         loop {
             attempts += 1;
             let addr = self.current();
-            let timeout = retry.rpc_timeout + extra_timeout;
-            let client = RpcClient::new(self.inner.security.authed(self.channel(&addr)?))
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX);
-            let status = match tokio::time::timeout(timeout, rpc(client, timeout)).await {
-                Ok(Ok(response)) => return Ok(response.into_inner()),
-                Ok(Err(status)) => status,
-                Err(_) => {
-                    tonic::Status::deadline_exceeded(format!("{name} timed out after {timeout:?}"))
+            // The attempt's deadline, and how long it may be extended while the other replicas
+            // name `addr` the leader (nowhere better to send it).
+            let (timeout, cap) = match wait {
+                Wait::Brief => {
+                    let timeout = retry.attempt_timeout(timeouts_in_a_row);
+                    (timeout, timeout.max(retry.rpc_timeout))
+                }
+                Wait::Poll(poll) => {
+                    let timeout = retry.attempt_timeout(timeouts_in_a_row);
+                    (timeout + poll, timeout.max(retry.rpc_timeout) + poll)
+                }
+                Wait::Slow => (retry.rpc_timeout, retry.rpc_timeout),
+            };
+            let started = Instant::now();
+            let attempt = rpc(self.stub(&addr)?, cap);
+            let race = self.race(&addr, started + timeout, started + cap, attempt);
+            let status = match race.await {
+                Race::Answered(Ok(response)) => return Ok(response.into_inner()),
+                Race::Answered(Err(status)) => {
+                    timeouts_in_a_row = 0;
+                    status
+                }
+                Race::TimedOut => {
+                    timeouts_in_a_row += 1;
+                    let waited = started.elapsed();
+                    tonic::Status::deadline_exceeded(format!("{name} timed out after {waited:?}"))
+                }
+                Race::NewerLeader(leader) => {
+                    debug!(rpc = name, from = %addr, to = %leader, "a newer leader was named; sending there");
+                    self.set_current(leader);
+                    timeouts_in_a_row = 0;
+                    if Instant::now() > deadline {
+                        return Err(RpcError::Unavailable {
+                            attempts,
+                            message: format!("{name}: the retry deadline passed"),
+                        });
+                    }
+                    continue;
                 }
             };
             if !is_retryable_status(&status) {
@@ -283,6 +406,67 @@ impl DispatcherClient {
             hints_in_a_row = 0;
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(retry.max_backoff);
+        }
+    }
+
+    /// Waits for `attempt` on `addr`; ends early when the view names a leader other than
+    /// `addr` in a newer term. At `deadline` it gives `addr` up, unless the view names it the
+    /// leader (or names none): then it waits on until `cap`.
+    async fn race<R>(
+        &self,
+        addr: &str,
+        mut deadline: Instant,
+        cap: Instant,
+        attempt: impl Future<Output = R>,
+    ) -> Race<R> {
+        let mut newest = self.inner.leaders.subscribe();
+        // A leader named before the attempt started counts too: the attempt may have been sent
+        // to a stale `current`.
+        newest.mark_changed();
+        tokio::pin!(attempt);
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut attempt => return Race::Answered(answer),
+                changed = newest.changed() => {
+                    if changed.is_err() {
+                        // The view lives as long as this client: never.
+                        return Race::Answered(attempt.await);
+                    }
+                    let leader = newest.borrow_and_update().clone();
+                    if let Some(leader) = leader.filter(|l| l.addr != addr) {
+                        return Race::NewerLeader(leader.addr);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    if deadline >= cap || !self.named_leader(addr) {
+                        return Race::TimedOut;
+                    }
+                    deadline = cap;
+                }
+            }
+        }
+    }
+
+    /// Whether the view names `addr` the leader, or names none (nothing better known), or
+    /// there is no other replica.
+    fn named_leader(&self, addr: &str) -> bool {
+        self.inner.addrs.len() == 1
+            || self
+                .inner
+                .leaders
+                .newest()
+                .is_none_or(|leader| leader.addr == addr)
+    }
+
+    /// Starts the view's streams on the first call (which runs inside a runtime).
+    fn watch_leaders(&self) {
+        let inner = &self.inner;
+        if inner.retry.follow_newer_leaders
+            && inner.addrs.len() > 1
+            && inner.leaders.claim_watching()
+        {
+            leader_watcher::watch_every_replica(&inner.leaders, &inner.addrs, &inner.security);
         }
     }
 }

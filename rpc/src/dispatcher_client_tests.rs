@@ -6,6 +6,21 @@ use crate::ids::{IterationId, TaskId};
 use crate::LeaseRequest;
 
 /// Patient enough for a loaded machine; the tests finish as soon as their calls do.
+/// Waits (up to 10 s) until `replica` has received `n` `WatchLeader` streams, then checks it
+/// received no more.
+async fn streams_reach(replica: &FakeDispatcher, n: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.calls("watch_leader") < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        replica.calls("watch_leader"),
+        n,
+        "streams to {}",
+        replica.addr()
+    );
+}
+
 fn patient(addrs: &str) -> DispatcherClient {
     DispatcherClient::with_retry(
         addrs,
@@ -122,4 +137,152 @@ async fn a_client_sharing_connections_has_a_requester_id_of_its_own() {
     assert!(Arc::ptr_eq(&first.inner.channels, &second.inner.channels));
     assert_eq!(second.get_status().await, Ok("{}".to_string()));
     assert_eq!(leader.calls("get_status"), 1);
+}
+
+/// A frozen leader (port open, nothing answered), a follower naming the leader elected after
+/// it, and that leader, in this order of addresses.
+async fn frozen_leader_and_successor() -> (FakeDispatcher, FakeDispatcher, FakeDispatcher) {
+    let frozen = FakeDispatcher::leader(100).await;
+    frozen.freeze();
+    let successor = FakeDispatcher::leader(100).await;
+    successor.set_term(2);
+    let follower = FakeDispatcher::follower(&successor.addr()).await;
+    follower.set_term(2);
+    (frozen, follower, successor)
+}
+
+#[tokio::test]
+async fn a_call_on_a_frozen_leader_is_sent_again_to_the_newer_leader_with_its_request_id() {
+    let (frozen, follower, successor) = frozen_leader_and_successor().await;
+    let addrs = [frozen.addr(), follower.addr(), successor.addr()].join(",");
+    let client = patient(&addrs);
+    let request = LeaseRequest {
+        iteration_id: IterationId(1),
+        task_id: TaskId(1),
+        provider: 0,
+        repetition: 0,
+        max_splits: 10,
+    };
+
+    let started = Instant::now();
+    let lease = client.lease_splits(&request).await.expect("a lease");
+    let waited = started.elapsed();
+
+    assert_eq!((lease.start, lease.end), (0, 10));
+    assert_eq!(frozen.calls("lease_splits"), 1, "the first attempt");
+    let retried = successor.lease_requests();
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    // The rotation after a deadline would come after twice the election timeout: hedging
+    // moves on well before (a loaded machine may add a little).
+    assert!(waited < Duration::from_millis(700), "waited {waited:?}");
+    for replica in [&frozen, &follower, &successor] {
+        streams_reach(replica, 1).await;
+    }
+}
+
+#[tokio::test]
+async fn a_long_poll_on_a_frozen_leader_ends_once_a_newer_term_is_named() {
+    let (frozen, follower, successor) = frozen_leader_and_successor().await;
+    let addrs = [frozen.addr(), follower.addr(), successor.addr()].join(",");
+    let client = patient(&addrs);
+    let heartbeat = crate::ClientHeartbeat {
+        client_id: crate::ClientId(1),
+        known_tasks: crate::KnownTasks::default(),
+        current_round: None,
+        blocked_round: None,
+    };
+
+    let started = Instant::now();
+    // The fake serves no heartbeats: the successor's refusal is the answer, which shows the
+    // poll was sent there.
+    let answer = client
+        .client_heartbeat(&heartbeat, Duration::from_secs(10))
+        .await;
+    let waited = started.elapsed();
+
+    assert!(
+        matches!(
+            answer,
+            Err(RpcError::Status {
+                code: tonic::Code::Unimplemented,
+                ..
+            })
+        ),
+        "{answer:?}"
+    );
+    assert_eq!(frozen.calls("client_heartbeat"), 1);
+    assert_eq!(successor.calls("client_heartbeat"), 1);
+    assert!(
+        waited < Duration::from_secs(2),
+        "waited {waited:?} of a 10 s poll"
+    );
+}
+
+#[tokio::test]
+async fn a_leader_the_other_replicas_still_name_is_waited_for() {
+    // The others name the silent replica (no election yet): nobody newer is known, so the
+    // attempt outlives its deadline (twice the election timeout, 200 ms here) up to
+    // `rpc_timeout` rather than being sent again or abandoned for a follower.
+    let frozen = FakeDispatcher::leader(100).await;
+    frozen.freeze();
+    let follower = FakeDispatcher::follower(&frozen.addr()).await;
+    let client = DispatcherClient::with_retry(
+        &[frozen.addr(), follower.addr()].join(","),
+        RetryConfig {
+            election_timeout: Duration::from_millis(100),
+            rpc_timeout: Duration::from_secs(1),
+            retry_timeout: Duration::from_millis(500),
+            ..RetryConfig::default()
+        },
+    )
+    .expect("valid addresses");
+    let request = LeaseRequest {
+        iteration_id: IterationId(1),
+        task_id: TaskId(1),
+        provider: 0,
+        repetition: 0,
+        max_splits: 10,
+    };
+
+    let started = Instant::now();
+    let answer = client.lease_splits(&request).await;
+
+    assert!(
+        matches!(answer, Err(RpcError::Unavailable { .. })),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited to the cap"
+    );
+    assert_eq!(frozen.calls("lease_splits"), 1, "sent once");
+    assert_eq!(
+        follower.calls("watch_leader"),
+        1,
+        "one stream, silent while nothing changed"
+    );
+    assert_eq!(
+        follower.calls("lease_splits"),
+        0,
+        "never sent to the follower"
+    );
+}
+
+#[tokio::test]
+async fn callers_sharing_a_client_hold_one_leader_stream_per_replica() {
+    let leader = FakeDispatcher::leader(100).await;
+    let follower = FakeDispatcher::follower(&leader.addr()).await;
+    let client = patient(&[follower.addr(), leader.addr()].join(","));
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let client = client.sharing_connections();
+            tokio::spawn(async move { client.get_status().await })
+        })
+        .collect();
+    for caller in callers {
+        assert_eq!(caller.await.expect("no panic"), Ok("{}".to_string()));
+    }
+    streams_reach(&leader, 1).await;
+    streams_reach(&follower, 1).await;
+    assert_eq!(leader.calls("get_status"), 20);
 }

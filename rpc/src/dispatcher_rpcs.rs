@@ -3,9 +3,10 @@
 //! Each method builds its request once, with a fresh request id for a mutating call, and sends
 //! it through the leader-following retry loop: every retry of one call carries the same request
 //! id, so a retry after a lost reply gets the outcome the dispatcher recorded (a split lease is
-//! never handed out twice). Each attempt has a deadline; a long poll (`poll`) adds its wait to it.
+//! never handed out twice). Each attempt has a deadline, set by how long the dispatcher may take
+//! to answer (`Wait`): a long poll (`poll`) adds its wait to it.
 
-use crate::dispatcher_client::DispatcherClient;
+use crate::dispatcher_client::{DispatcherClient, Wait};
 use crate::error::RpcError;
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};
 use crate::sharding_policy::ShardingPolicy;
@@ -146,7 +147,7 @@ impl DispatcherClient {
         let in_flight = self.begin_request();
         let request_id = in_flight.id;
         let response = self
-            .call("register_dataset", Duration::ZERO, |mut c, timeout| {
+            .call("register_dataset", Wait::Slow, |mut c, timeout| {
                 // Built per attempt from the borrowed definition: one copy of a large
                 // definition per attempt, not two.
                 let request = pb::RegisterDatasetRequest {
@@ -171,7 +172,7 @@ impl DispatcherClient {
         let request = pb::GetDatasetRequest {
             dataset_id: dataset_id.0.clone(),
         };
-        self.call("get_dataset", Duration::ZERO, |mut c, timeout| {
+        self.call("get_dataset", Wait::Slow, |mut c, timeout| {
             let request = timed(request.clone(), timeout);
             async move { c.get_dataset(request).await }
         })
@@ -191,7 +192,7 @@ impl DispatcherClient {
             target_workers: job.target_workers.to_proto() as i32,
         };
         let response = self
-            .call("get_or_create_job", Duration::ZERO, |mut c, timeout| {
+            .call("get_or_create_job", Wait::Brief, |mut c, timeout| {
                 let request = timed(request.clone(), timeout);
                 async move { c.get_or_create_job(request).await }
             })
@@ -212,14 +213,10 @@ impl DispatcherClient {
             request_id: Some(in_flight.id),
         };
         let response = self
-            .call(
-                "get_or_create_iteration",
-                Duration::ZERO,
-                |mut c, timeout| {
-                    let request = timed(request, timeout);
-                    async move { c.get_or_create_iteration(request).await }
-                },
-            )
+            .call("get_or_create_iteration", Wait::Brief, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.get_or_create_iteration(request).await }
+            })
             .await?;
         Ok(IterationClient {
             iteration_id: IterationId(response.iteration_id),
@@ -244,7 +241,7 @@ impl DispatcherClient {
             last_known_task: heartbeat.known_tasks.last.unwrap_or_default(),
         };
         let response = self
-            .call("client_heartbeat", poll, |mut c, timeout| {
+            .call("client_heartbeat", Wait::Poll(poll), |mut c, timeout| {
                 let request = timed(request, timeout);
                 async move { c.client_heartbeat(request).await }
             })
@@ -263,14 +260,10 @@ impl DispatcherClient {
             iteration_client_id: client_id.0,
             request_id: Some(in_flight.id),
         };
-        self.call(
-            "release_iteration_client",
-            Duration::ZERO,
-            |mut c, timeout| {
-                let request = timed(request, timeout);
-                async move { c.release_iteration_client(request).await }
-            },
-        )
+        self.call("release_iteration_client", Wait::Brief, |mut c, timeout| {
+            let request = timed(request, timeout);
+            async move { c.release_iteration_client(request).await }
+        })
         .await?;
         Ok(())
     }
@@ -290,7 +283,7 @@ impl DispatcherClient {
             tags: heartbeat.tags.clone(),
             poll_timeout_ms: poll.as_millis() as u64,
         };
-        self.call("worker_heartbeat", poll, |mut c, timeout| {
+        self.call("worker_heartbeat", Wait::Poll(poll), |mut c, timeout| {
             let request = timed(request.clone(), timeout);
             async move { c.worker_heartbeat(request).await }
         })
@@ -309,7 +302,7 @@ impl DispatcherClient {
             completed_tasks: completed.iter().map(|t| t.0).collect(),
             request_id: Some(in_flight.id),
         };
-        self.call("worker_update", Duration::ZERO, |mut c, timeout| {
+        self.call("worker_update", Wait::Brief, |mut c, timeout| {
             let request = timed(request.clone(), timeout);
             async move { c.worker_update(request).await }
         })
@@ -329,7 +322,7 @@ impl DispatcherClient {
             request_id: Some(in_flight.id),
         };
         let response = self
-            .call("lease_splits", Duration::ZERO, |mut c, timeout| {
+            .call("lease_splits", Wait::Brief, |mut c, timeout| {
                 let request = timed(request, timeout);
                 async move { c.lease_splits(request).await }
             })
@@ -356,10 +349,14 @@ impl DispatcherClient {
             round,
         };
         let response = self
-            .call("maybe_remove_task", REMOVAL_WAIT, |mut c, timeout| {
-                let request = timed(request, timeout);
-                async move { c.maybe_remove_task(request).await }
-            })
+            .call(
+                "maybe_remove_task",
+                Wait::Poll(REMOVAL_WAIT),
+                |mut c, timeout| {
+                    let request = timed(request, timeout);
+                    async move { c.maybe_remove_task(request).await }
+                },
+            )
             .await?;
         Ok(response.removed)
     }
@@ -421,7 +418,7 @@ impl DispatcherClient {
             page_token: page_token.to_string(),
         };
         let response = self
-            .call("get_status", Duration::ZERO, |mut c, timeout| {
+            .call("get_status", Wait::Slow, |mut c, timeout| {
                 let request = timed(request.clone(), timeout);
                 async move { c.get_status(request).await }
             })
@@ -443,7 +440,7 @@ impl DispatcherClient {
             peer_addr: peer_addr.to_string(),
         };
         let response = self
-            .call("add_node", MEMBERSHIP_WAIT, |mut c, timeout| {
+            .call("add_node", Wait::Poll(MEMBERSHIP_WAIT), |mut c, timeout| {
                 let request = timed(request.clone(), timeout);
                 async move { c.add_node(request).await }
             })
@@ -454,10 +451,14 @@ impl DispatcherClient {
     /// Removes replica `node_id` from the quorum. Returns the voters after the change.
     pub async fn remove_node(&self, node_id: NodeId) -> Result<Vec<NodeId>, RpcError> {
         let response = self
-            .call("remove_node", MEMBERSHIP_WAIT, |mut c, timeout| {
-                let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
-                async move { c.remove_node(request).await }
-            })
+            .call(
+                "remove_node",
+                Wait::Poll(MEMBERSHIP_WAIT),
+                |mut c, timeout| {
+                    let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
+                    async move { c.remove_node(request).await }
+                },
+            )
             .await?;
         Ok(response.voters)
     }

@@ -8,15 +8,19 @@
 //! request id seen before gets the recorded lease back. It can be told to lose replies (record
 //! the lease, answer `Unavailable`), as a reply lost in a failover is. `get_status` answers
 //! `{}`, or a chosen refusal. `get_dataset` serves the definitions a test put in
-//! (`add_dataset`), `NotFound` for others. Every other RPC is `Unimplemented`: tests here need
-//! no more.
+//! (`add_dataset`), `NotFound` for others. `watch_leader` streams the leader (itself, or the one
+//! a follower points at) in the replica's term, at once and at every term change. A replica can be frozen: from then on it
+//! answers nothing, as a stopped process whose port still accepts connections. Every other
+//! RPC is `Unimplemented`: tests here need no more.
 
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::{Dispatcher, DispatcherServer};
 use sluice_proto::LEADER_METADATA_KEY;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Code, Request, Response, Status};
@@ -49,6 +53,12 @@ struct Leases {
 struct Replica {
     /// `Some(leader address)` for a follower.
     leader: Option<String>,
+    /// This replica's own address (the leader `watch_leader` names when it leads).
+    addr: String,
+    /// The term `watch_leader` reports.
+    term: watch::Sender<u64>,
+    /// A frozen replica answers nothing.
+    frozen: AtomicBool,
     /// Splits of each provider, per repetition.
     num_splits: u64,
     /// Std mutexes: held only to read or update, never across an `.await`.
@@ -91,6 +101,9 @@ impl FakeDispatcher {
         let addr = listener.local_addr().expect("a bound listener's address");
         let replica = Arc::new(Replica {
             leader,
+            addr: addr.to_string(),
+            term: watch::channel(1).0,
+            frozen: AtomicBool::new(false),
             num_splits,
             leases: Mutex::default(),
             status_refusal: Mutex::default(),
@@ -113,6 +126,16 @@ impl FakeDispatcher {
 
     pub fn addr(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// `watch_leader` reports `term` from now on.
+    pub fn set_term(&self, term: u64) {
+        self.replica.term.send_replace(term);
+    }
+
+    /// From now on every RPC waits forever: the replica accepts calls and answers none.
+    pub fn freeze(&self) {
+        self.replica.frozen.store(true, Ordering::SeqCst);
     }
 
     /// Loses the replies of the next `n` lease requests: each lease is recorded, its reply
@@ -166,14 +189,31 @@ impl Replica {
         self.leases.lock().expect("lease lock poisoned")
     }
 
-    /// Counts the call; a follower's answer is the error.
-    fn receive(&self, name: &'static str) -> Result<(), Status> {
+    fn count(&self, name: &'static str) {
         *self
             .calls
             .lock()
             .expect("call count lock poisoned")
             .entry(name)
             .or_default() += 1;
+    }
+
+    /// Never returns while the replica is frozen.
+    async fn thawed(&self) {
+        if self.frozen.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Counts the call and waits while frozen; a follower's answer is the error.
+    async fn receive(&self, name: &'static str) -> Result<(), Status> {
+        self.count(name);
+        self.thawed().await;
+        self.follow()
+    }
+
+    /// A follower's answer to every call: `Unavailable` naming the leader.
+    fn follow(&self) -> Result<(), Status> {
         match &self.leader {
             None => Ok(()),
             Some(leader) => {
@@ -235,8 +275,8 @@ impl Replica {
 
 struct Service(Arc<Replica>);
 
-fn unimplemented<T>(replica: &Replica, name: &'static str) -> Result<Response<T>, Status> {
-    replica.receive(name)?;
+async fn unimplemented<T>(replica: &Replica, name: &'static str) -> Result<Response<T>, Status> {
+    replica.receive(name).await?;
     Err(Status::unimplemented(format!(
         "{name} is not served by the fake dispatcher"
     )))
@@ -248,14 +288,14 @@ impl Dispatcher for Service {
         &self,
         _: Request<pb::RegisterDatasetRequest>,
     ) -> Result<Response<pb::RegisterDatasetResponse>, Status> {
-        unimplemented(&self.0, "register_dataset")
+        unimplemented(&self.0, "register_dataset").await
     }
 
     async fn get_dataset(
         &self,
         request: Request<pb::GetDatasetRequest>,
     ) -> Result<Response<pb::GetDatasetResponse>, Status> {
-        self.0.receive("get_dataset")?;
+        self.0.receive("get_dataset").await?;
         let id = request.into_inner().dataset_id;
         let found = self
             .0
@@ -277,49 +317,49 @@ impl Dispatcher for Service {
         &self,
         _: Request<pb::GetOrCreateJobRequest>,
     ) -> Result<Response<pb::GetOrCreateJobResponse>, Status> {
-        unimplemented(&self.0, "get_or_create_job")
+        unimplemented(&self.0, "get_or_create_job").await
     }
 
     async fn get_or_create_iteration(
         &self,
         _: Request<pb::GetOrCreateIterationRequest>,
     ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
-        unimplemented(&self.0, "get_or_create_iteration")
+        unimplemented(&self.0, "get_or_create_iteration").await
     }
 
     async fn client_heartbeat(
         &self,
         _: Request<pb::ClientHeartbeatRequest>,
     ) -> Result<Response<pb::ClientHeartbeatResponse>, Status> {
-        unimplemented(&self.0, "client_heartbeat")
+        unimplemented(&self.0, "client_heartbeat").await
     }
 
     async fn release_iteration_client(
         &self,
         _: Request<pb::ReleaseIterationClientRequest>,
     ) -> Result<Response<pb::ReleaseIterationClientResponse>, Status> {
-        unimplemented(&self.0, "release_iteration_client")
+        unimplemented(&self.0, "release_iteration_client").await
     }
 
     async fn worker_heartbeat(
         &self,
         _: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
-        unimplemented(&self.0, "worker_heartbeat")
+        unimplemented(&self.0, "worker_heartbeat").await
     }
 
     async fn worker_update(
         &self,
         _: Request<pb::WorkerUpdateRequest>,
     ) -> Result<Response<pb::WorkerUpdateResponse>, Status> {
-        unimplemented(&self.0, "worker_update")
+        unimplemented(&self.0, "worker_update").await
     }
 
     async fn lease_splits(
         &self,
         request: Request<pb::LeaseSplitsRequest>,
     ) -> Result<Response<pb::LeaseSplitsResponse>, Status> {
-        self.0.receive("lease_splits")?;
+        self.0.receive("lease_splits").await?;
         self.0.lease(request.into_inner()).map(Response::new)
     }
 
@@ -327,31 +367,53 @@ impl Dispatcher for Service {
         &self,
         _: Request<pb::MaybeRemoveTaskRequest>,
     ) -> Result<Response<pb::MaybeRemoveTaskResponse>, Status> {
-        unimplemented(&self.0, "maybe_remove_task")
+        unimplemented(&self.0, "maybe_remove_task").await
     }
 
     async fn get_status(
         &self,
         _: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
-        self.0.receive("get_status")?;
+        self.0.receive("get_status").await?;
         match *self.0.status_refusal.lock().expect("refusal lock poisoned") {
             Some(code) => Err(Status::new(code, "refused by the fake dispatcher")),
             None => Ok(Response::new(pb::GetStatusResponse { json: "{}".into() })),
         }
     }
 
+    type WatchLeaderStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::LeaderUpdate, Status>> + Send>,
+    >;
+
+    async fn watch_leader(
+        &self,
+        _: Request<pb::WatchLeaderRequest>,
+    ) -> Result<Response<Self::WatchLeaderStream>, Status> {
+        let replica = &self.0;
+        replica.count("watch_leader");
+        replica.thawed().await;
+        let leader = replica.leader.clone().unwrap_or(replica.addr.clone());
+        let terms = tokio_stream::wrappers::WatchStream::new(replica.term.subscribe());
+        let updates = tokio_stream::StreamExt::map(terms, move |term| {
+            Ok(pb::LeaderUpdate {
+                leader: Some(leader.clone()),
+                term,
+            })
+        });
+        Ok(Response::new(Box::pin(updates)))
+    }
+
     async fn add_node(
         &self,
         _: Request<pb::AddNodeRequest>,
     ) -> Result<Response<pb::AddNodeResponse>, Status> {
-        unimplemented(&self.0, "add_node")
+        unimplemented(&self.0, "add_node").await
     }
 
     async fn remove_node(
         &self,
         _: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
-        unimplemented(&self.0, "remove_node")
+        unimplemented(&self.0, "remove_node").await
     }
 }

@@ -2,7 +2,9 @@
 //! and to each other, so that neither depends on the other.
 //!
 //! Layout:
-//! - `dispatcher_client`: `DispatcherClient`, leader following, retries, request ids.
+//! - `dispatcher_client`: `DispatcherClient`, leader following, retries, hedging, request ids.
+//! - `leader_view`: `LeaderView`, the newest leader the replicas named, shared by callers;
+//!   `leader_watcher`: the `WatchLeader` stream per replica that feeds it.
 //! - `dispatcher_rpcs`: the dispatcher's RPCs as typed methods (`lease_splits`, ...) and their
 //!   argument and result types (`SplitLease`, `JobRequest`, ...).
 //! - `error`: `RpcError`, how a dispatcher call failed.
@@ -24,6 +26,8 @@ pub mod error;
 pub mod fake_dispatcher;
 pub mod ids;
 pub mod invalid_value;
+mod leader_view;
+mod leader_watcher;
 pub mod local_workers;
 pub mod raw_fetch;
 pub mod raw_frame;

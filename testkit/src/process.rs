@@ -1,6 +1,6 @@
 //! Running the real `sluice` binary: spawn a server, wait for its `READY <role> <address>` line
-//! (a dispatcher's ends with `peer=<peer address>`), SIGKILL it, restart it with the same
-//! arguments (less a dispatcher's first-start flags).
+//! (a dispatcher's ends with `peer=<peer address>`), SIGSTOP and SIGCONT it, SIGKILL it,
+//! restart it with the same arguments (less a dispatcher's first-start flags).
 
 use anyhow::Context;
 use std::io::{BufRead, BufReader};
@@ -43,6 +43,27 @@ impl SluiceProcess {
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGSTOP: the process stops answering, its ports still accept connections (a long GC
+    /// or swap pause, a stalled VM).
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.signal("STOP")
+    }
+
+    /// SIGCONT after [`SluiceProcess::pause`].
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.signal("CONT")
+    }
+
+    fn signal(&self, name: &str) -> anyhow::Result<()> {
+        let pid = self.pid().context("the process is not running")?;
+        let status = Command::new("kill")
+            .args(["-s", name, &pid.to_string()])
+            .status()
+            .context("run kill")?;
+        anyhow::ensure!(status.success(), "kill -s {name} {pid} failed");
+        Ok(())
     }
 
     /// SIGKILL, no goodbye.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 /// The flags each kind of process is started with beyond its addresses: none on a plain
 /// cluster, credentials on a secure one.
 #[derive(Default)]
-struct Flags {
+pub(crate) struct Flags {
     dispatcher: Vec<String>,
     /// One list per worker.
     workers: Vec<Vec<String>>,
@@ -20,7 +20,7 @@ struct Flags {
 
 impl Flags {
     /// Two plain workers.
-    fn plain() -> Flags {
+    pub(crate) fn plain() -> Flags {
         Flags {
             workers: vec![Vec::new(), Vec::new()],
             ..Flags::default()
@@ -60,7 +60,7 @@ impl Flags {
 }
 
 /// `sluice <command> --dispatcher <addrs> <args> <flags>`.
-fn sluice_at(command: &[&str], addrs: &str, flags: &[String]) -> (bool, String, String) {
+pub(crate) fn sluice_at(command: &[&str], addrs: &str, flags: &[String]) -> (bool, String, String) {
     let mut args: Vec<&str> = command.to_vec();
     args.extend(["--dispatcher", addrs]);
     args.extend(flags.iter().map(String::as_str));
@@ -78,7 +78,7 @@ fn leader_of(addrs: &str, flags: &Flags) -> Option<u64> {
         .flatten()
 }
 
-fn wait_leader(addrs: &str, flags: &Flags) -> u64 {
+pub(crate) fn wait_leader(addrs: &str, flags: &Flags) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(leader) = leader_of(addrs, flags) {
@@ -123,7 +123,7 @@ fn spawn(args: &[String]) -> SluiceProcess {
 }
 
 /// The voters `sluice status` reports, sorted.
-fn voters(addrs: &str, flags: &Flags) -> Vec<u64> {
+pub(crate) fn voters(addrs: &str, flags: &Flags) -> Vec<u64> {
     let (ok, out, _) = sluice_at(&["status"], addrs, &flags.client);
     let status: serde_json::Value = match ok.then(|| serde_json::from_str(&out)) {
         Some(Ok(status)) => status,
@@ -162,7 +162,10 @@ fn member_addrs(addrs: &str, flags: &Flags) -> Vec<(String, String)> {
 /// replicas 2 and 3 start empty (`--join`) and are added with `sluice admin add-node` at the
 /// peer addresses their READY lines reported. No port is picked before its server binds it.
 /// Returns the replicas and their arguments (each serving at its addresses, for restarts).
-fn three_replicas(data: &std::path::Path, flags: &Flags) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
+pub(crate) fn three_replicas(
+    data: &std::path::Path,
+    flags: &Flags,
+) -> (Vec<SluiceProcess>, Vec<Vec<String>>) {
     let mut nodes = Vec::new();
     let mut args = Vec::new();
     for id in 1..=3u64 {

@@ -10,6 +10,7 @@ mod parse_example;
 mod python_workers;
 mod reading;
 mod security;
+mod silent_leader;
 mod single_dispatcher;
 mod static_sharding;
 mod target_workers;

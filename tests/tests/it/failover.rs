@@ -198,7 +198,10 @@ async fn an_isolated_leader_is_replaced_and_rejoins_after_the_heal() -> anyhow::
 /// A worker's tasks share its requester: a lease of one task that waits on a cut-off leader
 /// still succeeds, exactly once, after another task of the same worker made 200 leases
 /// meanwhile (the requester's watermark keeps the waiting request's outcome; a window of the
-/// last N outcomes would have forgotten it and refused the retry).
+/// last N outcomes would have forgotten it and refused the retry). The worker's client neither
+/// follows the other replicas' news of a newer leader nor gives up on its attempt soon (a long
+/// election timeout): it waits on the leader it chose, a caller slower to move on than the
+/// default one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task(
 ) -> anyhow::Result<()> {
@@ -207,7 +210,14 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
     let cluster = sluice_tests::start_cluster(3, 0).await?;
     let ids: Vec<NodeId> = vec![1, 2, 3];
     let sim = crate::simulated_worker::SimulatedWorker::start(&cluster, 1_000_000, 2).await?;
-    let worker = sim.client.clone();
+    let worker = sluice_rpc::DispatcherClient::with_retry(
+        &sim.client.addrs().join(","),
+        sluice_rpc::RetryConfig {
+            election_timeout: Duration::from_secs(60),
+            follow_newer_leaders: false,
+            ..sluice_rpc::RetryConfig::default()
+        },
+    )?;
     let iterations = [sim.tasks[0].0, sim.tasks[1].0];
     let (delayed_lease, busy_lease) = (sim.lease(0, 0), sim.lease(1, 0));
     // The worker's client now talks to the leader.
