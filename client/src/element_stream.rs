@@ -18,6 +18,7 @@
 use crate::coordinated::{self, CoordinatedConfig};
 use crate::error::ClientError;
 use crate::options::{deletes_task_when_done, reads_task, DistributeOptions};
+use crate::read_metrics::ReadMetrics;
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_dataset::{
     pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder, PythonRunner,
@@ -32,7 +33,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -42,6 +43,8 @@ use tracing::debug;
 pub(crate) struct Delivered {
     pub elements: Elements,
     pub permit: Option<OwnedSemaphorePermit>,
+    /// Their size, for the client metrics (see `client_metrics`).
+    pub bytes: u64,
 }
 
 /// The elements of one delivery, front first: decoded already, or packed as the worker sent
@@ -113,6 +116,10 @@ pub struct ElementStream {
     /// The loop behind the stream (heartbeats, task streams, the release at the end); `close`
     /// waits for it. `None` for a stream over a channel alone (tests).
     driver: Option<tokio::task::JoinHandle<()>>,
+    /// Counts deliveries and waits; nothing per element.
+    metrics: ReadMetrics,
+    /// When the caller began waiting for a delivery, while it waits.
+    stalled_since: Option<Instant>,
 }
 
 /// Permits released at once as the caller takes elements.
@@ -131,6 +138,7 @@ impl ElementStream {
         options: &DistributeOptions,
         local_ops: Vec<dpb::Op>,
         python: Option<Arc<dyn PythonRunner>>,
+        metrics: ReadMetrics,
     ) -> Result<ElementStream, ClientError> {
         let cancel = CancellationToken::new();
         let (tx, rx) = flume::unbounded();
@@ -164,6 +172,7 @@ impl ElementStream {
         };
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(driver);
+        stream.metrics = metrics;
         Ok(stream)
     }
 
@@ -188,6 +197,8 @@ impl ElementStream {
             ended: false,
             cancel,
             driver: None,
+            metrics: ReadMetrics::detached(),
+            stalled_since: None,
         }
     }
 
@@ -213,7 +224,16 @@ impl ElementStream {
             if self.ended {
                 return None;
             }
-            let delivery = self.rx.recv().ok()?;
+            let delivery = match self.rx.try_recv() {
+                Ok(delivery) => delivery,
+                Err(flume::TryRecvError::Disconnected) => return None,
+                Err(flume::TryRecvError::Empty) => {
+                    let since = Instant::now();
+                    let delivery = self.rx.recv().ok()?;
+                    self.metrics.stalled(since.elapsed());
+                    delivery
+                }
+            };
             if let Some(e) = self.accept(delivery) {
                 return Some(Err(e));
             }
@@ -261,8 +281,15 @@ impl ElementStream {
         let waiting = self
             .waiting
             .get_or_insert_with(|| rx.clone().into_recv_async());
-        let delivery = ready!(Pin::new(waiting).poll(cx));
+        let Poll::Ready(delivery) = Pin::new(waiting).poll(cx) else {
+            self.stalled_since.get_or_insert_with(Instant::now);
+            return Poll::Pending;
+        };
         self.waiting = None;
+        // A wait that ends with the epoch's end is not a stall for an element.
+        if let (Some(since), Ok(_)) = (self.stalled_since.take(), &delivery) {
+            self.metrics.stalled(since.elapsed());
+        }
         Poll::Ready(delivery.ok())
     }
 
@@ -312,6 +339,8 @@ impl ElementStream {
     fn accept(&mut self, delivery: Delivery) -> Option<ClientError> {
         match delivery {
             Ok(batch) => {
+                let count = batch.elements.remaining() as u64;
+                self.metrics.delivered(count, batch.bytes);
                 self.current = batch.elements;
                 self.current_permit = batch.permit;
                 self.taken = 0;
@@ -571,6 +600,7 @@ fn run_local_ops(
                 }
                 let delivery = item
                     .map(|e| Delivered {
+                        bytes: e.byte_size() as u64,
                         elements: Elements::one(e),
                         permit: None,
                     })

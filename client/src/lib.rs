@@ -30,16 +30,21 @@
 //! - `coordinated`: coordinated reads, consumers in lockstep rounds over the tasks.
 //! - `read_params`: checks made when an epoch starts (cross-trainer cache, local reads).
 //! - `error`: `ClientError`.
+//! - `client_metrics`: `ClientMetrics`, the process's Prometheus metrics of what readers
+//!   received and how long they waited; `read_metrics`: one epoch's handles on them.
 
+pub mod client_metrics;
 mod coordinated;
 pub mod distribute;
 pub mod element_stream;
 pub mod error;
 pub mod options;
+pub mod read_metrics;
 mod read_params;
 pub mod service_dataset;
 mod task_stream;
 
+pub use client_metrics::ClientMetrics;
 pub use distribute::{
     distribute_datasets_from_function, AutoShardPolicy, DistributeConfig, DistributedDataset,
     DistributedInput, DistributedIterator, InputContext, PerReplica,
