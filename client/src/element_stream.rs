@@ -17,12 +17,11 @@
 
 use crate::coordinated::{self, CoordinatedConfig};
 use crate::error::ClientError;
+use crate::local_ops::run_local_ops;
 use crate::options::{deletes_task_when_done, reads_task, DistributeOptions};
 use crate::read_metrics::ReadMetrics;
 use crate::task_stream::{self, TaskStreamConfig};
-use sluice_dataset::{
-    pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder, PythonRunner,
-};
+use sluice_dataset::{pb as dpb, DatasetError, Element, ExecOptions, PackedDecoder, PythonRunner};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
     ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, LocalWorkers,
@@ -31,7 +30,7 @@ use sluice_rpc::{
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -563,64 +562,6 @@ async fn heartbeat(
         blocked_round: None,
     };
     Ok(client.client_heartbeat(&heartbeat, poll).await?)
-}
-
-/// Runs the ops chained after `distribute` on a blocking thread, between the service's
-/// elements and the caller. A service error ends the local pipeline and is passed on as is.
-fn run_local_ops(
-    input: flume::Receiver<Delivery>,
-    ops: &[dpb::Op],
-    options: &ExecOptions,
-    cancel: CancellationToken,
-) -> Result<flume::Receiver<Delivery>, ClientError> {
-    let service_error: Arc<Mutex<Option<ClientError>>> = Arc::new(Mutex::new(None));
-    let error_slot = service_error.clone();
-    let mut batch = Elements::Decoded(Vec::new().into_iter());
-    let source: ElementIter = Box::new(std::iter::from_fn(move || loop {
-        if let Some(element) = batch.next() {
-            return Some(element);
-        }
-        match input.recv() {
-            Ok(Ok(delivered)) => batch = delivered.elements,
-            Ok(Err(e)) => {
-                *error_slot.lock().expect("error slot lock poisoned") = Some(e);
-                return None;
-            }
-            Err(_) => return None,
-        }
-    }));
-    let mut pipeline = sluice_dataset::apply_ops(source, ops, options)?;
-    let (tx, rx) = flume::bounded(1);
-    std::thread::Builder::new()
-        .name("sluice-local-ops".into())
-        .spawn(move || {
-            for item in pipeline.by_ref() {
-                if cancel.is_cancelled() {
-                    return;
-                }
-                let delivery = item
-                    .map(|e| Delivered {
-                        bytes: e.byte_size() as u64,
-                        elements: Elements::one(e),
-                        permit: None,
-                    })
-                    .map_err(ClientError::from);
-                if tx.send(delivery).is_err() {
-                    return;
-                }
-            }
-            if let Some(e) = service_error
-                .lock()
-                .expect("error slot lock poisoned")
-                .take()
-            {
-                let _ = tx.send(Err(e));
-            }
-        })
-        .map_err(|e| {
-            ClientError::FailedPrecondition(format!("spawn local pipeline thread: {e}"))
-        })?;
-    Ok(rx)
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@
 //!   `target_workers` reads.
 //! - `service_dataset`: `ServiceDataset`, and `DispatcherClientExt` with `distribute` /
 //!   `register_dataset` / `from_dataset_id`.
-//! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh, local ops.
+//! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh.
+//! - `local_ops`: the ops chained after `distribute`, run on a thread of the reader.
 //! - `task_stream`: one task's fetch stream with credit-based flow control.
 //! - `coordinated`: coordinated reads, consumers in lockstep rounds over the tasks.
 //! - `read_params`: checks made when an epoch starts (cross-trainer cache, local reads).
@@ -38,6 +39,7 @@ mod coordinated;
 pub mod distribute;
 pub mod element_stream;
 pub mod error;
+mod local_ops;
 pub mod options;
 pub mod read_metrics;
 mod read_params;
