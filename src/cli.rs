@@ -1,6 +1,7 @@
 //! Argument definitions of the `sluice` CLI, kept stable: tests and the chaos harness drive it.
 
 use anyhow::Context;
+use clap::builder::FalseyValueParser;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -170,9 +171,10 @@ pub struct RemoveNodeArgs {
 
 #[derive(Args, Debug)]
 pub struct DispatcherArgs {
-    /// This replica's id in --peers.
-    #[arg(long, default_value_t = 1)]
-    pub id: u64,
+    /// This replica's id in --peers, or `from-hostname`: the host name's trailing `-N` plus
+    /// one (a StatefulSet pod `NAME-0` is replica 1).
+    #[arg(long, value_name = "N|from-hostname", default_value = "1")]
+    pub id: crate::node_id_arg::NodeIdArg,
     /// Address of the client API, for clients, workers and admins (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
@@ -194,8 +196,8 @@ pub struct DispatcherArgs {
     pub cluster_id: String,
     /// First start of a new quorum: create the journal in a missing or empty --data-dir, and
     /// (on the replica with the lowest id in --peers) initialize the quorum. Harmless on a
-    /// replica that has its journal; never needed on a restart.
-    #[arg(long, conflicts_with = "join")]
+    /// replica that has its journal; never needed on a restart. Also SLUICE_INIT=true.
+    #[arg(long, conflicts_with = "join", env = "SLUICE_INIT", value_parser = FalseyValueParser::new())]
     pub init: bool,
     /// Every replica's peer address: `1=HOST:PEERPORT,2=HOST:PEERPORT,3=HOST:PEERPORT`, the
     /// same on every node. Omit for a one-node dispatcher.
@@ -206,8 +208,9 @@ pub struct DispatcherArgs {
     #[arg(long, default_value = "")]
     pub raft_routes: String,
     /// Join an existing quorum: create an empty journal in a missing or empty --data-dir and
-    /// wait to be added with `sluice admin add-node`.
-    #[arg(long)]
+    /// wait to be added with `sluice admin add-node`. Harmless on a replica that has its
+    /// journal. Also SLUICE_JOIN=true.
+    #[arg(long, env = "SLUICE_JOIN", value_parser = FalseyValueParser::new())]
     pub join: bool,
     /// Raft heartbeat period.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]

@@ -70,15 +70,16 @@ fn stop_on_signal() -> CancellationToken {
 }
 
 pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
+    let id = args.id.resolve()?;
     let peers = DispatcherConfig::parse_peers(&args.peers).map_err(anyhow::Error::msg)?;
     // With a peer list and no --peer-listen, take Raft traffic at this node's entry in it.
-    let peer_listen = match (args.peer_listen, peers.get(&args.id)) {
+    let peer_listen = match (args.peer_listen, peers.get(&id)) {
         (Some(peer_listen), _) => peer_listen,
         (None, Some(peer_addr)) => peer_addr.clone(),
         (None, None) => DispatcherConfig::default().peer_listen,
     };
     let config = DispatcherConfig {
-        id: args.id,
+        id,
         listen: args.listen,
         peer_listen,
         advertise_address: args.advertise_address,

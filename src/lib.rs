@@ -7,8 +7,10 @@
 //! - `cli`: argument definitions (clap), tracing set-up, and the `run` entry point.
 //! - `commands`: `dispatcher`, `worker`, `read`, `register`, `status`, `admin`.
 //! - `demo`: `sluice demo`, the main job on a fresh machine.
+//! - `node_id_arg`: `--id N` or `--id from-hostname` (a StatefulSet pod's ordinal).
 
 pub mod cli;
 pub mod commands;
 pub mod demo;
 pub mod malloc_arenas;
+pub mod node_id_arg;

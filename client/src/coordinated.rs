@@ -119,8 +119,9 @@ pub(crate) async fn run(
                 }
                 match reply? {
                     Reply::Element(bytes) => {
+                        let size = bytes.len() as u64;
                         let element = sluice_dataset::decode_element_bytes(bytes)?;
-                        let delivered = Delivered { elements: Elements::one(element), permit: Some(permit) };
+                        let delivered = Delivered { elements: Elements::one(element), permit: Some(permit), bytes: size };
                         if out.send_async(Ok(delivered)).await.is_err() {
                             return Ok(()); // the consumer went away
                         }

@@ -17,11 +17,11 @@
 
 use crate::coordinated::{self, CoordinatedConfig};
 use crate::error::ClientError;
+use crate::local_ops::run_local_ops;
 use crate::options::{deletes_task_when_done, reads_task, DistributeOptions};
+use crate::read_metrics::ReadMetrics;
 use crate::task_stream::{self, TaskStreamConfig};
-use sluice_dataset::{
-    pb as dpb, DatasetError, Element, ElementIter, ExecOptions, PackedDecoder, PythonRunner,
-};
+use sluice_dataset::{pb as dpb, DatasetError, Element, ExecOptions, PackedDecoder, PythonRunner};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
     ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, LocalWorkers,
@@ -30,9 +30,9 @@ use sluice_rpc::{
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -42,6 +42,8 @@ use tracing::debug;
 pub(crate) struct Delivered {
     pub elements: Elements,
     pub permit: Option<OwnedSemaphorePermit>,
+    /// Their size, for the client metrics (see `client_metrics`).
+    pub bytes: u64,
 }
 
 /// The elements of one delivery, front first: decoded already, or packed as the worker sent
@@ -113,6 +115,10 @@ pub struct ElementStream {
     /// The loop behind the stream (heartbeats, task streams, the release at the end); `close`
     /// waits for it. `None` for a stream over a channel alone (tests).
     driver: Option<tokio::task::JoinHandle<()>>,
+    /// Counts deliveries and waits; nothing per element.
+    metrics: ReadMetrics,
+    /// When the caller began waiting for a delivery, while it waits.
+    stalled_since: Option<Instant>,
 }
 
 /// Permits released at once as the caller takes elements.
@@ -131,6 +137,7 @@ impl ElementStream {
         options: &DistributeOptions,
         local_ops: Vec<dpb::Op>,
         python: Option<Arc<dyn PythonRunner>>,
+        metrics: ReadMetrics,
     ) -> Result<ElementStream, ClientError> {
         let cancel = CancellationToken::new();
         let (tx, rx) = flume::unbounded();
@@ -164,6 +171,7 @@ impl ElementStream {
         };
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(driver);
+        stream.metrics = metrics;
         Ok(stream)
     }
 
@@ -188,6 +196,8 @@ impl ElementStream {
             ended: false,
             cancel,
             driver: None,
+            metrics: ReadMetrics::detached(),
+            stalled_since: None,
         }
     }
 
@@ -213,7 +223,16 @@ impl ElementStream {
             if self.ended {
                 return None;
             }
-            let delivery = self.rx.recv().ok()?;
+            let delivery = match self.rx.try_recv() {
+                Ok(delivery) => delivery,
+                Err(flume::TryRecvError::Disconnected) => return None,
+                Err(flume::TryRecvError::Empty) => {
+                    let since = Instant::now();
+                    let delivery = self.rx.recv().ok()?;
+                    self.metrics.stalled(since.elapsed());
+                    delivery
+                }
+            };
             if let Some(e) = self.accept(delivery) {
                 return Some(Err(e));
             }
@@ -261,8 +280,15 @@ impl ElementStream {
         let waiting = self
             .waiting
             .get_or_insert_with(|| rx.clone().into_recv_async());
-        let delivery = ready!(Pin::new(waiting).poll(cx));
+        let Poll::Ready(delivery) = Pin::new(waiting).poll(cx) else {
+            self.stalled_since.get_or_insert_with(Instant::now);
+            return Poll::Pending;
+        };
         self.waiting = None;
+        // A wait that ends with the epoch's end is not a stall for an element.
+        if let (Some(since), Ok(_)) = (self.stalled_since.take(), &delivery) {
+            self.metrics.stalled(since.elapsed());
+        }
         Poll::Ready(delivery.ok())
     }
 
@@ -312,6 +338,8 @@ impl ElementStream {
     fn accept(&mut self, delivery: Delivery) -> Option<ClientError> {
         match delivery {
             Ok(batch) => {
+                let count = batch.elements.remaining() as u64;
+                self.metrics.delivered(count, batch.bytes);
                 self.current = batch.elements;
                 self.current_permit = batch.permit;
                 self.taken = 0;
@@ -534,63 +562,6 @@ async fn heartbeat(
         blocked_round: None,
     };
     Ok(client.client_heartbeat(&heartbeat, poll).await?)
-}
-
-/// Runs the ops chained after `distribute` on a blocking thread, between the service's
-/// elements and the caller. A service error ends the local pipeline and is passed on as is.
-fn run_local_ops(
-    input: flume::Receiver<Delivery>,
-    ops: &[dpb::Op],
-    options: &ExecOptions,
-    cancel: CancellationToken,
-) -> Result<flume::Receiver<Delivery>, ClientError> {
-    let service_error: Arc<Mutex<Option<ClientError>>> = Arc::new(Mutex::new(None));
-    let error_slot = service_error.clone();
-    let mut batch = Elements::Decoded(Vec::new().into_iter());
-    let source: ElementIter = Box::new(std::iter::from_fn(move || loop {
-        if let Some(element) = batch.next() {
-            return Some(element);
-        }
-        match input.recv() {
-            Ok(Ok(delivered)) => batch = delivered.elements,
-            Ok(Err(e)) => {
-                *error_slot.lock().expect("error slot lock poisoned") = Some(e);
-                return None;
-            }
-            Err(_) => return None,
-        }
-    }));
-    let mut pipeline = sluice_dataset::apply_ops(source, ops, options)?;
-    let (tx, rx) = flume::bounded(1);
-    std::thread::Builder::new()
-        .name("sluice-local-ops".into())
-        .spawn(move || {
-            for item in pipeline.by_ref() {
-                if cancel.is_cancelled() {
-                    return;
-                }
-                let delivery = item
-                    .map(|e| Delivered {
-                        elements: Elements::one(e),
-                        permit: None,
-                    })
-                    .map_err(ClientError::from);
-                if tx.send(delivery).is_err() {
-                    return;
-                }
-            }
-            if let Some(e) = service_error
-                .lock()
-                .expect("error slot lock poisoned")
-                .take()
-            {
-                let _ = tx.send(Err(e));
-            }
-        })
-        .map_err(|e| {
-            ClientError::FailedPrecondition(format!("spawn local pipeline thread: {e}"))
-        })?;
-    Ok(rx)
 }
 
 #[cfg(test)]

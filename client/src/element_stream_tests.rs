@@ -16,6 +16,7 @@ fn delivered(elements: Elements) -> Delivery {
     Ok(Delivered {
         elements,
         permit: None,
+        bytes: 0,
     })
 }
 
@@ -67,6 +68,7 @@ async fn a_batch_gives_its_permits_back_with_its_last_element() {
     tx.send(Ok(Delivered {
         elements: Elements::one(scalar(1)),
         permit: Some(permit),
+        bytes: 0,
     }))
     .unwrap();
     let mut epoch = stream(rx);
@@ -89,6 +91,7 @@ async fn a_batch_gives_its_permits_back_with_its_last_element() {
     tx.send(Ok(Delivered {
         elements: Elements::Packed(run.finish().into_decoder()),
         permit: Some(permit),
+        bytes: 0,
     }))
     .unwrap();
     for v in 0..n {
@@ -194,4 +197,51 @@ async fn python_ops_after_distribute_run_with_the_given_runner_and_keep_its_exce
         refused.err(),
         Some(ClientError::Dataset(e)) if matches!(*e, DatasetError::PythonRuntime(_))
     ));
+}
+
+#[tokio::test]
+async fn an_epoch_counts_its_deliveries_and_the_waits_that_ended_in_one() {
+    let dataset = "an_epoch_counts_its_deliveries";
+    let (tx, rx) = flume::unbounded();
+    let mut epoch = stream(rx);
+    epoch.metrics = crate::ClientMetrics::global().for_read(dataset, Some("train"));
+    // A wait: polled with nothing delivered, then a delivery of three elements.
+    assert!(epoch.next().now_or_never().is_none());
+    let mut run = PackedBuilder::default();
+    for v in 0..3 {
+        run.push(&scalar(v), Compression::None);
+    }
+    let packed = run.finish();
+    let bytes = packed.byte_len() as u64;
+    tx.send(Ok(Delivered {
+        elements: Elements::Packed(packed.into_decoder()),
+        permit: None,
+        bytes,
+    }))
+    .unwrap();
+    for v in 0..3 {
+        assert_eq!(epoch.next().await.unwrap().unwrap(), scalar(v));
+    }
+    // Buffered already: no wait. Then the blocking path waits for one.
+    tx.send(delivered(Elements::one(scalar(3)))).unwrap();
+    assert_eq!(epoch.next_blocking().unwrap().unwrap(), scalar(3));
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        tx.send(delivered(Elements::one(scalar(4)))).unwrap();
+    });
+    assert_eq!(epoch.next_blocking().unwrap().unwrap(), scalar(4));
+    sender.join().unwrap();
+    // The end of the epoch is not a stall.
+    assert!(epoch.next().await.is_none());
+
+    assert_eq!(epoch.metrics.elements(), 5);
+    assert_eq!(epoch.metrics.bytes(), bytes);
+    let text = crate::ClientMetrics::global().encode_text();
+    let series = format!(r#"{{dataset="{dataset}",job="train"}}"#);
+    for line in [
+        format!("sluice_client_received_elements_total{series} 5"),
+        format!("sluice_client_stall_seconds_count{series} 2"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
 }

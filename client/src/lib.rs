@@ -25,21 +25,28 @@
 //!   `target_workers` reads.
 //! - `service_dataset`: `ServiceDataset`, and `DispatcherClientExt` with `distribute` /
 //!   `register_dataset` / `from_dataset_id`.
-//! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh, local ops.
+//! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh.
+//! - `local_ops`: the ops chained after `distribute`, run on a thread of the reader.
 //! - `task_stream`: one task's fetch stream with credit-based flow control.
 //! - `coordinated`: coordinated reads, consumers in lockstep rounds over the tasks.
 //! - `read_params`: checks made when an epoch starts (cross-trainer cache, local reads).
 //! - `error`: `ClientError`.
+//! - `client_metrics`: `ClientMetrics`, the process's Prometheus metrics of what readers
+//!   received and how long they waited; `read_metrics`: one epoch's handles on them.
 
+pub mod client_metrics;
 mod coordinated;
 pub mod distribute;
 pub mod element_stream;
 pub mod error;
+mod local_ops;
 pub mod options;
+pub mod read_metrics;
 mod read_params;
 pub mod service_dataset;
 mod task_stream;
 
+pub use client_metrics::ClientMetrics;
 pub use distribute::{
     distribute_datasets_from_function, AutoShardPolicy, DistributeConfig, DistributedDataset,
     DistributedInput, DistributedIterator, InputContext, PerReplica,

@@ -8,6 +8,7 @@
 //! `DispatcherClient` through [`DispatcherClientExt`]: what the client library adds to the
 //! dispatcher's RPCs (definitions checked and expanded here, element specs, job namespaces).
 
+use crate::client_metrics::ClientMetrics;
 use crate::element_stream::ElementStream;
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, RegisterOptions};
@@ -157,6 +158,7 @@ impl ServiceDataset {
             &self.options,
             self.local_ops.clone(),
             self.python.clone(),
+            ClientMetrics::global().for_read(&self.dataset_id, self.options.job_name.as_deref()),
         )
     }
 }

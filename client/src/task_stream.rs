@@ -352,6 +352,7 @@ async fn fetch(
             if !elements.is_empty() {
                 // Decoded as the caller takes them (see `Elements`).
                 let delivered = Delivered {
+                    bytes: elements.byte_len() as u64,
                     elements: Elements::Packed(elements.into_decoder()),
                     permit: Some(permit),
                 };

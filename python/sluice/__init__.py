@@ -20,7 +20,7 @@ Errors are :mod:`sluice.errors` exceptions, under :class:`sluice.errors.OpError`
 
 from __future__ import annotations
 
-from sluice import data, errors, io
+from sluice import data, errors, io, metrics
 from sluice.server import (
     DispatcherConfig,
     DispatchServer,
@@ -66,6 +66,7 @@ __all__ = [
     "from_dataset_id",
     "io",
     "make_credentials",
+    "metrics",
     "register_dataset",
     "remove_node",
 ]

@@ -12,6 +12,7 @@
 //! - `convert`: elements to numpy and Python values, numpy to tensors, element specs.
 //! - `executor_codec`: elements to and from a Python executor's frames (`sluice._executor`).
 //! - `distribute`: tf.distribute's input side, `DistributedDataset`, its iterator, `InputContext`.
+//! - `metrics`: the client metrics' text (`sluice.metrics`).
 //! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB), `serialize_example` (a `tf.train.Example`) and
 //!   `encode_jpeg` (for the image benchmark).
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
@@ -27,6 +28,7 @@ mod errors;
 mod executor_codec;
 mod in_process;
 mod io;
+mod metrics;
 mod pipeline;
 mod runtime;
 mod servers;
@@ -56,5 +58,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(service::remove_node, m)?)?;
     m.add_function(wrap_pyfunction!(service::status, m)?)?;
     m.add_function(wrap_pyfunction!(servers::make_credentials, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::client_metrics_text, m)?)?;
     Ok(())
 }

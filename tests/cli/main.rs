@@ -4,6 +4,7 @@
 mod bad_input;
 mod data_dir_identity;
 mod data_roots;
+mod deploy_manifests;
 mod failover;
 mod memory;
 mod parse_example;
