@@ -16,11 +16,11 @@
 
 use crate::client_addr_announcer::ClientAddrAnnouncer;
 use crate::config::DispatcherConfig;
+use crate::dispatcher_ops::OpsSetup;
 use crate::error::DispatcherError;
 use crate::grpc_servers::{self, ServerTask};
 use crate::ids::NodeId;
 use crate::liveness::Liveness;
-use crate::proposer::ProposerHandle;
 use crate::raft_error::raft_error;
 use crate::raft_network::PeerNetwork;
 use crate::raft_runtime::RaftRuntime;
@@ -51,6 +51,8 @@ pub struct DispatcherHandle {
     state: StateHandle,
     shutdown: CancellationToken,
     servers: [ServerTask; 2],
+    /// The metrics listener (`--metrics-listen`), if any.
+    ops: Option<sluice_ops::OpsServer>,
     /// Where Raft and the peer listener run (see `raft_runtime`).
     raft_runtime: RaftRuntime,
 }
@@ -122,6 +124,10 @@ impl DispatcherHandle {
         let journal =
             Journal::open(&config.data_dir, &identity, if_missing).map_err(data_dir_refused)?;
         let log_store = journal.log_store::<TypeConfig>();
+        let ops_log = log_store.clone();
+        let ops = OpsSetup::bind(config.metrics_listen.as_deref())
+            .await
+            .map_err(|e| DispatcherError::Startup(e.to_string()))?;
         let state_machine = journal.state_machine::<TypeConfig, DispatcherState>()?;
         let state = state_machine.handle();
 
@@ -159,7 +165,7 @@ impl DispatcherHandle {
             .await?
             .map_err(raft_error)?;
 
-        let proposer = ProposerHandle::spawn(raft.clone());
+        let proposer = ops.proposer(&raft);
         let liveness = Arc::new(Liveness::default());
         let service = DispatcherService::new(
             &config,
@@ -193,6 +199,7 @@ impl DispatcherHandle {
                 config.client_message_limit(),
                 client_tls,
                 authenticator.clone(),
+                ops.rpc_layer(),
                 shutdown.clone(),
             ),
             raft_runtime.enter(|| {
@@ -202,10 +209,15 @@ impl DispatcherHandle {
                     config.peer_message_limit(),
                     peer_tls,
                     authenticator,
+                    ops.rpc_layer(),
                     shutdown.clone(),
                 )
             }),
         ];
+
+        let ops = ops
+            .serve(raft.clone(), state.clone(), ops_log, shutdown.clone())
+            .map_err(|e| DispatcherError::Startup(e.to_string()))?;
 
         let peers = if config.peers.is_empty() {
             BTreeMap::from([(config.id, peer_addr.to_string())])
@@ -233,6 +245,7 @@ impl DispatcherHandle {
             state,
             shutdown,
             servers,
+            ops,
             raft_runtime,
         })
     }
@@ -249,6 +262,11 @@ impl DispatcherHandle {
     /// The Raft peer listener's address (the `RaftPeer` service).
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr
+    }
+
+    /// The metrics listener's address (`--metrics-listen`), if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.ops.as_ref().map(|ops| ops.addr())
     }
 
     pub fn raft(&self) -> &Raft {
@@ -283,6 +301,9 @@ impl DispatcherHandle {
         }
         for server in self.servers {
             let _ = server.await;
+        }
+        if let Some(ops) = self.ops {
+            ops.join().await;
         }
         self.raft_runtime.shutdown().await;
     }

@@ -18,6 +18,7 @@
 
 use crate::raft_service::RaftPeerService;
 use crate::service::DispatcherService;
+use sluice_ops::RpcMetricsLayer;
 use sluice_proto::dispatcher::dispatcher_server::DispatcherServer;
 use sluice_proto::raft::raft_peer_server::RaftPeerServer;
 use sluice_security::{incoming, Authenticator};
@@ -36,40 +37,44 @@ const MIN_REPLY_BYTES: usize = 256 * 1024 * 1024;
 pub type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// Serves the client API (the `Dispatcher` service only) on `listener`, decoding requests of
-/// up to `max_message_bytes`.
+/// up to `max_message_bytes`, each call measured by `rpc`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_client_api(
     listener: TcpListener,
     service: DispatcherService,
     max_message_bytes: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
     authenticator: Authenticator,
+    rpc: RpcMetricsLayer,
     shutdown: CancellationToken,
 ) -> ServerTask {
     let service = DispatcherServer::new(service)
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes.max(MIN_REPLY_BYTES));
     let service = InterceptedService::new(service, authenticator.interceptor());
-    let router = Server::builder().add_service(service);
+    let router = Server::builder().layer(rpc).add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
     )
 }
 
 /// Serves the Raft peer service (only) on `listener`, decoding requests of up to
-/// `max_message_bytes`.
+/// `max_message_bytes`, each call measured by `rpc`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_peers(
     listener: TcpListener,
     service: RaftPeerService,
     max_message_bytes: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
     authenticator: Authenticator,
+    rpc: RpcMetricsLayer,
     shutdown: CancellationToken,
 ) -> ServerTask {
     let service = RaftPeerServer::new(service)
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes);
     let service = InterceptedService::new(service, authenticator.interceptor());
-    let router = Server::builder().add_service(service);
+    let router = Server::builder().layer(rpc).add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
     )

@@ -123,7 +123,9 @@ fn split_labels(text: &str) -> Result<Vec<(String, String)>, String> {
         }
         let end = end.ok_or_else(|| format!("label {key:?} has no closing quote"))?;
         pairs.push((key.to_string(), value));
-        rest = after[end + 1..].strip_prefix(',').unwrap_or(&after[end + 1..]);
+        rest = after[end + 1..]
+            .strip_prefix(',')
+            .unwrap_or(&after[end + 1..]);
     }
     Ok(pairs)
 }

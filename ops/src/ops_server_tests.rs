@@ -32,7 +32,9 @@ impl OpsNode for FakeNode {
 
 /// One `GET path` over a fresh connection; (status code, body).
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects");
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
     let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("writes");
     let mut response = String::new();
@@ -63,7 +65,12 @@ async fn each_route_answers_and_the_listener_ends_with_its_token() {
     let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
     let samples = crate::exposition::parse(&body).expect("parses");
-    assert!(samples.iter().any(|s| s.name == "sluice_test_things" && s.value == 7.0), "{body}");
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.name == "sluice_test_things" && s.value == 7.0),
+        "{body}"
+    );
     assert_eq!(get(addr, "/live").await, (200, "live\n".into()));
     assert_eq!(
         get(addr, "/ready").await,
@@ -77,5 +84,8 @@ async fn each_route_answers_and_the_listener_ends_with_its_token() {
 
     shutdown.cancel();
     server.join().await;
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "closed");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "closed"
+    );
 }
