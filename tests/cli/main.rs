@@ -6,6 +6,7 @@ mod data_dir_identity;
 mod data_roots;
 mod failover;
 mod memory;
+mod observability;
 mod parse_example;
 mod python_workers;
 mod reading;
