@@ -12,6 +12,7 @@
 //! - `cluster`: `Cluster`, a dispatcher quorum and workers as child processes; the leader; RSS.
 //! - `epoch`: reading one epoch and timing it (the client side of every workload).
 //! - `workloads`: the workloads, one function each.
+//! - `metrics_overhead`: the same epoch with metrics listeners (scraped) and without.
 //! - `sweep`: `--plot`, throughput against element size as an SVG.
 //! - `report`: `Report`, the printed rows and the JSON object.
 //! - `scale`, `soak`: the dispatcher under a fleet of simulated workers and clients, and after
@@ -23,6 +24,7 @@ mod epoch;
 mod fleet;
 mod fleet_stats;
 mod leader_probe;
+mod metrics_overhead;
 mod report;
 mod scale;
 mod soak;
@@ -58,8 +60,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, failover, scale. All but scale by default (scale takes minutes and
-    /// both cores: it runs only when named).
+    /// latency, dynamic, failover, scale, metrics. All but scale and metrics by default (scale
+    /// takes minutes and both cores, metrics ten epochs: they run only when named).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Scale: simulated workers, heartbeating at the worker's defaults.
@@ -97,12 +99,13 @@ pub struct BenchArgs {
 }
 
 /// The workloads `--only` can name, in the order they run.
-const WORKLOADS: [&str; 9] = [
+const WORKLOADS: [&str; 10] = [
     "local", "tiny2w", "tiny1w", "batched", "large", "latency", "dynamic", "failover", "scale",
+    "metrics",
 ];
 
 /// Workloads that run only when named.
-const ONLY_WHEN_NAMED: [&str; 1] = ["scale"];
+const ONLY_WHEN_NAMED: [&str; 2] = ["scale", "metrics"];
 
 /// One pass of the networked workloads `args` selects, on clusters with `creds` (TLS and
 /// tokens) or without.
@@ -152,6 +155,9 @@ async fn run_pass(
         if want("failover") {
             workloads::failover(&mut cluster, &client, report).await?;
         }
+    }
+    if want("metrics") && creds.is_none() {
+        metrics_overhead::run(sluice, n, report).await?;
     }
     if want("scale") {
         let cluster = Cluster::start(sluice, 3, 0, creds)?;

@@ -286,7 +286,10 @@ fn a_real_prometheus_scrapes_three_replicas_and_two_workers_during_an_epoch() {
 
     let up = |job: &'static str, n: usize| {
         move |series: &[(serde_json::Value, f64)]| {
-            series.len() == n && series.iter().all(|(labels, v)| labels["job"] == job && *v == 1.0)
+            series.len() == n
+                && series
+                    .iter()
+                    .all(|(labels, v)| labels["job"] == job && *v == 1.0)
         }
     };
     prometheus.wait_for("up{job=\"dispatchers\"}", up("dispatchers", 3));
@@ -306,9 +309,10 @@ fn a_real_prometheus_scrapes_three_replicas_and_two_workers_during_an_epoch() {
     prometheus.wait_for("sum(sluice_splits_leased_total)", |series| {
         series.first().is_some_and(|(_, v)| *v > 0.0)
     });
-    prometheus.wait_for("sluice_rpc_requests_total{method=\"WorkerHeartbeat\"}", |series| {
-        !series.is_empty()
-    });
+    prometheus.wait_for(
+        "sluice_rpc_requests_total{method=\"WorkerHeartbeat\"}",
+        |series| !series.is_empty(),
+    );
 }
 
 /// Where test artifacts (screenshots) go: `target/test-artifacts/`.
@@ -360,7 +364,9 @@ fn the_status_page_in_headless_chromium_shows_the_three_members_and_the_running_
         let start = dom
             .find(&format!("id=\"{id}\""))
             .unwrap_or_else(|| panic!("no #{id} in the page: {dom}"));
-        let end = dom[start..].find("</table>").map_or(dom.len(), |e| start + e);
+        let end = dom[start..]
+            .find("</table>")
+            .map_or(dom.len(), |e| start + e);
         dom[start..end].to_string()
     };
     let members = section("members");

@@ -296,7 +296,8 @@ fn run_pipeline(
     loop {
         // Borrowed where the executor put it: moving a 64-byte element out of its `Option` and
         // `Result` cost as much as encoding a tiny one (a store-forwarding stall per move).
-        let started = clock.as_ref().map(|_| std::time::Instant::now());
+        let timed = clock.as_mut().is_some_and(|clock| clock.due());
+        let started = timed.then(std::time::Instant::now);
         let next = elements.next();
         if let (Some(clock), Some(started)) = (clock.as_mut(), started) {
             clock.add(started.elapsed());
