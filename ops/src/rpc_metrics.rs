@@ -149,7 +149,7 @@ fn code_name(code: &str) -> &'static str {
     }
 }
 
-/// The layer: with `None` (metrics off) calls pass through untouched.
+/// The layer: with `None` (metrics off) calls pass through unmeasured (no clock, no labels).
 #[derive(Clone, Default)]
 pub struct RpcMetricsLayer(Option<Arc<RpcMetrics>>);
 
