@@ -216,7 +216,13 @@ impl DispatcherHandle {
         ];
 
         let ops = ops
-            .serve(raft.clone(), state.clone(), ops_log, shutdown.clone())
+            .serve(
+                raft.clone(),
+                state.clone(),
+                ops_log,
+                config.election_timeout.1,
+                shutdown.clone(),
+            )
             .map_err(|e| DispatcherError::Startup(e.to_string()))?;
 
         let peers = if config.peers.is_empty() {

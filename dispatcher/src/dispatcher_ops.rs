@@ -1,7 +1,9 @@
 //! `DispatcherOps`: what a replica serves on its metrics listener (`--metrics-listen`): its
 //! metrics, its readiness, and the status page with its data.
 //!
-//! Readiness ("serving"): the leader serves; a follower serves when it knows a current leader
+//! Readiness ("serving"): the leader serves while a quorum acknowledged it within the quorum
+//! lease (the longest election timeout: past it, a new leader may be serving elsewhere); a
+//! follower serves when it knows a current leader
 //! and has applied every entry it knows committed (its journal's commit index), so a load
 //! balancer or a Kubernetes readiness probe sends nobody to a replica that is electing or
 //! catching up. Anything else is not serving, with the reason.
@@ -24,6 +26,7 @@ use sluice_journal::LogStore;
 use sluice_ops::prometheus_client::registry::Registry;
 use sluice_ops::{BoxFuture, OpsError, OpsNode, OpsServer, RpcMetrics, RpcMetricsLayer};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -84,6 +87,7 @@ impl OpsSetup {
         raft: Raft,
         state: StateHandle,
         log: LogStore<TypeConfig>,
+        quorum_lease: Duration,
         shutdown: CancellationToken,
     ) -> Result<Option<OpsServer>, OpsError> {
         let (Some(listener), Some(metrics)) = (self.listener, self.metrics) else {
@@ -95,6 +99,7 @@ impl OpsSetup {
             raft,
             state,
             log,
+            quorum_lease,
         };
         OpsServer::serve(listener, Arc::new(node), shutdown).map(Some)
     }
@@ -107,6 +112,8 @@ pub struct DispatcherOps {
     state: StateHandle,
     /// A clone of the journal's log store: the commit index is read from it.
     log: LogStore<TypeConfig>,
+    /// How long a leader serves without a quorum's acknowledgement.
+    quorum_lease: Duration,
 }
 
 impl DispatcherOps {
@@ -126,7 +133,12 @@ impl DispatcherOps {
             return Err(format!("raft stopped: {e}"));
         }
         if metrics.state == ServerState::Leader {
-            return Ok(());
+            return match metrics.millis_since_quorum_ack {
+                Some(ms) if Duration::from_millis(ms) > self.quorum_lease => Err(format!(
+                    "leader without a quorum: none acknowledged it for {ms} ms"
+                )),
+                _ => Ok(()),
+            };
         }
         let Some(leader) = metrics.current_leader else {
             return Err(format!(

@@ -163,6 +163,29 @@ async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_ep
     };
     assert!(reason.contains("no known leader"), "{reason}");
     cluster.heal();
+
+    info!("--- an isolated leader stops serving too");
+    cluster
+        .wait_caught_up(follower, Duration::from_secs(20))
+        .await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let leader_ops = cluster
+        .replica(leader)
+        .and_then(|r| r.metrics_addr())
+        .expect("metrics")
+        .to_string();
+    cluster.isolate(leader);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match get_async(&leader_ops, "/ready").await? {
+            (503, _) => break,
+            _ if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("the isolated leader still serves after 20 s")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    cluster.heal();
     cluster.shutdown().await;
     Ok(())
 }
