@@ -250,6 +250,10 @@ pub struct DispatcherArgs {
     /// source is refused.
     #[arg(long = "data-root", value_name = "DIR")]
     pub data_roots: Vec<PathBuf>,
+    /// Serve `/metrics` (Prometheus), `/live`, `/ready` and the status page (`/`) over plain HTTP at
+    /// HOST:PORT (port 0: any free port; the READY line then names it as `metrics=HOST:PORT`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 /// A duration that may be absent (`never`); an alias, so clap does not take the argument for an
@@ -311,6 +315,10 @@ pub struct WorkerArgs {
     /// records them).
     #[arg(long, hide = true)]
     pub print_leases: bool,
+    /// Serve `/metrics` (Prometheus), `/live`, `/ready` over plain HTTP at
+    /// HOST:PORT (port 0: any free port; the READY line then names it as `metrics=HOST:PORT`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 /// `FIRST,MAX`: two positive split counts, the first at most the second.

@@ -20,8 +20,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Prints the one `READY <role> <address> [extra]` line tests and harnesses wait for; the third
-/// field is always the address clients use (`extra` follows it, e.g. a dispatcher's
-/// `peer=HOST:PORT`).
+/// field is always the address clients use (`extra` follows it: a dispatcher's
+/// `peer=HOST:PORT`, then `metrics=HOST:PORT` on a node with a metrics listener).
 fn ready(role: &str, addr: std::net::SocketAddr, extra: Option<String>) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match extra {
@@ -101,14 +101,15 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         security: args.security.load()?,
         data_roots: args.data_roots,
         max_definition_size: args.max_definition_size,
+        metrics_listen: args.metrics_listen,
         ..DispatcherConfig::default()
     };
     let handle = DispatcherHandle::start(config).await?;
-    ready(
-        "dispatcher",
-        handle.addr(),
-        Some(format!("peer={}", handle.peer_addr())),
-    )?;
+    let mut extra = format!("peer={}", handle.peer_addr());
+    if let Some(metrics) = handle.metrics_addr() {
+        extra.push_str(&format!(" metrics={metrics}"));
+    }
+    ready("dispatcher", handle.addr(), Some(extra))?;
     handle.run_until(stop_on_signal()).await?;
     Ok(())
 }
@@ -133,10 +134,12 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         }),
         split_lease: args.split_lease.unwrap_or(defaults.split_lease),
         lease_observer: args.print_leases.then(lease_printer),
+        metrics_listen: args.metrics_listen,
         ..defaults
     };
     let handle = WorkerHandle::start(config).await?;
-    ready("worker", handle.addr(), None)?;
+    let extra = handle.metrics_addr().map(|m| format!("metrics={m}"));
+    ready("worker", handle.addr(), extra)?;
     handle.run_until(stop_on_signal()).await;
     Ok(())
 }

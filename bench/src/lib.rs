@@ -14,6 +14,7 @@
 //! - `workloads`: the workloads, one function each.
 //! - `leader_fault`: the leader SIGSTOPped or cut off mid-epoch (`pause_stall_ms`,
 //!   `partition_stall_ms`, ...).
+//! - `metrics_overhead`: the same epoch with metrics listeners (scraped) and without.
 //! - `sweep`: `--plot`, throughput against element size as an SVG.
 //! - `report`: `Report`, the printed rows and the JSON object.
 //! - `scale`, `soak`: the dispatcher under a fleet of simulated workers and clients, and after
@@ -26,6 +27,7 @@ mod fleet;
 mod fleet_stats;
 mod leader_fault;
 mod leader_probe;
+mod metrics_overhead;
 mod report;
 mod scale;
 mod soak;
@@ -62,8 +64,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, pause, partition, failover, scale. All but scale by default (scale takes minutes and
-    /// both cores: it runs only when named).
+    /// latency, dynamic, pause, partition, failover, scale, metrics. All but scale and metrics by
+    /// default (scale takes minutes and both cores, metrics ten epochs: they run only when named).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Scale: simulated workers, heartbeating at the worker's defaults.
@@ -101,7 +103,7 @@ pub struct BenchArgs {
 }
 
 /// The workloads `--only` can name, in the order they run.
-const WORKLOADS: [&str; 11] = [
+const WORKLOADS: [&str; 12] = [
     "local",
     "tiny2w",
     "tiny1w",
@@ -113,10 +115,11 @@ const WORKLOADS: [&str; 11] = [
     "partition",
     "failover",
     "scale",
+    "metrics",
 ];
 
 /// Workloads that run only when named.
-const ONLY_WHEN_NAMED: [&str; 1] = ["scale"];
+const ONLY_WHEN_NAMED: [&str; 2] = ["scale", "metrics"];
 
 /// One pass of the networked workloads `args` selects, on clusters with `creds` (TLS and
 /// tokens) or without.
@@ -176,6 +179,9 @@ async fn run_pass(
         let client = cluster.client()?;
         warm_up(&client, ShardingPolicy::Dynamic).await?;
         leader_fault(&cluster, &client, LeaderFault::Partition, report).await?;
+    }
+    if want("metrics") && creds.is_none() {
+        metrics_overhead::run(sluice, n, report).await?;
     }
     if want("scale") {
         let cluster = Cluster::start(sluice, 3, 0, creds)?;

@@ -20,6 +20,14 @@ impl Report {
             .insert(key, json!((value * 10.0).round() / 10.0));
     }
 
+    /// Like [`Report::put`] for a ratio near 1, kept to three decimals (one would hide it).
+    pub(crate) fn put_ratio(&mut self, key: &str, value: f64) {
+        let key = format!("{key}{}", self.suffix);
+        println!("{key:<28} {value:>14.3}");
+        self.figures
+            .insert(key, json!((value * 1000.0).round() / 1000.0));
+    }
+
     /// Suffixes the keys of every figure put from now on.
     pub(crate) fn set_suffix(&mut self, suffix: &str) {
         self.suffix = suffix.to_string();

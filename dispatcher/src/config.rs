@@ -87,6 +87,9 @@ pub struct DispatcherConfig {
     /// needs a longer heartbeat. Every replica must run with the same value: it also sets how
     /// large a Raft message the peers accept.
     pub max_definition_size: u64,
+    /// Where the operations listener serves `/metrics`, `/live`, `/ready` and the status page
+    /// (plain HTTP, read-only); port 0 binds a free port. `None`: no such listener.
+    pub metrics_listen: Option<String>,
 }
 
 /// The default of [`DispatcherConfig::max_definition_size`].
@@ -130,6 +133,7 @@ impl Default for DispatcherConfig {
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
             max_definition_size: DEFAULT_MAX_DEFINITION_SIZE,
+            metrics_listen: None,
         }
     }
 }
@@ -174,6 +178,11 @@ impl DispatcherConfig {
         if let Some(advertised) = &self.advertise_address {
             if !is_host_port(advertised) {
                 return Err(format!("advertise address '{advertised}' is not HOST:PORT"));
+            }
+        }
+        if let Some(listen) = &self.metrics_listen {
+            if !is_host_port(listen) {
+                return Err(format!("--metrics-listen '{listen}' is not HOST:PORT"));
             }
         }
         if self.snapshot_logs_since_last == 0 {

@@ -16,12 +16,12 @@
 
 use crate::client_addr_announcer::ClientAddrAnnouncer;
 use crate::config::DispatcherConfig;
+use crate::dispatcher_ops::OpsSetup;
 use crate::error::DispatcherError;
 use crate::grpc_servers::{self, ServerTask};
 use crate::ids::NodeId;
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
-use crate::proposer::ProposerHandle;
 use crate::raft_error::raft_error;
 use crate::raft_network::PeerNetwork;
 use crate::raft_runtime::RaftRuntime;
@@ -52,6 +52,8 @@ pub struct DispatcherHandle {
     state: StateHandle,
     shutdown: CancellationToken,
     servers: [ServerTask; 2],
+    /// The metrics listener (`--metrics-listen`), if any.
+    ops: Option<sluice_ops::OpsServer>,
     /// Where Raft and the peer listener run (see `raft_runtime`).
     raft_runtime: RaftRuntime,
 }
@@ -123,6 +125,10 @@ impl DispatcherHandle {
         let journal =
             Journal::open(&config.data_dir, &identity, if_missing).map_err(data_dir_refused)?;
         let log_store = journal.log_store::<TypeConfig>();
+        let ops_log = log_store.clone();
+        let ops = OpsSetup::bind(config.metrics_listen.as_deref())
+            .await
+            .map_err(|e| DispatcherError::Startup(e.to_string()))?;
         let state_machine = journal.state_machine::<TypeConfig, DispatcherState>()?;
         let state = state_machine.handle();
 
@@ -160,7 +166,7 @@ impl DispatcherHandle {
             .await?
             .map_err(raft_error)?;
 
-        let proposer = ProposerHandle::spawn(raft.clone());
+        let proposer = ops.proposer(&raft);
         let liveness = Arc::new(Liveness::default());
         let shutdown = CancellationToken::new();
         let service = DispatcherService::new(
@@ -195,6 +201,7 @@ impl DispatcherHandle {
                 config.client_message_limit(),
                 client_tls,
                 authenticator.clone(),
+                ops.rpc_layer(),
                 shutdown.clone(),
             ),
             raft_runtime.enter(|| {
@@ -204,10 +211,21 @@ impl DispatcherHandle {
                     config.peer_message_limit(),
                     peer_tls,
                     authenticator,
+                    ops.rpc_layer(),
                     shutdown.clone(),
                 )
             }),
         ];
+
+        let ops = ops
+            .serve(
+                raft.clone(),
+                state.clone(),
+                ops_log,
+                config.election_timeout.1,
+                shutdown.clone(),
+            )
+            .map_err(|e| DispatcherError::Startup(e.to_string()))?;
 
         let peers = if config.peers.is_empty() {
             BTreeMap::from([(config.id, peer_addr.to_string())])
@@ -235,6 +253,7 @@ impl DispatcherHandle {
             state,
             shutdown,
             servers,
+            ops,
             raft_runtime,
         })
     }
@@ -251,6 +270,11 @@ impl DispatcherHandle {
     /// The Raft peer listener's address (the `RaftPeer` service).
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer_addr
+    }
+
+    /// The metrics listener's address (`--metrics-listen`), if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.ops.as_ref().map(|ops| ops.addr())
     }
 
     pub fn raft(&self) -> &Raft {
@@ -285,6 +309,9 @@ impl DispatcherHandle {
         }
         for server in self.servers {
             let _ = server.await;
+        }
+        if let Some(ops) = self.ops {
+            ops.join().await;
         }
         self.raft_runtime.shutdown().await;
     }

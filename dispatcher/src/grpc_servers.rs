@@ -18,6 +18,7 @@
 
 use crate::raft_service::RaftPeerService;
 use crate::service::DispatcherService;
+use sluice_ops::RpcMetricsLayer;
 use sluice_proto::dispatcher::dispatcher_server::DispatcherServer;
 use sluice_proto::raft::raft_peer_server::RaftPeerServer;
 use sluice_security::{incoming, Authenticator};
@@ -45,13 +46,15 @@ const MIN_REPLY_BYTES: usize = 256 * 1024 * 1024;
 pub type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// Serves the client API (the `Dispatcher` service only) on `listener`, decoding requests of
-/// up to `max_message_bytes`.
+/// up to `max_message_bytes`, each call measured by `rpc`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_client_api(
     listener: TcpListener,
     service: DispatcherService,
     max_message_bytes: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
     authenticator: Authenticator,
+    rpc: RpcMetricsLayer,
     shutdown: CancellationToken,
 ) -> ServerTask {
     let service = DispatcherServer::new(service)
@@ -61,6 +64,7 @@ pub fn serve_client_api(
     let router = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .layer(rpc)
         .add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
@@ -68,20 +72,22 @@ pub fn serve_client_api(
 }
 
 /// Serves the Raft peer service (only) on `listener`, decoding requests of up to
-/// `max_message_bytes`.
+/// `max_message_bytes`, each call measured by `rpc`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_peers(
     listener: TcpListener,
     service: RaftPeerService,
     max_message_bytes: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
     authenticator: Authenticator,
+    rpc: RpcMetricsLayer,
     shutdown: CancellationToken,
 ) -> ServerTask {
     let service = RaftPeerServer::new(service)
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes);
     let service = InterceptedService::new(service, authenticator.interceptor());
-    let router = Server::builder().add_service(service);
+    let router = Server::builder().layer(rpc).add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
     )

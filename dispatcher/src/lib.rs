@@ -35,6 +35,9 @@
 //! - `raft_runtime`: the thread Raft runs on, apart from the client API.
 //! - `network_faults`: cut Raft links, for partition tests.
 //! - `cluster_status`: the JSON of `sluice status`.
+//! - `dispatcher_ops`: the metrics listener's side of a replica: readiness, the status page.
+//! - `dispatcher_metrics`: the replica's metrics (Raft, group commit, leases, state sizes).
+//! - `metered_log`: the proposer's log, measured.
 //! - `task_remover`: the leader's barrier for removing a task from coordinated reads.
 //! - `error`: `DispatcherError` and its mapping to gRPC status codes.
 
@@ -44,6 +47,8 @@ pub mod cluster_status;
 pub mod config;
 pub mod convert;
 pub mod dispatcher_handle;
+pub mod dispatcher_metrics;
+pub mod dispatcher_ops;
 pub mod error;
 pub mod grpc_servers;
 pub mod heartbeats;
@@ -51,6 +56,7 @@ pub mod ids;
 pub mod leader_watch;
 pub mod liveness;
 pub mod membership;
+pub mod metered_log;
 pub mod network_faults;
 pub mod proposer;
 pub mod raft_error;

@@ -1,6 +1,7 @@
 //! Running the real `sluice` binary: spawn a server, wait for its `READY <role> <address>` line
-//! (a dispatcher's ends with `peer=<peer address>`), SIGSTOP and SIGCONT it, SIGKILL it,
-//! restart it with the same arguments (less a dispatcher's first-start flags).
+//! (a dispatcher's goes on with `peer=<peer address>`, and a node started with
+//! `--metrics-listen` names its metrics listener as `metrics=<address>`), SIGSTOP and SIGCONT
+//! it, SIGKILL it, restart it with the same arguments (less a dispatcher's first-start flags).
 
 use anyhow::Context;
 use std::io::{BufRead, BufReader};
@@ -18,12 +19,15 @@ pub struct SluiceProcess {
     pub addr: String,
     /// A dispatcher's Raft peer address (`peer=` on its READY line); `None` for other roles.
     pub peer_addr: Option<String>,
+    /// The metrics listener's address (`metrics=` on its READY line), if it has one.
+    pub metrics_addr: Option<String>,
 }
 
 /// What a READY line announces.
 struct Ready {
     addr: String,
     peer_addr: Option<String>,
+    metrics_addr: Option<String>,
 }
 
 impl SluiceProcess {
@@ -37,6 +41,7 @@ impl SluiceProcess {
             child: Some(child),
             addr: ready.addr,
             peer_addr: ready.peer_addr,
+            metrics_addr: ready.metrics_addr,
         })
     }
 
@@ -83,6 +88,7 @@ impl SluiceProcess {
         self.child = Some(child);
         self.addr = ready.addr;
         self.peer_addr = ready.peer_addr;
+        self.metrics_addr = ready.metrics_addr;
         Ok(())
     }
 }
@@ -117,10 +123,23 @@ fn start(bin: &Path, args: &[String], timeout: Duration) -> anyhow::Result<(Chil
                 .next()
                 .context("READY line without an address")?
                 .to_string();
-            let peer_addr = fields
-                .find_map(|f| f.strip_prefix("peer="))
-                .map(str::to_string);
-            Ok((child, Ready { addr, peer_addr }))
+            let extra: Vec<&str> = fields.collect();
+            let field = |key: &str| {
+                extra
+                    .iter()
+                    .find_map(|f| f.strip_prefix(key))
+                    .map(str::to_string)
+            };
+            let peer_addr = field("peer=");
+            let metrics_addr = field("metrics=");
+            Ok((
+                child,
+                Ready {
+                    addr,
+                    peer_addr,
+                    metrics_addr,
+                },
+            ))
         }
         Err(_) => {
             let _ = child.kill();

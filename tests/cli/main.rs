@@ -7,6 +7,7 @@ mod data_roots;
 mod deploy_manifests;
 mod failover;
 mod memory;
+mod observability;
 mod parse_example;
 mod python_workers;
 mod reading;

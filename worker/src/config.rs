@@ -85,6 +85,9 @@ pub struct WorkerConfig {
     /// The Python executors that run the Python functions of pipelines, started with the
     /// worker. `None`: pipelines with Python functions are refused.
     pub python: Option<PoolConfig>,
+    /// Where the operations listener serves `/metrics`, `/live` and `/ready` (plain HTTP,
+    /// read-only); port 0 binds a free port. `None`: no such listener.
+    pub metrics_listen: Option<String>,
 }
 
 impl Default for WorkerConfig {
@@ -106,6 +109,7 @@ impl Default for WorkerConfig {
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
             python: None,
+            metrics_listen: None,
         }
     }
 }
@@ -124,6 +128,14 @@ impl WorkerConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.dispatcher.trim().is_empty() {
             return Err("a dispatcher address is required".into());
+        }
+        if let Some(listen) = &self.metrics_listen {
+            let valid = listen
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !valid {
+                return Err(format!("--metrics-listen '{listen}' is not HOST:PORT"));
+            }
         }
         if self.tags.iter().any(|t| t.is_empty()) {
             return Err(format!(

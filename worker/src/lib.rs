@@ -21,6 +21,8 @@
 //! - `raw_fetch`: the worker's port shared by gRPC and raw fetch streams (no protobuf copies).
 //! - `task_failure`: why a task's pipeline failed, with a Python function's exception.
 //! - `error`: `WorkerError`, and its one map to the gRPC status a reader sees.
+//! - `worker_stats`: elements and bytes served, pipeline time, counted on the data path.
+//! - `worker_ops`: what the metrics listener serves: the worker's metrics and readiness.
 
 pub mod config;
 pub mod cross_trainer_cache;
@@ -38,7 +40,9 @@ pub mod task_buffer;
 pub mod task_failure;
 pub mod task_runner;
 pub mod worker_handle;
+pub mod worker_ops;
 pub mod worker_state;
+pub mod worker_stats;
 
 pub use config::{LeaseEvent, LeaseObserver, WorkerConfig};
 pub use error::WorkerError;

@@ -70,6 +70,7 @@ pub(crate) fn serve_port(
     listener: TcpListener,
     security: &ServerSecurity,
     state: Arc<WorkerState>,
+    rpc: sluice_ops::RpcMetricsLayer,
     cancel: CancellationToken,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), WorkerError> {
@@ -89,6 +90,7 @@ pub(crate) fn serve_port(
         authenticator.interceptor(),
     );
     let server = tonic::transport::Server::builder()
+        .layer(rpc)
         .add_service(service)
         .serve_with_incoming_shutdown(ReceiverStream::new(grpc_rx), cancel.cancelled_owned());
     tasks.spawn(async move {

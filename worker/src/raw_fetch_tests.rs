@@ -94,6 +94,7 @@ pub(super) async fn start_with(tasks: Vec<Held>, security: &ServerSecurity) -> W
                 data_roots: sluice_dataset::DataRoots::none(),
                 python: None,
                 memory: sluice_dataset::MemoryBudget::new(u64::MAX, "--memory-budget"),
+                stats: Default::default(),
             },
         ));
     }
@@ -103,6 +104,7 @@ pub(super) async fn start_with(tasks: Vec<Held>, security: &ServerSecurity) -> W
         listener,
         security,
         state.clone(),
+        Default::default(),
         cancel.clone(),
         &mut tasks,
     )

@@ -20,9 +20,10 @@
 use crate::error::WorkerError;
 use crate::reader_ledger::ReaderLedger;
 use crate::worker_state::{LedgerKey, SharedLedger, WorkerState};
+use crate::worker_stats::WorkerStats;
 use sluice_dataset::Packed;
 use sluice_proto::worker::{ElementBatch, FetchRequest};
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
 pub(crate) struct ReaderStream {
     key: LedgerKey,
@@ -39,6 +40,8 @@ pub(crate) struct ReaderStream {
     window: u64,
     /// The worker's incarnation, sent with every message of a reader that acknowledges.
     incarnation: u64,
+    /// Where what this stream sends is counted.
+    stats: Arc<WorkerStats>,
 }
 
 impl ReaderStream {
@@ -85,6 +88,7 @@ impl ReaderStream {
                 u64::MAX
             },
             incarnation: state.incarnation,
+            stats: state.stats.clone(),
         })
     }
 
@@ -150,6 +154,7 @@ impl ReaderStream {
             unsent
         };
         let n = elements.len() as u64;
+        self.stats.record_served(n, elements.byte_len() as u64);
         self.cursor = first + n;
         self.credits -= n;
         Some((self.header(first), elements))

@@ -238,6 +238,15 @@ impl TaskBuffer {
         self.inner.lock().expect("task buffer lock poisoned")
     }
 
+    /// Elements and bytes in sealed chunks (what readers can take now), read without the lock:
+    /// for metrics, not for decisions.
+    pub fn sealed_fill(&self) -> (usize, usize) {
+        (
+            self.sealed_elements.load(Ordering::Relaxed),
+            self.sealed_bytes.load(Ordering::Relaxed),
+        )
+    }
+
     /// Whether the buffer (its sealed chunks and `open`) has no room for another element.
     fn full(&self, open: &Open) -> bool {
         let elements = self.sealed_elements.load(Ordering::Relaxed) + open.builder.len();

@@ -42,6 +42,7 @@ async fn worker(tasks: Vec<(TaskDef, DatasetDef)>, budget: u64) -> (WorkerState,
         data_roots: DataRoots::none(),
         python: None,
         memory: MemoryBudget::new(budget, "--memory-budget"),
+        stats: Default::default(),
     };
     for (def, dataset) in tasks {
         fake.add_dataset(&def.dataset_id, dataset);

@@ -32,6 +32,7 @@ use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
 use crate::task_failure::TaskFailure;
+use crate::worker_stats::WorkerStats;
 use bytes::BytesMut;
 use sluice_dataset::{
     pb as dpb, AutoShardPolicy, Cancellation, Compression, DataRoots, DatasetError, ExecOptions,
@@ -55,6 +56,8 @@ pub struct TaskResources {
     pub python: Option<Arc<dyn PythonRunner>>,
     /// The bytes all tasks' buffers may hold together (`--memory-budget`).
     pub memory: Arc<MemoryBudget>,
+    /// Where pipeline time is counted.
+    pub stats: Arc<WorkerStats>,
 }
 
 pub struct TaskRunner {
@@ -111,6 +114,11 @@ impl TaskRunner {
     /// The shared buffer, starting the pipeline on first use.
     pub fn buffer(&self) -> Arc<TaskBuffer> {
         self.buffer.get_or_init(|| self.start()).clone()
+    }
+
+    /// The shared buffer if a reader started the pipeline; never starts it.
+    pub fn started_buffer(&self) -> Option<Arc<TaskBuffer>> {
+        self.buffer.get().cloned()
     }
 
     /// The round server of a coordinated task; `None` for other tasks.
@@ -208,6 +216,7 @@ impl TaskRunner {
             client: self.client.clone(),
             runtime: self.runtime.clone(),
             options,
+            stats: self.resources.stats.clone(),
         };
         let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
@@ -244,6 +253,7 @@ struct Pipeline {
     client: DispatcherClient,
     runtime: Handle,
     options: ExecOptions,
+    stats: Arc<WorkerStats>,
 }
 
 /// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
@@ -279,13 +289,19 @@ fn run_pipeline(
     let dataset = sharded_definition(&def, &dataset)?;
     let options = pipeline.options;
     let mut elements = sluice_dataset::iterate(&dataset, &options)?;
+    let mut clock = pipeline.stats.pipeline_clock();
     let mut produced = 0u64;
     // Room to encode large elements outside the open chunk (see `push_element`).
     let mut scratch = BytesMut::new();
     loop {
         // Borrowed where the executor put it: moving a 64-byte element out of its `Option` and
         // `Result` cost as much as encoding a tiny one (a store-forwarding stall per move).
+        let timed = clock.as_mut().is_some_and(|clock| clock.due());
+        let started = timed.then(std::time::Instant::now);
         let next = elements.next();
+        if let (Some(clock), Some(started)) = (clock.as_mut(), started) {
+            clock.add(started.elapsed());
+        }
         let element = match &next {
             Some(Ok(element)) => element,
             // The task was deleted: a stop, not a failure.

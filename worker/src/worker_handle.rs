@@ -9,8 +9,10 @@ use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::raw_fetch;
 use crate::task_runner::{TaskResources, TaskRunner};
+use crate::worker_ops::WorkerOps;
 use crate::worker_state::WorkerState;
 use sluice_dataset::{DataRoots, MemoryBudget, PythonRunner};
+use sluice_ops::{OpsServer, RpcMetricsLayer};
 use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
@@ -18,6 +20,7 @@ use sluice_rpc::{
 };
 use sluice_security::Role;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -33,6 +36,8 @@ pub struct WorkerHandle {
     tasks: JoinSet<()>,
     /// This worker's entry in `LocalWorkers`, while registered.
     local: Option<Arc<dyn LocalWorker>>,
+    /// The metrics listener's address (`--metrics-listen`), if it has one.
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Drop for WorkerHandle {
@@ -92,6 +97,22 @@ impl WorkerHandle {
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
         let state = Arc::new(WorkerState::new(advertised.clone(), completed_tx));
         let cancel = CancellationToken::new();
+        // The metrics listener opens before registration: `/ready` says the worker waits.
+        let registered = Arc::new(AtomicBool::new(false));
+        let (ops, rpc) = match &config.metrics_listen {
+            None => (None, None),
+            Some(listen) => {
+                let listener = OpsServer::bind(listen)
+                    .await
+                    .map_err(|e| WorkerError::Config(e.to_string()))?;
+                let (node, rpc) = WorkerOps::new(state.clone(), registered.clone());
+                let server = OpsServer::serve(listener, Arc::new(node), cancel.clone())
+                    .map_err(|e| WorkerError::Config(e.to_string()))?;
+                (Some(server), Some(rpc))
+            }
+        };
+        // Cancelled if registration fails, so the listener does not outlive a refused start.
+        let stop_ops = cancel.clone().drop_guard();
 
         // Registration: the first heartbeat, answered at once. A refusal is final: the worker
         // does not start.
@@ -103,6 +124,7 @@ impl WorkerHandle {
                 data_roots,
                 python,
                 memory: MemoryBudget::new(config.memory_budget_bytes, "--memory-budget"),
+                stats: state.stats.clone(),
             },
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
@@ -111,6 +133,8 @@ impl WorkerHandle {
             }
             other => other,
         })?;
+        registered.store(true, Ordering::Relaxed);
+        let cancel = stop_ops.disarm();
 
         let mut tasks = JoinSet::new();
         // One port for gRPC and raw fetch streams, in TLS or not (see `raw_fetch`).
@@ -118,9 +142,15 @@ impl WorkerHandle {
             listener,
             &config.security,
             state.clone(),
+            RpcMetricsLayer::new(rpc),
             cancel.clone(),
             &mut tasks,
         )?;
+        let metrics_addr = ops.map(|ops| {
+            let addr = ops.addr();
+            tasks.spawn(ops.join());
+            addr
+        });
         tasks.spawn(heartbeat.run(cancel.clone()));
         tasks.spawn(report_completions(
             client,
@@ -140,6 +170,7 @@ impl WorkerHandle {
             cancel,
             tasks,
             local,
+            metrics_addr,
         })
     }
 
@@ -147,6 +178,11 @@ impl WorkerHandle {
         if let Some(local) = self.local.take() {
             LocalWorkers::global().remove(&self.state.address, &local);
         }
+    }
+
+    /// The metrics listener's address (`--metrics-listen`), if it has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The address the worker serves on.

@@ -10,6 +10,7 @@
 
 use crate::reader_ledger::ReaderLedger;
 use crate::task_runner::TaskRunner;
+use crate::worker_stats::WorkerStats;
 use sluice_rpc::{LocalWorker, TaskId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -49,6 +50,8 @@ pub struct WorkerState {
     pub incarnation: u64,
     /// A std mutex: lookups and inserts only, never held across `.await`.
     ledgers: Mutex<HashMap<LedgerKey, LedgerEntry>>,
+    /// Elements and bytes served, pipeline time (for `/metrics`).
+    pub stats: Arc<WorkerStats>,
 }
 
 #[derive(Default)]
@@ -72,6 +75,7 @@ impl WorkerState {
             // Never 0, which means "none" on the wire.
             incarnation: rand::random::<u64>().max(1),
             ledgers: Mutex::new(HashMap::new()),
+            stats: Arc::default(),
         }
     }
 

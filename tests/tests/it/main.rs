@@ -14,6 +14,7 @@ mod heartbeats;
 mod hostile_input;
 mod jobs_and_datasets;
 mod limits;
+mod metrics;
 mod processing_modes;
 mod quorum;
 mod restart;

@@ -1,0 +1,191 @@
+//! The metrics listener of replicas and workers (`metrics_listen`): after an epoch, every node's
+//! `/metrics` parses and has the expected series, `/ready` tells serving nodes from the others,
+//! and the status data shows the cluster.
+
+use sluice_ops::exposition::{parse, Sample};
+use sluice_tests::http::get_async;
+use std::time::Duration;
+use tracing::info;
+
+const LISTEN: &str = "127.0.0.1:0";
+
+/// The samples a node serves on `/metrics`, checked to parse.
+async fn scrape(addr: &str) -> anyhow::Result<Vec<Sample>> {
+    let (status, body) = get_async(addr, "/metrics").await?;
+    anyhow::ensure!(status == 200, "GET /metrics from {addr}: {status} {body}");
+    Ok(parse(&body)?)
+}
+
+/// The sum of the samples named `name` (over their labels); `None` when there are none.
+fn total(samples: &[Sample], name: &str) -> Option<f64> {
+    let values: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| s.value)
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_epoch(
+) -> anyhow::Result<()> {
+    sluice_tests::init_tracing();
+    let mut cluster = sluice_tests::LocalCluster::start_with(3, 0, |config| {
+        config.metrics_listen = Some(LISTEN.into());
+    })
+    .await?;
+    for _ in 0..2 {
+        // Not local: the client reads over the network, through the fetch streams measured.
+        cluster
+            .add_worker_with(|config| {
+                config.metrics_listen = Some(LISTEN.into());
+                config.local = false;
+            })
+            .await?;
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let n = 2000;
+    info!("--- one distributed_epoch epoch of range({n}) to its end");
+    let epoch = crate::dynamic_range_epoch(&cluster, n, 8).await?;
+    let got = tokio::time::timeout(Duration::from_secs(60), epoch.collect()).await??;
+    crate::assert_exactly_once(&crate::sorted_ints(&got), n);
+
+    info!("--- every replica: Raft, state sizes and RPC series");
+    for id in 1..=3 {
+        let addr = cluster
+            .replica(id)
+            .and_then(|r| r.metrics_addr())
+            .expect("a replica with a metrics listener")
+            .to_string();
+        let samples = scrape(&addr).await?;
+        for name in [
+            "sluice_raft_term",
+            "sluice_raft_is_leader",
+            "sluice_raft_leader_id",
+            "sluice_raft_commit_index",
+            "sluice_raft_applied_index",
+            "sluice_raft_last_log_index",
+            "sluice_jobs",
+            "sluice_iterations",
+            "sluice_clients",
+            "sluice_rpc_requests_total",
+            "sluice_rpc_duration_seconds_bucket",
+        ] {
+            assert!(total(&samples, name).is_some(), "replica {id}: no {name}");
+        }
+        assert_eq!(total(&samples, "sluice_workers"), Some(2.0), "replica {id}");
+        assert_eq!(
+            total(&samples, "sluice_raft_leader_id"),
+            Some(leader as f64),
+            "replica {id}"
+        );
+        let is_leader = total(&samples, "sluice_raft_is_leader");
+        assert_eq!(is_leader, Some(f64::from(u8::from(id == leader))), "{id}");
+        assert!(total(&samples, "sluice_raft_term") >= Some(1.0));
+        assert_eq!(get_async(&addr, "/ready").await?, (200, "serving\n".into()));
+        assert_eq!(get_async(&addr, "/live").await?.0, 200);
+        if id == leader {
+            let splits = total(&samples, "sluice_splits_leased_total");
+            assert_eq!(splits, Some(n as f64), "the leader counted every split");
+            assert!(total(&samples, "sluice_split_leases_total") >= Some(1.0));
+            assert!(total(&samples, "sluice_raft_commit_latency_seconds_count") >= Some(1.0));
+            assert!(total(&samples, "sluice_raft_requests_per_entry_count") >= Some(1.0));
+            let calls = samples.iter().any(|s| {
+                s.name == "sluice_rpc_requests_total"
+                    && s.labels.get("method").map(String::as_str) == Some("WorkerHeartbeat")
+            });
+            assert!(calls, "the leader counted worker heartbeats");
+        }
+    }
+
+    info!("--- every worker: tasks, elements and bytes served, pipeline time");
+    let mut served = 0.0;
+    for index in 0..2 {
+        let addr = cluster
+            .worker(index)
+            .and_then(|w| w.metrics_addr())
+            .expect("a worker with a metrics listener")
+            .to_string();
+        let samples = scrape(&addr).await?;
+        for name in [
+            "sluice_worker_tasks",
+            "sluice_worker_buffered_elements",
+            "sluice_worker_buffered_bytes",
+            "sluice_worker_bytes_served_total",
+            "sluice_worker_pipeline_seconds_total",
+        ] {
+            assert!(total(&samples, name).is_some(), "worker {index}: no {name}");
+        }
+        served += total(&samples, "sluice_worker_elements_served_total").unwrap_or(0.0);
+        assert_eq!(get_async(&addr, "/ready").await?, (200, "serving\n".into()));
+        assert_eq!(
+            get_async(&addr, "/").await?.0,
+            404,
+            "workers have no status page"
+        );
+    }
+    assert_eq!(served, n as f64, "the workers served the epoch");
+
+    info!("--- the leader's status data: three members, the job and its iteration");
+    let leader_addr = cluster
+        .replica(leader)
+        .and_then(|r| r.metrics_addr())
+        .expect("metrics")
+        .to_string();
+    let (status, body) = get_async(&leader_addr, "/status.json").await?;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body)?;
+    assert_eq!(json["role"], "leader");
+    assert_eq!(json["members"].as_array().map(Vec::len), Some(3));
+    assert_eq!(json["jobs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(json["workers"].as_array().map(Vec::len), Some(2));
+    let (status, page) = get_async(&leader_addr, "/").await?;
+    assert!(status == 200 && page.contains("status.json"), "{status}");
+
+    info!("--- an isolated follower stops serving, and says why");
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let follower_addr = cluster
+        .replica(follower)
+        .and_then(|r| r.metrics_addr())
+        .expect("metrics")
+        .to_string();
+    cluster.isolate(follower);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let reason = loop {
+        match get_async(&follower_addr, "/ready").await? {
+            (503, reason) => break reason,
+            _ if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("the isolated follower still serves after 20 s")
+            }
+            // A wait on a condition with a deadline: the follower's election timeout.
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert!(reason.contains("no known leader"), "{reason}");
+    cluster.heal();
+
+    info!("--- an isolated leader stops serving too");
+    cluster
+        .wait_caught_up(follower, Duration::from_secs(20))
+        .await?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let leader_ops = cluster
+        .replica(leader)
+        .and_then(|r| r.metrics_addr())
+        .expect("metrics")
+        .to_string();
+    cluster.isolate(leader);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match get_async(&leader_ops, "/ready").await? {
+            (503, _) => break,
+            _ if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("the isolated leader still serves after 20 s")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    cluster.heal();
+    cluster.shutdown().await;
+    Ok(())
+}
