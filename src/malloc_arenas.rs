@@ -18,11 +18,14 @@ const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Caps the malloc arenas of this process and starts the thread that trims the heap; call it
 /// first thing, before any other thread starts. Elsewhere than glibc it does nothing.
 pub fn cap_for_dispatcher() {
+    // An operator's own `MALLOC_ARENA_MAX` (read by glibc at startup) wins.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `mallopt` only sets an allocator parameter; it is called before any other
-    // thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, DISPATCHER_ARENAS);
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: `mallopt` only sets an allocator parameter; it is called before any other
+        // thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, DISPATCHER_ARENAS);
+        }
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     let _ = std::thread::Builder::new()

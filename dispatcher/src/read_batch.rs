@@ -10,6 +10,18 @@
 //! started yet, so the round's confirmation and its read index are taken after the read
 //! arrived; the round also waits until this replica applied up to that index. A read never
 //! joins a round already in flight, whose read index may predate the read.
+//!
+//! A confirmed round is also a lease. A round that started at `S` and succeeded proves this
+//! replica led at `S`: a quorum answered heartbeats sent after `S`. Each of those followers reset
+//! its election timer on receiving one and refuses to vote for another candidate within the
+//! election timeout's lower bound, so no other leader exists before `S` plus that bound. Until
+//! then a read needs no round of its own: every write acknowledged to a caller was applied here
+//! first (a write is answered after it is applied, and the round itself waited for the writes of
+//! earlier terms), so the applied state is current. The lease is half that bound, for margin,
+//! and is checked against this process's monotonic clock when the read arrives: a replica that
+//! was frozen (a GC pause, SIGSTOP) finds its lease expired when it thaws, and confirms again.
+//! Reads inside the lease's second half start the next round in the background, so a steady
+//! stream of reads keeps the lease fresh and rarely waits for a quorum.
 
 use crate::error::DispatcherError;
 use crate::raft_error::{raft_error, RaftFailure};
@@ -17,6 +29,7 @@ use crate::raft_types::Raft;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How long one round waits for a quorum to confirm the leader before its reads hear
 /// `Unavailable`.
@@ -27,6 +40,8 @@ type RoundResult = Option<Result<(), RaftFailure>>;
 
 pub struct ReadBatch {
     raft: Raft,
+    /// How long after a confirmed round's start reads need no round (see the module docs).
+    lease: Duration,
     /// A std mutex: held only to join or take the next round, never across `.await`.
     rounds: Mutex<Rounds>,
 }
@@ -37,21 +52,40 @@ struct Rounds {
     next: Option<watch::Sender<RoundResult>>,
     /// Whether the task that runs rounds is alive (it exits when no read waits).
     running: bool,
+    /// When the newest round that succeeded started; cleared by a round that failed.
+    confirmed_at: Option<Instant>,
 }
 
 impl ReadBatch {
-    pub fn new(raft: Raft) -> Arc<ReadBatch> {
+    /// `lease`: how long a confirmation serves reads without a round of their own; at most
+    /// half the election timeout's lower bound.
+    pub fn new(raft: Raft, lease: Duration) -> Arc<ReadBatch> {
         Arc::new(ReadBatch {
             raft,
+            lease,
             rounds: Mutex::new(Rounds::default()),
         })
     }
 
-    /// Returns once a quorum confirmed this replica as leader after the call began and this
-    /// replica applied everything committed before that confirmation.
+    /// Returns once this replica may serve a linearizable read from its applied state: at once
+    /// within the lease of a confirmed round, else once a quorum confirmed this replica as leader
+    /// after the call began and this replica applied everything committed before that
+    /// confirmation.
     pub async fn confirm(self: &Arc<Self>) -> Result<(), DispatcherError> {
         let mut outcome = {
             let mut rounds = self.rounds.lock().expect("read batch lock poisoned");
+            if let Some(confirmed_at) = rounds.confirmed_at {
+                let now = Instant::now();
+                if now < confirmed_at + self.lease && self.raft.metrics().borrow().state.is_leader()
+                {
+                    if now >= confirmed_at + self.lease / 2 && rounds.next.is_none() {
+                        // Nobody waits for this one: it only renews the lease.
+                        rounds.next = Some(watch::channel(None).0);
+                        self.start_rounds(&mut rounds);
+                    }
+                    return Ok(());
+                }
+            }
             let receiver = match &rounds.next {
                 Some(round) => round.subscribe(),
                 None => {
@@ -60,10 +94,7 @@ impl ReadBatch {
                     receiver
                 }
             };
-            if !rounds.running {
-                rounds.running = true;
-                tokio::spawn(self.clone().run_rounds());
-            }
+            self.start_rounds(&mut rounds);
             receiver
         };
         let result = match outcome.wait_for(Option::is_some).await {
@@ -82,6 +113,13 @@ impl ReadBatch {
         }
     }
 
+    fn start_rounds(self: &Arc<Self>, rounds: &mut Rounds) {
+        if !rounds.running {
+            rounds.running = true;
+            tokio::spawn(self.clone().run_rounds());
+        }
+    }
+
     /// Runs rounds back to back while reads wait for one.
     async fn run_rounds(self: Arc<Self>) {
         loop {
@@ -95,6 +133,7 @@ impl ReadBatch {
                     }
                 }
             };
+            let started = Instant::now();
             let result = match tokio::time::timeout(
                 CONFIRM_TIMEOUT,
                 self.raft.ensure_linearizable(),
@@ -107,6 +146,13 @@ impl ReadBatch {
                     "no quorum confirmed the leader in time".into(),
                 )),
             };
+            {
+                let mut rounds = self.rounds.lock().expect("read batch lock poisoned");
+                rounds.confirmed_at = match &result {
+                    Ok(()) => Some(rounds.confirmed_at.map_or(started, |at| at.max(started))),
+                    Err(_) => None,
+                };
+            }
             round.send_replace(Some(result));
         }
     }

@@ -66,7 +66,7 @@ impl DispatcherService {
         data_roots: DataRoots,
         leaders: LeaderWatch,
     ) -> Self {
-        let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout.1);
+        let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout);
         DispatcherService {
             raft,
             data_roots,

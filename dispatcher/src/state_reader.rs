@@ -1,8 +1,8 @@
 //! `StateReader`: reads of the applied state that must be current, and long polls on it.
 //!
 //! A read is current when this replica is the leader, a quorum confirmed it after the request
-//! arrived, and it applied everything committed before (`linearizable`; concurrent reads share
-//! one confirmation, see `ReadBatch`). A long poll then checks the caller's view after every
+//! arrived (or recently enough that no other leader can exist yet), and it applied everything
+//! committed before (`linearizable`; concurrent reads share one confirmation, see `ReadBatch`). A long poll then checks the caller's view after every
 //! applied entry that touched what it waits on until it changed, its deadline passed, or this
 //! replica stopped leading (the caller then asks again, maybe elsewhere).
 //!
@@ -15,7 +15,8 @@
 //! A long poll that waited confirms again before it answers: this replica may have been frozen
 //! (a GC or swap pause, a stopped VM) or cut off while it waited, and a thawed leader's timers
 //! fire before it hears of the newer term. Its Raft metrics were taken before the freeze, so
-//! only a quorum round can tell; one that fails answers the usual not-leader status.
+//! only a quorum round, or a confirmation's lease that has not run out on this process's clock,
+//! can tell; a round that fails answers the usual not-leader status.
 
 use crate::error::DispatcherError;
 use crate::ids::NodeId;
@@ -70,10 +71,18 @@ pub struct StateReader {
 }
 
 impl StateReader {
-    pub fn new(id: NodeId, raft: Raft, state: StateHandle, quorum_lease: Duration) -> Self {
+    /// `election_timeout`: the replicas' range; its upper bound is the quorum lease a leader
+    /// must be acknowledged within, half its lower bound the lease of a read confirmation.
+    pub fn new(
+        id: NodeId,
+        raft: Raft,
+        state: StateHandle,
+        election_timeout: (Duration, Duration),
+    ) -> Self {
+        let quorum_lease = election_timeout.1;
         StateReader {
             id,
-            reads: ReadBatch::new(raft.clone()),
+            reads: ReadBatch::new(raft.clone(), election_timeout.0 / 2),
             applied: Arc::new(OnceLock::new()),
             watchers: Watchers::new(),
             raft,
