@@ -20,6 +20,7 @@ use crate::error::JournalError;
 use crate::journal::format_file_content_of;
 use crate::journal::tree_is_empty;
 use crate::journal::write_durably;
+use crate::journal::write_format_header;
 use crate::journal::FORMAT_FILE;
 use crate::journal::FORMAT_VERSION;
 use crate::keys;
@@ -41,12 +42,7 @@ const V4_SNAPSHOT_SEQ: &[u8] = b"seq";
 pub(crate) fn finish(dir: &Path, db: &sled::Db, version: u32) -> Result<(), JournalError> {
     if version == UPGRADES_FROM {
         move_snapshot_to_file(dir, db)?;
-        let header = db
-            .open_tree(keys::TREE_HEADER)
-            .map_err(|e| JournalError::sled("opening the header tree", e))?;
-        header
-            .insert(keys::HEADER_FORMAT, &FORMAT_VERSION.to_be_bytes())
-            .map_err(|e| JournalError::sled("writing the format header", e))?;
+        write_format_header(db)?;
         db.flush()
             .map_err(|e| JournalError::sled("flushing the format header", e))?;
         write_durably(dir, FORMAT_FILE, &format_file_content_of(FORMAT_VERSION))?;

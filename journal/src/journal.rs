@@ -184,12 +184,7 @@ impl Journal {
         let db = sled_config(&db_path)
             .open()
             .map_err(|e| JournalError::sled(format!("creating {}", db_path.display()), e))?;
-        let header = db
-            .open_tree(keys::TREE_HEADER)
-            .map_err(|e| JournalError::sled("opening the header tree", e))?;
-        header
-            .insert(keys::HEADER_FORMAT, &FORMAT_VERSION.to_be_bytes())
-            .map_err(|e| JournalError::sled("writing the format header", e))?;
+        write_format_header(&db)?;
         db.flush().map_err(|e| {
             JournalError::sled(format!("flushing new journal {}", db_path.display()), e)
         })?;
@@ -262,6 +257,15 @@ fn format_err(dir: &Path, path: &Path, reason: impl Into<String>) -> JournalErro
         path: path.to_path_buf(),
         reason: reason.into(),
     }
+}
+
+/// Records this build's format version in the database's header (not flushed).
+pub(crate) fn write_format_header(db: &sled::Db) -> Result<(), JournalError> {
+    db.open_tree(keys::TREE_HEADER)
+        .map_err(|e| JournalError::sled("opening the header tree", e))?
+        .insert(keys::HEADER_FORMAT, &FORMAT_VERSION.to_be_bytes())
+        .map_err(|e| JournalError::sled("writing the format header", e))?;
+    Ok(())
 }
 
 /// Checks `FORMAT` and returns its version: this build's, or the one it upgrades from.
