@@ -87,7 +87,16 @@ pub fn serve_peers(
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes);
     let service = InterceptedService::new(service, authenticator.interceptor());
-    let router = Server::builder().layer(rpc).add_service(service);
+    // openraft gives an append one heartbeat interval (50 ms by default) to reach a follower
+    // and be answered, largest definition included: a window that takes the whole message lets
+    // the leader send it without waiting for window updates on the way.
+    // (HTTP/2 caps a window at 2^31 - 1 bytes.)
+    let window = u32::try_from(max_message_bytes.min((1 << 31) - 1)).unwrap_or(u32::MAX >> 1);
+    let router = Server::builder()
+        .initial_stream_window_size(window)
+        .initial_connection_window_size(window)
+        .layer(rpc)
+        .add_service(service);
     tokio::spawn(
         router.serve_with_incoming_shutdown(incoming(listener, tls), shutdown.cancelled_owned()),
     )
