@@ -17,12 +17,12 @@
 use std::path::Path;
 
 use crate::error::JournalError;
-use crate::journal::format_file_content_of;
-use crate::journal::tree_is_empty;
-use crate::journal::write_durably;
-use crate::journal::write_format_header;
-use crate::journal::FORMAT_FILE;
-use crate::journal::FORMAT_VERSION;
+use crate::format::format_file_content_of;
+use crate::format::tree_is_empty;
+use crate::format::write_durably;
+use crate::format::write_format_header;
+use crate::format::FORMAT_FILE;
+use crate::format::FORMAT_VERSION;
 use crate::keys;
 use crate::snapshot_file::RawSnapshot;
 use crate::snapshot_file::SnapshotFile;
@@ -45,7 +45,11 @@ pub(crate) fn finish(dir: &Path, db: &sled::Db, version: u32) -> Result<(), Jour
         write_format_header(db)?;
         db.flush()
             .map_err(|e| JournalError::sled("flushing the format header", e))?;
-        write_durably(dir, FORMAT_FILE, &format_file_content_of(FORMAT_VERSION))?;
+        write_durably(
+            dir,
+            FORMAT_FILE,
+            format_file_content_of(FORMAT_VERSION).as_bytes(),
+        )?;
         tracing::warn!(
             dir = %dir.display(),
             from = UPGRADES_FROM,

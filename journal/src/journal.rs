@@ -19,7 +19,6 @@
 
 use std::fs;
 use std::io;
-use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +26,13 @@ use std::time::Instant;
 
 use crate::error::sled_lock_contended;
 use crate::error::JournalError;
+use crate::format::format_file_content;
+use crate::format::format_file_content_of;
+use crate::format::tree_is_empty;
+use crate::format::write_durably;
+use crate::format::write_format_header;
+use crate::format::FORMAT_FILE;
+use crate::format::FORMAT_VERSION;
 use crate::format_upgrade;
 use crate::journal_identity::JournalIdentity;
 use crate::journal_identity::IDENTITY_FILE;
@@ -37,27 +43,10 @@ use crate::state_machine::ReplicatedState;
 use crate::state_machine::StateMachineStore;
 use crate::type_config::JournalTypeConfig;
 
-/// On-disk format version, written at creation and required at open. It covers the encoding of
-/// what the journal stores for its state machine too (log entry payloads, snapshots): a build
-/// that changes those bumps it, so an older data dir is refused by name instead of misread.
-/// Version 4: a member carries two addresses, its client API and its Raft peer listener.
-/// Version 5: the snapshot is the `SNAPSHOT` file, no longer a sled tree.
-pub const FORMAT_VERSION: u32 = 5;
-/// Name of the format file inside the data dir.
-pub const FORMAT_FILE: &str = "FORMAT";
 /// Name of the sled database directory inside the data dir.
 pub const DB_DIR: &str = "db";
 /// A file sled 0.34 always writes into its directory; its absence means `db/` is not a sled db.
 const SLED_CONF_FILE: &str = "conf";
-
-/// The exact content of a valid `FORMAT` file.
-pub fn format_file_content() -> String {
-    format_file_content_of(FORMAT_VERSION)
-}
-
-pub(crate) fn format_file_content_of(version: u32) -> String {
-    format!("sluice-journal {version}\n")
-}
 
 /// What [`Journal::open`] does with a data dir that holds no journal (missing or empty).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,8 +178,8 @@ impl Journal {
             JournalError::sled(format!("flushing new journal {}", db_path.display()), e)
         })?;
 
-        write_durably(dir, IDENTITY_FILE, &identity.to_file_content())?;
-        write_durably(dir, FORMAT_FILE, &format_file_content())?;
+        write_durably(dir, IDENTITY_FILE, identity.to_file_content().as_bytes())?;
+        write_durably(dir, FORMAT_FILE, format_file_content().as_bytes())?;
         tracing::info!(
             dir = %dir.display(),
             version = FORMAT_VERSION,
@@ -259,15 +248,6 @@ fn format_err(dir: &Path, path: &Path, reason: impl Into<String>) -> JournalErro
     }
 }
 
-/// Records this build's format version in the database's header (not flushed).
-pub(crate) fn write_format_header(db: &sled::Db) -> Result<(), JournalError> {
-    db.open_tree(keys::TREE_HEADER)
-        .map_err(|e| JournalError::sled("opening the header tree", e))?
-        .insert(keys::HEADER_FORMAT, &FORMAT_VERSION.to_be_bytes())
-        .map_err(|e| JournalError::sled("writing the format header", e))?;
-    Ok(())
-}
-
 /// Checks `FORMAT` and returns its version: this build's, or the one it upgrades from.
 fn check_format_file(dir: &Path) -> Result<u32, JournalError> {
     let path = dir.join(FORMAT_FILE);
@@ -325,7 +305,7 @@ fn adopt_identity(
             reason: format!("holds a journal without {IDENTITY_FILE} and without Raft state"),
         });
     }
-    write_durably(dir, IDENTITY_FILE, &identity.to_file_content())?;
+    write_durably(dir, IDENTITY_FILE, identity.to_file_content().as_bytes())?;
     tracing::warn!(
         dir = %dir.display(),
         %identity,
@@ -333,21 +313,6 @@ fn adopt_identity(
         "journal had no identity; recorded this replica's"
     );
     Ok(())
-}
-
-/// Whether tree `name` is missing or empty; never creates it.
-pub(crate) fn tree_is_empty(db: &sled::Db, name: &str) -> Result<bool, JournalError> {
-    if !db
-        .tree_names()
-        .iter()
-        .any(|n| n.as_ref() == name.as_bytes())
-    {
-        return Ok(true);
-    }
-    let tree = db
-        .open_tree(name)
-        .map_err(|e| JournalError::sled(format!("opening tree {name}"), e))?;
-    Ok(tree.is_empty())
 }
 
 /// How long `open` waits for sled's file lock to be released.
@@ -439,25 +404,4 @@ fn check_header(
         )),
         Err(_) => Err(format_err(dir, db_path, "has a malformed format header")),
     }
-}
-
-/// Writes `name` in `dir` so that it is either absent or complete and durable: a temp file,
-/// synced, renamed, and the dir synced.
-pub(crate) fn write_durably(dir: &Path, name: &str, content: &str) -> Result<(), JournalError> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let io_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| JournalError::Io { path, source }
-    };
-    let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(content.as_bytes()).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(io_err(&path))?;
-    // Make the rename itself durable.
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))?;
-    Ok(())
 }

@@ -10,6 +10,7 @@
 //!
 //! Layout:
 //! - `journal.rs`: [`Journal`], opening/creating a data dir, the `FORMAT` file and header check.
+//! - `format.rs`: the format version, `FORMAT`'s content, the header, durable file writes.
 //! - `journal_identity.rs`: [`JournalIdentity`], the cluster and node a journal belongs to
 //!   (the `IDENTITY` file).
 //! - `keys.rs`: the key spaces (sled trees) and their keys, one doc line each.
@@ -27,6 +28,7 @@
 
 pub mod codec;
 mod error;
+mod format;
 mod format_upgrade;
 mod journal;
 mod journal_identity;
@@ -50,12 +52,12 @@ mod suite_tests;
 mod test_support;
 
 pub use error::JournalError;
-pub use journal::format_file_content;
+pub use format::format_file_content;
+pub use format::FORMAT_FILE;
+pub use format::FORMAT_VERSION;
 pub use journal::IfMissing;
 pub use journal::Journal;
 pub use journal::DB_DIR;
-pub use journal::FORMAT_FILE;
-pub use journal::FORMAT_VERSION;
 pub use journal_identity::JournalIdentity;
 pub use journal_identity::IDENTITY_FILE;
 pub use log_store::LogStore;

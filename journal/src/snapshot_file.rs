@@ -23,7 +23,6 @@
 
 use std::fs;
 use std::io;
-use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
 
@@ -31,6 +30,7 @@ use openraft::SnapshotMeta;
 
 use crate::codec;
 use crate::error::JournalError;
+use crate::format::write_durably;
 use crate::type_config::JournalTypeConfig;
 
 /// Name of the snapshot file inside the data dir.
@@ -118,22 +118,7 @@ impl SnapshotFile {
     }
 
     pub(crate) fn write_raw(&self, raw: &RawSnapshot) -> Result<(), JournalError> {
-        let bytes = encode(raw)?;
-        let path = self.path();
-        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let io_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| JournalError::Io { path, source }
-        };
-        let mut file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        file.write_all(&bytes).map_err(io_err(&tmp))?;
-        file.sync_all().map_err(io_err(&tmp))?;
-        drop(file);
-        fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        fs::File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(io_err(&self.dir))?;
-        Ok(())
+        write_durably(&self.dir, SNAPSHOT_FILE, &encode(raw)?)
     }
 }
 
