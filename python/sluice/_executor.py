@@ -81,8 +81,6 @@ def _exception_report(e: BaseException) -> bytes:
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
-    import cloudpickle
-
     from sluice import _functions, _native
 
     functions: Dict[int, Tuple[int, Callable[..., Any]]] = {}
@@ -113,7 +111,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             _write_frame(out, reply, payload)
         elif kind == LOAD:
             try:
-                fn = cloudpickle.loads(body[_ID.size + 1 :])
+                fn = _functions.load_function(body[_ID.size + 1 :])
                 functions[fid] = (body[_ID.size], fn)
                 _write_frame(out, LOADED)
             except Exception as e:  # noqa: BLE001 - unpickling runs user code

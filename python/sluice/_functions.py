@@ -71,11 +71,95 @@ def pickle_function(fn: Callable[..., Any]) -> Pickled:
         for module in added:
             cloudpickle.register_pickle_by_value(module)
         try:
-            pickled = cloudpickle.dumps(fn)
+            pickled = cloudpickle.dumps((_WITH_FILENAMES, fn, _code_filenames(fn)))
         finally:
             for module in added:
                 cloudpickle.unregister_pickle_by_value(module)
     return Pickled(pickled, function_name(fn), python_version(), cloudpickle_version())
+
+
+def load_function(pickled: bytes) -> Callable[..., Any]:
+    """The function ``pickle_function`` pickled, with the file names of its code back."""
+    loaded = cloudpickle.loads(pickled)
+    if isinstance(loaded, tuple) and len(loaded) == 3 and loaded[0] == _WITH_FILENAMES:
+        _, fn, filenames = loaded
+        _restore_filenames(fn, filenames)
+        return fn
+    return loaded
+
+
+# cloudpickle 3.1.3 and later write the file name of every code object it pickles by value as
+# "<dynamic-code>", so that payloads do not depend on where a function was defined. A worker's
+# traceback of the user's function would then name no file: the function travels with the file
+# names of its code, keyed by qualified name and first line, and the executor puts them back.
+_WITH_FILENAMES = "sluice.function-with-filenames/1"
+_DYNAMIC_CODE = "<dynamic-code>"
+
+CodeKey = Tuple[str, int]
+
+
+def _code_key(code: types.CodeType) -> CodeKey:
+    return (getattr(code, "co_qualname", code.co_name), code.co_firstlineno)
+
+
+def _nested_codes(code: types.CodeType) -> Iterable[types.CodeType]:
+    todo = [code]
+    while todo:
+        code = todo.pop()
+        yield code
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _functions_reached(fn: Any, follow: Callable[[types.FunctionType], bool]) -> Iterable[Any]:
+    """The functions ``fn`` reaches through closures, globals and classes, walking on from the
+    functions ``follow`` accepts (bounded like ``_user_modules``)."""
+    seen: Set[int] = set()
+    todo: List[Any] = [fn]
+    while todo and len(seen) < _MAX_VISITS:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, types.ModuleType):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, functools.partial):
+            todo.extend([obj.func, *obj.args, *obj.keywords.values()])
+        elif isinstance(obj, types.FunctionType):
+            if follow(obj):
+                yield obj
+                todo.extend(_referenced(obj))
+        elif isinstance(obj, (types.MethodType, type)) or callable(obj):
+            todo.extend(_referenced(obj))
+
+
+def _code_filenames(fn: Any) -> Dict[CodeKey, str]:
+    """The file names of the code of the user's functions ``fn`` reaches."""
+    def follow(f: types.FunctionType) -> bool:
+        module = sys.modules.get(f.__module__ or "")
+        return module is None or _is_user_module(module)
+
+    names: Dict[CodeKey, str] = {}
+    for f in _functions_reached(fn, follow):
+        for code in _nested_codes(f.__code__):
+            if not code.co_filename.startswith("<"):
+                names.setdefault(_code_key(code), code.co_filename)
+    return names
+
+
+def _restore_filenames(fn: Any, names: Dict[CodeKey, str]) -> None:
+    if not names:
+        return
+
+    def renamed(code: types.CodeType) -> types.CodeType:
+        consts = tuple(renamed(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+        filename = code.co_filename
+        if filename == _DYNAMIC_CODE:
+            filename = names.get(_code_key(code), filename)
+        return code.replace(co_filename=filename, co_consts=consts)
+
+    def follow(f: types.FunctionType) -> bool:
+        return f.__code__.co_filename == _DYNAMIC_CODE
+
+    for f in list(_functions_reached(fn, follow)):
+        f.__code__ = renamed(f.__code__)
 
 
 # cloudpickle's by-value registry is process-wide: one pickling at a time registers and

@@ -64,9 +64,8 @@ fn prepare(py: Python<'_>, op: &pb::PyFunctionOp) -> Result<InProcessFunction, D
             op.name, op.python_version, op.cloudpickle_version
         )));
     }
-    let function = py
-        .import("cloudpickle")
-        .and_then(|c| c.call_method1("loads", (PyBytes::new(py, &op.pickled),)))
+    let function = functions
+        .call_method1("load_function", (PyBytes::new(py, &op.pickled),))
         .map_err(|e| runtime("cannot be unpickled here", e))?;
     let call = functions
         .getattr("call")
