@@ -219,8 +219,10 @@ pub struct DispatcherArgs {
     /// replaced after one to two of these (followers honour the old leader's lease first).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     pub election_timeout: Duration,
-    /// Log entries between snapshots.
-    #[arg(long, default_value_t = 5000)]
+    /// Log entries between snapshots. Each snapshot encodes and writes the whole state (some
+    /// megabytes under thousands of workers and clients); too often, and a busy leader spends
+    /// its time on them.
+    #[arg(long, default_value_t = 50_000)]
     pub snapshot_every: u64,
     /// A worker silent this long is removed and its unfinished tasks dropped.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]

@@ -120,7 +120,7 @@ impl Default for DispatcherConfig {
             join: false,
             heartbeat_interval: Duration::from_millis(50),
             election_timeout: (Duration::from_millis(200), Duration::from_millis(400)),
-            snapshot_logs_since_last: 5000,
+            snapshot_logs_since_last: 50_000,
             logs_kept_after_snapshot: 1000,
             worker_timeout: Duration::from_secs(10),
             client_timeout: Duration::from_secs(300),
