@@ -15,11 +15,13 @@
 
 use crate::cluster_status::{status_json, StatusPage, DEFAULT_PAGE_SIZE};
 use crate::dispatcher_metrics::DispatcherMetrics;
-use crate::ids::TaskId;
+use crate::ids::{NodeId, TaskId};
 use crate::metered_log::MeteredLog;
 use crate::proposer::{BatchLimits, ProposerHandle};
-use crate::raft_types::{Raft, StateHandle, TypeConfig};
+use crate::raft_types::{NodeInfo, Raft, StateHandle, TypeConfig};
+use crate::state_reader::unacknowledged_leader_ms;
 use openraft::storage::RaftLogStorage;
+use openraft::RaftMetrics;
 use openraft::ServerState;
 use serde_json::{json, Value};
 use sluice_journal::LogStore;
@@ -129,15 +131,24 @@ impl DispatcherOps {
 
     async fn readiness_now(&self) -> Result<(), String> {
         let metrics = self.raft.metrics().borrow().clone();
+        self.readiness(&metrics, self.committed().await?)
+    }
+
+    /// Whether this replica serves, given its Raft metrics and the commit index it knows.
+    fn readiness(
+        &self,
+        metrics: &RaftMetrics<NodeId, NodeInfo>,
+        committed: Option<u64>,
+    ) -> Result<(), String> {
         if let Err(e) = &metrics.running_state {
             return Err(format!("raft stopped: {e}"));
         }
         if metrics.state == ServerState::Leader {
-            return match metrics.millis_since_quorum_ack {
-                Some(ms) if Duration::from_millis(ms) > self.quorum_lease => Err(format!(
+            return match unacknowledged_leader_ms(metrics, self.quorum_lease) {
+                Some(ms) => Err(format!(
                     "leader without a quorum: none acknowledged it for {ms} ms"
                 )),
-                _ => Ok(()),
+                None => Ok(()),
             };
         }
         let Some(leader) = metrics.current_leader else {
@@ -146,8 +157,8 @@ impl DispatcherOps {
                 metrics.state, metrics.current_term
             ));
         };
-        let applied = metrics.last_applied.map(|l| l.index);
-        match self.committed().await? {
+        let applied = metrics.last_applied.as_ref().map(|l| l.index);
+        match committed {
             Some(committed) if applied < Some(committed) => Err(format!(
                 "catching up: applied index {} of committed {committed} (leader {leader})",
                 applied.map_or("none".into(), |a| a.to_string())
@@ -168,8 +179,10 @@ impl DispatcherOps {
         };
         let role = role(raft.state);
         json["role"] = role.into();
-        json["commit_index"] = self.committed().await.ok().flatten().into();
-        json["serving"] = match self.readiness_now().await {
+        // One read of the journal's commit index serves both fields.
+        let committed = self.committed().await;
+        json["commit_index"] = committed.clone().ok().flatten().into();
+        json["serving"] = match committed.and_then(|c| self.readiness(&raft, c)) {
             Ok(()) => Value::Null,
             Err(reason) => reason.into(),
         };

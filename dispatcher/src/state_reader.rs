@@ -93,15 +93,11 @@ impl StateReader {
 
     /// Fails fast when this replica leads but no quorum acknowledged it within the lease.
     pub fn check_quorum(&self) -> Result<(), DispatcherError> {
-        let metrics = self.raft.metrics();
-        let m = metrics.borrow();
-        match m.millis_since_quorum_ack {
-            Some(ms) if m.state.is_leader() && Duration::from_millis(ms) > self.quorum_lease => {
-                Err(DispatcherError::QuorumUnavailable(format!(
-                    "no quorum has acknowledged this leader for {ms} ms"
-                )))
-            }
-            _ => Ok(()),
+        match unacknowledged_leader_ms(&self.raft.metrics().borrow(), self.quorum_lease) {
+            Some(ms) => Err(DispatcherError::QuorumUnavailable(format!(
+                "no quorum has acknowledged this leader for {ms} ms"
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -227,4 +223,15 @@ impl StateReader {
             })
             .clone()
     }
+}
+
+/// How long ago a quorum last acknowledged this replica, when it leads and that is longer than
+/// `lease`: a leader that may have been deposed without hearing of it.
+pub fn unacknowledged_leader_ms(
+    metrics: &RaftMetrics<NodeId, NodeInfo>,
+    lease: Duration,
+) -> Option<u64> {
+    metrics
+        .millis_since_quorum_ack
+        .filter(|ms| metrics.state.is_leader() && Duration::from_millis(*ms) > lease)
 }

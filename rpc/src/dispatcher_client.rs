@@ -46,7 +46,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, warn};
 
 /// How calls are retried.
@@ -264,13 +264,7 @@ impl DispatcherClient {
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = self
-            .inner
-            .security
-            .endpoint(addr)
-            .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
+        let channel = replica_endpoint(&self.inner.security, addr)?
             .http2_keep_alive_interval(self.inner.retry.keepalive_interval())
             .keep_alive_timeout(self.inner.retry.keepalive_timeout())
             .keep_alive_while_idle(false)
@@ -469,6 +463,19 @@ impl DispatcherClient {
             leader_watcher::watch_every_replica(&inner.leaders, &inner.addrs, &inner.security);
         }
     }
+}
+
+/// A replica's endpoint as every connection to the quorum dials it: TLS as `security` says, a
+/// short connect timeout, no Nagle delay.
+pub(crate) fn replica_endpoint(
+    security: &ClientSecurity,
+    addr: &str,
+) -> Result<Endpoint, RpcError> {
+    Ok(security
+        .endpoint(addr)
+        .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true))
 }
 
 #[cfg(test)]

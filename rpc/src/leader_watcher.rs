@@ -6,6 +6,7 @@
 //! new process may be told the frozen leader's address first), and with one replica frozen the
 //! others still report. The streams hold the view weakly and stop with it.
 
+use crate::dispatcher_client::replica_endpoint;
 use crate::leader_view::LeaderView;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
@@ -78,7 +79,7 @@ impl Follower {
     }
 
     async fn follow(&self) -> Ended {
-        let endpoint = match self.security.endpoint(&self.addr) {
+        let endpoint = match replica_endpoint(&self.security, &self.addr) {
             Ok(endpoint) => endpoint,
             Err(e) => {
                 debug!(replica = %self.addr, error = %e, "cannot watch the leader there");
@@ -86,8 +87,6 @@ impl Follower {
             }
         };
         let channel = endpoint
-            .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE)
             .keep_alive_timeout(KEEPALIVE)
             .keep_alive_while_idle(true)
