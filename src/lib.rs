@@ -12,5 +12,4 @@
 pub mod cli;
 pub mod commands;
 pub mod demo;
-pub mod malloc_arenas;
 pub mod node_id_arg;

@@ -108,6 +108,7 @@ impl SimWorker {
                 repetition: 0,
                 max_splits: size,
             };
+            let started = Instant::now();
             let lease = tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 lease = self.client.lease_splits(&request) => lease,
@@ -121,7 +122,7 @@ impl SimWorker {
                 }
             };
             let splits = lease.end.saturating_sub(lease.start);
-            self.stats.lease(splits);
+            self.stats.lease(splits, started.elapsed());
             if lease.end_of_splits {
                 break;
             }

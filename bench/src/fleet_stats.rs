@@ -27,6 +27,8 @@ pub(crate) struct FleetStats {
     /// Latencies in ms; std mutexes: a push, never held across `.await`.
     worker_ms: Mutex<Vec<f64>>,
     client_ms: Mutex<Vec<f64>>,
+    /// Whole `LeaseSplits` calls, in ms.
+    lease_ms: Mutex<Vec<f64>>,
     /// Heartbeats answered early with news (not latencies).
     news: AtomicU64,
     leases: AtomicU64,
@@ -74,11 +76,23 @@ impl FleetStats {
         list.lock().expect("latency lock poisoned").push(ms);
     }
 
-    pub(crate) fn lease(&self, splits: u64) {
+    /// Records one lease of `splits` splits whose call took `elapsed`.
+    pub(crate) fn lease(&self, splits: u64, elapsed: Duration) {
         if self.measuring() {
             self.leases.fetch_add(1, Ordering::Relaxed);
             self.splits.fetch_add(splits, Ordering::Relaxed);
+            self.lease_ms
+                .lock()
+                .expect("latency lock poisoned")
+                .push(elapsed.as_secs_f64() * 1000.0);
         }
+    }
+
+    /// The lease calls' latencies, sorted.
+    pub(crate) fn lease_latencies(&self) -> Vec<f64> {
+        let mut all = self.lease_ms.lock().expect("latency lock poisoned").clone();
+        all.sort_by(|a, b| a.total_cmp(b));
+        all
     }
 
     pub(crate) fn task_finished(&self) {

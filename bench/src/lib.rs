@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// Scale: simulated clients, heartbeating at the client's defaults.
     #[arg(long, default_value_t = 10_000)]
     pub scale_clients: usize,
+    /// Scale: simulated clients sharing one connection (each worker has its own; real clients
+    /// too, but a connection each costs the bench more than the dispatcher).
+    #[arg(long, default_value_t = 100)]
+    pub scale_clients_per_connection: usize,
     /// Scale: distributed_epoch jobs leasing splits (the clients are spread over them).
     #[arg(long, default_value_t = 100)]
     pub scale_jobs: usize,
@@ -220,6 +224,7 @@ fn scale_config(args: &BenchArgs) -> ScaleConfig {
         duration: args.scale_duration,
         splits: args.scale_splits,
         split_cost: args.scale_split_cost,
+        callers_per_connection: args.scale_clients_per_connection,
         ..ScaleConfig::default()
     }
 }

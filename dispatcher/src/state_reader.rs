@@ -72,7 +72,7 @@ pub struct StateReader {
 
 impl StateReader {
     /// `election_timeout`: the replicas' range; its upper bound is the quorum lease a leader
-    /// must be acknowledged within, half its lower bound the lease of a read confirmation.
+    /// must be acknowledged within, and half of it the lease of a read confirmation.
     pub fn new(
         id: NodeId,
         raft: Raft,
@@ -82,7 +82,7 @@ impl StateReader {
         let quorum_lease = election_timeout.1;
         StateReader {
             id,
-            reads: ReadBatch::new(raft.clone(), election_timeout.0 / 2),
+            reads: ReadBatch::new(raft.clone(), election_timeout.1 / 2),
             applied: Arc::new(OnceLock::new()),
             watchers: Watchers::new(),
             raft,
