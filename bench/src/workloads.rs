@@ -293,8 +293,16 @@ pub(crate) async fn scale(
         "heartbeats answered early with news (not timed)",
     );
     report.put("scale_leases_per_s", f.leases_per_s, "leases/s");
-    report.put("scale_lease_p50_ms", f.lease_p50_ms, "ms (a LeaseSplits call)");
-    report.put("scale_lease_p99_ms", f.lease_p99_ms, "ms (a LeaseSplits call)");
+    report.put(
+        "scale_lease_p50_ms",
+        f.lease_p50_ms,
+        "ms (a LeaseSplits call)",
+    );
+    report.put(
+        "scale_lease_p99_ms",
+        f.lease_p99_ms,
+        "ms (a LeaseSplits call)",
+    );
     report.put("scale_splits_per_s", f.splits_per_s, "splits/s");
     report.put(
         "scale_leader_cpu_pct",
