@@ -19,7 +19,10 @@ use crate::leader_probe::Target;
 use anyhow::{bail, Context};
 use sluice_client::{DispatcherClientExt, RegisterOptions};
 use sluice_dataset::Dataset;
-use sluice_rpc::{DatasetId, DispatcherClient, JobRequest, ShardingPolicy, TargetWorkers};
+use sluice_rpc::{
+    ClientHeartbeat, ClientId, DatasetId, DispatcherClient, JobId, JobRequest, KnownTasks,
+    ShardingPolicy, TargetWorkers,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,6 +109,10 @@ pub struct ScaleFigures {
     /// the heartbeat latencies that is the simulated callers' own delay, not the dispatcher's.
     pub bench_lag_p99_ms: f64,
     pub bench_lag_max_ms: f64,
+    /// A client heartbeat that may not wait, every 10 ms on a connection of its own: the
+    /// leader's answer to one caller that shares nothing with the fleet.
+    pub probe_p50_ms: f64,
+    pub probe_p99_ms: f64,
 }
 
 /// Connections for `callers` simulated callers, `per_connection` to each.
@@ -139,6 +146,58 @@ pub(crate) async fn wait_count(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
+}
+
+/// One more client of a job, on a connection of its own, heartbeating without waiting.
+struct Probe {
+    client: DispatcherClient,
+    client_id: ClientId,
+}
+
+impl Probe {
+    async fn attach(target: &Target, job: JobId) -> anyhow::Result<Probe> {
+        let client = target.client()?;
+        let client_id = client
+            .get_or_create_iteration(job, 0)
+            .await
+            .context("attach the probe")?
+            .client_id;
+        Ok(Probe { client, client_id })
+    }
+
+    /// For `duration`, a heartbeat every 10 ms; their latencies in ms, sorted (failures count
+    /// in `stats`).
+    async fn run(&self, duration: Duration, stats: &FleetStats) -> Vec<f64> {
+        const EVERY: Duration = Duration::from_millis(10);
+        let end = Instant::now() + duration;
+        let mut known_tasks = KnownTasks::default();
+        let mut took = Vec::new();
+        while Instant::now() < end {
+            let heartbeat = ClientHeartbeat {
+                client_id: self.client_id,
+                known_tasks,
+                current_round: None,
+                blocked_round: None,
+            };
+            let started = Instant::now();
+            match self
+                .client
+                .client_heartbeat(&heartbeat, Duration::ZERO)
+                .await
+            {
+                Ok(reply) => {
+                    took.push(started.elapsed().as_secs_f64() * 1000.0);
+                    if let Some(tasks) = reply.tasks {
+                        known_tasks = KnownTasks::of(&tasks);
+                    }
+                }
+                Err(e) => stats.error("probe heartbeat", e),
+            }
+            tokio::time::sleep(EVERY).await;
+        }
+        took.sort_by(|a, b| a.total_cmp(b));
+        took
+    }
 }
 
 /// For `duration`, how late each 10 ms sleep on this runtime woke, in ms, sorted.
@@ -258,10 +317,14 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         )
         .await?;
 
+        let probe = Probe::attach(target, jobs[0]).await?;
         let cpu_before = leader.cpu_seconds()?;
         let started = Instant::now();
         stats.set_measuring(true);
-        let lag = runtime_lag(config.duration).await;
+        let (lag, probed) = tokio::join!(
+            runtime_lag(config.duration),
+            probe.run(config.duration, &stats)
+        );
         stats.set_measuring(false);
         let seconds = started.elapsed().as_secs_f64();
         let cpu = leader.cpu_seconds()? - cpu_before;
@@ -296,6 +359,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             snapshot_mib: sizes.snapshot_mib,
             leader_changed: sizes.leader_changed,
             bench_lag_p99_ms: quantile(&lag, 0.99),
+            probe_p50_ms: quantile(&probed, 0.5),
+            probe_p99_ms: quantile(&probed, 0.99),
             bench_lag_max_ms: lag.last().copied().unwrap_or(0.0),
         })
     }

@@ -282,6 +282,16 @@ pub(crate) async fn scale(
         "ms (the bench's own timers late, p99; the callers' share of the latencies)",
     );
     report.put(
+        "scale_probe_p50_ms",
+        f.probe_p50_ms,
+        "ms (a heartbeat that may not wait, on a connection of its own)",
+    );
+    report.put(
+        "scale_probe_p99_ms",
+        f.probe_p99_ms,
+        "ms (a heartbeat that may not wait, on a connection of its own)",
+    );
+    report.put(
         "scale_bench_lag_max_ms",
         f.bench_lag_max_ms,
         "ms (the bench's own timers late, worst)",
