@@ -329,7 +329,7 @@ const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(5);
 /// replication sends (the snapshot is a file of its own), read right after they were written.
 /// Over 100,000 short jobs, 64 MiB let the leader grow to 74 MiB, still climbing; 16 MiB kept
 /// it level at about 50 MiB, 9 MiB of it log entries in the cache (a heap profile); 4 MiB
-/// took it 5 to 13 MiB lower, with the same heartbeat and lease latencies under 1,000 workers
+/// took it 5 to 13 MiB lower, with the same heartbeat latency under 1,000 workers
 /// and 10,000 clients.
 const SLED_CACHE_BYTES: u64 = 4 * 1024 * 1024;
 
