@@ -90,9 +90,7 @@ impl FleetStats {
 
     /// The lease calls' latencies, sorted.
     pub(crate) fn lease_latencies(&self) -> Vec<f64> {
-        let mut all = self.lease_ms.lock().expect("latency lock poisoned").clone();
-        all.sort_by(|a, b| a.total_cmp(b));
-        all
+        sorted(self.lease_ms.lock().expect("latency lock poisoned").clone())
     }
 
     pub(crate) fn task_finished(&self) {
@@ -144,9 +142,14 @@ impl FleetStats {
         if caller != Some(Caller::Worker) {
             all.extend(self.client_ms.lock().expect("latency lock poisoned").iter());
         }
-        all.sort_by(|a, b| a.total_cmp(b));
-        all
+        sorted(all)
     }
+}
+
+/// `values` in ascending order, as [`quantile`] takes them.
+pub(crate) fn sorted(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values
 }
 
 /// The `q` quantile (0..=1) of sorted values; 0 when there are none.

@@ -61,15 +61,14 @@ impl LeaderFault {
     }
 }
 
-pub(crate) async fn leader_fault(
-    cluster: &Cluster,
+/// Reads `range(total)` as one distributed_epoch at `RATE` elements a second, calling
+/// `on_element` with the time since the epoch began after each element; the elements received
+/// and the longest wait between two of them (or before the first).
+pub(crate) async fn paced_range_read(
     client: &DispatcherClient,
-    fault: LeaderFault,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let leader = cluster.leader().await?;
-    // Ten seconds at the rate: the fault begins after one and ends after six.
-    let total = (RATE * 10.0) as u64;
+    total: u64,
+    mut on_element: impl FnMut(Duration) -> anyhow::Result<()>,
+) -> anyhow::Result<(u64, Duration)> {
     let service = client
         .distribute(
             &Dataset::range(total as i64),
@@ -81,28 +80,45 @@ pub(crate) async fn leader_fault(
     let started = Instant::now();
     let (mut received, mut longest) = (0u64, Duration::ZERO);
     let mut last = Instant::now();
-    let mut began = None;
-    let mut ended = false;
-    let mut new_job = None;
     while let Some(element) = stream.next().await {
         element?;
         received += 1;
         longest = longest.max(last.elapsed());
-        if began.is_none() && started.elapsed() > Duration::from_secs(1) {
-            fault.begin(cluster, leader)?;
-            began = Some(Instant::now());
-            new_job = Some(tokio::spawn(first_element(cluster.client()?)));
-        }
-        if began.is_some_and(|at| !ended && at.elapsed() >= FAULT) {
-            fault.end(cluster, leader)?;
-            ended = true;
-        }
+        on_element(started.elapsed())?;
         let due = started + Duration::from_secs_f64(received as f64 / RATE);
         if due > Instant::now() + Duration::from_millis(1) {
             tokio::time::sleep_until(due.into()).await;
         }
         last = Instant::now();
     }
+    Ok((received, longest))
+}
+
+pub(crate) async fn leader_fault(
+    cluster: &Cluster,
+    client: &DispatcherClient,
+    fault: LeaderFault,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let leader = cluster.leader().await?;
+    // Ten seconds at the rate: the fault begins after one and ends after six.
+    let total = (RATE * 10.0) as u64;
+    let mut began = None;
+    let mut ended = false;
+    let mut new_job = None;
+    let (received, longest) = paced_range_read(client, total, |since_start| {
+        if began.is_none() && since_start > Duration::from_secs(1) {
+            fault.begin(cluster, leader)?;
+            began = Some(Instant::now());
+            new_job = Some(tokio::spawn(first_element(cluster.client()?)));
+        }
+        if began.is_some_and(|at: Instant| !ended && at.elapsed() >= FAULT) {
+            fault.end(cluster, leader)?;
+            ended = true;
+        }
+        Ok(())
+    })
+    .await?;
     if !ended {
         fault.end(cluster, leader)?;
     }

@@ -14,7 +14,7 @@
 //! than the dispatcher), but each has its own requester id, as separate processes would.
 
 use crate::fleet::{SimClient, SimWorker};
-use crate::fleet_stats::{quantile, Caller, FleetStats};
+use crate::fleet_stats::{quantile, sorted, Caller, FleetStats};
 use crate::leader_probe::Target;
 use anyhow::{bail, Context};
 use sluice_client::{DispatcherClientExt, RegisterOptions};
@@ -195,8 +195,7 @@ impl Probe {
             }
             tokio::time::sleep(EVERY).await;
         }
-        took.sort_by(|a, b| a.total_cmp(b));
-        took
+        sorted(took)
     }
 }
 
@@ -210,8 +209,7 @@ async fn runtime_lag(duration: Duration) -> Vec<f64> {
         tokio::time::sleep(TICK).await;
         late.push(asked.elapsed().saturating_sub(TICK).as_secs_f64() * 1000.0);
     }
-    late.sort_by(|a, b| a.total_cmp(b));
-    late
+    sorted(late)
 }
 
 /// Registers `range(splits)`; its id.

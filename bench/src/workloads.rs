@@ -3,12 +3,13 @@
 
 use crate::cluster::{rss_mib, Cluster};
 use crate::epoch::{measured, options, read_epoch, uncompressed, Count};
+use crate::leader_fault::paced_range_read;
 use crate::leader_probe::Target;
 use crate::report::{median, Report};
 use crate::scale::{run_scale, ScaleConfig};
 use crate::soak::{run_soak, SoakConfig};
 use anyhow::Context;
-use sluice_client::{DispatcherClient, DispatcherClientExt, ShardingPolicy};
+use sluice_client::{DispatcherClient, ShardingPolicy};
 use sluice_dataset::{Dataset, ExecOptions, Tensor, Transform};
 use std::time::{Duration, Instant};
 
@@ -196,33 +197,15 @@ pub(crate) async fn failover(
 ) -> anyhow::Result<()> {
     let leader = cluster.leader().await?;
     let total = 60_000u64;
-    let service = client
-        .distribute(
-            &Dataset::range(total as i64),
-            ShardingPolicy::Dynamic,
-            options(64),
-        )
-        .await?;
-    let mut stream = service.iter().await?;
-    let started = Instant::now();
-    let (mut received, mut longest) = (0u64, Duration::ZERO);
-    let mut last = Instant::now();
     let mut killed = false;
-    while let Some(element) = stream.next().await {
-        element?;
-        received += 1;
-        longest = longest.max(last.elapsed());
-        if !killed && started.elapsed() > Duration::from_secs(1) {
+    let (received, longest) = paced_range_read(client, total, |since_start| {
+        if !killed && since_start > Duration::from_secs(1) {
             cluster.dispatchers[leader].kill();
             killed = true;
         }
-        // 20,000 elements/s: the reader needs the service to keep up, not to race it.
-        let due = started + Duration::from_secs_f64(received as f64 / 20_000.0);
-        if due > Instant::now() + Duration::from_millis(1) {
-            tokio::time::sleep_until(due.into()).await;
-        }
-        last = Instant::now();
-    }
+        Ok(())
+    })
+    .await?;
     anyhow::ensure!(
         received == total,
         "failover epoch: {received} of {total} elements"
@@ -282,6 +265,11 @@ pub(crate) async fn scale(
         "ms (the bench's own timers late, p99; the callers' share of the latencies)",
     );
     report.put(
+        "scale_bench_lag_max_ms",
+        f.bench_lag_max_ms,
+        "ms (the bench's own timers late, worst)",
+    );
+    report.put(
         "scale_probe_p50_ms",
         f.probe_p50_ms,
         "ms (a heartbeat that may not wait, on a connection of its own)",
@@ -290,11 +278,6 @@ pub(crate) async fn scale(
         "scale_probe_p99_ms",
         f.probe_p99_ms,
         "ms (a heartbeat that may not wait, on a connection of its own)",
-    );
-    report.put(
-        "scale_bench_lag_max_ms",
-        f.bench_lag_max_ms,
-        "ms (the bench's own timers late, worst)",
     );
     report.put("scale_heartbeats", f.heartbeats as f64, "heartbeats timed");
     report.put(

@@ -151,18 +151,23 @@ async fn frozen_leader_and_successor() -> (FakeDispatcher, FakeDispatcher, FakeD
     (frozen, follower, successor)
 }
 
-#[tokio::test]
-async fn a_call_on_a_frozen_leader_is_sent_again_to_the_newer_leader_with_its_request_id() {
-    let (frozen, follower, successor) = frozen_leader_and_successor().await;
-    let addrs = [frozen.addr(), follower.addr(), successor.addr()].join(",");
-    let client = patient(&addrs);
-    let request = LeaseRequest {
+/// The lease both frozen-leader tests ask for.
+fn ten_splits_of_task_1() -> LeaseRequest {
+    LeaseRequest {
         iteration_id: IterationId(1),
         task_id: TaskId(1),
         provider: 0,
         repetition: 0,
         max_splits: 10,
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_call_on_a_frozen_leader_is_sent_again_to_the_newer_leader_with_its_request_id() {
+    let (frozen, follower, successor) = frozen_leader_and_successor().await;
+    let addrs = [frozen.addr(), follower.addr(), successor.addr()].join(",");
+    let client = patient(&addrs);
+    let request = ten_splits_of_task_1();
 
     let started = Instant::now();
     let lease = client.lease_splits(&request).await.expect("a lease");
@@ -236,13 +241,7 @@ async fn a_leader_the_other_replicas_still_name_is_waited_for() {
         },
     )
     .expect("valid addresses");
-    let request = LeaseRequest {
-        iteration_id: IterationId(1),
-        task_id: TaskId(1),
-        provider: 0,
-        repetition: 0,
-        max_splits: 10,
-    };
+    let request = ten_splits_of_task_1();
 
     let started = Instant::now();
     let answer = client.lease_splits(&request).await;
