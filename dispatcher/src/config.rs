@@ -97,7 +97,7 @@ pub const DEFAULT_MAX_DEFINITION_SIZE: u64 = 16 * 1024 * 1024;
 
 /// The largest accepted value of [`DispatcherConfig::max_definition_size`]: with its margins
 /// it must stay below protobuf's 2 GiB message bound.
-pub const MAX_MAX_DEFINITION_SIZE: u64 = 1024 * 1024 * 1024;
+pub const MAX_MAX_DEFINITION_SIZE: u64 = crate::state::MAX_DEFINITION_BYTES;
 
 /// What a `RegisterDataset` request carries beside its definition (ids, element spec), and
 /// what a log entry carries beside its requests, at most, before the client API refuses it.

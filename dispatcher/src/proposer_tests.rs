@@ -204,23 +204,25 @@ async fn an_entry_stops_growing_at_max_bytes_and_a_large_request_goes_alone() {
 }
 
 #[tokio::test]
-async fn by_default_an_entry_gathers_about_four_mebibytes_and_a_definition_goes_alone() {
+async fn by_default_an_entry_gathers_about_one_mebibyte_and_a_large_request_goes_alone() {
     const MIB: usize = 1024 * 1024;
     let limits = BatchLimits {
         max_in_flight: 1,
         ..BatchLimits::default()
     };
-    assert_eq!(limits.max_bytes, 4 * MIB);
+    assert_eq!(limits.max_bytes, MIB);
     let (handle, mut log) = start(limits);
     let first = queue(&handle, ask(1)).await;
     let (entry, answer) = log.next().await;
     let mut waiting = Vec::new();
+    // Four of these (a definition part's size, less a little) fit in one entry.
+    let part = DEFINITION_PART_BYTES - 1024;
     for job in 2..=7 {
-        waiting.push(queue(&handle, sized(job, MIB)).await);
+        waiting.push(queue(&handle, sized(job, part)).await);
     }
-    // A registration-sized request behind them, then small ones again.
+    // A request over the bound behind them, then small ones again.
     waiting.push(queue(&handle, sized(8, 48 * MIB)).await);
-    waiting.push(queue(&handle, sized(9, MIB)).await);
+    waiting.push(queue(&handle, sized(9, part)).await);
     let _ = answer.send(Ok(outcomes(&entry)));
     assert_eq!(log.commit_next().await, [2, 3, 4, 5]);
     assert_eq!(log.commit_next().await, [6, 7]);

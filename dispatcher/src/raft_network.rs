@@ -197,9 +197,16 @@ impl PeerClient {
                 ))))
             }
         };
+        let transfer = self
+            .faults
+            .as_ref()
+            .map_or(Duration::ZERO, |f| f.transfer_time(payload.len()));
         let request = RaftPayload { payload };
         let ttl = option.hard_ttl();
         let call = async {
+            if !transfer.is_zero() {
+                tokio::time::sleep(transfer).await;
+            }
             match action {
                 RPCTypes::AppendEntries => client.append_entries(request).await,
                 RPCTypes::Vote => client.vote(request).await,

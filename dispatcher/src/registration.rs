@@ -17,7 +17,7 @@
 use crate::convert;
 use crate::error::DispatcherError;
 use crate::ids::DatasetId;
-use crate::state::{DatasetMetadata, Update};
+use crate::state::{definition_key, DatasetMetadata, Update};
 use prost::Message;
 use sluice_dataset::{DataRoots, DatasetError, FileAccess, FunctionRegistry};
 use sluice_proto::dataset as dpb;
@@ -84,7 +84,7 @@ impl Registration {
         })
     }
 
-    /// The update that registers the dataset.
+    /// The update that registers the dataset, in one entry whatever the definition's size.
     pub fn into_update(self) -> Update {
         Update::RegisterDataset {
             dataset_id: self.dataset_id,
@@ -92,6 +92,38 @@ impl Registration {
             metadata: self.metadata,
             num_splits: self.num_splits,
         }
+    }
+
+    /// The updates that register the dataset with no entry much over `part_bytes`: one
+    /// `RegisterDataset` if the definition fits, otherwise `StageDefinition` parts of
+    /// `part_bytes` (to be applied in order) and the `RegisterStagedDataset` that follows them.
+    pub fn into_updates(self, part_bytes: usize) -> (Vec<Update>, Update) {
+        let def = self.def.encode_to_vec();
+        if def.len() <= part_bytes {
+            return (Vec::new(), self.into_update());
+        }
+        let key = definition_key(&def);
+        let mut offset = 0;
+        let parts = def
+            .chunks(part_bytes.max(1))
+            .map(|part| {
+                let update = Update::StageDefinition {
+                    key,
+                    offset,
+                    bytes: part.to_vec(),
+                };
+                offset += part.len() as u64;
+                update
+            })
+            .collect();
+        let register = Update::RegisterStagedDataset {
+            dataset_id: self.dataset_id,
+            key,
+            len: def.len() as u64,
+            metadata: self.metadata,
+            num_splits: self.num_splits,
+        };
+        (parts, register)
     }
 }
 

@@ -217,3 +217,39 @@ fn a_listed_file_inside_the_roots_is_stored_canonical() {
     );
     assert_eq!(prepared.num_splits, vec![1]);
 }
+
+#[test]
+fn a_definition_over_the_part_size_is_proposed_in_parts_that_rebuild_it() {
+    let prepared =
+        Registration::prepare(request(Some(Dataset::range(10).into_def())), &no_roots()).unwrap();
+    let whole = prepared.def.encode_to_vec();
+
+    let (parts, register) = prepared.clone().into_updates(whole.len());
+    assert!(parts.is_empty(), "fits in one entry");
+    assert_eq!(register, prepared.clone().into_update());
+
+    let part_bytes = 3;
+    let (parts, register) = prepared.clone().into_updates(part_bytes);
+    assert_eq!(parts.len(), whole.len().div_ceil(part_bytes));
+    let mut rebuilt = Vec::new();
+    for part in &parts {
+        let Update::StageDefinition { key, offset, bytes } = part else {
+            panic!("a part: {part:?}");
+        };
+        assert_eq!(*key, crate::state::definition_key(&whole));
+        assert_eq!(*offset, rebuilt.len() as u64);
+        assert!(bytes.len() <= part_bytes);
+        rebuilt.extend_from_slice(bytes);
+    }
+    assert_eq!(rebuilt, whole);
+    assert_eq!(
+        register,
+        Update::RegisterStagedDataset {
+            dataset_id: None,
+            key: crate::state::definition_key(&whole),
+            len: whole.len() as u64,
+            metadata: prepared.metadata,
+            num_splits: prepared.num_splits,
+        }
+    );
+}

@@ -415,3 +415,40 @@ fn second_open_while_in_use_is_a_retryable_error() -> anyhow::Result<()> {
     assert!(err.is_retryable(), "{err:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_to_a_follower_is_cut_at_max_append_bytes() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let journal = open_or_create(&tmp.path().join("node-1")).context("open journal")?;
+    let mut log = journal.log_store::<ToyConfig>();
+    // Entries of a third of the bound each, then one of twice the bound.
+    let third = "x".repeat(crate::MAX_APPEND_BYTES / 3);
+    let double = "y".repeat(crate::MAX_APPEND_BYTES * 2);
+    log.blocking_append([
+        set(1, 1, "a", &third),
+        set(1, 2, "b", &third),
+        set(1, 3, "c", &third),
+        set(1, 4, "d", &double),
+        set(1, 5, "e", "small"),
+    ])
+    .await?;
+    let indexes = |entries: Vec<Entry<ToyConfig>>| -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    };
+    // Three thirds and their encoding overhead pass the bound: two go.
+    assert_eq!(
+        indexes(log.limited_get_log_entries(1, 6).await?),
+        vec![1, 2]
+    );
+    assert_eq!(indexes(log.limited_get_log_entries(3, 6).await?), vec![3]);
+    // An entry over the bound goes alone, never held back.
+    assert_eq!(indexes(log.limited_get_log_entries(4, 6).await?), vec![4]);
+    assert_eq!(indexes(log.limited_get_log_entries(5, 6).await?), vec![5]);
+    assert!(log.limited_get_log_entries(5, 5).await?.is_empty());
+    // Reads that are not for an append are not cut.
+    assert_eq!(
+        indexes(log.try_get_log_entries(1..6).await?),
+        vec![1, 2, 3, 4, 5]
+    );
+    Ok(())
+}

@@ -60,7 +60,7 @@ pub use journal::Journal;
 pub use journal::DB_DIR;
 pub use journal_identity::JournalIdentity;
 pub use journal_identity::IDENTITY_FILE;
-pub use log_store::LogStore;
+pub use log_store::{LogStore, MAX_APPEND_BYTES};
 pub use snapshot_file::SNAPSHOT_FILE;
 pub use state_machine::AppliedState;
 pub use state_machine::ReplicatedState;

@@ -343,6 +343,12 @@ impl LocalCluster {
         self.faults.isolate(id, self.replicas.keys().copied());
     }
 
+    /// Limits every Raft link to `bytes_per_second` (`None`: unlimited again).
+    pub fn limit_link_rate(&self, bytes_per_second: Option<u64>) {
+        info!(?bytes_per_second, "--- limiting the Raft links' rate");
+        self.faults.limit_rate(bytes_per_second);
+    }
+
     /// Restores every Raft link.
     pub fn heal(&self) {
         info!("--- healing the network");

@@ -9,7 +9,8 @@
 //! - a split index of a provider and repetition is leased at most once;
 //! - a request id seen again returns the outcome recorded the first time (`RequestLog`);
 //! - a dataset's definition is stored once per content, in `definitions`, with the number of
-//!   datasets using it; a definition no dataset uses is gone;
+//!   datasets using it; a definition no dataset uses is gone, but for at most one whose parts
+//!   are being staged;
 //! - the state is bounded by live work: ended iterations, jobs and datasets nobody uses are
 //!   removed by `RemoveIdle` (the leader's timers propose it), with their tasks.
 //!
@@ -23,6 +24,7 @@
 //! - `queries`: the read-only accessors the services use.
 
 mod datasets;
+pub use datasets::{definition_key, MAX_DEFINITION_BYTES};
 mod idle;
 #[cfg(test)]
 mod invariants;
@@ -209,6 +211,23 @@ impl DispatcherState {
                 jobs,
                 datasets,
             )),
+            Update::StageDefinition { key, offset, bytes } => {
+                self.stage_definition(*key, *offset, bytes)
+            }
+            Update::RegisterStagedDataset {
+                dataset_id,
+                key,
+                len,
+                metadata,
+                num_splits,
+            } => self.register_staged_dataset(
+                dataset_id.clone(),
+                *key,
+                *len,
+                metadata,
+                num_splits,
+                ctx.time_micros,
+            ),
         }
     }
 }

@@ -103,6 +103,26 @@ fn end_of_splits(repetition: u64) -> Outcome {
         end_of_splits: true,
     })
 }
+/// A part of the definition `def` (the key is the whole definition's).
+fn stage(def: &[u8], offset: u64, part: &[u8]) -> Update {
+    Update::StageDefinition {
+        key: definition_key(def),
+        offset,
+        bytes: part.to_vec(),
+    }
+}
+fn register_staged(id: Option<&str>, def: &[u8], len: u64) -> Update {
+    Update::RegisterStagedDataset {
+        dataset_id: id.map(|s| DatasetId(s.into())),
+        key: definition_key(def),
+        len,
+        metadata: meta(),
+        num_splits: vec![3],
+    }
+}
+fn staged(bytes: u64) -> Outcome {
+    Outcome::DefinitionStaged { staged: bytes }
+}
 fn not_found(msg: &str) -> Outcome {
     Outcome::Rejected(Rejection::NotFound(msg.into()))
 }
@@ -245,6 +265,142 @@ fn apply_table() {
     for (name, steps) in cases {
         run(name, steps);
     }
+}
+
+#[test]
+fn staged_definitions_table() {
+    let redo = "register the dataset again";
+    let cases: Vec<(&str, Vec<(Update, Outcome)>)> = vec![
+        (
+            "parts in order, then the registration",
+            vec![
+                (stage(b"abcde", 0, b"ab"), staged(2)),
+                (stage(b"abcde", 2, b"cd"), staged(4)),
+                (stage(b"abcde", 4, b"e"), staged(5)),
+                (register_staged(None, b"abcde", 5), registered("1000")),
+            ],
+        ),
+        (
+            "a part already in place, or overlapping the end, is taken again",
+            vec![
+                (stage(b"abcde", 0, b"abc"), staged(3)),
+                (stage(b"abcde", 0, b"abc"), staged(3)),
+                (stage(b"abcde", 1, b"bcde"), staged(5)),
+                (register_staged(Some("d"), b"abcde", 5), registered("d")),
+            ],
+        ),
+        (
+            "a gap is refused and changes nothing",
+            vec![
+                (stage(b"abcde", 0, b"ab"), staged(2)),
+                (
+                    stage(b"abcde", 3, b"de"),
+                    precondition(&format!(
+                        "a definition part at offset 3, but only 2 bytes of it are staged: {redo}"
+                    )),
+                ),
+                (stage(b"abcde", 2, b"cde"), staged(5)),
+            ],
+        ),
+        (
+            "a registration before every byte is staged is refused",
+            vec![
+                (stage(b"abcde", 0, b"ab"), staged(2)),
+                (
+                    register_staged(None, b"abcde", 5),
+                    precondition(&format!("2 of the definition's 5 bytes are staged: {redo}")),
+                ),
+                (
+                    register_staged(None, b"xyz", 3),
+                    precondition(&format!(
+                        "the definition is not staged (another upload replaced it): {redo}"
+                    )),
+                ),
+            ],
+        ),
+        (
+            "a later part of a definition never started is refused",
+            vec![(
+                stage(b"abcde", 2, b"cd"),
+                precondition(&format!(
+                    "no part of the definition before offset 2 is staged (another upload \
+                     replaced it): {redo}"
+                )),
+            )],
+        ),
+        (
+            "another definition's first part drops the one in staging",
+            vec![
+                (stage(b"abcde", 0, b"ab"), staged(2)),
+                (stage(b"xyz", 0, b"xy"), staged(2)),
+                (
+                    stage(b"abcde", 2, b"cd"),
+                    precondition(&format!(
+                        "no part of the definition before offset 2 is staged (another upload \
+                         replaced it): {redo}"
+                    )),
+                ),
+                (stage(b"xyz", 2, b"z"), staged(3)),
+                (register_staged(None, b"xyz", 3), registered("1000")),
+            ],
+        ),
+        (
+            "parts of a registered definition change nothing; its registration is a new dataset",
+            vec![
+                (register(None, b"abcde"), registered("1000")),
+                (stage(b"abcde", 0, b"ab"), staged(5)),
+                (stage(b"abcde", 4, b"e"), staged(5)),
+                (register_staged(None, b"abcde", 5), registered("1001")),
+            ],
+        ),
+        (
+            "a whole registration of a definition in staging stores it whole",
+            vec![
+                (stage(b"abcde", 0, b"ab"), staged(2)),
+                (register(None, b"abcde"), registered("1000")),
+                (register_staged(None, b"abcde", 5), registered("1001")),
+            ],
+        ),
+        (
+            "a part past the largest definition, or whose end overflows, is refused",
+            vec![
+                (
+                    stage(b"abcde", MAX_DEFINITION_BYTES, b"a"),
+                    invalid(&format!(
+                        "a definition part of 1 bytes at offset {MAX_DEFINITION_BYTES} reaches \
+                         past the largest definition, {MAX_DEFINITION_BYTES} bytes"
+                    )),
+                ),
+                (
+                    stage(b"abcde", u64::MAX, b"a"),
+                    invalid(&format!(
+                        "a definition part of 1 bytes at offset {} reaches past the largest \
+                         definition, {MAX_DEFINITION_BYTES} bytes",
+                        u64::MAX
+                    )),
+                ),
+            ],
+        ),
+    ];
+    for (name, steps) in cases {
+        let state = run(name, steps);
+        if let Err(e) = state.check_invariants() {
+            panic!("case {name:?}: {e}");
+        }
+    }
+    // The staged definition is the one registered.
+    let state = run(
+        "parts",
+        vec![
+            (stage(b"abcde", 0, b"abc"), staged(3)),
+            (stage(b"abcde", 3, b"de"), staged(5)),
+            (register_staged(None, b"abcde", 5), registered("1000")),
+        ],
+    );
+    let dataset = state
+        .dataset(&DatasetId("1000".into()))
+        .expect("registered");
+    assert_eq!(state.dataset_def(dataset), Some(&b"abcde"[..]));
 }
 
 #[test]
@@ -1186,6 +1342,20 @@ mod properties {
             (4000..4008u64).prop_map(remove_task),
             worker_name.prop_map(remove_worker),
             (2000..2004u64).prop_map(gc),
+            // Parts of the definitions "ab" and "ba" in any order, and their registrations
+            // with a right or a wrong length.
+            (
+                prop::sample::select(vec![&b"ab"[..], &b"ba"[..]]),
+                prop_oneof![0..3u64, Just(u64::MAX)],
+                1..3usize,
+            )
+                .prop_map(|(def, offset, len)| {
+                    let start = (offset as usize).min(def.len());
+                    let end = (start + len).min(def.len());
+                    stage(def, offset, &def[start..end])
+                }),
+            (prop::sample::select(vec![&b"ab"[..], &b"ba"[..]]), 1..4u64)
+                .prop_map(|(def, len)| register_staged(None, def, len)),
             (
                 prop_oneof![Just(0u64), 0..200u64, Just(u64::MAX)],
                 prop_oneof![Just(0u64), 0..200u64, Just(u64::MAX)],

@@ -29,7 +29,9 @@ pub mod worker_index_resolver;
 mod dispatcher_state_tests;
 
 pub use changes::{Changes, Touched, Watched};
-pub use dispatcher_state::{ApplyContext, DispatcherState, StateSizes};
+pub use dispatcher_state::{
+    definition_key, ApplyContext, DispatcherState, StateSizes, MAX_DEFINITION_BYTES,
+};
 pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
 pub use split_cursor::SplitCursor;
 pub use update::{

@@ -8,6 +8,7 @@
 //! `apply` stays pure.
 
 use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use crate::state::entities::DefinitionKey;
 use serde::{Deserialize, Serialize};
 /// The enums shared with clients and workers, defined once in `sluice_rpc`.
 pub use sluice_rpc::{Compression, ShardingPolicy, SplitLease, TargetWorkers};
@@ -147,6 +148,25 @@ pub enum Update {
         jobs: Vec<JobId>,
         datasets: Vec<DatasetId>,
     },
+    /// One part of a large definition, staged in the state before the `RegisterStagedDataset`
+    /// that uses it: `bytes` go at `offset` of the definition stored under `key` (its SHA-256,
+    /// computed by the leader over the whole definition). Parts keep every log entry small
+    /// enough to reach the followers within one heartbeat, whatever the definition's size.
+    StageDefinition {
+        key: DefinitionKey,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
+    /// `RegisterDataset` of a definition staged by `StageDefinition` parts: all `len` bytes of
+    /// the definition under `key` must be staged.
+    RegisterStagedDataset {
+        dataset_id: Option<DatasetId>,
+        key: DefinitionKey,
+        len: u64,
+        metadata: DatasetMetadata,
+        num_splits: Vec<u64>,
+    },
 }
 
 impl Update {
@@ -165,6 +185,8 @@ impl Update {
             Update::ClientRounds { .. } => "client_rounds",
             Update::RemoveTask { .. } => "remove_task",
             Update::RemoveIdle { .. } => "remove_idle",
+            Update::StageDefinition { .. } => "stage_definition",
+            Update::RegisterStagedDataset { .. } => "register_staged_dataset",
         }
     }
 }
@@ -203,6 +225,10 @@ pub enum Outcome {
         datasets: u64,
     },
     Rejected(Rejection),
+    /// A `StageDefinition` part is in place: `staged` bytes of the definition are stored.
+    DefinitionStaged {
+        staged: u64,
+    },
 }
 
 /// Why a request changed nothing. Messages follow tf.data service's texts where it has one.

@@ -95,11 +95,12 @@ async fn two_concurrent_oversized_registrations_are_refused_at_once_and_the_lead
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_definition_just_under_the_configured_limit_registers_and_its_task_runs_on_a_worker(
+async fn a_definition_just_under_the_configured_limit_registers_over_slow_links_and_its_task_runs_on_a_worker(
 ) -> anyhow::Result<()> {
     // The default limit, at the test kit's Raft timings (a 50 ms heartbeat): openraft gives
-    // an append one heartbeat interval, so the largest definition allowed by default must
-    // reach the followers within it, in a debug build too.
+    // an append one heartbeat interval. Over links of 100 MiB/s the definition in one entry
+    // would take 160 ms to reach a follower, never in time, and the log would stall behind it;
+    // it goes in parts, each append at most 1 MiB (10 ms).
     const LIMIT: usize = 16 * MIB;
     const ROWS: usize = 16;
     sluice_tests::init_tracing();
@@ -107,7 +108,9 @@ async fn a_definition_just_under_the_configured_limit_registers_and_its_task_run
         assert_eq!(config.max_definition_size, LIMIT as u64, "the default");
     })
     .await?;
-    cluster.wait_for_leader(WAIT).await?;
+    let leader = cluster.wait_for_leader(WAIT).await?;
+    let before = views(&cluster);
+    cluster.limit_link_rate(Some(100 * MIB as u64));
     let client = cluster.client();
 
     info!("--- just over the limit: refused, naming the limit");
@@ -142,6 +145,9 @@ async fn a_definition_just_under_the_configured_limit_registers_and_its_task_run
         assert_eq!(data.len(), bytes / ROWS);
         assert!(data.iter().all(|b| *b == i as u8), "row {i} intact");
     }
+    info!("--- the leader still leads in the same term");
+    assert_eq!(cluster.wait_for_leader(WAIT).await?, leader);
+    assert_eq!(views(&cluster), before);
     cluster.shutdown().await;
     Ok(())
 }

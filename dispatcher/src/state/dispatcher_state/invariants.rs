@@ -78,11 +78,20 @@ impl DispatcherState {
                 ));
             }
         }
-        if datasets_per_definition.len() != self.definitions.len() {
+        let staging = self
+            .definitions
+            .values()
+            .filter(|d| d.datasets == 0)
+            .count();
+        if staging > 1 {
+            return Err(format!("{staging} definitions are being staged at once"));
+        }
+        if datasets_per_definition.len() + staging != self.definitions.len() {
             return Err("a definition no dataset uses is stored".into());
         }
         for (key, definition) in &self.definitions {
-            if datasets_per_definition.get(key) != Some(&definition.datasets) {
+            let counted = datasets_per_definition.get(key).copied().unwrap_or(0);
+            if counted != definition.datasets {
                 return Err("a definition's dataset count is wrong".into());
             }
         }
