@@ -86,12 +86,8 @@ impl Registration {
 
     /// The update that registers the dataset, in one entry whatever the definition's size.
     pub fn into_update(self) -> Update {
-        Update::RegisterDataset {
-            dataset_id: self.dataset_id,
-            def: self.def.encode_to_vec(),
-            metadata: self.metadata,
-            num_splits: self.num_splits,
-        }
+        let (_, register) = self.into_updates(usize::MAX);
+        register
     }
 
     /// The updates that register the dataset with no entry much over `part_bytes`: one
@@ -100,7 +96,13 @@ impl Registration {
     pub fn into_updates(self, part_bytes: usize) -> (Vec<Update>, Update) {
         let def = self.def.encode_to_vec();
         if def.len() <= part_bytes {
-            return (Vec::new(), self.into_update());
+            let register = Update::RegisterDataset {
+                dataset_id: self.dataset_id,
+                def,
+                metadata: self.metadata,
+                num_splits: self.num_splits,
+            };
+            return (Vec::new(), register);
         }
         let key = definition_key(&def);
         let mut offset = 0;

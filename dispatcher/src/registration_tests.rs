@@ -226,7 +226,15 @@ fn a_definition_over_the_part_size_is_proposed_in_parts_that_rebuild_it() {
 
     let (parts, register) = prepared.clone().into_updates(whole.len());
     assert!(parts.is_empty(), "fits in one entry");
-    assert_eq!(register, prepared.clone().into_update());
+    assert_eq!(
+        register,
+        Update::RegisterDataset {
+            dataset_id: None,
+            def: whole.clone(),
+            metadata: prepared.metadata.clone(),
+            num_splits: prepared.num_splits.clone(),
+        }
+    );
 
     let part_bytes = 3;
     let (parts, register) = prepared.clone().into_updates(part_bytes);
