@@ -1,10 +1,11 @@
 """Coordinated reads, and a three-replica quorum started from Python whose leader is stopped
-mid-epoch."""
+mid-epoch (with a definition of several MiB registered before)."""
 
 from __future__ import annotations
 
 import threading
 
+import numpy as np
 from conftest import wait_until
 
 import sluice
@@ -79,6 +80,10 @@ def test_a_three_replica_quorum_survives_its_leader_stopped_mid_epoch(tmp_path):
 
         wait_until(lambda: agreed_leader() is not None, "the replicas to agree on a leader")
         workers = [sluice.WorkerServer(sluice.WorkerConfig(service)) for _ in range(2)]
+        # A 4 MiB definition: the leader replicates it in parts, and it must be whole on the
+        # replica that leads next.
+        rows = np.arange(2**20, dtype=np.float32).reshape(16, -1)
+        rows_id = sluice.register_dataset(service, Dataset.from_tensor_slices(rows))
         n = 3000
         ds = Dataset.range(n).apply(sluice.distribute("distributed_epoch", service))
         it = iter(ds)
@@ -90,6 +95,11 @@ def test_a_three_replica_quorum_survives_its_leader_stopped_mid_epoch(tmp_path):
         )
         seen.extend(int(x) for x in it)
         assert sorted(seen) == list(range(n)), "every element exactly once"
+        read = sluice.from_dataset_id("parallel_epochs", service, rows_id)
+        got = sorted(read, key=lambda row: row[0])
+        assert len(got) == len(rows) * len(workers)  # every worker reads every row
+        for i, row in enumerate(got[:: len(workers)]):
+            assert np.array_equal(row, rows[i])
     finally:
         for server in workers + replicas:
             server.stop()
