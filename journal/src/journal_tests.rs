@@ -452,3 +452,39 @@ async fn an_append_to_a_follower_is_cut_at_max_append_bytes() -> anyhow::Result<
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_and_truncate_across_many_removal_batches_leave_a_log_without_holes(
+) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let journal = open_or_create(&tmp.path().join("node-1")).context("open journal")?;
+    let mut log = journal.log_store::<ToyConfig>();
+    // Several of the purge's removal batches (1,024 entries each), and a part of one.
+    let n = 5_000;
+    log.blocking_append((1..=n).map(|i| set(1, i, "k", "v")))
+        .await?;
+    log.purge(log_id(1, 1, 3_100)).await?;
+    let state = log.get_log_state().await?;
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 3_100)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 1, n)));
+    let left = log.try_get_log_entries(0..=n).await?;
+    assert_eq!(left.first().map(|e| e.log_id.index), Some(3_101));
+    assert_eq!(
+        left.len(),
+        (n - 3_100) as usize,
+        "every entry above the purge, no hole"
+    );
+
+    log.truncate(log_id(1, 1, 3_500)).await?;
+    let left = log.try_get_log_entries(0..=n).await?;
+    assert_eq!(
+        left.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+        (3_101..3_500).collect::<Vec<_>>()
+    );
+    // A purge of what is already gone, and of more, removes only what is there.
+    log.purge(log_id(1, 1, 3_200)).await?;
+    let left = log.try_get_log_entries(0..=n).await?;
+    assert_eq!(left.first().map(|e| e.log_id.index), Some(3_201));
+    assert_eq!(left.len(), 299);
+    Ok(())
+}

@@ -110,22 +110,57 @@ impl<C: JournalTypeConfig> LogStore<C> {
         Ok(Some(entry.log_id))
     }
 
-    /// Removes every log entry whose index lies in `range`, as one batch. Blocking.
-    fn remove_range(
-        raft_log: &sled::Tree,
-        range: impl RangeBounds<[u8; 8]>,
-    ) -> Result<usize, JournalError> {
-        let mut batch = sled::Batch::default();
-        let mut n = 0;
-        for item in raft_log.range(range) {
+    /// Removes the log entries with index `since` and after (a truncation), the last first, in
+    /// batches of [`REMOVALS_PER_BATCH`]: a crash midway leaves a shorter log, never a hole.
+    /// Blocking.
+    fn remove_since(raft_log: &sled::Tree, since: u64) -> Result<usize, JournalError> {
+        let mut keys = Vec::new();
+        for item in raft_log.range(keys::log_key(since)..) {
             let (key, _) =
                 item.map_err(|e| JournalError::sled("scanning log entries to delete", e))?;
-            batch.remove(key);
-            n += 1;
+            keys.push(key);
         }
-        raft_log
-            .apply_batch(batch)
-            .map_err(|e| JournalError::sled("deleting log entries", e))?;
+        Self::remove_keys(raft_log, keys.into_iter().rev())
+    }
+
+    /// Removes the log entries up to index `upto` (a purge), the first first, in batches of
+    /// [`REMOVALS_PER_BATCH`]: a crash midway leaves entries at or below `last_purged`, which
+    /// the next purge removes. The keys are computed from the first present index (the log has
+    /// no holes), so no entry is read. Blocking.
+    fn remove_upto(raft_log: &sled::Tree, upto: u64) -> Result<usize, JournalError> {
+        let first = raft_log
+            .first()
+            .map_err(|e| JournalError::sled("reading the first log entry", e))?;
+        let Some((first, _)) = first else {
+            return Ok(0);
+        };
+        let first = keys::log_index(&first)?;
+        Self::remove_keys(raft_log, (first..=upto).map(keys::log_key))
+    }
+
+    /// Removes `keys` in order, [`REMOVALS_PER_BATCH`] to a sled batch. Blocking.
+    fn remove_keys<K: AsRef<[u8]>>(
+        raft_log: &sled::Tree,
+        keys: impl Iterator<Item = K>,
+    ) -> Result<usize, JournalError> {
+        let mut batch = sled::Batch::default();
+        let (mut in_batch, mut n) = (0, 0);
+        for key in keys {
+            batch.remove(key.as_ref());
+            in_batch += 1;
+            n += 1;
+            if in_batch == REMOVALS_PER_BATCH {
+                raft_log
+                    .apply_batch(std::mem::take(&mut batch))
+                    .map_err(|e| JournalError::sled("deleting log entries", e))?;
+                in_batch = 0;
+            }
+        }
+        if in_batch > 0 {
+            raft_log
+                .apply_batch(batch)
+                .map_err(|e| JournalError::sled("deleting log entries", e))?;
+        }
         Ok(n)
     }
 
@@ -147,6 +182,12 @@ impl<C: JournalTypeConfig> LogStore<C> {
         .map_err(JournalError::task)?
     }
 }
+
+/// Log entries removed per sled batch by a purge or a truncation. openraft purges up to a
+/// snapshot's worth of entries at once (50,000 by default). As one sled batch, the first purge
+/// of a 400,000-job soak took the leader from 50 to 159 MiB resident, and it stayed at 114; in
+/// batches of 1,024, 64 and then 56 MiB.
+const REMOVALS_PER_BATCH: usize = 1024;
 
 /// What one append to a follower carries at most, in encoded entry bytes (a single larger
 /// entry still goes, alone). openraft gives an append one heartbeat interval to reach the
@@ -346,9 +387,9 @@ impl<C: JournalTypeConfig> RaftLogStorage<C> for LogStore<C> {
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> StorageResult<(), C> {
         tracing::debug!(since = %log_id, "truncate log");
         let raft_log = self.raft_log.clone();
-        let from = keys::log_key(log_id.index);
+        let since = log_id.index;
         let res = async {
-            tokio::task::spawn_blocking(move || Self::remove_range(&raft_log, from..))
+            tokio::task::spawn_blocking(move || Self::remove_since(&raft_log, since))
                 .await
                 .map_err(JournalError::task)??;
             self.flush("log truncation").await
@@ -360,7 +401,7 @@ impl<C: JournalTypeConfig> RaftLogStorage<C> for LogStore<C> {
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> StorageResult<(), C> {
         tracing::debug!(upto = %log_id, "purge log");
         let raft_log = self.raft_log.clone();
-        let upto = keys::log_key(log_id.index);
+        let upto = log_id.index;
         let res = async {
             // `last_purged` first, and durable before any entry goes: a crash in between must
             // leave "entries at or below last_purged still present" (harmless, openraft ignores
@@ -370,7 +411,7 @@ impl<C: JournalTypeConfig> RaftLogStorage<C> for LogStore<C> {
             // The removal rides along with the next flush: until then a crash only leaves
             // entries at or below `last_purged` behind, which openraft ignores. A flush here
             // would hold up Raft's core (it waits for each purge) once more per purge.
-            tokio::task::spawn_blocking(move || Self::remove_range(&raft_log, ..=upto))
+            tokio::task::spawn_blocking(move || Self::remove_upto(&raft_log, upto))
                 .await
                 .map_err(JournalError::task)??;
             Ok::<(), JournalError>(())
