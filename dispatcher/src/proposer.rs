@@ -23,7 +23,8 @@ use crate::raft_error::{raft_error, RaftFailure};
 use crate::raft_types::{Raft, TypeConfig};
 use crate::registration::Registration;
 use crate::state::{
-    JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, ShardingPolicy, SplitLease, Update,
+    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, ShardingPolicy,
+    SplitLease, Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
 use std::future::Future;
@@ -187,9 +188,10 @@ impl ProposerHandle {
         registration: Registration,
     ) -> Result<DatasetId, DispatcherError> {
         let (parts, register) = registration.into_updates(DEFINITION_PART_BYTES);
-        let _one_at_a_time = match parts.is_empty() {
-            true => None,
-            false => Some(self.staging.lock().await),
+        let _one_at_a_time = if parts.is_empty() {
+            None
+        } else {
+            Some(self.staging.lock().await)
         };
         let queued = parts
             .into_iter()
@@ -428,12 +430,7 @@ fn approx_bytes(update: &Update) -> usize {
                 def,
                 metadata,
                 num_splits,
-            } => {
-                dataset_id.as_ref().map_or(0, |d| d.0.len())
-                    + def.len()
-                    + metadata.element_spec.len()
-                    + 8 * num_splits.len()
-            }
+            } => def.len() + registration_bytes(dataset_id, metadata, num_splits),
             Update::RegisterWorker {
                 address,
                 tags,
@@ -458,11 +455,7 @@ fn approx_bytes(update: &Update) -> usize {
                 metadata,
                 num_splits,
                 ..
-            } => {
-                dataset_id.as_ref().map_or(0, |d| d.0.len())
-                    + metadata.element_spec.len()
-                    + 8 * num_splits.len()
-            }
+            } => registration_bytes(dataset_id, metadata, num_splits),
             Update::GetOrCreateIteration { .. }
             | Update::LeaseSplits { .. }
             | Update::ReleaseIterationClient { .. }
@@ -470,6 +463,17 @@ fn approx_bytes(update: &Update) -> usize {
             | Update::ClientRounds { .. }
             | Update::RemoveTask { .. } => 0,
         }
+}
+
+/// What a registration carries besides its definition.
+fn registration_bytes(
+    dataset_id: &Option<DatasetId>,
+    metadata: &DatasetMetadata,
+    num_splits: &[u64],
+) -> usize {
+    dataset_id.as_ref().map_or(0, |d| d.0.len())
+        + metadata.element_spec.len()
+        + 8 * num_splits.len()
 }
 
 /// The leader's wall clock in microseconds since the Unix epoch: the time stamped on each

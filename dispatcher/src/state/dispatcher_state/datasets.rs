@@ -102,17 +102,13 @@ impl DispatcherState {
         num_splits: &[u64],
         now_micros: u64,
     ) -> Result<Outcome, Rejection> {
-        let staged = self
-            .definitions
-            .get(&key)
-            .map(|d| (d.datasets > 0, d.bytes.len() as u64));
-        match staged {
-            Some((true, _)) => {}
-            Some((false, staged)) if staged == len => {}
-            Some((false, staged)) => {
+        match self.definitions.get(&key) {
+            // In use already, or every byte staged.
+            Some(d) if d.datasets > 0 || d.bytes.len() as u64 == len => {}
+            Some(d) => {
                 return Err(Rejection::FailedPrecondition(format!(
-                    "{staged} of the definition's {len} bytes are staged: register the dataset \
-                     again"
+                    "{} of the definition's {len} bytes are staged: register the dataset again",
+                    d.bytes.len()
                 )))
             }
             None => {
