@@ -256,6 +256,12 @@ pub struct DispatcherArgs {
     /// HOST:PORT (port 0: any free port; the READY line then names it as `metrics=HOST:PORT`).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// Threads that serve the RPCs and run Raft (default: one per core). Where replicas share
+    /// cores with each other or with other busy processes, give each its share: a runtime's
+    /// threads wake each other for every task one of them could take over, and on cores that
+    /// are already busy that costs more than it gains.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
 }
 
 /// A duration that may be absent (`never`); an alias, so clap does not take the argument for an

@@ -25,14 +25,15 @@ fn purge_freed_memory_at_once() {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Dispatcher(_)) {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Dispatcher(args) = &cli.command {
         purge_freed_memory_at_once();
+        if let Some(threads) = args.threads {
+            runtime.worker_threads(threads.into());
+        }
     }
     sluice::cli::init_tracing(&cli);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: start the async runtime: {e}");

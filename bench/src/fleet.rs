@@ -12,6 +12,7 @@
 //! workers' addresses are never dialled.
 
 use crate::fleet_stats::{Caller, FleetStats};
+use rand::Rng;
 use sluice_rpc::{
     ClientHeartbeat, DispatcherClient, IterationId, JobId, KnownTasks, LeaseRequest, TaskId,
     WorkerHeartbeat, WorkerId,
@@ -32,6 +33,11 @@ const MAX_LEASE: u32 = 1 << 16;
 const LEASE_TARGET: Duration = Duration::from_millis(100);
 /// After a failed call, as the real worker does before its next heartbeat.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// The time a lease's splits take, as a multiple of `split_cost` times their number: drawn
+/// for each lease, as real splits differ in size and workers in speed. With the same time for
+/// every lease, the tasks of the jobs, all started together, would lease in lockstep forever:
+/// a third of the time at three times the mean rate, then almost not at all.
+const WORK_SPREAD: std::ops::Range<f64> = 0.5..1.5;
 
 pub(crate) struct SimWorker {
     pub(crate) client: DispatcherClient,
@@ -45,12 +51,12 @@ pub(crate) struct SimWorker {
 impl SimWorker {
     pub(crate) async fn run(self) {
         let me = Arc::new(self);
-        let mut held: HashMap<u64, JoinHandle<()>> = HashMap::new();
+        let mut held = LeaseLoops::default();
         let mut first = true;
         while !me.cancel.is_cancelled() {
             let heartbeat = WorkerHeartbeat {
                 worker: WorkerId(me.address.clone()),
-                current_tasks: held.keys().map(|t| TaskId(*t)).collect(),
+                current_tasks: held.0.keys().map(|t| TaskId(*t)).collect(),
                 tags: Vec::new(),
             };
             let started = Instant::now();
@@ -76,23 +82,22 @@ impl SimWorker {
             for task in reply.new_tasks {
                 let (task_id, iteration_id) =
                     (TaskId(task.task_id), IterationId(task.iteration_id));
-                held.entry(task.task_id).or_insert_with(|| {
+                held.0.entry(task.task_id).or_insert_with(|| {
                     let working = Working::start(&me.stats);
                     tokio::spawn(me.clone().lease_loop(task_id, iteration_id, working))
                 });
             }
             for task_id in reply.tasks_to_delete {
-                if let Some(lease_loop) = held.remove(&task_id) {
+                if let Some(lease_loop) = held.0.remove(&task_id) {
                     lease_loop.abort();
                 }
             }
         }
-        for lease_loop in held.into_values() {
-            lease_loop.abort();
-        }
     }
 
-    /// Leases the task's splits until they run out, then reports the task finished.
+    /// Leases the task's splits until they run out, then reports the task finished. It never
+    /// waits on the cancel token: its worker aborts it (100,000 loops registering with one
+    /// token at every lease and every sleep cost the bench a few percent of its CPU).
     async fn lease_loop(
         self: Arc<Self>,
         task_id: TaskId,
@@ -109,11 +114,7 @@ impl SimWorker {
                 max_splits: size,
             };
             let started = Instant::now();
-            let lease = tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                lease = self.client.lease_splits(&request) => lease,
-            };
-            let lease = match lease {
+            let lease = match self.client.lease_splits(&request).await {
                 Ok(lease) => lease,
                 Err(e) => {
                     // A real task fails here; its splits are lost (at-most-once).
@@ -130,21 +131,26 @@ impl SimWorker {
             if work < LEASE_TARGET {
                 size = (size * 2).min(MAX_LEASE);
             }
-            tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                _ = tokio::time::sleep(work) => {}
-            }
+            let work = work.mul_f64(rand::rng().random_range(WORK_SPREAD));
+            tokio::time::sleep(work).await;
         }
         let worker = WorkerId(self.address.clone());
         let finished = [task_id];
-        let reported = tokio::select! {
-            _ = self.cancel.cancelled() => return,
-            reported = self.client.worker_update(&worker, &finished) => reported,
-        };
-        match reported {
+        match self.client.worker_update(&worker, &finished).await {
             Ok(()) => self.stats.task_finished(),
             Err(e) => self.stats.error("worker update", e),
         }
+    }
+}
+
+/// A worker's lease loops by task id; whatever ends the worker (its cancel token, or an abort
+/// of its own task) aborts them.
+#[derive(Default)]
+struct LeaseLoops(HashMap<u64, JoinHandle<()>>);
+
+impl Drop for LeaseLoops {
+    fn drop(&mut self) {
+        self.0.values().for_each(JoinHandle::abort);
     }
 }
 
@@ -175,7 +181,7 @@ pub(crate) struct SimClient {
 impl SimClient {
     pub(crate) async fn run(self) {
         let mut repetition = 0;
-        let mut attached = false;
+        let mut up = false;
         while !self.cancel.is_cancelled() {
             let iteration = tokio::select! {
                 _ = self.cancel.cancelled() => return,
@@ -189,11 +195,7 @@ impl SimClient {
                     continue;
                 }
             };
-            if !attached {
-                self.stats.clients_up.fetch_add(1, Ordering::Relaxed);
-                attached = true;
-            }
-            let finished = self.heartbeat_until_finished(client_id).await;
+            let finished = self.heartbeat_until_finished(client_id, &mut up).await;
             if !finished {
                 return;
             }
@@ -209,8 +211,12 @@ impl SimClient {
     }
 
     /// Heartbeats as the client's epoch loop does; true once the iteration finished, false when
-    /// cancelled.
-    async fn heartbeat_until_finished(&self, client_id: sluice_rpc::ClientId) -> bool {
+    /// cancelled. The first reply ever counts the client as up (`up`).
+    async fn heartbeat_until_finished(
+        &self,
+        client_id: sluice_rpc::ClientId,
+        up: &mut bool,
+    ) -> bool {
         let mut known_tasks = KnownTasks::default();
         // The first heartbeat of an epoch does not wait.
         let mut poll = Duration::ZERO;
@@ -228,6 +234,10 @@ impl SimClient {
             };
             match reply {
                 Ok(reply) => {
+                    if !*up {
+                        self.stats.clients_up.fetch_add(1, Ordering::Relaxed);
+                        *up = true;
+                    }
                     let news = reply.iteration_finished
                         || reply.block_round.is_some()
                         || reply.tasks.is_some();

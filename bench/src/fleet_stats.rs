@@ -39,7 +39,7 @@ pub(crate) struct FleetStats {
     first_error: Mutex<Option<String>>,
     /// Tasks whose lease loop runs now (not finished, failed or deleted yet).
     pub(crate) working_tasks: AtomicI64,
-    /// Setup progress: workers that got a first heartbeat reply, clients attached.
+    /// Setup progress: workers and clients that got a first heartbeat reply.
     pub(crate) workers_up: AtomicU64,
     pub(crate) clients_up: AtomicU64,
 }

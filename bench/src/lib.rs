@@ -25,6 +25,7 @@ mod cluster;
 mod epoch;
 mod fleet;
 mod fleet_stats;
+mod hosts;
 mod leader_fault;
 mod leader_probe;
 mod metrics_overhead;
@@ -188,14 +189,18 @@ async fn run_pass(
         metrics_overhead::run(sluice, n, report).await?;
     }
     if want("scale") {
-        let cluster = Cluster::start(sluice, 3, 0, creds)?;
+        // The three replicas and the simulated fleet share this machine's cores: each replica
+        // gets its share, as an operator gives replicas that share a host.
+        let threads = replica_threads().to_string();
+        let threads = ["--threads", threads.as_str()];
+        let cluster = Cluster::start_with(sluice, 3, 0, creds, &threads)?;
         workloads::scale(&cluster.target()?, &scale_config(args), report).await?;
         if args.soak_jobs > 0 {
             // A fresh quorum, so the leader's memory before the soak is a new replica's.
             drop(cluster);
             let gc_timeout = humantime::format_duration(args.soak_job_gc_timeout).to_string();
-            let cluster =
-                Cluster::start_with(sluice, 3, 0, creds, &["--job-gc-timeout", &gc_timeout])?;
+            let flags = [threads.as_slice(), &["--job-gc-timeout", &gc_timeout]].concat();
+            let cluster = Cluster::start_with(sluice, 3, 0, creds, &flags)?;
             let soak = SoakConfig {
                 jobs: args.soak_jobs,
                 callers: args.soak_callers,
@@ -206,6 +211,12 @@ async fn run_pass(
         }
     }
     Ok(())
+}
+
+/// Runtime threads of each of the scale workload's replicas: a third of the cores, at least
+/// one.
+fn replica_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 3).max(1))
 }
 
 /// Whether `--only` selects `name` (or selects nothing and `name` runs by default).

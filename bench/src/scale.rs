@@ -15,6 +15,7 @@
 
 use crate::fleet::{SimClient, SimWorker};
 use crate::fleet_stats::{quantile, sorted, Caller, FleetStats};
+use crate::hosts::Hosts;
 use crate::leader_probe::Target;
 use anyhow::{bail, Context};
 use sluice_client::{DispatcherClientExt, RegisterOptions};
@@ -115,15 +116,39 @@ pub struct ScaleFigures {
     pub probe_p99_ms: f64,
 }
 
-/// Connections for `callers` simulated callers, `per_connection` to each.
+/// Connections for `callers` simulated callers, `per_connection` to each; the `c`th lives on
+/// host `c` (see [`spawn_callers`]).
 pub(crate) fn connections(
     target: &Target,
+    hosts: &Hosts,
     callers: usize,
     per_connection: usize,
 ) -> anyhow::Result<Vec<DispatcherClient>> {
     (0..callers.div_ceil(per_connection).max(1))
-        .map(|_| target.client())
+        .map(|c| {
+            let _inside = hosts.of(c).enter();
+            target.client()
+        })
         .collect()
+}
+
+/// Runs `callers` simulated callers in `tasks`, the `i`th on connection `i % pool.len()` and
+/// on that connection's host; `caller(i, client)` makes each.
+pub(crate) fn spawn_callers<F>(
+    tasks: &mut JoinSet<()>,
+    hosts: &Hosts,
+    pool: &[DispatcherClient],
+    callers: usize,
+    mut caller: impl FnMut(usize, DispatcherClient) -> F,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    for i in 0..callers {
+        let c = i % pool.len();
+        hosts.spawn(tasks, c, || Ok(caller(i, pool[c].sharing_connections())))?;
+    }
+    Ok(())
 }
 
 /// Waits until `counter` reaches `n`, or fails after `timeout` naming `what`.
@@ -237,9 +262,11 @@ pub(crate) fn job_request(dataset: &DatasetId, name: Option<String>) -> JobReque
 }
 
 /// Starts `n` simulated workers, each with `split_cost` per split and a connection of its own
-/// (a worker's heartbeats and its tasks' leases share it, as in a real worker).
+/// (a worker's heartbeats and its tasks' leases share it, as in a real worker), spread over
+/// `hosts`.
 pub(crate) fn spawn_workers(
     tasks: &mut JoinSet<()>,
+    hosts: &Hosts,
     target: &Target,
     n: usize,
     split_cost: Duration,
@@ -247,14 +274,16 @@ pub(crate) fn spawn_workers(
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
     for i in 0..n {
-        let worker = SimWorker {
-            client: target.client()?,
-            address: format!("127.0.0.1:{}", 1024 + i),
-            split_cost,
-            stats: stats.clone(),
-            cancel: cancel.clone(),
-        };
-        tasks.spawn(worker.run());
+        hosts.spawn(tasks, i, || {
+            let worker = SimWorker {
+                client: target.client()?,
+                address: format!("127.0.0.1:{}", 1024 + i),
+                split_cost,
+                stats: stats.clone(),
+                cancel: cancel.clone(),
+            };
+            Ok(worker.run())
+        })?;
     }
     Ok(())
 }
@@ -269,11 +298,18 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
     let stats = Arc::new(FleetStats::default());
     let cancel = CancellationToken::new();
     let mut tasks = JoinSet::new();
-    let pool = connections(target, config.clients, config.callers_per_connection)?;
+    let hosts = Hosts::per_core()?;
+    let pool = connections(
+        target,
+        &hosts,
+        config.clients,
+        config.callers_per_connection,
+    )?;
 
     let result = async {
         spawn_workers(
             &mut tasks,
+            &hosts,
             target,
             config.workers,
             config.split_cost,
@@ -297,20 +333,20 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
                     .context("create a job")?,
             );
         }
-        for i in 0..config.clients {
-            let client = SimClient {
-                client: pool[i % pool.len()].sharing_connections(),
+        spawn_callers(&mut tasks, &hosts, &pool, config.clients, |i, client| {
+            SimClient {
+                client,
                 job_id: jobs[i % jobs.len()],
                 stats: stats.clone(),
                 cancel: cancel.clone(),
-            };
-            tasks.spawn(client.run());
-        }
+            }
+            .run()
+        })?;
         wait_count(
             &stats.clients_up,
             config.clients,
             config.setup_timeout,
-            "clients attached",
+            "clients heartbeating",
             &stats,
         )
         .await?;

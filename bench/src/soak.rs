@@ -10,8 +10,11 @@
 
 use crate::fleet::HEARTBEAT_POLL;
 use crate::fleet_stats::FleetStats;
+use crate::hosts::Hosts;
 use crate::leader_probe::{LeaderProcess, Target};
-use crate::scale::{connections, job_request, register_range, spawn_workers, wait_count};
+use crate::scale::{
+    connections, job_request, register_range, spawn_callers, spawn_workers, wait_count,
+};
 use anyhow::bail;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,10 +75,12 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
     let stats = Arc::new(FleetStats::default());
     let cancel = CancellationToken::new();
     let mut workers = JoinSet::new();
-    let pool = connections(target, config.callers, 100)?;
+    let hosts = Hosts::per_core()?;
+    let pool = connections(target, &hosts, config.callers, 100)?;
     let result = async {
         spawn_workers(
             &mut workers,
+            &hosts,
             target,
             config.workers,
             Duration::ZERO,
@@ -98,11 +103,10 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
         let next = Arc::new(AtomicU64::new(0));
         let curve = tokio::spawn(rss_by_tenth(leader.clone(), next.clone(), config.jobs));
         let mut callers = JoinSet::new();
-        for i in 0..config.callers {
-            let client = pool[i % pool.len()].sharing_connections();
+        spawn_callers(&mut callers, &hosts, &pool, config.callers, |_, client| {
             let (next, stats, dataset, jobs) =
                 (next.clone(), stats.clone(), dataset.clone(), config.jobs);
-            callers.spawn(async move {
+            async move {
                 let request = job_request(&dataset, None);
                 while next.fetch_add(1, Ordering::Relaxed) < jobs {
                     let job = match client.get_or_create_job(&request).await {
@@ -121,8 +125,8 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
                         Err(e) => stats.error("get or create iteration", e),
                     }
                 }
-            });
-        }
+            }
+        })?;
         while callers.join_next().await.is_some() {}
         let leader_rss_by_tenth_mib = curve.await.unwrap_or_default();
         let jobs_per_s = config.jobs as f64 / started.elapsed().as_secs_f64();

@@ -60,9 +60,9 @@ fn two_workers() -> (DispatcherState, TaskId, TaskId) {
     let task_of = |address: &str| {
         state
             .active_tasks_of_worker(address)
-            .next()
+            .first()
+            .copied()
             .expect("a task per worker")
-            .id
     };
     let (ta, tb) = (task_of("wa"), task_of("wb"));
     (state, ta, tb)

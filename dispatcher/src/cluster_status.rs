@@ -125,7 +125,8 @@ pub fn status_json(
         .map(|w| {
             let active: Vec<u64> = state
                 .active_tasks_of_worker(&w.address)
-                .map(|t| t.id.0)
+                .iter()
+                .map(|t| t.0)
                 .collect();
             json!({"address": w.address, "tags": w.tags, "active_tasks": active, "worker_index": state.worker_index(&w.address)})
         })

@@ -127,21 +127,24 @@ impl Heartbeats {
                 )
                 .await?;
         }
-        let current: BTreeSet<u64> = req.current_tasks.iter().copied().collect();
+        let current: BTreeSet<TaskId> = req.current_tasks.iter().map(|t| TaskId(*t)).collect();
         let worker = req.worker_address.as_str();
         self.reader
             .long_poll(
                 Watched::Worker(req.worker_address.clone()),
                 deadline,
                 |_, s| {
-                    let active = active_tasks(s, worker);
-                    Ok(if worker_changed(s, &active, &current) {
+                    let active = s.active_tasks_of_worker(worker);
+                    Ok(if worker_changed(s, active, &current) {
                         Check::Changed
                     } else {
                         Check::Unchanged
                     })
                 },
-                |_, s| Ok(worker_view(s, worker, &active_tasks(s, worker), &current)),
+                |_, s| {
+                    let active = s.active_tasks_of_worker(worker);
+                    Ok(worker_view(s, worker, active, &current))
+                },
             )
             .await
     }
@@ -229,24 +232,16 @@ fn client_view(
     Ok(response)
 }
 
-/// The worker's unfinished tasks (the state keeps an index of them).
-fn active_tasks(state: &DispatcherState, worker: &str) -> BTreeSet<u64> {
-    state
-        .active_tasks_of_worker(worker)
-        .map(|t| t.id.0)
-        .collect()
-}
-
 /// Whether the worker has a task to start or to stop; [`worker_view`] without building it.
 fn worker_changed(
     state: &DispatcherState,
-    active: &BTreeSet<u64>,
-    current: &BTreeSet<u64>,
+    active: &BTreeSet<TaskId>,
+    current: &BTreeSet<TaskId>,
 ) -> bool {
     // As `worker_view`: a task whose definition cannot be found is not sent.
     active
         .difference(current)
-        .any(|id| definition_of(state, TaskId(*id)).is_some())
+        .any(|id| definition_of(state, *id).is_some())
         || !current.is_subset(active)
 }
 
@@ -264,12 +259,12 @@ fn definition_of(state: &DispatcherState, id: TaskId) -> Option<(&Task, &Job, &D
 fn worker_view(
     state: &DispatcherState,
     worker: &str,
-    active: &BTreeSet<u64>,
-    current: &BTreeSet<u64>,
+    active: &BTreeSet<TaskId>,
+    current: &BTreeSet<TaskId>,
 ) -> pb::WorkerHeartbeatResponse {
     let new_tasks = active
         .difference(current)
-        .filter_map(|id| definition_of(state, TaskId(*id)))
+        .filter_map(|id| definition_of(state, *id))
         .map(|(task, job, dataset)| {
             task_def(
                 task,
@@ -280,7 +275,7 @@ fn worker_view(
             )
         })
         .collect();
-    let tasks_to_delete = current.difference(active).copied().collect();
+    let tasks_to_delete = current.difference(active).map(|t| t.0).collect();
     pb::WorkerHeartbeatResponse {
         new_tasks,
         tasks_to_delete,

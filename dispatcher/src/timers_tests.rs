@@ -243,7 +243,7 @@ fn decide_proposes_exactly_the_expired_and_idle() {
 #[test]
 fn a_finished_iterations_clients_are_not_timed_out() {
     let mut state = state(ShardingPolicy::Off);
-    let Some(task) = state.active_tasks_of_worker("w1").map(|t| t.id).min() else {
+    let Some(task) = state.active_tasks_of_worker("w1").first().copied() else {
         panic!("w1 has tasks");
     };
     apply(

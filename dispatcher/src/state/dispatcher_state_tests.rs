@@ -418,8 +418,8 @@ fn an_iteration_finishes_when_all_its_tasks_finish() {
         ],
     );
     assert!(!state.iteration(IterationId(2000)).unwrap().finished);
-    assert_eq!(state.active_tasks_of_worker("w1").count(), 0);
-    assert_eq!(state.active_tasks_of_worker("w2").count(), 1);
+    assert_eq!(state.active_tasks_of_worker("w1").len(), 0);
+    assert_eq!(state.active_tasks_of_worker("w2").len(), 1);
     let mut state = state;
     state.apply(
         ApplyContext::default(),
@@ -725,7 +725,7 @@ fn expiry_and_garbage_collection_table() {
         .expect("kept for history");
     assert!(it.garbage_collected && state.task(TaskId(4000)).expect("task").dropped);
     assert_eq!(
-        state.active_tasks_of_worker("w1").count(),
+        state.active_tasks_of_worker("w1").len(),
         0,
         "the worker stops the collected task"
     );

@@ -5,6 +5,7 @@ use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::ops::Bound;
 
 /// Counts of what the state holds.
@@ -124,16 +125,11 @@ impl DispatcherState {
         self.clients.get(&client_id).map(|id| &self.iterations[id])
     }
 
-    /// Tasks the worker should be running now: unfinished tasks assigned to it.
-    pub fn active_tasks_of_worker<'a>(
-        &'a self,
-        address: &'a str,
-    ) -> impl Iterator<Item = &'a Task> + 'a {
-        self.worker_tasks
-            .get(address)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.tasks.get(id))
+    /// The tasks the worker should be running now: its unfinished tasks, all stored (the
+    /// state's index of them, so a worker's heartbeat looks up none of its tasks).
+    pub fn active_tasks_of_worker(&self, address: &str) -> &BTreeSet<TaskId> {
+        static NONE: BTreeSet<TaskId> = BTreeSet::new();
+        self.worker_tasks.get(address).unwrap_or(&NONE)
     }
 
     /// Whether the worker is registered but lacks a task of a coordinated iteration (its task

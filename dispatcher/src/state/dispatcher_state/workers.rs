@@ -73,7 +73,11 @@ impl DispatcherState {
             return;
         }
         self.changes.touch(Watched::Worker(address.to_string()));
-        let dropped: Vec<TaskId> = self.active_tasks_of_worker(address).map(|t| t.id).collect();
+        let dropped: Vec<TaskId> = self
+            .active_tasks_of_worker(address)
+            .iter()
+            .copied()
+            .collect();
         for task_id in dropped {
             self.drop_task(task_id);
         }
