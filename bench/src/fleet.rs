@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const HEARTBEAT_POLL: Duration = Duration::from_secs(1);
 /// The worker's split leaser: first lease, largest lease, and the time a lease should last
 /// before the next one doubles.
-const FIRST_LEASE: u32 = 8;
+pub(crate) const FIRST_LEASE: u32 = 8;
 const MAX_LEASE: u32 = 1 << 16;
 const LEASE_TARGET: Duration = Duration::from_millis(100);
 /// After a failed call, as the real worker does before its next heartbeat.
@@ -174,6 +174,8 @@ impl Drop for Working {
 pub(crate) struct SimClient {
     pub(crate) client: DispatcherClient,
     pub(crate) job_id: JobId,
+    /// When to attach, from the start of the fleet.
+    pub(crate) start_after: Duration,
     pub(crate) stats: Arc<FleetStats>,
     pub(crate) cancel: CancellationToken,
 }
@@ -182,6 +184,10 @@ impl SimClient {
     pub(crate) async fn run(self) {
         let mut repetition = 0;
         let mut up = false;
+        tokio::select! {
+            _ = self.cancel.cancelled() => return,
+            _ = tokio::time::sleep(self.start_after) => {}
+        }
         while !self.cancel.is_cancelled() {
             let iteration = tokio::select! {
                 _ = self.cancel.cancelled() => return,

@@ -13,7 +13,7 @@
 //! `callers_per_connection` to each (a connection per client would cost the bench process more
 //! than the dispatcher), but each has its own requester id, as separate processes would.
 
-use crate::fleet::{SimClient, SimWorker};
+use crate::fleet::{SimClient, SimWorker, FIRST_LEASE};
 use crate::fleet_stats::{quantile, sorted, Caller, FleetStats};
 use crate::hosts::Hosts;
 use crate::leader_probe::Target;
@@ -333,10 +333,17 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
                     .context("create a job")?,
             );
         }
+        // The jobs start one after another over the time of a first lease: the first client
+        // of a job creates its iteration, and with it a task on every worker, which leases at
+        // once. Jobs started all at once would make every task lease in the same second, a
+        // burst that real jobs, started at different times, do not make.
+        let first_lease = config.split_cost.saturating_mul(FIRST_LEASE);
         spawn_callers(&mut tasks, &hosts, &pool, config.clients, |i, client| {
+            let job = i % jobs.len();
             SimClient {
                 client,
-                job_id: jobs[i % jobs.len()],
+                job_id: jobs[job],
+                start_after: first_lease.mul_f64(job as f64 / jobs.len() as f64),
                 stats: stats.clone(),
                 cancel: cancel.clone(),
             }
