@@ -4,9 +4,10 @@
 //! Workers start first and register; then the jobs are created (distributed_epoch, one named
 //! job each, on one registered `range` dataset) and the clients attach to them, spread evenly.
 //! Each iteration gets a task on every worker, so the leases come from `jobs × workers` tasks.
-//! Once every worker and client is up, the measured window runs for `duration`: heartbeat
-//! latencies (see `fleet_stats`), leases, and the leader's CPU time over the window; at its end
-//! the leader's RSS and the sizes from `sluice status` (the encoded state, the last snapshot).
+//! Once every worker and client is up and the fleet ran `warmup` more, the measured window
+//! runs for `duration`: heartbeat latencies (see `fleet_stats`), leases, and the leader's CPU
+//! time over the window; at its end the leader's RSS and the sizes from `sluice status` (the
+//! encoded state, the last snapshot).
 //!
 //! Each simulated worker has a connection of its own, as a real one does (its heartbeats and
 //! every task's leases go over it). Simulated clients share connections,
@@ -46,6 +47,10 @@ pub struct ScaleConfig {
     pub callers_per_connection: usize,
     /// How long workers may take to register and clients to attach.
     pub setup_timeout: Duration,
+    /// How long the whole fleet runs before the window opens: the last clients to attach
+    /// answer their first heartbeat at once and start long polls together, a transient the
+    /// steady state does not have.
+    pub warmup: Duration,
 }
 
 impl Default for ScaleConfig {
@@ -59,6 +64,7 @@ impl Default for ScaleConfig {
             split_cost: Duration::from_secs(1),
             callers_per_connection: 100,
             setup_timeout: Duration::from_secs(300),
+            warmup: Duration::from_secs(5),
         }
     }
 }
@@ -358,6 +364,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         )
         .await?;
 
+        tokio::time::sleep(config.warmup).await;
         let probe = Probe::attach(target, jobs[0]).await?;
         let cpu_before = leader.cpu_seconds()?;
         let started = Instant::now();
