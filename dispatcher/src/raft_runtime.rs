@@ -20,6 +20,12 @@ use tokio::runtime::{Handle, Runtime};
 /// How long a shutdown waits for Raft's tasks to end (they hold the journal).
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Threads for the journal's blocking work (log appends and reads, snapshot encoding and
+/// files). Two, so a snapshot being built leaves one to the log. Without a bound the leader ran
+/// six, each with the allocator's pages of its own: after 100,000 short jobs it held 37-39 MiB
+/// resident, with two 35.4-35.8 MiB, at the same rate of jobs.
+const BLOCKING_THREADS: usize = 2;
+
 pub struct RaftRuntime {
     /// `None` once shut down.
     runtime: Option<Runtime>,
@@ -29,6 +35,7 @@ impl RaftRuntime {
     pub fn new(node: NodeId) -> Result<RaftRuntime, DispatcherError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            .max_blocking_threads(BLOCKING_THREADS)
             .thread_name(format!("raft-{node}"))
             .enable_all()
             .build()
