@@ -5,8 +5,8 @@
 //! the tasks it holds (long poll, the worker's default), starts a lease loop for each new task
 //! and drops the tasks it is told to delete; a task leases splits of its distributed_epoch
 //! iteration as the worker's split leaser sizes them (first 8, doubling while a lease is used up
-//! in less than 100 ms), spends `split_cost` per split instead of running a pipeline, and reports
-//! itself finished once the splits ran out. A client attaches to its job's iteration,
+//! in less than 100 ms), spends `split_cost` per split on average instead of running a pipeline,
+//! and reports itself finished once the splits ran out. A client attaches to its job's iteration,
 //! heartbeats (long poll, the client's default) and, when the iteration finished, releases it
 //! and attaches to the next repetition, as an epoch loop does. Nobody reads elements: the
 //! workers' addresses are never dialled.

@@ -2,8 +2,9 @@
 //! three-replica quorum, and what the leader pays for them.
 //!
 //! Workers start first and register; then the jobs are created (distributed_epoch, one named
-//! job each, on one registered `range` dataset) and the clients attach to them, spread evenly.
-//! Each iteration gets a task on every worker, so the leases come from `jobs × workers` tasks.
+//! job each, on one registered `range` dataset) and the clients attach to them, spread evenly,
+//! the clients of one job after another. Each iteration gets a task on every worker, so the
+//! leases come from `jobs × workers` tasks. The fleet runs on `Hosts`, one runtime per core.
 //! Once every worker and client is up and the fleet ran `warmup` more, the measured window
 //! runs for `duration`: heartbeat latencies (see `fleet_stats`), leases, and the leader's CPU
 //! time over the window; at its end the leader's RSS and the sizes from `sluice status` (the

@@ -35,6 +35,7 @@ async fn a_small_fleet_heartbeats_and_leases_without_errors() {
         split_cost: Duration::from_millis(10),
         callers_per_connection: 30,
         setup_timeout: Duration::from_secs(60),
+        warmup: Duration::from_millis(500),
     };
     let f = run_scale(&target, &config).await.expect("scale run");
     println!("{f:?}");
