@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 /// The long poll of workers' and clients' heartbeats (their default).
 pub(crate) const HEARTBEAT_POLL: Duration = Duration::from_secs(1);
@@ -51,12 +51,14 @@ pub(crate) struct SimWorker {
 impl SimWorker {
     pub(crate) async fn run(self) {
         let me = Arc::new(self);
-        let mut held = LeaseLoops::default();
+        // A worker's lease loops by task id: a loop dropped from here, or with the map when
+        // the worker ends however it ends, is aborted.
+        let mut held: HashMap<u64, AbortOnDropHandle<()>> = HashMap::new();
         let mut first = true;
         while !me.cancel.is_cancelled() {
             let heartbeat = WorkerHeartbeat {
                 worker: WorkerId(me.address.clone()),
-                current_tasks: held.0.keys().map(|t| TaskId(*t)).collect(),
+                current_tasks: held.keys().map(|t| TaskId(*t)).collect(),
                 tags: Vec::new(),
             };
             let started = Instant::now();
@@ -82,15 +84,17 @@ impl SimWorker {
             for task in reply.new_tasks {
                 let (task_id, iteration_id) =
                     (TaskId(task.task_id), IterationId(task.iteration_id));
-                held.0.entry(task.task_id).or_insert_with(|| {
+                held.entry(task.task_id).or_insert_with(|| {
                     let working = Working::start(&me.stats);
-                    tokio::spawn(me.clone().lease_loop(task_id, iteration_id, working))
+                    AbortOnDropHandle::new(tokio::spawn(me.clone().lease_loop(
+                        task_id,
+                        iteration_id,
+                        working,
+                    )))
                 });
             }
             for task_id in reply.tasks_to_delete {
-                if let Some(lease_loop) = held.0.remove(&task_id) {
-                    lease_loop.abort();
-                }
+                held.remove(&task_id);
             }
         }
     }
@@ -140,17 +144,6 @@ impl SimWorker {
             Ok(()) => self.stats.task_finished(),
             Err(e) => self.stats.error("worker update", e),
         }
-    }
-}
-
-/// A worker's lease loops by task id; whatever ends the worker (its cancel token, or an abort
-/// of its own task) aborts them.
-#[derive(Default)]
-struct LeaseLoops(HashMap<u64, JoinHandle<()>>);
-
-impl Drop for LeaseLoops {
-    fn drop(&mut self) {
-        self.0.values().for_each(JoinHandle::abort);
     }
 }
 
