@@ -7,12 +7,14 @@
 //! (the dispatcher started the poll's clock when the request reached it, so queueing before the
 //! handler, the linearizable read beyond the poll and the reply count). A reply that brought
 //! news before the poll ended says nothing about latency (the wait for news is not the
-//! service's cost) and is only counted. Latencies are kept only inside the measured window;
-//! errors are counted from the start.
+//! service's cost) and is only counted. Latencies are kept only inside the measured window,
+//! each with the second of the window it was taken in (a p99 over the window cannot tell a
+//! steady tail from a few bad seconds; the p99 of each second can); errors are counted from
+//! the start.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Which kind of caller a heartbeat came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,12 +23,21 @@ pub(crate) enum Caller {
     Client,
 }
 
+/// One heartbeat's latency, and the second of the window it ended in.
+#[derive(Clone, Copy)]
+struct Sample {
+    second: u32,
+    ms: f64,
+}
+
 #[derive(Default)]
 pub(crate) struct FleetStats {
     measuring: AtomicBool,
-    /// Latencies in ms; std mutexes: a push, never held across `.await`.
-    worker_ms: Mutex<Vec<f64>>,
-    client_ms: Mutex<Vec<f64>>,
+    /// When the window opened.
+    opened: Mutex<Option<Instant>>,
+    /// Latencies; std mutexes: a push, never held across `.await`.
+    worker_ms: Mutex<Vec<Sample>>,
+    client_ms: Mutex<Vec<Sample>>,
     /// Whole `LeaseSplits` calls, in ms.
     lease_ms: Mutex<Vec<f64>>,
     /// Heartbeats answered early with news (not latencies).
@@ -47,6 +58,9 @@ pub(crate) struct FleetStats {
 impl FleetStats {
     /// Starts or ends the measured window.
     pub(crate) fn set_measuring(&self, on: bool) {
+        if on {
+            *self.opened.lock().expect("window lock poisoned") = Some(Instant::now());
+        }
         self.measuring.store(on, Ordering::SeqCst);
     }
 
@@ -69,11 +83,18 @@ impl FleetStats {
             elapsed.saturating_sub(poll)
         };
         let ms = latency.as_secs_f64() * 1000.0;
+        let second = self
+            .opened
+            .lock()
+            .expect("window lock poisoned")
+            .map_or(0, |opened| opened.elapsed().as_secs() as u32);
         let list = match caller {
             Caller::Worker => &self.worker_ms,
             Caller::Client => &self.client_ms,
         };
-        list.lock().expect("latency lock poisoned").push(ms);
+        list.lock()
+            .expect("latency lock poisoned")
+            .push(Sample { second, ms });
     }
 
     /// Records one lease of `splits` splits whose call took `elapsed`.
@@ -135,14 +156,36 @@ impl FleetStats {
 
     /// The latencies of one kind of caller, or of both (`None`), sorted.
     pub(crate) fn latencies(&self, caller: Option<Caller>) -> Vec<f64> {
-        let mut all: Vec<f64> = Vec::new();
+        sorted(self.samples(caller).iter().map(|s| s.ms).collect())
+    }
+
+    /// The p99 of every heartbeat latency of each second of the window, in the order of the
+    /// seconds (a second without any is left out).
+    pub(crate) fn p99_per_second(&self) -> Vec<f64> {
+        let mut seconds: Vec<Vec<f64>> = Vec::new();
+        for sample in self.samples(None) {
+            let second = sample.second as usize;
+            if seconds.len() <= second {
+                seconds.resize_with(second + 1, Vec::new);
+            }
+            seconds[second].push(sample.ms);
+        }
+        seconds
+            .into_iter()
+            .filter(|latencies| !latencies.is_empty())
+            .map(|latencies| quantile(&sorted(latencies), 0.99))
+            .collect()
+    }
+
+    fn samples(&self, caller: Option<Caller>) -> Vec<Sample> {
+        let mut all = Vec::new();
         if caller != Some(Caller::Client) {
             all.extend(self.worker_ms.lock().expect("latency lock poisoned").iter());
         }
         if caller != Some(Caller::Worker) {
             all.extend(self.client_ms.lock().expect("latency lock poisoned").iter());
         }
-        sorted(all)
+        all
     }
 }
 
@@ -159,4 +202,27 @@ pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     }
     let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_second_has_its_own_p99_and_empty_seconds_are_left_out() {
+        let stats = FleetStats::default();
+        let push = |list: &Mutex<Vec<Sample>>, second: u32, ms: f64| {
+            list.lock().unwrap().push(Sample { second, ms });
+        };
+        // Second 0: 100 fast heartbeats and one slow one (its p99 is the 99th of 101).
+        for _ in 0..100 {
+            push(&stats.worker_ms, 0, 5.0);
+        }
+        push(&stats.client_ms, 0, 900.0);
+        // Second 1: none. Second 2: workers and clients together.
+        push(&stats.worker_ms, 2, 40.0);
+        push(&stats.client_ms, 2, 250.0);
+        assert_eq!(stats.p99_per_second(), vec![5.0, 250.0]);
+        assert_eq!(stats.latencies(Some(Caller::Client)), vec![250.0, 900.0]);
+    }
 }

@@ -94,6 +94,12 @@ pub struct ScaleFigures {
     pub worker_heartbeat_p99_ms: f64,
     pub client_heartbeat_p50_ms: f64,
     pub client_heartbeat_p99_ms: f64,
+    /// The heartbeat p99 of each second of the window: its median and worst, and how many
+    /// seconds had one over 100 ms (a steady tail, or a few bad seconds).
+    pub second_p99_median_ms: f64,
+    pub second_p99_worst_ms: f64,
+    pub seconds_p99_over_100ms: usize,
+    pub seconds: usize,
     /// Heartbeats with a latency in the window, and those that brought news instead.
     pub heartbeats: usize,
     pub news_replies: u64,
@@ -381,6 +387,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         let sizes = target.sizes(&leader).await?;
 
         let leases = stats.lease_latencies();
+        let per_second = stats.p99_per_second();
+        let by_size = sorted(per_second.clone());
         let (all, workers, clients) = (
             stats.latencies(None),
             stats.latencies(Some(Caller::Worker)),
@@ -393,6 +401,10 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             worker_heartbeat_p99_ms: quantile(&workers, 0.99),
             client_heartbeat_p50_ms: quantile(&clients, 0.5),
             client_heartbeat_p99_ms: quantile(&clients, 0.99),
+            second_p99_median_ms: quantile(&by_size, 0.5),
+            second_p99_worst_ms: by_size.last().copied().unwrap_or(0.0),
+            seconds_p99_over_100ms: per_second.iter().filter(|p99| **p99 > 100.0).count(),
+            seconds: per_second.len(),
             heartbeats: all.len(),
             news_replies: stats.news(),
             leases_per_s: stats.leases() as f64 / seconds,

@@ -240,6 +240,21 @@ pub(crate) async fn scale(
         "ms (every heartbeat)",
     );
     report.put(
+        "scale_second_p99_median_ms",
+        f.second_p99_median_ms,
+        "ms (the heartbeat p99 of each second of the window: median)",
+    );
+    report.put(
+        "scale_second_p99_worst_ms",
+        f.second_p99_worst_ms,
+        "ms (the heartbeat p99 of each second: worst)",
+    );
+    report.put(
+        "scale_seconds_p99_over_100ms",
+        f.seconds_p99_over_100ms as f64,
+        &format!("of {} seconds with a heartbeat p99 over 100 ms", f.seconds),
+    );
+    report.put(
         "scale_worker_heartbeat_p50_ms",
         f.worker_heartbeat_p50_ms,
         "ms",

@@ -47,6 +47,10 @@ async fn a_small_fleet_heartbeats_and_leases_without_errors() {
     );
     assert!(f.worker_heartbeat_p99_ms > 0.0 && f.client_heartbeat_p99_ms > 0.0);
     assert!(f.heartbeat_p50_ms <= f.heartbeat_p99_ms);
+    // Every second of the 3 s window had heartbeats; its worst p99 is at least the median's.
+    assert!(f.seconds >= 3, "heartbeats in {} seconds", f.seconds);
+    assert!(f.second_p99_median_ms > 0.0 && f.second_p99_median_ms <= f.second_p99_worst_ms);
+    assert!(f.seconds_p99_over_100ms <= f.seconds);
     // Generous: a debug build on a shared machine, yet far below a timeout.
     assert!(f.heartbeat_p99_ms < 3000.0, "p99 {} ms", f.heartbeat_p99_ms);
     assert!(f.leases_per_s > 0.0 && f.splits_per_s >= f.leases_per_s);
