@@ -13,7 +13,7 @@
 //! the start.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Which kind of caller a heartbeat came from.
@@ -33,8 +33,8 @@ struct Sample {
 #[derive(Default)]
 pub(crate) struct FleetStats {
     measuring: AtomicBool,
-    /// When the window opened.
-    opened: Mutex<Option<Instant>>,
+    /// When the window opened (one window per run).
+    opened: OnceLock<Instant>,
     /// Latencies; std mutexes: a push, never held across `.await`.
     worker_ms: Mutex<Vec<Sample>>,
     client_ms: Mutex<Vec<Sample>>,
@@ -59,7 +59,7 @@ impl FleetStats {
     /// Starts or ends the measured window.
     pub(crate) fn set_measuring(&self, on: bool) {
         if on {
-            *self.opened.lock().expect("window lock poisoned") = Some(Instant::now());
+            let _ = self.opened.set(Instant::now());
         }
         self.measuring.store(on, Ordering::SeqCst);
     }
@@ -85,8 +85,7 @@ impl FleetStats {
         let ms = latency.as_secs_f64() * 1000.0;
         let second = self
             .opened
-            .lock()
-            .expect("window lock poisoned")
+            .get()
             .map_or(0, |opened| opened.elapsed().as_secs() as u32);
         let list = match caller {
             Caller::Worker => &self.worker_ms,
