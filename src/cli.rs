@@ -256,7 +256,8 @@ pub struct DispatcherArgs {
     /// HOST:PORT (port 0: any free port; the READY line then names it as `metrics=HOST:PORT`).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
-    /// Threads that serve the RPCs and run Raft (default: one per core). Where replicas share
+    /// Threads that serve the client API: requests, long polls, the proposer and the timers
+    /// (default: one per core; Raft runs on a thread of its own). Where replicas share
     /// cores with each other or with other busy processes, give each its share: a runtime's
     /// threads wake each other for every task one of them could take over, and on cores that
     /// are already busy that costs more than it gains.

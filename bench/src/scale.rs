@@ -387,8 +387,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         let sizes = target.sizes(&leader).await?;
 
         let leases = stats.lease_latencies();
-        let per_second = stats.p99_per_second();
-        let by_size = sorted(per_second.clone());
+        let per_second = sorted(stats.p99_per_second());
         let (all, workers, clients) = (
             stats.latencies(None),
             stats.latencies(Some(Caller::Worker)),
@@ -401,8 +400,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             worker_heartbeat_p99_ms: quantile(&workers, 0.99),
             client_heartbeat_p50_ms: quantile(&clients, 0.5),
             client_heartbeat_p99_ms: quantile(&clients, 0.99),
-            second_p99_median_ms: quantile(&by_size, 0.5),
-            second_p99_worst_ms: by_size.last().copied().unwrap_or(0.0),
+            second_p99_median_ms: quantile(&per_second, 0.5),
+            second_p99_worst_ms: per_second.last().copied().unwrap_or(0.0),
             seconds_p99_over_100ms: per_second.iter().filter(|p99| **p99 > 100.0).count(),
             seconds: per_second.len(),
             heartbeats: all.len(),
