@@ -104,6 +104,10 @@ pub struct ScaleFigures {
     pub heartbeats: usize,
     pub news_replies: u64,
     pub leases_per_s: f64,
+    /// Lease calls the workers sent, and the leases a call carried on average (a worker's
+    /// leases asked for while another is on its way go together).
+    pub lease_calls_per_s: f64,
+    pub leases_per_call: f64,
     /// Latency of a whole `LeaseSplits` call (a task waits this long for its next splits).
     pub lease_p50_ms: f64,
     pub lease_p99_ms: f64,
@@ -276,7 +280,7 @@ pub(crate) fn job_request(dataset: &DatasetId, name: Option<String>) -> JobReque
 
 /// Starts `n` simulated workers, each with `split_cost` per split and a connection of its own
 /// (a worker's heartbeats and its tasks' leases share it, as in a real worker), spread over
-/// `hosts`.
+/// `hosts`; their clients.
 pub(crate) fn spawn_workers(
     tasks: &mut JoinSet<()>,
     hosts: &Hosts,
@@ -285,11 +289,14 @@ pub(crate) fn spawn_workers(
     split_cost: Duration,
     stats: &Arc<FleetStats>,
     cancel: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<DispatcherClient>> {
+    let mut clients = Vec::with_capacity(n);
     for i in 0..n {
         hosts.spawn(tasks, i, || {
+            let client = target.client()?;
+            clients.push(client.clone());
             let worker = SimWorker {
-                client: target.client()?,
+                client,
                 address: format!("127.0.0.1:{}", 1024 + i),
                 split_cost,
                 stats: stats.clone(),
@@ -298,7 +305,12 @@ pub(crate) fn spawn_workers(
             Ok(worker.run())
         })?;
     }
-    Ok(())
+    Ok(clients)
+}
+
+/// The lease calls `workers` have sent so far.
+fn lease_calls(workers: &[DispatcherClient]) -> u64 {
+    workers.iter().map(DispatcherClient::lease_calls).sum()
 }
 
 /// Runs the scale workload against `target`.
@@ -320,7 +332,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
     )?;
 
     let result = async {
-        spawn_workers(
+        let workers = spawn_workers(
             &mut tasks,
             &hosts,
             target,
@@ -374,6 +386,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         tokio::time::sleep(config.warmup).await;
         let probe = Probe::attach(target, jobs[0]).await?;
         let cpu_before = leader.cpu_seconds()?;
+        let calls_before = lease_calls(&workers);
         let started = Instant::now();
         stats.set_measuring(true);
         let (lag, probed) = tokio::join!(
@@ -383,6 +396,7 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
         stats.set_measuring(false);
         let seconds = started.elapsed().as_secs_f64();
         let cpu = leader.cpu_seconds()? - cpu_before;
+        let calls = lease_calls(&workers) - calls_before;
         let leader_rss_mib = leader.rss_mib()?;
         let sizes = target.sizes(&leader).await?;
 
@@ -407,6 +421,8 @@ pub async fn run_scale(target: &Target, config: &ScaleConfig) -> anyhow::Result<
             heartbeats: all.len(),
             news_replies: stats.news(),
             leases_per_s: stats.leases() as f64 / seconds,
+            lease_calls_per_s: calls as f64 / seconds,
+            leases_per_call: stats.leases() as f64 / calls.max(1) as f64,
             lease_p50_ms: quantile(&leases, 0.5),
             lease_p99_ms: quantile(&leases, 0.99),
             splits_per_s: stats.splits() as f64 / seconds,

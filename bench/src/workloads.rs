@@ -302,14 +302,24 @@ pub(crate) async fn scale(
     );
     report.put("scale_leases_per_s", f.leases_per_s, "leases/s");
     report.put(
+        "scale_lease_calls_per_s",
+        f.lease_calls_per_s,
+        "calls/s (LeaseSplits and LeaseSplitsBatch)",
+    );
+    report.put(
+        "scale_leases_per_call",
+        f.leases_per_call,
+        "leases per lease call",
+    );
+    report.put(
         "scale_lease_p50_ms",
         f.lease_p50_ms,
-        "ms (a LeaseSplits call)",
+        "ms (a lease, asked for until answered)",
     );
     report.put(
         "scale_lease_p99_ms",
         f.lease_p99_ms,
-        "ms (a LeaseSplits call)",
+        "ms (a lease, asked for until answered)",
     );
     report.put("scale_splits_per_s", f.splits_per_s, "splits/s");
     report.put(

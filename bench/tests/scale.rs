@@ -54,6 +54,15 @@ async fn a_small_fleet_heartbeats_and_leases_without_errors() {
     // Generous: a debug build on a shared machine, yet far below a timeout.
     assert!(f.heartbeat_p99_ms < 3000.0, "p99 {} ms", f.heartbeat_p99_ms);
     assert!(f.leases_per_s > 0.0 && f.splits_per_s >= f.leases_per_s);
+    // Each of a worker's three tasks leases through its one client: a call carries one lease at
+    // least, and never more than the worker's tasks (give or take the calls on the window's
+    // edges: a call is counted when sent, its leases when answered).
+    assert!(f.lease_calls_per_s > 0.0);
+    assert!(
+        (0.9..=3.3).contains(&f.leases_per_call),
+        "{} leases per call",
+        f.leases_per_call
+    );
     assert!(f.tasks_finished > 0, "no task finished");
     assert!(f.state_mib > 0.0 && f.leader_rss_mib > 0.0);
     assert!(f.leader_cpu_percent > 0.0);

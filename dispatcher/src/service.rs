@@ -24,11 +24,14 @@ use crate::registration::{check_definition_size, Registration};
 use crate::state::{DispatcherState, JobOptions, Rejection, ShardingPolicy, TargetWorkers};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
+use futures::future::join_all;
 use prost::Message;
 use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
-use sluice_security::authorize;
+use sluice_proto::MAX_LEASES_PER_CALL;
+use sluice_rpc::is_retryable_code;
+use sluice_security::{authorize, Identity};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::wrappers::WatchStream;
@@ -83,6 +86,49 @@ impl DispatcherService {
     fn writer(&self) -> Result<&ProposerHandle, DispatcherError> {
         self.reader.check_quorum()?;
         Ok(&self.proposer)
+    }
+
+    /// Leases splits for `caller`'s task, as one `LeaseSplits` call or one lease of a batch.
+    async fn lease(
+        &self,
+        caller: &Identity,
+        req: pb::LeaseSplitsRequest,
+    ) -> Result<pb::LeaseSplitsResponse, DispatcherError> {
+        let writer = self.writer()?;
+        // Checked before proposing, so a request that would be refused costs no log entry. The
+        // applied state may lag what is committed (a new leader): a refusal is confirmed on a
+        // linearizable read before it is returned.
+        let check = |s: &DispatcherState| {
+            access::check_task(s, caller, TaskId(req.task_id))?;
+            s.check_lease(
+                request_id(req.request_id),
+                IterationId(req.iteration_id),
+                req.provider_index,
+                req.repetition,
+                TaskId(req.task_id),
+            )
+            .map_err(DispatcherError::from)
+        };
+        if self.reader.read(check).is_err() {
+            self.reader.linearizable().await?;
+            self.reader.read(check)?;
+        }
+        let lease = writer
+            .lease_splits(
+                request_id(req.request_id),
+                IterationId(req.iteration_id),
+                req.provider_index,
+                req.repetition,
+                u64::from(req.max_splits),
+                TaskId(req.task_id),
+            )
+            .await?;
+        Ok(pb::LeaseSplitsResponse {
+            start: lease.start,
+            end: lease.end,
+            end_of_splits: lease.end_of_splits,
+            repetition: lease.repetition,
+        })
     }
 }
 
@@ -247,42 +293,48 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::LeaseSplitsRequest>,
     ) -> Result<Response<pb::LeaseSplitsResponse>, Status> {
         let caller = authorize(&request, "LeaseSplits", access::WORKER)?;
-        let req = request.into_inner();
-        let writer = self.writer()?;
-        // Checked before proposing, so a request that would be refused costs no log entry. The
-        // applied state may lag what is committed (a new leader): a refusal is confirmed on a
-        // linearizable read before it is returned.
-        let check = |s: &DispatcherState| {
-            access::check_task(s, &caller, TaskId(req.task_id))?;
-            s.check_lease(
-                request_id(req.request_id),
-                IterationId(req.iteration_id),
-                req.provider_index,
-                req.repetition,
-                TaskId(req.task_id),
-            )
-            .map_err(DispatcherError::from)
-        };
-        if self.reader.read(check).is_err() {
-            self.reader.linearizable().await?;
-            self.reader.read(check)?;
+        let lease = self.lease(&caller, request.into_inner()).await?;
+        Ok(Response::new(lease))
+    }
+
+    async fn lease_splits_batch(
+        &self,
+        request: GrpcRequest<pb::LeaseSplitsBatchRequest>,
+    ) -> Result<Response<pb::LeaseSplitsBatchResponse>, Status> {
+        let caller = authorize(&request, "LeaseSplitsBatch", access::WORKER)?;
+        let leases = request.into_inner().leases;
+        if leases.len() > MAX_LEASES_PER_CALL {
+            return Err(DispatcherError::InvalidArgument(format!(
+                "LeaseSplitsBatch carries {} leases; at most {MAX_LEASES_PER_CALL} are accepted \
+                 in one call",
+                leases.len()
+            ))
+            .into());
         }
-        let lease = writer
-            .lease_splits(
-                request_id(req.request_id),
-                IterationId(req.iteration_id),
-                req.provider_index,
-                req.repetition,
-                u64::from(req.max_splits),
-                TaskId(req.task_id),
-            )
-            .await?;
-        Ok(Response::new(pb::LeaseSplitsResponse {
-            start: lease.start,
-            end: lease.end,
-            end_of_splits: lease.end_of_splits,
-            repetition: lease.repetition,
-        }))
+        // Concurrently, so the leases share the proposer's next log entry.
+        let outcomes = join_all(leases.into_iter().map(|req| self.lease(&caller, req))).await;
+        let mut results = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            let result = match outcome {
+                Ok(lease) => pb::lease_splits_result::Result::Lease(lease),
+                Err(error) => {
+                    // A retry may cure it (no leader, no quorum): the whole call is retried,
+                    // with the same request ids, so the leases granted are answered again.
+                    let status = Status::from(error);
+                    if is_retryable_code(status.code()) {
+                        return Err(status);
+                    }
+                    pb::lease_splits_result::Result::Refusal(pb::LeaseRefusal {
+                        code: status.code() as i32,
+                        message: status.message().to_string(),
+                    })
+                }
+            };
+            results.push(pb::LeaseSplitsResult {
+                result: Some(result),
+            });
+        }
+        Ok(Response::new(pb::LeaseSplitsBatchResponse { results }))
     }
 
     async fn maybe_remove_task(

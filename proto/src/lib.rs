@@ -52,3 +52,7 @@ pub use generated::sluice::worker::v1 as worker;
 /// gRPC metadata key carrying the current leader's client address on an `Unavailable` reply from a
 /// dispatcher that is not the leader.
 pub const LEADER_METADATA_KEY: &str = "x-sluice-leader";
+
+/// The most leases one `LeaseSplitsBatch` call may carry; a replica refuses a larger batch as
+/// `InvalidArgument`, and a client sends the rest in its next call.
+pub const MAX_LEASES_PER_CALL: usize = 256;

@@ -36,6 +36,7 @@
 
 use crate::error::{is_retryable_status, RpcError};
 use crate::leader_view::LeaderView;
+use crate::lease_batcher::LeaseBatcher;
 use crate::leader_watcher;
 use crate::request_ids::{InFlight, RequestIds};
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
@@ -146,6 +147,8 @@ struct Inner {
     current: Mutex<String>,
     /// The newest leader the replicas named; shared like `channels`.
     leaders: Arc<LeaderView>,
+    /// Lease requests waiting to be sent together.
+    leases: LeaseBatcher,
 }
 
 /// The `host:port` of one `[protocol://]host:port` entry; only gRPC (`grpc`, `http`) is spoken.
@@ -217,6 +220,7 @@ impl DispatcherClient {
                 security,
                 channels: Arc::new(Mutex::new(HashMap::new())),
                 leaders: Arc::new(LeaderView::new()),
+                leases: LeaseBatcher::default(),
             }),
         })
     }
@@ -235,6 +239,7 @@ impl DispatcherClient {
                 security: inner.security.clone(),
                 channels: inner.channels.clone(),
                 leaders: inner.leaders.clone(),
+                leases: LeaseBatcher::default(),
             }),
         }
     }
@@ -253,6 +258,11 @@ impl DispatcherClient {
     /// guard until the call is over.
     pub(crate) fn begin_request(&self) -> InFlight {
         self.inner.request_ids.begin()
+    }
+
+    /// This client's lease requests waiting to be sent together.
+    pub(crate) fn lease_batcher(&self) -> &LeaseBatcher {
+        &self.inner.leases
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, RpcError> {

@@ -310,7 +310,8 @@ impl DispatcherClient {
         Ok(())
     }
 
-    /// Leases splits for a task of a distributed_epoch iteration.
+    /// Leases splits for a task of a distributed_epoch iteration. Leases this client asks for
+    /// while another is on its way are sent together (see `lease_batcher`).
     pub async fn lease_splits(&self, lease: &LeaseRequest) -> Result<SplitLease, RpcError> {
         let in_flight = self.begin_request();
         let request = pb::LeaseSplitsRequest {
@@ -321,18 +322,41 @@ impl DispatcherClient {
             task_id: lease.task_id.0,
             request_id: Some(in_flight.id),
         };
-        let response = self
-            .call("lease_splits", Wait::Brief, |mut c, timeout| {
-                let request = timed(request, timeout);
-                async move { c.lease_splits(request).await }
-            })
-            .await?;
+        let response = self.lease_together(request, in_flight).await?;
         Ok(SplitLease {
             repetition: response.repetition,
             start: response.start,
             end: response.end,
             end_of_splits: response.end_of_splits,
         })
+    }
+
+    /// One lease in a call of its own (`LeaseSplits`).
+    pub(crate) async fn lease_splits_once(
+        &self,
+        request: &pb::LeaseSplitsRequest,
+    ) -> Result<pb::LeaseSplitsResponse, RpcError> {
+        self.call("lease_splits", Wait::Brief, |mut c, timeout| {
+            let request = timed(*request, timeout);
+            async move { c.lease_splits(request).await }
+        })
+        .await
+    }
+
+    /// Several leases in one call (`LeaseSplitsBatch`): each lease's answer, in order, or the
+    /// call's error.
+    pub(crate) async fn lease_splits_batch(
+        &self,
+        leases: Vec<pb::LeaseSplitsRequest>,
+    ) -> Result<Vec<Result<pb::LeaseSplitsResponse, RpcError>>, RpcError> {
+        let request = pb::LeaseSplitsBatchRequest { leases };
+        let response = self
+            .call("lease_splits_batch", Wait::Brief, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.lease_splits_batch(request).await }
+            })
+            .await?;
+        Ok(response.results.into_iter().map(lease_result).collect())
     }
 
     /// A coordinated consumer's vote to take `task_id` out of the rounds, from `round` on;
@@ -461,5 +485,19 @@ impl DispatcherClient {
             )
             .await?;
         Ok(response.voters)
+    }
+}
+
+/// One lease's answer in a batch reply.
+fn lease_result(result: pb::LeaseSplitsResult) -> Result<pb::LeaseSplitsResponse, RpcError> {
+    match result.result {
+        Some(pb::lease_splits_result::Result::Lease(lease)) => Ok(lease),
+        Some(pb::lease_splits_result::Result::Refusal(refusal)) => Err(RpcError::from_status(
+            &tonic::Status::new(tonic::Code::from(refusal.code), refusal.message),
+        )),
+        None => Err(RpcError::Status {
+            code: tonic::Code::Internal,
+            message: "the dispatcher answered a lease with neither a lease nor a refusal".into(),
+        }),
     }
 }

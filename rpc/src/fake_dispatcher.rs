@@ -3,10 +3,11 @@
 //! leaser (prefetch, growth, lost replies).
 //!
 //! A follower answers every RPC `Unavailable` with its leader's address in `x-sluice-leader`, as
-//! a real replica that is not the leader does. A leader serves `lease_splits` with the real
-//! dispatcher's at-most-once contract: a lease is recorded before the reply leaves, and a
-//! request id seen before gets the recorded lease back. It can be told to lose replies (record
-//! the lease, answer `Unavailable`), as a reply lost in a failover is. `get_status` answers
+//! a real replica that is not the leader does. A leader serves `lease_splits` and
+//! `lease_splits_batch` with the real dispatcher's at-most-once contract: a lease is recorded
+//! before the reply leaves, and a request id seen before gets the recorded lease back. It can be
+//! told to lose replies (record the leases, answer `Unavailable`), as a reply lost in a failover
+//! is, or to answer batches `Unimplemented`, as a dispatcher older than them does. `get_status` answers
 //! `{}`, or a chosen refusal. `get_dataset` serves the definitions a test put in
 //! (`add_dataset`), `NotFound` for others. `watch_leader` streams the leader (itself, or the one
 //! a follower points at) in the replica's term, at once and at every term change. A replica can be frozen: from then on it
@@ -59,6 +60,9 @@ struct Replica {
     term: watch::Sender<u64>,
     /// A frozen replica answers nothing.
     frozen: AtomicBool,
+    /// Whether `lease_splits_batch` is served (a dispatcher older than the batch call is
+    /// `Unimplemented` there).
+    batches: AtomicBool,
     /// Splits of each provider, per repetition.
     num_splits: u64,
     /// Std mutexes: held only to read or update, never across an `.await`.
@@ -104,6 +108,7 @@ impl FakeDispatcher {
             addr: addr.to_string(),
             term: watch::channel(1).0,
             frozen: AtomicBool::new(false),
+            batches: AtomicBool::new(true),
             num_splits,
             leases: Mutex::default(),
             status_refusal: Mutex::default(),
@@ -138,7 +143,12 @@ impl FakeDispatcher {
         self.replica.frozen.store(true, Ordering::SeqCst);
     }
 
-    /// Loses the replies of the next `n` lease requests: each lease is recorded, its reply
+    /// From now on `lease_splits_batch` is `Unimplemented`, as on a dispatcher older than it.
+    pub fn refuse_batches(&self) {
+        self.replica.batches.store(false, Ordering::SeqCst);
+    }
+
+    /// Loses the replies of the next `n` lease calls: each lease is recorded, its reply
     /// replaced by `Unavailable`.
     pub fn lose_lease_replies(&self, n: u32) {
         self.replica.leases().to_lose = n;
@@ -227,7 +237,25 @@ impl Replica {
         }
     }
 
+    /// Grants (or answers again) one lease; loses the reply when told to.
     fn lease(&self, request: pb::LeaseSplitsRequest) -> Result<pb::LeaseSplitsResponse, Status> {
+        let response = self.grant(request)?;
+        self.maybe_lose()?;
+        Ok(response)
+    }
+
+    /// Loses this reply when told to.
+    fn maybe_lose(&self) -> Result<(), Status> {
+        let mut leases = self.leases();
+        if leases.to_lose > 0 {
+            leases.to_lose -= 1;
+            return Err(Status::unavailable("the reply was lost"));
+        }
+        Ok(())
+    }
+
+    /// Records a lease before any reply leaves; a request id seen before gets its lease again.
+    fn grant(&self, request: pb::LeaseSplitsRequest) -> Result<pb::LeaseSplitsResponse, Status> {
         let id = request
             .request_id
             .map(|id| (id.requester_id, id.seq))
@@ -265,10 +293,6 @@ impl Replica {
                 response
             }
         };
-        if leases.to_lose > 0 {
-            leases.to_lose -= 1;
-            return Err(Status::unavailable("the reply was lost"));
-        }
         Ok(response)
     }
 }
@@ -361,6 +385,33 @@ impl Dispatcher for Service {
     ) -> Result<Response<pb::LeaseSplitsResponse>, Status> {
         self.0.receive("lease_splits").await?;
         self.0.lease(request.into_inner()).map(Response::new)
+    }
+
+    async fn lease_splits_batch(
+        &self,
+        request: Request<pb::LeaseSplitsBatchRequest>,
+    ) -> Result<Response<pb::LeaseSplitsBatchResponse>, Status> {
+        let replica = &self.0;
+        if !replica.batches.load(Ordering::SeqCst) {
+            return unimplemented(replica, "lease_splits_batch").await;
+        }
+        replica.receive("lease_splits_batch").await?;
+        let mut results = Vec::new();
+        for lease in request.into_inner().leases {
+            let result = match replica.grant(lease) {
+                Ok(lease) => pb::lease_splits_result::Result::Lease(lease),
+                Err(refused) => pb::lease_splits_result::Result::Refusal(pb::LeaseRefusal {
+                    code: refused.code() as i32,
+                    message: refused.message().to_string(),
+                }),
+            };
+            results.push(pb::LeaseSplitsResult {
+                result: Some(result),
+            });
+        }
+        // A lost reply loses the whole call's: every lease in it was recorded.
+        replica.maybe_lose()?;
+        Ok(Response::new(pb::LeaseSplitsBatchResponse { results }))
     }
 
     async fn maybe_remove_task(

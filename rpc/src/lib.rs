@@ -7,6 +7,7 @@
 //!   `leader_watcher`: the `WatchLeader` stream per replica that feeds it.
 //! - `dispatcher_rpcs`: the dispatcher's RPCs as typed methods (`lease_splits`, ...) and their
 //!   argument and result types (`SplitLease`, `JobRequest`, ...).
+//! - `lease_batcher`: a client's concurrent lease requests, sent together in one call.
 //! - `error`: `RpcError`, how a dispatcher call failed.
 //! - `ids`: the id newtypes (`DatasetId`, `JobId`, `IterationId`, `TaskId`, `ClientId`,
 //!   `WorkerId`, `NodeId`).
@@ -28,6 +29,7 @@ pub mod ids;
 pub mod invalid_value;
 mod leader_view;
 mod leader_watcher;
+mod lease_batcher;
 pub mod local_workers;
 pub mod raw_fetch;
 pub mod raw_frame;

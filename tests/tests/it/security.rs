@@ -168,6 +168,13 @@ async fn call_everything(
                     code(d.lease_splits(pb::LeaseSplitsRequest::default()).await),
                 ),
                 (
+                    "LeaseSplitsBatch",
+                    code(
+                        d.lease_splits_batch(pb::LeaseSplitsBatchRequest::default())
+                            .await,
+                    ),
+                ),
+                (
                     "MaybeRemoveTask",
                     code(
                         d.maybe_remove_task(pb::MaybeRemoveTaskRequest::default())
@@ -234,7 +241,7 @@ fn refused_by_tls(calls: &[(&'static str, Code)]) -> Vec<&'static str> {
     names
 }
 
-const DISPATCHER_RPCS: [&str; 13] = [
+const DISPATCHER_RPCS: [&str; 14] = [
     "AddNode",
     "ClientHeartbeat",
     "GetDataset",
@@ -242,6 +249,7 @@ const DISPATCHER_RPCS: [&str; 13] = [
     "GetOrCreateJob",
     "GetStatus",
     "LeaseSplits",
+    "LeaseSplitsBatch",
     "MaybeRemoveTask",
     "RegisterDataset",
     "ReleaseIterationClient",
@@ -251,7 +259,12 @@ const DISPATCHER_RPCS: [&str; 13] = [
 ];
 const PEER_RPCS: [&str; 4] = ["Announce", "AppendEntries", "InstallSnapshot", "Vote"];
 const ADMIN_RPCS: [&str; 2] = ["AddNode", "RemoveNode"];
-const WORKER_RPCS: [&str; 3] = ["LeaseSplits", "WorkerHeartbeat", "WorkerUpdate"];
+const WORKER_RPCS: [&str; 4] = [
+    "LeaseSplits",
+    "LeaseSplitsBatch",
+    "WorkerHeartbeat",
+    "WorkerUpdate",
+];
 const CLIENT_RPCS: [&str; 6] = [
     "ClientHeartbeat",
     "GetOrCreateIteration",
