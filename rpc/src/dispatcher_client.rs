@@ -36,8 +36,8 @@
 
 use crate::error::{is_retryable_status, RpcError};
 use crate::leader_view::LeaderView;
-use crate::lease_batcher::LeaseBatcher;
 use crate::leader_watcher;
+use crate::lease_batcher::LeaseBatcher;
 use crate::request_ids::{InFlight, RequestIds};
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;

@@ -47,8 +47,9 @@ struct Leases {
     granted: Vec<GrantedLease>,
     /// Lease requests received, retries included, by request id.
     received: Vec<(u64, u64)>,
-    /// Replies still to lose.
+    /// Replies still to lose, of any lease call and of batches only.
     to_lose: u32,
+    batches_to_lose: u32,
 }
 
 struct Replica {
@@ -152,6 +153,11 @@ impl FakeDispatcher {
     /// replaced by `Unavailable`.
     pub fn lose_lease_replies(&self, n: u32) {
         self.replica.leases().to_lose = n;
+    }
+
+    /// Loses the replies of the next `n` `lease_splits_batch` calls, as `lose_lease_replies`.
+    pub fn lose_batch_replies(&self, n: u32) {
+        self.replica.leases().batches_to_lose = n;
     }
 
     /// `get_status` answers `code` from now on.
@@ -410,6 +416,13 @@ impl Dispatcher for Service {
             });
         }
         // A lost reply loses the whole call's: every lease in it was recorded.
+        {
+            let mut leases = replica.leases();
+            if leases.batches_to_lose > 0 {
+                leases.batches_to_lose -= 1;
+                return Err(Status::unavailable("the reply was lost"));
+            }
+        }
         replica.maybe_lose()?;
         Ok(Response::new(pb::LeaseSplitsBatchResponse { results }))
     }

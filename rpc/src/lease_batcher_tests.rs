@@ -1,14 +1,170 @@
-//! Lease requests sent together, against a fake leader on real gRPC. The tests run on one
-//! thread, so requests made in one poll are all queued before the sender first runs.
+//! When waiting lease requests are sent (the queue's steps, on their own), and lease requests
+//! sent together against a fake leader on real gRPC. The gRPC tests run on one thread, so
+//! requests made in one poll are all queued before the first call returns.
 
+use super::{Queue, Step, Waiting, MAX_PATIENCE, MIN_PATIENCE};
 use crate::dispatcher_client::{DispatcherClient, RetryConfig};
 use crate::fake_dispatcher::FakeDispatcher;
 use crate::ids::{IterationId, TaskId};
+use crate::request_ids::RequestIds;
 use crate::{LeaseRequest, SplitLease};
 use futures::future::join_all;
 use futures::FutureExt;
+use sluice_proto::dispatcher as pb;
 use sluice_proto::MAX_LEASES_PER_CALL;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A queue with `n` requests waiting; the receivers of their answers.
+fn queue_with(
+    ids: &Arc<RequestIds>,
+    n: usize,
+) -> (Queue, Vec<oneshot::Receiver<super::LeaseReply>>) {
+    let mut queue = Queue::default();
+    let answers = (0..n).map(|_| wait(&mut queue, ids)).collect();
+    (queue, answers)
+}
+
+/// Queues one more request; the receiver of its answer.
+fn wait(queue: &mut Queue, ids: &Arc<RequestIds>) -> oneshot::Receiver<super::LeaseReply> {
+    let (reply, answer) = oneshot::channel();
+    queue.waiting.push_back(Waiting {
+        request: pb::LeaseSplitsRequest::default(),
+        _in_flight: ids.begin(),
+        reply,
+    });
+    answer
+}
+
+/// What a step was, with the number of requests a `Send` carries.
+fn summary(step: Step) -> String {
+    match step {
+        Step::Send { call, batch } => format!("send call {call} with {}", batch.len()),
+        Step::WakeAt(at) => format!("wake at {at:?}"),
+        Step::Idle => "idle".into(),
+    }
+}
+
+#[test]
+fn requests_go_at_once_unless_a_call_younger_than_the_patience_is_on_its_way() {
+    let ids = RequestIds::new(1);
+    let t0 = Instant::now();
+    let (mut queue, _answers) = queue_with(&ids, 1);
+    // Nothing on its way: at once.
+    assert_eq!(summary(queue.step(t0)), "send call 0 with 1");
+    // Call 0 holds the next requests back, until it returns or runs out of patience (twice the
+    // first estimate of a call's time).
+    let _more = [wait(&mut queue, &ids), wait(&mut queue, &ids)];
+    let patience = queue.patience();
+    assert_eq!(patience, 20 * MS);
+    assert_eq!(
+        summary(queue.step(t0 + MS)),
+        format!("wake at {:?}", t0 + patience)
+    );
+    assert_eq!(
+        summary(queue.step(t0 + 2 * MS)),
+        "idle",
+        "the timer is armed"
+    );
+    // Call 0 returns after 4 ms: the two waiting go together.
+    assert_eq!(
+        summary(queue.returned(0, t0, t0 + 4 * MS)),
+        "send call 1 with 2"
+    );
+    // The timer finds nothing left.
+    assert_eq!(summary(queue.woken(t0 + patience)), "idle");
+}
+
+#[test]
+fn a_call_slower_than_the_patience_holds_nothing_back() {
+    let ids = RequestIds::new(1);
+    let t0 = Instant::now();
+    let (mut queue, _answers) = queue_with(&ids, 1);
+    assert_eq!(summary(queue.step(t0)), "send call 0 with 1");
+    let _next = wait(&mut queue, &ids);
+    let patience = queue.patience();
+    assert!(matches!(queue.step(t0 + MS), Step::WakeAt(_)));
+    // Call 0 is stuck: when the timer fires the waiting request goes without it.
+    assert_eq!(summary(queue.woken(t0 + patience)), "send call 1 with 1");
+    // Call 0 returns late; call 1 is still on its way and young.
+    let _last = wait(&mut queue, &ids);
+    let late = t0 + patience + MS;
+    assert!(
+        matches!(queue.returned(0, t0, late), Step::WakeAt(_)),
+        "call 1 holds it"
+    );
+}
+
+#[test]
+fn a_call_carries_at_most_the_bound_and_the_rest_waits_for_it() {
+    let ids = RequestIds::new(1);
+    let t0 = Instant::now();
+    let (mut queue, _answers) = queue_with(&ids, MAX_LEASES_PER_CALL + 3);
+    assert_eq!(
+        summary(queue.step(t0)),
+        format!("send call 0 with {MAX_LEASES_PER_CALL}")
+    );
+    assert_eq!(queue.waiting.len(), 3);
+    assert!(matches!(queue.step(t0), Step::WakeAt(_)));
+}
+
+#[test]
+fn requests_whose_callers_stopped_waiting_are_dropped_unsent() {
+    let ids = RequestIds::new(1);
+    let t0 = Instant::now();
+    let (mut queue, mut answers) = queue_with(&ids, 3);
+    answers.remove(1);
+    assert_eq!(summary(queue.step(t0)), "send call 0 with 2");
+    let gone = wait(&mut queue, &ids);
+    drop(gone);
+    assert_eq!(summary(queue.step(t0)), "idle", "nothing left to send");
+}
+
+#[test]
+fn a_timer_of_a_runtime_that_is_gone_is_armed_again() {
+    let ids = RequestIds::new(1);
+    let t0 = Instant::now();
+    let (mut queue, _answers) = queue_with(&ids, 1);
+    assert!(matches!(queue.step(t0), Step::Send { .. }));
+    let _next = wait(&mut queue, &ids);
+    // Armed for t0 + patience; that runtime shut down and the timer never fired.
+    assert!(matches!(queue.step(t0), Step::WakeAt(_)));
+    // A new call 1 was sent meanwhile (as a stuck call 0 allows), and holds the request.
+    queue.latest = Some((1, t0 + 30 * MS));
+    assert_eq!(
+        summary(queue.step(t0 + 31 * MS)),
+        format!("wake at {:?}", t0 + 30 * MS + queue.patience()),
+        "the old timer is in the past: another is armed"
+    );
+}
+
+#[test]
+fn the_patience_follows_how_long_calls_take_within_its_bounds() {
+    let ids = RequestIds::new(1);
+    let t0 = Instant::now();
+    let cases = [
+        (Duration::ZERO, MIN_PATIENCE),
+        (70 * MS, 140 * MS),
+        (5 * Duration::from_secs(1), MAX_PATIENCE),
+    ];
+    for (took, patience) in cases {
+        let (mut queue, _answers) = queue_with(&ids, 0);
+        for call in 0..200 {
+            queue.latest = Some((call, t0));
+            queue.returned(call, t0, t0 + took);
+        }
+        let got = queue.patience();
+        let off = got.abs_diff(patience);
+        assert!(
+            off <= MS,
+            "calls of {took:?}: patience {got:?}, not {patience:?}"
+        );
+    }
+}
 
 fn client(leader: &FakeDispatcher) -> DispatcherClient {
     DispatcherClient::with_retry(
@@ -43,15 +199,15 @@ async fn lease_at_once(client: &DispatcherClient, n: u64) -> Vec<SplitLease> {
 }
 
 #[tokio::test]
-async fn leases_asked_for_at_once_go_in_one_call_and_each_gets_its_own() {
+async fn leases_asked_for_while_one_is_on_its_way_go_in_one_call_and_each_gets_its_own() {
     let leader = FakeDispatcher::leader(10).await;
     let client = client(&leader);
 
     let leases = lease_at_once(&client, 50).await;
 
-    assert_eq!(leader.calls("lease_splits_batch"), 1);
-    assert_eq!(leader.calls("lease_splits"), 0);
-    assert_eq!(client.lease_calls(), 1);
+    assert_eq!(leader.calls("lease_splits"), 1, "the first, at once");
+    assert_eq!(leader.calls("lease_splits_batch"), 1, "the other 49");
+    assert_eq!(client.lease_calls(), 2);
     let granted = leader.granted();
     assert_eq!(granted.len(), 50);
     for (task, lease) in (1..=50).zip(&leases) {
@@ -64,24 +220,16 @@ async fn leases_asked_for_at_once_go_in_one_call_and_each_gets_its_own() {
             (own.start, own.end, own.end_of_splits),
             "task {task} got the lease granted for its request"
         );
-        assert_eq!((lease.start, lease.end), (0, 1), "each task's own iteration");
+        assert_eq!(
+            (lease.start, lease.end),
+            (0, 1),
+            "each task's own iteration"
+        );
     }
     let mut ids: Vec<(u64, u64)> = granted.iter().map(|g| g.request).collect();
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 50, "each lease has a request id of its own");
-}
-
-#[tokio::test]
-async fn a_lone_lease_goes_in_a_plain_call() {
-    let leader = FakeDispatcher::leader(10).await;
-    let client = client(&leader);
-
-    let lease = client.lease_splits(&lease(1, 4)).await.expect("a lease");
-
-    assert_eq!((lease.start, lease.end), (0, 4));
-    assert_eq!(leader.calls("lease_splits"), 1);
-    assert_eq!(leader.calls("lease_splits_batch"), 0);
 }
 
 #[tokio::test]
@@ -93,24 +241,37 @@ async fn more_leases_than_one_call_carries_go_in_the_next_call() {
     let leases = lease_at_once(&client, n).await;
 
     assert_eq!(leases.len() as u64, n);
-    assert_eq!(leader.calls("lease_splits_batch"), 2, "a full call and the rest");
+    assert_eq!(leader.calls("lease_splits"), 1);
+    assert_eq!(
+        leader.calls("lease_splits_batch"),
+        2,
+        "a full call and the rest"
+    );
     assert_eq!(leader.granted().len() as u64, n);
 }
 
 #[tokio::test]
-async fn a_call_whose_reply_was_lost_is_retried_with_the_same_request_ids() {
+async fn a_batch_whose_reply_was_lost_is_retried_with_the_same_request_ids() {
     let leader = FakeDispatcher::leader(10).await;
-    leader.lose_lease_replies(1);
+    leader.lose_batch_replies(1);
     let client = client(&leader);
 
-    let leases = lease_at_once(&client, 10).await;
+    let leases = lease_at_once(&client, 11).await;
 
-    assert_eq!(leader.calls("lease_splits_batch"), 2, "the lost call and its retry");
-    assert_eq!(client.lease_calls(), 1, "a retry is the same call");
+    assert_eq!(
+        leader.calls("lease_splits_batch"),
+        2,
+        "the lost call and its retry"
+    );
+    assert_eq!(client.lease_calls(), 2, "a retry is the same call");
     let received = leader.lease_requests();
-    assert_eq!(received.len(), 20);
-    assert_eq!(received[..10], received[10..], "the retry carries the same ids");
-    assert_eq!(leader.granted().len(), 10, "the retry leased nothing new");
+    assert_eq!(received.len(), 21, "the first lease, and the batch twice");
+    assert_eq!(
+        received[1..11],
+        received[11..],
+        "the retry carries the same ids"
+    );
+    assert_eq!(leader.granted().len(), 11, "the retry leased nothing new");
     assert!(leases.iter().all(|l| (l.start, l.end) == (0, 1)));
 }
 
@@ -138,18 +299,20 @@ async fn a_dispatcher_without_batches_gets_each_lease_in_a_call_of_its_own() {
 async fn a_lease_whose_caller_stopped_waiting_before_it_was_sent_is_not_sent() {
     let leader = FakeDispatcher::leader(10).await;
     let client = client(&leader);
+    let (first, given_up, last) = (lease(1, 1), lease(2, 1), lease(3, 1));
 
-    // Queued, then dropped before the sender ran.
-    let given_up = lease(1, 1);
+    // The first is sent (polled once), the second queued behind it and dropped before the
+    // first returned.
+    let mut first = Box::pin(client.lease_splits(&first));
+    assert!((&mut first).now_or_never().is_none());
     assert!(client.lease_splits(&given_up).now_or_never().is_none());
-    let lease = client.lease_splits(&lease(2, 1)).await.expect("a lease");
+    let (first, last) = tokio::join!(first, client.lease_splits(&last));
 
-    assert_eq!((lease.start, lease.end), (0, 1));
-    assert_eq!(leader.calls("lease_splits"), 1, "sent alone");
+    assert_eq!((first.unwrap().start, last.unwrap().start), (0, 0));
+    assert_eq!(leader.calls("lease_splits"), 2, "the first and the last");
     assert_eq!(leader.calls("lease_splits_batch"), 0);
-    let granted = leader.granted();
-    assert_eq!(granted.len(), 1);
-    assert_eq!(granted[0].task_id, 2);
+    let tasks: Vec<u64> = leader.granted().iter().map(|g| g.task_id).collect();
+    assert_eq!(tasks, [1, 3]);
 }
 
 #[tokio::test]
@@ -168,6 +331,7 @@ async fn every_lease_of_a_call_that_failed_gets_its_error() {
 
     let replies = join_all(requests.iter().map(|r| client.lease_splits(r))).await;
 
+    assert!(leader.calls("lease_splits_batch") > 0, "a batch was sent");
     for reply in replies {
         let error = reply.expect_err("no reply arrives");
         assert!(error.is_retryable(), "{error:?}");

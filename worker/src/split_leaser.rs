@@ -16,6 +16,10 @@
 //! The prefetched lease is never re-requested or handed out by anyone else: the request carries
 //! its own request id, and a lease that arrives after the pipeline stopped is simply lost, which
 //! at-most-once allows.
+//!
+//! Every task's leaser leases through the worker's one `DispatcherClient`, which sends the
+//! leases asked for while another is on its way together in its next call: a worker with many
+//! tasks makes far fewer calls than it leases.
 
 use crate::config::{LeaseEvent, LeaseObserver};
 use sluice_dataset::{DatasetError, SplitSupplier};

@@ -68,19 +68,21 @@ async fn a_batch_refuses_its_bad_leases_alone_and_a_retry_of_it_leases_nothing_n
     let sim = SimulatedWorker::start(&cluster, 100, 2).await?;
     let leader = cluster.wait_for_leader(WAIT).await?;
     let addr = cluster.replica_addr(leader).expect("the leader's address");
-    let mut raw = pb::dispatcher_client::DispatcherClient::connect(format!("http://{addr}")).await?;
-    let lease = |seq: u64, iteration_id: u64, task_id: u64, repetition: u64| pb::LeaseSplitsRequest {
-        iteration_id,
-        provider_index: 0,
-        repetition,
-        max_splits: 2,
-        task_id,
-        request_id: Some(pb::RequestId {
-            requester_id: 77,
-            seq,
-            watermark: 1,
-        }),
-    };
+    let mut raw =
+        pb::dispatcher_client::DispatcherClient::connect(format!("http://{addr}")).await?;
+    let lease =
+        |seq: u64, iteration_id: u64, task_id: u64, repetition: u64| pb::LeaseSplitsRequest {
+            iteration_id,
+            provider_index: 0,
+            repetition,
+            max_splits: 2,
+            task_id,
+            request_id: Some(pb::RequestId {
+                requester_id: 77,
+                seq,
+                watermark: 1,
+            }),
+        };
     let [(it0, t0), (it1, t1)] = [sim.tasks[0], sim.tasks[1]].map(|(i, t)| (i.0, t.0));
     let batch = pb::LeaseSplitsBatchRequest {
         leases: vec![
@@ -118,7 +120,11 @@ async fn a_batch_refuses_its_bad_leases_alone_and_a_retry_of_it_leases_nothing_n
     let again = raw.lease_splits_batch(batch).await?.into_inner();
     assert_eq!(answered(again.results), expected);
     let next = sim.client.lease_splits(&sim.lease(0, 0)).await?;
-    assert_eq!((next.start, next.end), (2, 3), "the cursor went on from the first call");
+    assert_eq!(
+        (next.start, next.end),
+        (2, 3),
+        "the cursor went on from the first call"
+    );
 
     let oversized = pb::LeaseSplitsBatchRequest {
         leases: vec![lease(5, it0, t0, 0); sluice_proto::MAX_LEASES_PER_CALL + 1],
