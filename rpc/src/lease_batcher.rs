@@ -57,24 +57,22 @@ pub(crate) struct LeaseBatcher {
 
 struct Queue {
     waiting: VecDeque<Waiting>,
-    /// The latest call sent and not yet returned: its number and when it was sent.
-    latest: Option<(u64, Instant)>,
+    /// The call that holds the waiting requests back: the latest sent, while it has not
+    /// returned and is within its patience.
+    holding: Option<u64>,
     /// The number of the next call.
     next_call: u64,
     /// How long calls have lately taken (a moving average).
     typical: Duration,
-    /// When the timer armed to send the waiting requests fires, if one is.
-    timer: Option<Instant>,
 }
 
 impl Default for Queue {
     fn default() -> Self {
         Queue {
             waiting: VecDeque::new(),
-            latest: None,
+            holding: None,
             next_call: 0,
             typical: FIRST_TYPICAL,
-            timer: None,
         }
     }
 }
@@ -94,66 +92,49 @@ impl Waiting {
     }
 }
 
-/// What the client does next with its waiting requests.
-enum Step {
-    /// Send these in call number `call`.
-    Send { call: u64, batch: Vec<Waiting> },
-    /// Look again at this time (unless a returning call comes first).
-    WakeAt(Instant),
-    /// Nothing: nothing waits, or a call or a timer on its way will look again.
-    Idle,
+/// A call to send: its number, its requests, and how long it may hold the next ones back.
+struct Call {
+    number: u64,
+    batch: Vec<Waiting>,
+    patience: Duration,
 }
 
 impl Queue {
-    /// How long the latest call may hold the waiting requests back.
+    /// How long a call may hold the waiting requests back.
     fn patience(&self) -> Duration {
         (self.typical * 2).clamp(MIN_PATIENCE, MAX_PATIENCE)
     }
 
-    /// Sends what waits when no call younger than `patience` is on its way; otherwise arms a
-    /// timer for when the latest call runs out of it.
-    fn step(&mut self, now: Instant) -> Step {
+    /// The next call, when requests wait and no call holds them back.
+    fn step(&mut self) -> Option<Call> {
         self.waiting.retain(|w| !w.reply.is_closed());
-        if self.waiting.is_empty() {
-            return Step::Idle;
+        if self.waiting.is_empty() || self.holding.is_some() {
+            return None;
         }
-        let held_until = self.latest.map(|(_, sent)| sent + self.patience());
-        match held_until {
-            Some(until) if until > now => {
-                // A timer in the past belongs to a runtime that is gone: arm another.
-                if self.timer.is_some_and(|at| at >= now) {
-                    return Step::Idle;
-                }
-                self.timer = Some(until);
-                Step::WakeAt(until)
-            }
-            _ => {
-                let n = self.waiting.len().min(MAX_LEASES_PER_CALL);
-                let call = self.next_call;
-                self.next_call += 1;
-                self.latest = Some((call, now));
-                Step::Send {
-                    call,
-                    batch: self.waiting.drain(..n).collect(),
-                }
-            }
-        }
+        let number = self.next_call;
+        self.next_call += 1;
+        self.holding = Some(number);
+        let n = self.waiting.len().min(MAX_LEASES_PER_CALL);
+        Some(Call {
+            number,
+            batch: self.waiting.drain(..n).collect(),
+            patience: self.patience(),
+        })
     }
 
-    /// Call `call`, sent at `sent`, returned at `now`.
-    fn returned(&mut self, call: u64, sent: Instant, now: Instant) -> Step {
-        let took = now.saturating_duration_since(sent);
+    /// Call `number` no longer holds the waiting requests back: it ran out of patience, or its
+    /// task ended.
+    fn release(&mut self, number: u64) -> Option<Call> {
+        if self.holding == Some(number) {
+            self.holding = None;
+        }
+        self.step()
+    }
+
+    /// Call `number` returned after `took`.
+    fn returned(&mut self, number: u64, took: Duration) -> Option<Call> {
         self.typical = (self.typical * 7 + took) / 8;
-        if self.latest.is_some_and(|(latest, _)| latest == call) {
-            self.latest = None;
-        }
-        self.step(now)
-    }
-
-    /// The timer armed by `step` fired.
-    fn woken(&mut self, now: Instant) -> Step {
-        self.timer = None;
-        self.step(now)
+        self.release(number)
     }
 }
 
@@ -172,16 +153,16 @@ impl DispatcherClient {
         in_flight: InFlight,
     ) -> LeaseReply {
         let (reply, answer) = oneshot::channel();
-        let step = {
+        let call = {
             let mut queue = self.lease_batcher().queue();
             queue.waiting.push_back(Waiting {
                 request,
                 _in_flight: in_flight,
                 reply,
             });
-            queue.step(Instant::now())
+            queue.step()
         };
-        self.take(step);
+        self.start(call);
         answer.await.unwrap_or_else(|_| {
             Err(RpcError::Unavailable {
                 attempts: 0,
@@ -196,31 +177,36 @@ impl DispatcherClient {
         self.lease_batcher().calls.load(Ordering::Relaxed)
     }
 
-    /// Does `step`: a call or a timer runs as a task of its own, and takes the next step when
-    /// it ends.
-    fn take(&self, step: Step) {
+    /// Sends `call` from a task of its own. Once the call has run out of patience, and when it
+    /// returns, the requests waiting meanwhile go in the next call.
+    fn start(&self, call: Option<Call>) {
+        let Some(Call {
+            number,
+            batch,
+            patience,
+        }) = call
+        else {
+            return;
+        };
         let client = self.clone();
-        match step {
-            Step::Idle => {}
-            Step::Send { call, batch } => {
-                tokio::spawn(async move {
-                    let sent = Instant::now();
-                    client.send(batch).await;
-                    let next = client
-                        .lease_batcher()
-                        .queue()
-                        .returned(call, sent, Instant::now());
-                    client.take(next);
-                });
+        tokio::spawn(async move {
+            // A task dropped with its runtime lets the next request go.
+            let holding = Holding(&client, number);
+            let sent = Instant::now();
+            let answered = client.send(batch);
+            tokio::pin!(answered);
+            if tokio::time::timeout(patience, &mut answered).await.is_err() {
+                let next = client.lease_batcher().queue().release(number);
+                client.start(next);
+                answered.await;
             }
-            Step::WakeAt(at) => {
-                tokio::spawn(async move {
-                    tokio::time::sleep_until(at).await;
-                    let next = client.lease_batcher().queue().woken(Instant::now());
-                    client.take(next);
-                });
-            }
-        }
+            std::mem::forget(holding);
+            let next = client
+                .lease_batcher()
+                .queue()
+                .returned(number, sent.elapsed());
+            client.start(next);
+        });
     }
 
     /// Sends `batch` in one call (each in its own when it is one request, or the dispatcher
@@ -270,6 +256,20 @@ impl DispatcherClient {
             waiting.answer(reply);
         }))
         .await;
+    }
+}
+
+/// Releases its call's hold on the waiting requests if the call's task is dropped before the
+/// call returned.
+struct Holding<'a>(&'a DispatcherClient, u64);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let next = self.0.lease_batcher().queue().release(self.1);
+        // Outside a runtime the requests are dropped, and their callers told.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.0.start(next);
+        }
     }
 }
 

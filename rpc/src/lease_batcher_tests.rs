@@ -2,7 +2,7 @@
 //! sent together against a fake leader on real gRPC. The gRPC tests run on one thread, so
 //! requests made in one poll are all queued before the first call returns.
 
-use super::{Queue, Step, Waiting, MAX_PATIENCE, MIN_PATIENCE};
+use super::{Call, Queue, Waiting, MAX_PATIENCE, MIN_PATIENCE};
 use crate::dispatcher_client::{DispatcherClient, RetryConfig};
 use crate::fake_dispatcher::FakeDispatcher;
 use crate::ids::{IterationId, TaskId};
@@ -15,7 +15,6 @@ use sluice_proto::MAX_LEASES_PER_CALL;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -40,127 +39,101 @@ fn wait(queue: &mut Queue, ids: &Arc<RequestIds>) -> oneshot::Receiver<super::Le
     answer
 }
 
-/// What a step was, with the number of requests a `Send` carries.
-fn summary(step: Step) -> String {
-    match step {
-        Step::Send { call, batch } => format!("send call {call} with {}", batch.len()),
-        Step::WakeAt(at) => format!("wake at {at:?}"),
-        Step::Idle => "idle".into(),
+/// A step's call: its number, the requests it carries and its patience.
+fn summary(call: Option<Call>) -> String {
+    match call {
+        Some(c) => format!(
+            "call {} with {} ({:?})",
+            c.number,
+            c.batch.len(),
+            c.patience
+        ),
+        None => "none".into(),
     }
 }
 
 #[test]
-fn requests_go_at_once_unless_a_call_younger_than_the_patience_is_on_its_way() {
+fn requests_go_at_once_unless_a_call_holds_them_back() {
     let ids = RequestIds::new(1);
-    let t0 = Instant::now();
     let (mut queue, _answers) = queue_with(&ids, 1);
-    // Nothing on its way: at once.
-    assert_eq!(summary(queue.step(t0)), "send call 0 with 1");
-    // Call 0 holds the next requests back, until it returns or runs out of patience (twice the
-    // first estimate of a call's time).
+    // Nothing on its way: at once, with twice the first estimate of a call's time.
+    assert_eq!(summary(queue.step()), "call 0 with 1 (20ms)");
+    // Call 0 holds the next requests back...
     let _more = [wait(&mut queue, &ids), wait(&mut queue, &ids)];
-    let patience = queue.patience();
-    assert_eq!(patience, 20 * MS);
-    assert_eq!(
-        summary(queue.step(t0 + MS)),
-        format!("wake at {:?}", t0 + patience)
-    );
-    assert_eq!(
-        summary(queue.step(t0 + 2 * MS)),
-        "idle",
-        "the timer is armed"
-    );
-    // Call 0 returns after 4 ms: the two waiting go together.
-    assert_eq!(
-        summary(queue.returned(0, t0, t0 + 4 * MS)),
-        "send call 1 with 2"
-    );
-    // The timer finds nothing left.
-    assert_eq!(summary(queue.woken(t0 + patience)), "idle");
+    assert_eq!(summary(queue.step()), "none");
+    // ...until it returns (after 4 ms): the two waiting go together, with the patience of
+    // calls that now take less.
+    assert_eq!(summary(queue.returned(0, 4 * MS)), "call 1 with 2 (18.5ms)");
+    // Nothing is left for the next return.
+    assert_eq!(summary(queue.returned(1, 4 * MS)), "none");
 }
 
 #[test]
-fn a_call_slower_than_the_patience_holds_nothing_back() {
+fn a_call_out_of_patience_holds_nothing_back() {
     let ids = RequestIds::new(1);
-    let t0 = Instant::now();
     let (mut queue, _answers) = queue_with(&ids, 1);
-    assert_eq!(summary(queue.step(t0)), "send call 0 with 1");
+    assert_eq!(summary(queue.step()), "call 0 with 1 (20ms)");
     let _next = wait(&mut queue, &ids);
-    let patience = queue.patience();
-    assert!(matches!(queue.step(t0 + MS), Step::WakeAt(_)));
-    // Call 0 is stuck: when the timer fires the waiting request goes without it.
-    assert_eq!(summary(queue.woken(t0 + patience)), "send call 1 with 1");
-    // Call 0 returns late; call 1 is still on its way and young.
+    assert_eq!(summary(queue.step()), "none");
+    // Call 0 is stuck: past its patience the waiting request goes without it.
+    assert_eq!(summary(queue.release(0)), "call 1 with 1 (20ms)");
+    // Call 0 returns late, while call 1 still holds the next request back.
     let _last = wait(&mut queue, &ids);
-    let late = t0 + patience + MS;
-    assert!(
-        matches!(queue.returned(0, t0, late), Step::WakeAt(_)),
+    assert_eq!(
+        summary(queue.returned(0, 500 * MS)),
+        "none",
         "call 1 holds it"
+    );
+    assert_eq!(
+        summary(queue.returned(1, 4 * MS)),
+        "call 2 with 1 (125.6875ms)"
     );
 }
 
 #[test]
 fn a_call_carries_at_most_the_bound_and_the_rest_waits_for_it() {
     let ids = RequestIds::new(1);
-    let t0 = Instant::now();
     let (mut queue, _answers) = queue_with(&ids, MAX_LEASES_PER_CALL + 3);
     assert_eq!(
-        summary(queue.step(t0)),
-        format!("send call 0 with {MAX_LEASES_PER_CALL}")
+        summary(queue.step()),
+        format!("call 0 with {MAX_LEASES_PER_CALL} (20ms)")
     );
     assert_eq!(queue.waiting.len(), 3);
-    assert!(matches!(queue.step(t0), Step::WakeAt(_)));
+    assert_eq!(summary(queue.step()), "none");
+    assert_eq!(summary(queue.release(0)), "call 1 with 3 (20ms)");
 }
 
 #[test]
 fn requests_whose_callers_stopped_waiting_are_dropped_unsent() {
     let ids = RequestIds::new(1);
-    let t0 = Instant::now();
     let (mut queue, mut answers) = queue_with(&ids, 3);
     answers.remove(1);
-    assert_eq!(summary(queue.step(t0)), "send call 0 with 2");
-    let gone = wait(&mut queue, &ids);
-    drop(gone);
-    assert_eq!(summary(queue.step(t0)), "idle", "nothing left to send");
-}
-
-#[test]
-fn a_timer_of_a_runtime_that_is_gone_is_armed_again() {
-    let ids = RequestIds::new(1);
-    let t0 = Instant::now();
-    let (mut queue, _answers) = queue_with(&ids, 1);
-    assert!(matches!(queue.step(t0), Step::Send { .. }));
-    let _next = wait(&mut queue, &ids);
-    // Armed for t0 + patience; that runtime shut down and the timer never fired.
-    assert!(matches!(queue.step(t0), Step::WakeAt(_)));
-    // A new call 1 was sent meanwhile (as a stuck call 0 allows), and holds the request.
-    queue.latest = Some((1, t0 + 30 * MS));
+    assert_eq!(summary(queue.step()), "call 0 with 2 (20ms)");
+    drop(wait(&mut queue, &ids));
     assert_eq!(
-        summary(queue.step(t0 + 31 * MS)),
-        format!("wake at {:?}", t0 + 30 * MS + queue.patience()),
-        "the old timer is in the past: another is armed"
+        summary(queue.returned(0, 4 * MS)),
+        "none",
+        "nothing to send"
     );
+    assert!(queue.waiting.is_empty());
 }
 
 #[test]
 fn the_patience_follows_how_long_calls_take_within_its_bounds() {
     let ids = RequestIds::new(1);
-    let t0 = Instant::now();
     let cases = [
         (Duration::ZERO, MIN_PATIENCE),
         (70 * MS, 140 * MS),
-        (5 * Duration::from_secs(1), MAX_PATIENCE),
+        (Duration::from_secs(5), MAX_PATIENCE),
     ];
     for (took, patience) in cases {
         let (mut queue, _answers) = queue_with(&ids, 0);
         for call in 0..200 {
-            queue.latest = Some((call, t0));
-            queue.returned(call, t0, t0 + took);
+            queue.returned(call, took);
         }
         let got = queue.patience();
-        let off = got.abs_diff(patience);
         assert!(
-            off <= MS,
+            got.abs_diff(patience) <= MS,
             "calls of {took:?}: patience {got:?}, not {patience:?}"
         );
     }
