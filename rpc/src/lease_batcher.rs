@@ -29,6 +29,7 @@ use futures::future::join_all;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::MAX_LEASES_PER_CALL;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -162,13 +163,30 @@ impl DispatcherClient {
             });
             queue.step()
         };
-        self.start(call);
-        answer.await.unwrap_or_else(|_| {
-            Err(RpcError::Unavailable {
-                attempts: 0,
-                message: "the lease was not sent: the client is shutting down".into(),
-            })
-        })
+        match call {
+            // Nothing else waited: the caller sends its own request, in its own task.
+            Some(Call {
+                number,
+                mut batch,
+                patience,
+            }) if batch.len() == 1 => {
+                let own = batch.pop().expect("one request");
+                let reply = self
+                    .hold(number, patience, self.lease_one(&own.request))
+                    .await;
+                drop(own);
+                reply
+            }
+            call => {
+                self.start(call);
+                answer.await.unwrap_or_else(|_| {
+                    Err(RpcError::Unavailable {
+                        attempts: 0,
+                        message: "the lease was not sent: the client is shutting down".into(),
+                    })
+                })
+            }
+        }
     }
 
     /// How many lease calls this client has sent (a batch counts once; retries of a call are
@@ -177,8 +195,8 @@ impl DispatcherClient {
         self.lease_batcher().calls.load(Ordering::Relaxed)
     }
 
-    /// Sends `call` from a task of its own. Once the call has run out of patience, and when it
-    /// returns, the requests waiting meanwhile go in the next call.
+    /// Sends `call` from a task of its own: its requests are other callers', and must not
+    /// depend on one of them waiting.
     fn start(&self, call: Option<Call>) {
         let Some(Call {
             number,
@@ -190,23 +208,39 @@ impl DispatcherClient {
         };
         let client = self.clone();
         tokio::spawn(async move {
-            // A task dropped with its runtime lets the next request go.
-            let holding = Holding(&client, number);
-            let sent = Instant::now();
-            let answered = client.send(batch);
-            tokio::pin!(answered);
-            if tokio::time::timeout(patience, &mut answered).await.is_err() {
-                let next = client.lease_batcher().queue().release(number);
-                client.start(next);
-                answered.await;
-            }
-            std::mem::forget(holding);
-            let next = client
-                .lease_batcher()
-                .queue()
-                .returned(number, sent.elapsed());
-            client.start(next);
+            let sent = client.send(batch);
+            client.hold(number, patience, sent).await;
         });
+    }
+
+    /// Runs call `number` (`sending`). Once it has run out of patience, and when it returns,
+    /// the requests waiting meanwhile go in the next call.
+    async fn hold<R>(
+        &self,
+        number: u64,
+        patience: Duration,
+        sending: impl Future<Output = R>,
+    ) -> R {
+        // A call dropped before it returned (its caller gave up, its runtime shut down) lets
+        // the next requests go.
+        let holding = Holding(self, number);
+        let sent = Instant::now();
+        tokio::pin!(sending);
+        let reply = match tokio::time::timeout(patience, &mut sending).await {
+            Ok(reply) => reply,
+            Err(_) => {
+                let next = self.lease_batcher().queue().release(number);
+                self.start(next);
+                sending.await
+            }
+        };
+        std::mem::forget(holding);
+        let next = self
+            .lease_batcher()
+            .queue()
+            .returned(number, sent.elapsed());
+        self.start(next);
+        reply
     }
 
     /// Sends `batch` in one call (each in its own when it is one request, or the dispatcher
@@ -247,15 +281,17 @@ impl DispatcherClient {
 
     /// Sends each request in a call of its own, all at once.
     async fn lease_each(&self, batch: Vec<Waiting>) {
-        let calls = batch.len() as u64;
-        self.lease_batcher()
-            .calls
-            .fetch_add(calls, Ordering::Relaxed);
         join_all(batch.into_iter().map(|waiting| async move {
-            let reply = self.lease_splits_once(&waiting.request).await;
+            let reply = self.lease_one(&waiting.request).await;
             waiting.answer(reply);
         }))
         .await;
+    }
+
+    /// One request in a call of its own.
+    async fn lease_one(&self, request: &pb::LeaseSplitsRequest) -> LeaseReply {
+        self.lease_batcher().calls.fetch_add(1, Ordering::Relaxed);
+        self.lease_splits_once(request).await
     }
 }
 
