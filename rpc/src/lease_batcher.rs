@@ -15,6 +15,10 @@
 //! sent without it. So a call stuck on a leader that was cut off, or retrying through an
 //! election, never holds up the leases of the worker's other tasks for long.
 //!
+//! A request that finds nothing waiting is sent from its caller's own task; a call that carries
+//! other callers' requests runs in a task of its own, so that no caller's giving up drops the
+//! others' requests.
+//!
 //! Each request keeps its own request id, taken when it was made and in flight until it is
 //! answered, so a batch retried after a lost reply is answered from the leases recorded for it.
 //! An error of the whole call (the retry deadline passed) is every request's error; a refusal is
@@ -295,8 +299,8 @@ impl DispatcherClient {
     }
 }
 
-/// Releases its call's hold on the waiting requests if the call's task is dropped before the
-/// call returned.
+/// Releases its call's hold on the waiting requests if the call is dropped before it returned
+/// (its caller gave up, or its runtime shut down).
 struct Holding<'a>(&'a DispatcherClient, u64);
 
 impl Drop for Holding<'_> {
