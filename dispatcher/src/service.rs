@@ -30,6 +30,7 @@ use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;
+use sluice_rpc::dispatcher_rpcs::lease_splits_result;
 use sluice_rpc::is_retryable_code;
 use sluice_security::{authorize, Identity};
 use std::pin::Pin;
@@ -315,24 +316,12 @@ impl Dispatcher for DispatcherService {
         let outcomes = join_all(leases.into_iter().map(|req| self.lease(&caller, req))).await;
         let mut results = Vec::with_capacity(outcomes.len());
         for outcome in outcomes {
-            let result = match outcome {
-                Ok(lease) => pb::lease_splits_result::Result::Lease(lease),
-                Err(error) => {
-                    // A retry may cure it (no leader, no quorum): the whole call is retried,
-                    // with the same request ids, so the leases granted are answered again.
-                    let status = Status::from(error);
-                    if is_retryable_code(status.code()) {
-                        return Err(status);
-                    }
-                    pb::lease_splits_result::Result::Refusal(pb::LeaseRefusal {
-                        code: status.code() as i32,
-                        message: status.message().to_string(),
-                    })
-                }
-            };
-            results.push(pb::LeaseSplitsResult {
-                result: Some(result),
-            });
+            match outcome.map_err(Status::from) {
+                // A retry may cure it (no leader, no quorum): the whole call is retried, with
+                // the same request ids, so the leases granted are answered again.
+                Err(status) if is_retryable_code(status.code()) => return Err(status),
+                outcome => results.push(lease_splits_result(outcome)),
+            }
         }
         Ok(Response::new(pb::LeaseSplitsBatchResponse { results }))
     }

@@ -488,6 +488,23 @@ impl DispatcherClient {
     }
 }
 
+/// One lease's answer as a batch reply carries it: the lease, or the status its own
+/// `LeaseSplits` call would have failed with. (`lease_result` reads it back.)
+pub fn lease_splits_result(
+    outcome: Result<pb::LeaseSplitsResponse, tonic::Status>,
+) -> pb::LeaseSplitsResult {
+    let result = match outcome {
+        Ok(lease) => pb::lease_splits_result::Result::Lease(lease),
+        Err(refused) => pb::lease_splits_result::Result::Refusal(pb::LeaseRefusal {
+            code: refused.code() as i32,
+            message: refused.message().to_string(),
+        }),
+    };
+    pb::LeaseSplitsResult {
+        result: Some(result),
+    }
+}
+
 /// One lease's answer in a batch reply.
 fn lease_result(result: pb::LeaseSplitsResult) -> Result<pb::LeaseSplitsResponse, RpcError> {
     match result.result {

@@ -7,13 +7,14 @@
 //! `lease_splits_batch` with the real dispatcher's at-most-once contract: a lease is recorded
 //! before the reply leaves, and a request id seen before gets the recorded lease back. It can be
 //! told to lose replies (record the leases, answer `Unavailable`), as a reply lost in a failover
-//! is, or to answer batches `Unimplemented`, as a dispatcher older than them does. `get_status` answers
-//! `{}`, or a chosen refusal. `get_dataset` serves the definitions a test put in
+//! is, or to answer batches `Unimplemented`, as a dispatcher older than them does.
+//! `get_status` answers `{}`, or a chosen refusal. `get_dataset` serves the definitions a test put in
 //! (`add_dataset`), `NotFound` for others. `watch_leader` streams the leader (itself, or the one
 //! a follower points at) in the replica's term, at once and at every term change. A replica can be frozen: from then on it
 //! answers nothing, as a stopped process whose port still accepts connections. Every other
 //! RPC is `Unimplemented`: tests here need no more.
 
+use crate::dispatcher_rpcs::lease_splits_result;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::{Dispatcher, DispatcherServer};
 use sluice_proto::LEADER_METADATA_KEY;
@@ -252,12 +253,7 @@ impl Replica {
 
     /// Loses this reply when told to.
     fn maybe_lose(&self) -> Result<(), Status> {
-        let mut leases = self.leases();
-        if leases.to_lose > 0 {
-            leases.to_lose -= 1;
-            return Err(Status::unavailable("the reply was lost"));
-        }
-        Ok(())
+        lose(&mut self.leases().to_lose)
     }
 
     /// Records a lease before any reply leaves; a request id seen before gets its lease again.
@@ -301,6 +297,15 @@ impl Replica {
         };
         Ok(response)
     }
+}
+
+/// Loses a reply while `to_lose` counts some still to lose.
+fn lose(to_lose: &mut u32) -> Result<(), Status> {
+    if *to_lose > 0 {
+        *to_lose -= 1;
+        return Err(Status::unavailable("the reply was lost"));
+    }
+    Ok(())
 }
 
 struct Service(Arc<Replica>);
@@ -402,27 +407,14 @@ impl Dispatcher for Service {
             return unimplemented(replica, "lease_splits_batch").await;
         }
         replica.receive("lease_splits_batch").await?;
-        let mut results = Vec::new();
-        for lease in request.into_inner().leases {
-            let result = match replica.grant(lease) {
-                Ok(lease) => pb::lease_splits_result::Result::Lease(lease),
-                Err(refused) => pb::lease_splits_result::Result::Refusal(pb::LeaseRefusal {
-                    code: refused.code() as i32,
-                    message: refused.message().to_string(),
-                }),
-            };
-            results.push(pb::LeaseSplitsResult {
-                result: Some(result),
-            });
-        }
+        let results = request
+            .into_inner()
+            .leases
+            .into_iter()
+            .map(|lease| lease_splits_result(replica.grant(lease)))
+            .collect();
         // A lost reply loses the whole call's: every lease in it was recorded.
-        {
-            let mut leases = replica.leases();
-            if leases.batches_to_lose > 0 {
-                leases.batches_to_lose -= 1;
-                return Err(Status::unavailable("the reply was lost"));
-            }
-        }
+        lose(&mut replica.leases().batches_to_lose)?;
         replica.maybe_lose()?;
         Ok(Response::new(pb::LeaseSplitsBatchResponse { results }))
     }

@@ -112,8 +112,12 @@ impl Queue {
 
     /// The next call, when requests wait and no call holds them back.
     fn step(&mut self) -> Option<Call> {
+        // Checked first: a request queued behind a call costs no scan of the queue.
+        if self.holding.is_some() {
+            return None;
+        }
         self.waiting.retain(|w| !w.reply.is_closed());
-        if self.waiting.is_empty() || self.holding.is_some() {
+        if self.waiting.is_empty() {
             return None;
         }
         let number = self.next_call;
