@@ -13,9 +13,10 @@
 
 use crate::fleet_stats::{Caller, FleetStats};
 use rand::Rng;
+use sluice_client::{HeartbeatWaits, HEARTBEAT_POLL};
 use sluice_rpc::{
-    ClientHeartbeat, DispatcherClient, IterationId, JobId, KnownTasks, LeaseRequest, TaskId,
-    WorkerHeartbeat, WorkerId,
+    lease_slack, ClientHeartbeat, DispatcherClient, IterationId, JobId, KnownTasks, LeaseRequest,
+    TaskId, WorkerHeartbeat, WorkerId,
 };
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -24,8 +25,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-/// The long poll of workers' and clients' heartbeats (their default).
-pub(crate) const HEARTBEAT_POLL: Duration = Duration::from_secs(1);
+/// The long poll of workers' heartbeats (their default).
+pub(crate) const WORKER_POLL: Duration = Duration::from_secs(1);
 /// The worker's split leaser: first lease, largest lease, and the time a lease should last
 /// before the next one doubles.
 pub(crate) const FIRST_LEASE: u32 = 8;
@@ -64,7 +65,7 @@ impl SimWorker {
             let started = Instant::now();
             let reply = tokio::select! {
                 _ = me.cancel.cancelled() => break,
-                reply = me.client.worker_heartbeat(&heartbeat, HEARTBEAT_POLL) => reply,
+                reply = me.client.worker_heartbeat(&heartbeat, WORKER_POLL) => reply,
             };
             let reply = match reply {
                 Ok(reply) => reply,
@@ -76,7 +77,7 @@ impl SimWorker {
             };
             let news = !reply.new_tasks.is_empty() || !reply.tasks_to_delete.is_empty();
             me.stats
-                .heartbeat(Caller::Worker, started.elapsed(), HEARTBEAT_POLL, news);
+                .heartbeat(Caller::Worker, started, WORKER_POLL, news);
             if first {
                 me.stats.workers_up.fetch_add(1, Ordering::Relaxed);
                 first = false;
@@ -99,26 +100,32 @@ impl SimWorker {
         }
     }
 
-    /// Leases the task's splits until they run out, then reports the task finished. It never
-    /// waits on the cancel token: its worker aborts it (100,000 loops registering with one
-    /// token at every lease and every sleep cost the bench a few percent of its CPU).
+    /// Leases the task's splits until they run out, then reports the task finished. As the
+    /// worker's split leaser does, it keeps one lease ahead: the next lease is asked for as
+    /// soon as a lease arrives, with the slack the leaser gives it, while the task works
+    /// through the splits it has. It never waits on the cancel token: its worker aborts it
+    /// (100,000 loops registering with one token at every lease and every sleep cost the bench a
+    /// few percent of its CPU).
     async fn lease_loop(
         self: Arc<Self>,
         task_id: TaskId,
         iteration_id: IterationId,
         _working: Working,
     ) {
+        let request = |max_splits| LeaseRequest {
+            iteration_id,
+            task_id,
+            provider: 0,
+            repetition: 0,
+            max_splits,
+        };
         let mut size = FIRST_LEASE;
+        // The first lease: the task has nothing to do until it arrives.
+        let asked = Instant::now();
+        let mut next = self.client.lease_splits(&request(size)).await;
+        let mut lasted = asked.elapsed();
         loop {
-            let request = LeaseRequest {
-                iteration_id,
-                task_id,
-                provider: 0,
-                repetition: 0,
-                max_splits: size,
-            };
-            let started = Instant::now();
-            let lease = match self.client.lease_splits(&request).await {
+            let lease = match next {
                 Ok(lease) => lease,
                 Err(e) => {
                     // A real task fails here; its splits are lost (at-most-once).
@@ -127,7 +134,7 @@ impl SimWorker {
                 }
             };
             let splits = lease.end.saturating_sub(lease.start);
-            self.stats.lease(splits, started.elapsed());
+            self.stats.lease(splits);
             if lease.end_of_splits {
                 break;
             }
@@ -136,7 +143,25 @@ impl SimWorker {
                 size = (size * 2).min(MAX_LEASE);
             }
             let work = work.mul_f64(rand::rng().random_range(WORK_SPREAD));
-            tokio::time::sleep(work).await;
+            // The next lease, asked for ahead while this one's splits are worked through.
+            let asked = Instant::now();
+            let ahead = async {
+                let lease = self
+                    .client
+                    .lease_splits_ahead(&request(size), lease_slack(lasted))
+                    .await;
+                self.stats.lease_answered(asked.elapsed());
+                (lease, Instant::now())
+            };
+            let worked = async {
+                tokio::time::sleep(work).await;
+                Instant::now()
+            };
+            let ((lease, arrived), done) = tokio::join!(ahead, worked);
+            self.stats
+                .task_waited(arrived.saturating_duration_since(done));
+            lasted = asked.elapsed();
+            next = lease;
         }
         let worker = WorkerId(self.address.clone());
         let finished = [task_id];
@@ -219,6 +244,7 @@ impl SimClient {
         let mut known_tasks = KnownTasks::default();
         // The first heartbeat of an epoch does not wait.
         let mut poll = Duration::ZERO;
+        let mut waits = HeartbeatWaits::new(HEARTBEAT_POLL);
         loop {
             let heartbeat = ClientHeartbeat {
                 client_id,
@@ -240,15 +266,14 @@ impl SimClient {
                     let news = reply.iteration_finished
                         || reply.block_round.is_some()
                         || reply.tasks.is_some();
-                    self.stats
-                        .heartbeat(Caller::Client, started.elapsed(), poll, news);
+                    self.stats.heartbeat(Caller::Client, started, poll, news);
                     if reply.iteration_finished {
                         return true;
                     }
                     if let Some(tasks) = reply.tasks {
                         known_tasks = KnownTasks::of(&tasks);
                     }
-                    poll = HEARTBEAT_POLL;
+                    poll = waits.draw();
                 }
                 Err(e) => {
                     self.stats.error("client heartbeat", e);

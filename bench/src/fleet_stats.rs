@@ -38,8 +38,10 @@ pub(crate) struct FleetStats {
     /// Latencies; std mutexes: a push, never held across `.await`.
     worker_ms: Mutex<Vec<Sample>>,
     client_ms: Mutex<Vec<Sample>>,
-    /// Whole `LeaseSplits` calls, in ms.
+    /// Leases from asked for to answered, in ms.
     lease_ms: Mutex<Vec<f64>>,
+    /// Tasks' waits for their next lease once theirs was used up, in ms.
+    task_wait_ms: Mutex<Vec<f64>>,
     /// Heartbeats answered early with news (not latencies).
     news: AtomicU64,
     leases: AtomicU64,
@@ -68,12 +70,17 @@ impl FleetStats {
         self.measuring.load(Ordering::Relaxed)
     }
 
-    /// Records one heartbeat that took `elapsed` with `poll` allowed, and whether it brought
-    /// news.
-    pub(crate) fn heartbeat(&self, caller: Caller, elapsed: Duration, poll: Duration, news: bool) {
-        if !self.measuring() {
+    /// Records one heartbeat sent at `started` with `poll` allowed, and whether it brought
+    /// news. Only heartbeats sent inside the window count: a long poll sent before it opened
+    /// waited, in part, through the setup.
+    pub(crate) fn heartbeat(&self, caller: Caller, started: Instant, poll: Duration, news: bool) {
+        let Some(opened) = self.opened.get().filter(|_| self.measuring()) else {
+            return;
+        };
+        if started < *opened {
             return;
         }
+        let elapsed = started.elapsed();
         let latency = if poll.is_zero() {
             elapsed
         } else if news {
@@ -83,10 +90,7 @@ impl FleetStats {
             elapsed.saturating_sub(poll)
         };
         let ms = latency.as_secs_f64() * 1000.0;
-        let second = self
-            .opened
-            .get()
-            .map_or(0, |opened| opened.elapsed().as_secs() as u32);
+        let second = opened.elapsed().as_secs() as u32;
         let list = match caller {
             Caller::Worker => &self.worker_ms,
             Caller::Client => &self.client_ms,
@@ -96,21 +100,42 @@ impl FleetStats {
             .push(Sample { second, ms });
     }
 
-    /// Records one lease of `splits` splits whose call took `elapsed`.
-    pub(crate) fn lease(&self, splits: u64, elapsed: Duration) {
+    /// Records one lease of `splits` splits.
+    pub(crate) fn lease(&self, splits: u64) {
         if self.measuring() {
             self.leases.fetch_add(1, Ordering::Relaxed);
             self.splits.fetch_add(splits, Ordering::Relaxed);
-            self.lease_ms
-                .lock()
-                .expect("latency lock poisoned")
-                .push(elapsed.as_secs_f64() * 1000.0);
         }
     }
 
-    /// The lease calls' latencies, sorted.
+    /// Records a lease answered `elapsed` after it was asked for (its slack included).
+    pub(crate) fn lease_answered(&self, elapsed: Duration) {
+        if self.measuring() {
+            push_ms(&self.lease_ms, elapsed);
+        }
+    }
+
+    /// Records how long a task that had used up its lease waited for the next one (zero when
+    /// the lease asked for ahead had arrived).
+    pub(crate) fn task_waited(&self, waited: Duration) {
+        if self.measuring() {
+            push_ms(&self.task_wait_ms, waited);
+        }
+    }
+
+    /// The leases' times from asked for to answered, sorted.
     pub(crate) fn lease_latencies(&self) -> Vec<f64> {
         sorted(self.lease_ms.lock().expect("latency lock poisoned").clone())
+    }
+
+    /// The tasks' waits for their next lease, sorted.
+    pub(crate) fn task_waits(&self) -> Vec<f64> {
+        sorted(
+            self.task_wait_ms
+                .lock()
+                .expect("latency lock poisoned")
+                .clone(),
+        )
     }
 
     pub(crate) fn task_finished(&self) {
@@ -201,6 +226,12 @@ pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     }
     let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+fn push_ms(list: &Mutex<Vec<f64>>, elapsed: Duration) {
+    list.lock()
+        .expect("latency lock poisoned")
+        .push(elapsed.as_secs_f64() * 1000.0);
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! snapshot from `sluice status`, and the leader's RSS over what it was before the first job.
 //! Whatever the state still holds of finished jobs shows up in these figures.
 
-use crate::fleet::HEARTBEAT_POLL;
+use crate::fleet::WORKER_POLL;
 use crate::fleet_stats::FleetStats;
 use crate::hosts::Hosts;
 use crate::leader_probe::{LeaderProcess, Target};
@@ -136,7 +136,7 @@ pub async fn run_soak(target: &Target, config: &SoakConfig) -> anyhow::Result<So
         let drain = async {
             let mut idle_checks = 0;
             while idle_checks < 2 {
-                tokio::time::sleep(HEARTBEAT_POLL + Duration::from_millis(500)).await;
+                tokio::time::sleep(WORKER_POLL + Duration::from_millis(500)).await;
                 match stats.working_tasks.load(Ordering::Relaxed) {
                     0 => idle_checks += 1,
                     _ => idle_checks = 0,

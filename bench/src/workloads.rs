@@ -314,12 +314,22 @@ pub(crate) async fn scale(
     report.put(
         "scale_lease_p50_ms",
         f.lease_p50_ms,
-        "ms (a lease, asked for until answered)",
+        "ms (a lease, asked for ahead until answered)",
     );
     report.put(
         "scale_lease_p99_ms",
         f.lease_p99_ms,
-        "ms (a lease, asked for until answered)",
+        "ms (a lease, asked for ahead until answered)",
+    );
+    report.put(
+        "scale_task_wait_p99_ms",
+        f.task_wait_p99_ms,
+        "ms (a task that used up its lease, waiting for the next)",
+    );
+    report.put(
+        "scale_task_wait_max_ms",
+        f.task_wait_max_ms,
+        "ms (a task that used up its lease, waiting for the next)",
     );
     report.put("scale_splits_per_s", f.splits_per_s, "splits/s");
     report.put(

@@ -18,6 +18,7 @@
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
+use crate::options::HeartbeatWaits;
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
@@ -83,6 +84,7 @@ pub(crate) async fn run(
     // Permits of the requests in flight, in request order.
     let mut held: std::collections::VecDeque<OwnedSemaphorePermit> = Default::default();
     let mut heartbeat = Box::pin(reader.heartbeat_after(Duration::ZERO, Duration::ZERO));
+    let mut waits = HeartbeatWaits::new(reader.config.heartbeat_poll);
     let mut iteration_finished = false;
     loop {
         // Issue every request the order, the limit and the permits allow.
@@ -108,7 +110,7 @@ pub(crate) async fn run(
                     return Ok(());
                 }
                 let wait = if pending { PENDING_REFRESH } else { Duration::ZERO };
-                let poll = if pending { Duration::ZERO } else { reader.config.heartbeat_poll };
+                let poll = if pending { Duration::ZERO } else { waits.draw() };
                 heartbeat = Box::pin(reader.heartbeat_after(wait, poll));
             }
             Some((task_id, reply)) = in_flight.next(), if !in_flight.is_empty() => {

@@ -18,7 +18,7 @@
 use crate::coordinated::{self, CoordinatedConfig};
 use crate::error::ClientError;
 use crate::local_ops::run_local_ops;
-use crate::options::{deletes_task_when_done, reads_task, DistributeOptions};
+use crate::options::{deletes_task_when_done, reads_task, DistributeOptions, HeartbeatWaits};
 use crate::read_metrics::ReadMetrics;
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_dataset::{pb as dpb, DatasetError, Element, ExecOptions, PackedDecoder, PythonRunner};
@@ -441,6 +441,7 @@ impl Driver {
             own_tasks_ended && (finished || (!skipped.is_empty() && !streams.is_empty()))
         };
         let mut known_tasks = KnownTasks::default();
+        let mut waits = HeartbeatWaits::new(self.heartbeat_poll);
         let mut pending = Box::pin(heartbeat(
             self.client.clone(),
             self.client_id,
@@ -507,7 +508,7 @@ impl Driver {
                     if epoch_done(&streams, &skipped, *finished_tx.borrow()) {
                         return Ok(());
                     }
-                    pending = Box::pin(heartbeat(self.client.clone(), self.client_id, known_tasks, self.heartbeat_poll));
+                    pending = Box::pin(heartbeat(self.client.clone(), self.client_id, known_tasks, waits.draw()));
                 }
                 Some((task_id, result)) = done_rx.recv() => {
                     result?;

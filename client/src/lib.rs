@@ -53,7 +53,9 @@ pub use distribute::{
 };
 pub use element_stream::ElementStream;
 pub use error::ClientError;
-pub use options::{CrossTrainerCache, DistributeOptions, RegisterOptions};
+pub use options::{
+    CrossTrainerCache, DistributeOptions, HeartbeatWaits, RegisterOptions, HEARTBEAT_POLL,
+};
 pub use service_dataset::{DispatcherClientExt, ServiceDataset};
 pub use sluice_rpc::{
     ClientId, Compression, DatasetId, DispatcherClient, IterationId, JobId, LocalWorker,

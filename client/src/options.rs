@@ -3,6 +3,7 @@
 //! enums themselves are `sluice_rpc`'s, shared with the dispatcher).
 
 use crate::error::ClientError;
+use rand::Rng;
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{Compression, TargetWorkers};
 use std::time::Duration;
@@ -76,7 +77,10 @@ pub struct DistributeOptions {
     pub max_outstanding_requests: Option<u32>,
     /// Compression, when `distribute` registers the dataset.
     pub compression: Compression,
-    /// How long a client heartbeat may wait for news (long poll).
+    /// How long a client heartbeat may wait for news (long poll). News (new tasks, the end of
+    /// the iteration) ends the wait at once, so this bounds no delay; it sets how often an idle
+    /// reader calls the dispatcher. Each heartbeat waits a time drawn below this
+    /// ([`HeartbeatWaits`]). At most 10 s, and half the dispatcher's client timeout.
     pub heartbeat_poll: Duration,
 }
 
@@ -90,8 +94,33 @@ impl Default for DistributeOptions {
             target_workers: TargetWorkers::Auto,
             max_outstanding_requests: None,
             compression: Compression::Auto,
-            heartbeat_poll: Duration::from_secs(1),
+            heartbeat_poll: HEARTBEAT_POLL,
         }
+    }
+}
+
+/// The default long poll of a client's heartbeats.
+pub const HEARTBEAT_POLL: Duration = Duration::from_secs(10);
+
+/// How long each heartbeat of one reader waits for news, when its heartbeats may wait `poll`:
+/// the first between none and all of it, each later one between three quarters and all of it.
+/// The readers of a job start together, and polls of one length would then end together, every
+/// time: the dispatcher would answer thousands in the same instant, and the last of them late.
+pub struct HeartbeatWaits {
+    poll: Duration,
+    drawn: bool,
+}
+
+impl HeartbeatWaits {
+    pub fn new(poll: Duration) -> Self {
+        HeartbeatWaits { poll, drawn: false }
+    }
+
+    /// The next heartbeat's wait.
+    pub fn draw(&mut self) -> Duration {
+        let least = if self.drawn { 0.75 } else { 0.0 };
+        self.drawn = true;
+        self.poll.mul_f64(rand::rng().random_range(least..=1.0))
     }
 }
 

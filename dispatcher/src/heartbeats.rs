@@ -3,7 +3,8 @@
 //! Both record the caller's liveness (leader-local), make the read current, propose what the
 //! heartbeat implies (a worker's (re)registration, a coordinated reader's rounds), and then long
 //! poll: the reply waits, up to the caller's poll timeout, until there is something new to tell.
-//! A worker's poll is bounded by half the worker timeout, so a polling worker is never expired.
+//! A worker's poll is bounded by half the worker timeout, and a client's by half the client
+//! timeout, so a caller that keeps polling is never expired.
 
 use crate::access;
 use crate::config::DispatcherConfig;
@@ -31,6 +32,8 @@ pub struct Heartbeats {
     liveness: Arc<Liveness>,
     /// Longest worker long poll: half the worker timeout.
     max_worker_poll: Duration,
+    /// Longest client long poll: half the client timeout.
+    max_client_poll: Duration,
     /// The configured static-sharding worker list, put into every `RegisterWorker` this
     /// replica proposes (the state records it and checks that every leader has the same).
     worker_addresses: Vec<String>,
@@ -48,6 +51,7 @@ impl Heartbeats {
             proposer,
             liveness,
             max_worker_poll: config.worker_timeout / 2,
+            max_client_poll: config.client_timeout / 2,
             worker_addresses: config.worker_addresses.clone(),
         }
     }
@@ -58,7 +62,8 @@ impl Heartbeats {
     ) -> Result<pb::ClientHeartbeatResponse, DispatcherError> {
         let client_id = ClientId(req.iteration_client_id);
         self.liveness.client_seen(client_id.0);
-        let deadline = poll_deadline(Duration::from_millis(req.poll_timeout_ms));
+        let poll = Duration::from_millis(req.poll_timeout_ms).min(self.max_client_poll);
+        let deadline = poll_deadline(poll);
         self.reader.linearizable().await?;
         // A coordinated reader's rounds matter while a task waits to join its iteration.
         let pending = self.reader.read(|s| {

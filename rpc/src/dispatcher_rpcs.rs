@@ -99,6 +99,17 @@ pub struct LeaseRequest {
     pub max_splits: u32,
 }
 
+/// The longest a lease asked for ahead of need waits for company (see [`lease_slack`]).
+pub const MAX_LEASE_SLACK: Duration = Duration::from_secs(1);
+
+/// The slack of a lease asked for as the one before it is installed, when that one's
+/// predecessor lasted `lasted`: half that time, at most [`MAX_LEASE_SLACK`]. The lease just
+/// installed is at least as large as its predecessor, so the one asked for ahead arrives
+/// before it is needed unless the task speeds up to twice its pace.
+pub fn lease_slack(lasted: Duration) -> Duration {
+    (lasted / 2).min(MAX_LEASE_SLACK)
+}
+
 /// A range of splits leased to one task: `[start, end)` of `repetition`, or the end of that
 /// repetition's splits. Committed at the dispatcher before it arrives. Also the outcome the
 /// replicated state records for a lease (hence serde).
@@ -313,6 +324,16 @@ impl DispatcherClient {
     /// Leases splits for a task of a distributed_epoch iteration. Leases this client asks for
     /// while another is on its way are sent together (see `lease_batcher`).
     pub async fn lease_splits(&self, lease: &LeaseRequest) -> Result<SplitLease, RpcError> {
+        self.lease_splits_ahead(lease, Duration::ZERO).await
+    }
+
+    /// [`lease_splits`](Self::lease_splits) for a lease asked for ahead of need: it may wait up
+    /// to `slack` to go in one call with this client's other leases (see [`lease_slack`]).
+    pub async fn lease_splits_ahead(
+        &self,
+        lease: &LeaseRequest,
+        slack: Duration,
+    ) -> Result<SplitLease, RpcError> {
         let in_flight = self.begin_request();
         let request = pb::LeaseSplitsRequest {
             iteration_id: lease.iteration_id.0,
@@ -322,7 +343,7 @@ impl DispatcherClient {
             task_id: lease.task_id.0,
             request_id: Some(in_flight.id),
         };
-        let response = self.lease_together(request, in_flight).await?;
+        let response = self.lease_together(request, in_flight, slack).await?;
         Ok(SplitLease {
             repetition: response.repetition,
             start: response.start,

@@ -25,6 +25,12 @@
 //! its own request's alone. A request whose caller stopped waiting before it was sent is not
 //! sent. A dispatcher older than the batch call answers it `Unimplemented`: the client then sends
 //! every lease in a call of its own, as it did before.
+//!
+//! A lease asked for ahead of need (a split leaser's next lease, asked for while the current one
+//! runs) may carry *slack*: how long it may wait for company. It is not sent on its own before
+//! its slack has passed, but it goes with any call sent meanwhile. A worker whose tasks each keep
+//! a lease ahead thus sends about one call per slack, whatever its number of tasks, instead of
+//! one per lease.
 
 use crate::dispatcher_client::DispatcherClient;
 use crate::error::RpcError;
@@ -85,6 +91,8 @@ impl Default for Queue {
 /// One lease request, waiting to be sent or answered.
 struct Waiting {
     request: pb::LeaseSplitsRequest,
+    /// When it goes, with or without company (when it was asked for, plus its slack).
+    due: Instant,
     /// Keeps the request id in flight until the request is answered.
     _in_flight: InFlight,
     reply: oneshot::Sender<LeaseReply>,
@@ -110,14 +118,16 @@ impl Queue {
         (self.typical * 2).clamp(MIN_PATIENCE, MAX_PATIENCE)
     }
 
-    /// The next call, when requests wait and no call holds them back.
-    fn step(&mut self) -> Option<Call> {
+    /// The next call at `now`, when a waiting request is due (or a call's worth wait) and no
+    /// call holds them back. It takes the requests not yet due too: they go early, in company.
+    fn step(&mut self, now: Instant) -> Option<Call> {
         // Checked first: a request queued behind a call costs no scan of the queue.
         if self.holding.is_some() {
             return None;
         }
         self.waiting.retain(|w| !w.reply.is_closed());
-        if self.waiting.is_empty() {
+        let full = self.waiting.len() >= MAX_LEASES_PER_CALL;
+        if !full && !self.waiting.iter().any(|w| w.due <= now) {
             return None;
         }
         let number = self.next_call;
@@ -131,19 +141,19 @@ impl Queue {
         })
     }
 
-    /// Call `number` no longer holds the waiting requests back: it ran out of patience, or its
-    /// task ended.
-    fn release(&mut self, number: u64) -> Option<Call> {
+    /// Call `number` no longer holds the waiting requests back at `now`: it ran out of
+    /// patience, or its task ended.
+    fn release(&mut self, number: u64, now: Instant) -> Option<Call> {
         if self.holding == Some(number) {
             self.holding = None;
         }
-        self.step()
+        self.step(now)
     }
 
-    /// Call `number` returned after `took`.
-    fn returned(&mut self, number: u64, took: Duration) -> Option<Call> {
+    /// Call `number` returned after `took`, at `now`.
+    fn returned(&mut self, number: u64, took: Duration, now: Instant) -> Option<Call> {
         self.typical = (self.typical * 7 + took) / 8;
-        self.release(number)
+        self.release(number, now)
     }
 }
 
@@ -155,21 +165,26 @@ impl LeaseBatcher {
 
 impl DispatcherClient {
     /// Sends `request` with the other lease requests of this client that wait, and returns its
-    /// answer. `in_flight` is its request id, held until the answer.
+    /// answer. `in_flight` is its request id, held until the answer. The request may wait up
+    /// to `slack` for company before it is sent.
     pub(crate) async fn lease_together(
         &self,
         request: pb::LeaseSplitsRequest,
         in_flight: InFlight,
+        slack: Duration,
     ) -> LeaseReply {
-        let (reply, answer) = oneshot::channel();
+        let (reply, mut answer) = oneshot::channel();
+        let now = Instant::now();
+        let due = now + slack;
         let call = {
             let mut queue = self.lease_batcher().queue();
             queue.waiting.push_back(Waiting {
                 request,
+                due,
                 _in_flight: in_flight,
                 reply,
             });
-            queue.step()
+            queue.step(now)
         };
         match call {
             // Nothing else waited: the caller sends its own request, in its own task.
@@ -183,18 +198,30 @@ impl DispatcherClient {
                     .hold(number, patience, self.lease_one(&own.request))
                     .await;
                 drop(own);
-                reply
+                return reply;
             }
-            call => {
-                self.start(call);
-                answer.await.unwrap_or_else(|_| {
-                    Err(RpcError::Unavailable {
-                        attempts: 0,
-                        message: "the lease was not sent: the client is shutting down".into(),
-                    })
-                })
-            }
+            call => self.start(call),
         }
+        // Sent in a call with others, or, once due, in the next call that goes.
+        let due_passed = tokio::time::sleep_until(due);
+        tokio::pin!(due_passed);
+        let mut waited_for_company = false;
+        let answered = loop {
+            tokio::select! {
+                answered = &mut answer => break answered,
+                () = &mut due_passed, if !waited_for_company => {
+                    waited_for_company = true;
+                    let call = self.lease_batcher().queue().step(Instant::now());
+                    self.start(call);
+                }
+            }
+        };
+        answered.unwrap_or_else(|_| {
+            Err(RpcError::Unavailable {
+                attempts: 0,
+                message: "the lease was not sent: the client is shutting down".into(),
+            })
+        })
     }
 
     /// How many lease calls this client has sent (a batch counts once; retries of a call are
@@ -237,7 +264,7 @@ impl DispatcherClient {
         let reply = match tokio::time::timeout(patience, &mut sending).await {
             Ok(reply) => reply,
             Err(_) => {
-                let next = self.lease_batcher().queue().release(number);
+                let next = self.lease_batcher().queue().release(number, Instant::now());
                 self.start(next);
                 sending.await
             }
@@ -246,7 +273,7 @@ impl DispatcherClient {
         let next = self
             .lease_batcher()
             .queue()
-            .returned(number, sent.elapsed());
+            .returned(number, sent.elapsed(), Instant::now());
         self.start(next);
         reply
     }
@@ -309,7 +336,11 @@ struct Holding<'a>(&'a DispatcherClient, u64);
 
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
-        let next = self.0.lease_batcher().queue().release(self.1);
+        let next = self
+            .0
+            .lease_batcher()
+            .queue()
+            .release(self.1, Instant::now());
         // Outside a runtime the requests are dropped, and their callers told.
         if tokio::runtime::Handle::try_current().is_ok() {
             self.0.start(next);

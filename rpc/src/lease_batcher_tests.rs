@@ -12,13 +12,20 @@ use futures::future::join_all;
 use futures::FutureExt;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::MAX_LEASES_PER_CALL;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 const MS: Duration = Duration::from_millis(1);
 
-/// A queue with `n` requests waiting; the receivers of their answers.
+/// `ms` milliseconds into the queue tests' time (their steps are given the time).
+fn at(ms: u64) -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now) + Duration::from_millis(ms)
+}
+
+/// A queue with `n` requests waiting, due at once; the receivers of their answers.
 fn queue_with(
     ids: &Arc<RequestIds>,
     n: usize,
@@ -28,11 +35,21 @@ fn queue_with(
     (queue, answers)
 }
 
-/// Queues one more request; the receiver of its answer.
+/// Queues one more request, due at once; the receiver of its answer.
 fn wait(queue: &mut Queue, ids: &Arc<RequestIds>) -> oneshot::Receiver<super::LeaseReply> {
+    wait_until(queue, ids, at(0))
+}
+
+/// Queues one more request, due at `due`; the receiver of its answer.
+fn wait_until(
+    queue: &mut Queue,
+    ids: &Arc<RequestIds>,
+    due: Instant,
+) -> oneshot::Receiver<super::LeaseReply> {
     let (reply, answer) = oneshot::channel();
     queue.waiting.push_back(Waiting {
         request: pb::LeaseSplitsRequest::default(),
+        due,
         _in_flight: ids.begin(),
         reply,
     });
@@ -57,35 +74,38 @@ fn requests_go_at_once_unless_a_call_holds_them_back() {
     let ids = RequestIds::new(1);
     let (mut queue, _answers) = queue_with(&ids, 1);
     // Nothing on its way: at once, with twice the first estimate of a call's time.
-    assert_eq!(summary(queue.step()), "call 0 with 1 (20ms)");
+    assert_eq!(summary(queue.step(at(0))), "call 0 with 1 (20ms)");
     // Call 0 holds the next requests back...
     let _more = [wait(&mut queue, &ids), wait(&mut queue, &ids)];
-    assert_eq!(summary(queue.step()), "none");
+    assert_eq!(summary(queue.step(at(0))), "none");
     // ...until it returns (after 4 ms): the two waiting go together, with the patience of
     // calls that now take less.
-    assert_eq!(summary(queue.returned(0, 4 * MS)), "call 1 with 2 (18.5ms)");
+    assert_eq!(
+        summary(queue.returned(0, 4 * MS, at(0))),
+        "call 1 with 2 (18.5ms)"
+    );
     // Nothing is left for the next return.
-    assert_eq!(summary(queue.returned(1, 4 * MS)), "none");
+    assert_eq!(summary(queue.returned(1, 4 * MS, at(0))), "none");
 }
 
 #[test]
 fn a_call_out_of_patience_holds_nothing_back() {
     let ids = RequestIds::new(1);
     let (mut queue, _answers) = queue_with(&ids, 1);
-    assert_eq!(summary(queue.step()), "call 0 with 1 (20ms)");
+    assert_eq!(summary(queue.step(at(0))), "call 0 with 1 (20ms)");
     let _next = wait(&mut queue, &ids);
-    assert_eq!(summary(queue.step()), "none");
+    assert_eq!(summary(queue.step(at(0))), "none");
     // Call 0 is stuck: past its patience the waiting request goes without it.
-    assert_eq!(summary(queue.release(0)), "call 1 with 1 (20ms)");
+    assert_eq!(summary(queue.release(0, at(0))), "call 1 with 1 (20ms)");
     // Call 0 returns late, while call 1 still holds the next request back.
     let _last = wait(&mut queue, &ids);
     assert_eq!(
-        summary(queue.returned(0, 500 * MS)),
+        summary(queue.returned(0, 500 * MS, at(0))),
         "none",
         "call 1 holds it"
     );
     assert_eq!(
-        summary(queue.returned(1, 4 * MS)),
+        summary(queue.returned(1, 4 * MS, at(0))),
         "call 2 with 1 (125.6875ms)"
     );
 }
@@ -95,12 +115,49 @@ fn a_call_carries_at_most_the_bound_and_the_rest_waits_for_it() {
     let ids = RequestIds::new(1);
     let (mut queue, _answers) = queue_with(&ids, MAX_LEASES_PER_CALL + 3);
     assert_eq!(
-        summary(queue.step()),
+        summary(queue.step(at(0))),
         format!("call 0 with {MAX_LEASES_PER_CALL} (20ms)")
     );
     assert_eq!(queue.waiting.len(), 3);
-    assert_eq!(summary(queue.step()), "none");
-    assert_eq!(summary(queue.release(0)), "call 1 with 3 (20ms)");
+    assert_eq!(summary(queue.step(at(0))), "none");
+    assert_eq!(summary(queue.release(0, at(0))), "call 1 with 3 (20ms)");
+}
+
+#[test]
+fn a_request_with_slack_waits_for_company_until_it_is_due() {
+    let ids = RequestIds::new(1);
+    let mut queue = Queue::default();
+    let _ahead = [
+        wait_until(&mut queue, &ids, at(300)),
+        wait_until(&mut queue, &ids, at(200)),
+    ];
+    // Neither is due: nothing goes, whoever steps.
+    assert_eq!(summary(queue.step(at(0))), "none");
+    assert_eq!(summary(queue.step(at(199))), "none");
+    // The first due takes the other along, early.
+    assert_eq!(summary(queue.step(at(200))), "call 0 with 2 (20ms)");
+    // A request asked for at once goes at once, and takes those not yet due with it.
+    let _later = wait_until(&mut queue, &ids, at(900));
+    let _now = wait_until(&mut queue, &ids, at(250));
+    assert_eq!(
+        summary(queue.returned(0, 4 * MS, at(250))),
+        "call 1 with 2 (18.5ms)"
+    );
+}
+
+#[test]
+fn requests_not_yet_due_go_once_a_call_is_full() {
+    let ids = RequestIds::new(1);
+    let mut queue = Queue::default();
+    let _ahead: Vec<_> = (0..MAX_LEASES_PER_CALL - 1)
+        .map(|_| wait_until(&mut queue, &ids, at(1000)))
+        .collect();
+    assert_eq!(summary(queue.step(at(0))), "none");
+    let _last = wait_until(&mut queue, &ids, at(1000));
+    assert_eq!(
+        summary(queue.step(at(0))),
+        format!("call 0 with {MAX_LEASES_PER_CALL} (20ms)")
+    );
 }
 
 #[test]
@@ -108,10 +165,10 @@ fn requests_whose_callers_stopped_waiting_are_dropped_unsent() {
     let ids = RequestIds::new(1);
     let (mut queue, mut answers) = queue_with(&ids, 3);
     answers.remove(1);
-    assert_eq!(summary(queue.step()), "call 0 with 2 (20ms)");
+    assert_eq!(summary(queue.step(at(0))), "call 0 with 2 (20ms)");
     drop(wait(&mut queue, &ids));
     assert_eq!(
-        summary(queue.returned(0, 4 * MS)),
+        summary(queue.returned(0, 4 * MS, at(0))),
         "none",
         "nothing to send"
     );
@@ -129,7 +186,7 @@ fn the_patience_follows_how_long_calls_take_within_its_bounds() {
     for (took, patience) in cases {
         let (mut queue, _answers) = queue_with(&ids, 0);
         for call in 0..200 {
-            queue.returned(call, took);
+            queue.returned(call, took, at(0));
         }
         let got = queue.patience();
         assert!(
@@ -203,6 +260,54 @@ async fn leases_asked_for_while_one_is_on_its_way_go_in_one_call_and_each_gets_i
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 50, "each lease has a request id of its own");
+}
+
+#[tokio::test]
+async fn leases_asked_for_ahead_over_their_slack_go_in_one_call_once_the_first_is_due() {
+    let leader = FakeDispatcher::leader(10).await;
+    let client = client(&leader);
+    let slack = crate::MAX_LEASE_SLACK;
+    let started = Instant::now();
+
+    // Ten leases asked for 5 ms apart, each with a second of slack.
+    let leases = join_all((1..=10).map(|task| {
+        let client = client.clone();
+        async move {
+            tokio::time::sleep(5 * MS * task as u32).await;
+            client.lease_splits_ahead(&lease(task, 1), slack).await
+        }
+    }))
+    .await;
+
+    assert!(leases.iter().all(|l| l.as_ref().is_ok_and(|l| l.end == 1)));
+    assert_eq!(leader.calls("lease_splits"), 0);
+    assert_eq!(leader.calls("lease_splits_batch"), 1, "all ten together");
+    assert!(
+        started.elapsed() >= slack,
+        "sent once the first one's slack had passed, not before"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_asked_for_at_once_takes_the_leases_asked_for_ahead_along() {
+    let leader = FakeDispatcher::leader(10).await;
+    let client = client(&leader);
+    let ahead: Vec<LeaseRequest> = (1..=10).map(|task| lease(task, 1)).collect();
+    let mut ahead: Vec<_> = ahead
+        .iter()
+        .map(|r| Box::pin(client.lease_splits_ahead(r, crate::MAX_LEASE_SLACK)))
+        .collect();
+    for waiting in &mut ahead {
+        assert!(waiting.now_or_never().is_none(), "waits for company");
+    }
+
+    let now = client.lease_splits(&lease(11, 1)).await;
+    let ahead = join_all(ahead).await;
+
+    assert_eq!(now.expect("a lease").end, 1);
+    assert!(ahead.iter().all(|l| l.as_ref().is_ok_and(|l| l.end == 1)));
+    assert_eq!(leader.calls("lease_splits"), 0, "not alone");
+    assert_eq!(leader.calls("lease_splits_batch"), 1, "all eleven together");
 }
 
 #[tokio::test]

@@ -43,8 +43,8 @@ mod fuzz_tests;
 
 pub use dispatcher_client::{DispatcherClient, RetryConfig};
 pub use dispatcher_rpcs::{
-    ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks, LeaseRequest,
-    SplitLease, WorkerHeartbeat,
+    lease_slack, ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks,
+    LeaseRequest, SplitLease, WorkerHeartbeat, MAX_LEASE_SLACK,
 };
 pub use error::{is_retryable_code, is_retryable_status, RpcError};
 pub use ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};

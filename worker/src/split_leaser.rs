@@ -18,12 +18,15 @@
 //! at-most-once allows.
 //!
 //! Every task's leaser leases through the worker's one `DispatcherClient`, which sends the
-//! leases asked for while another is on its way together in its next call: a worker with many
-//! tasks makes far fewer calls than it leases.
+//! leases asked for while another is on its way together in its next call. The lease kept ahead
+//! may also wait a while for company (`lease_slack`: half the time the lease before lasted, at
+//! most a second), so a worker with many tasks makes far fewer calls than it leases.
 
 use crate::config::{LeaseEvent, LeaseObserver};
 use sluice_dataset::{DatasetError, SplitSupplier};
-use sluice_rpc::{DispatcherClient, IterationId, LeaseRequest, RpcError, SplitLease, TaskId};
+use sluice_rpc::{
+    lease_slack, DispatcherClient, IterationId, LeaseRequest, RpcError, SplitLease, TaskId,
+};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -100,11 +103,11 @@ impl SplitLeaser {
         self
     }
 
-    /// Sends a lease request on the runtime; the reply arrives on the returned channel (the
-    /// observer hears of the lease as soon as it arrives, used or not). Retries of the request
-    /// (leader changes, lost replies) carry its one request id, so a retry gets the lease the
-    /// dispatcher recorded for it, never a second one.
-    fn request(&self, provider: u32, repetition: u64, max_splits: u32) -> Pending {
+    /// Sends a lease request on the runtime, which may wait `slack` for company; the reply
+    /// arrives on the returned channel (the observer hears of the lease as soon as it arrives,
+    /// used or not). Retries of the request (leader changes, lost replies) carry its one request
+    /// id, so a retry gets the lease the dispatcher recorded for it, never a second one.
+    fn request(&self, provider: u32, repetition: u64, max_splits: u32, slack: Duration) -> Pending {
         let request = LeaseRequest {
             iteration_id: self.iteration_id,
             task_id: self.task_id,
@@ -117,7 +120,7 @@ impl SplitLeaser {
         let observer = self.observer.clone();
         let (task_id, iteration_id) = (self.task_id.0, self.iteration_id.0);
         self.runtime.spawn(async move {
-            let response = client.lease_splits(&request).await;
+            let response = client.lease_splits_ahead(&request, slack).await;
             if let (Some((observer, worker)), Ok(lease)) = (&observer, &response) {
                 (observer.0)(LeaseEvent {
                     worker: worker.clone(),
@@ -173,7 +176,7 @@ impl SplitSupplier for SplitLeaser {
         // prefetch for another repetition cannot be used (its splits are lost, at most once).
         let pending = match state.pending.take() {
             Some(pending) if pending.repetition == repetition => pending,
-            _ => self.request(provider, repetition, state.size),
+            _ => self.request(provider, repetition, state.size, Duration::ZERO),
         };
         let response = Self::wait(pending)?;
         if response.end_of_splits {
@@ -186,7 +189,8 @@ impl SplitSupplier for SplitLeaser {
             return Ok(None);
         }
         // Grow while leases go by faster than the target: a fast pipeline needs fewer commits.
-        if state.lease.since.elapsed() < self.lease_target {
+        let lasted = state.lease.since.elapsed();
+        if lasted < self.lease_target {
             state.size = state.size.saturating_mul(2).min(self.max_lease);
         }
         state.lease = Lease {
@@ -195,8 +199,15 @@ impl SplitSupplier for SplitLeaser {
             end: response.end,
             since: Instant::now(),
         };
-        // Keep one lease ahead, so the pipeline does not wait for the next commit.
-        state.pending = Some(self.request(provider, response.repetition, state.size));
+        // Keep one lease ahead, so the pipeline does not wait for the next commit. It is not
+        // needed before this lease is used up, so it may wait a while for the leases of the
+        // worker's other tasks, and go in one call with them.
+        state.pending = Some(self.request(
+            provider,
+            response.repetition,
+            state.size,
+            lease_slack(lasted),
+        ));
         Ok(Some(response.start))
     }
 }

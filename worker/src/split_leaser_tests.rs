@@ -84,6 +84,28 @@ async fn the_next_lease_is_requested_before_the_current_one_is_used_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_kept_ahead_waits_for_company_half_as_long_as_the_lease_before_lasted() {
+    let dispatcher = FakeDispatcher::leader(100).await;
+    let leaser = leaser(&dispatcher, (1, 1), LEASE_TARGET);
+    assert_eq!(take(&leaser, 1).await, vec![Some(0)]);
+    granted(&dispatcher, 2).await;
+
+    // The pipeline works 400 ms on split 0 (the lease [0, 1)), then takes split 1: the lease
+    // [1, 2) is installed and [2, 3) asked for ahead, with slack of half the 400 ms.
+    let worked = Duration::from_millis(400);
+    tokio::time::sleep(worked).await;
+    let installed = Instant::now();
+    assert_eq!(take(&leaser, 1).await, vec![Some(1)]);
+    let leases = granted(&dispatcher, 3).await;
+
+    assert_eq!((leases[2].start, leases[2].end), (2, 3));
+    assert!(
+        installed.elapsed() >= lease_slack(worked),
+        "the lease ahead went alone before its slack had passed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_double_while_they_go_fast_up_to_the_largest_size() {
     // (lease target, sizes of the first five requests): a lease that always lasts less than
     // the target doubles the next up to the largest; one that never does keeps the first size.

@@ -1,6 +1,7 @@
 //! What a client heartbeat carries: the iteration's task list only when it differs from the one
 //! the client holds (a fleet of clients polling every second would otherwise receive every
-//! task of its iteration every second), and at once when it changes during a long poll.
+//! task of its iteration every second), and at once when it changes during a long poll; and how
+//! long a poll may wait.
 
 use sluice_client::DispatcherClientExt;
 use sluice_rpc::dispatcher_rpcs::{JobRequest, WorkerHeartbeat};
@@ -116,5 +117,49 @@ async fn a_client_heartbeat_lists_the_tasks_only_when_they_changed() -> anyhow::
         heartbeat(&client, id, known(&both), Duration::ZERO).await?,
         None
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_poll_lasts_at_most_half_the_client_timeout_so_a_polling_client_stays(
+) -> anyhow::Result<()> {
+    const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
+    sluice_tests::init_tracing();
+    let cluster = sluice_tests::LocalCluster::start_with(1, 0, |config| {
+        config.client_timeout = CLIENT_TIMEOUT;
+    })
+    .await?;
+    let client = cluster.client();
+    let dataset = client
+        .register_dataset(&sluice_dataset::Dataset::range(100), &Default::default())
+        .await?;
+    let job = client
+        .get_or_create_job(&JobRequest {
+            dataset_id: DatasetId(dataset),
+            sharding: ShardingPolicy::Off,
+            job_name: None,
+            num_consumers: None,
+            use_cross_trainer_cache: false,
+            target_workers: Default::default(),
+        })
+        .await?;
+    let id = client.get_or_create_iteration(job, 0).await?.client_id;
+
+    // Polls of 10 s, for three client timeouts: each ends after half the timeout, and the
+    // client, seen at every poll, is never released (its heartbeat would fail, not found).
+    let started = Instant::now();
+    while started.elapsed() < 3 * CLIENT_TIMEOUT {
+        let polled = Instant::now();
+        assert_eq!(
+            heartbeat(&client, id, known(&[]), Duration::from_secs(10)).await?,
+            None
+        );
+        assert!(
+            polled.elapsed() < 5 * CLIENT_TIMEOUT,
+            "a poll of {:?} with a client timeout of {CLIENT_TIMEOUT:?}",
+            polled.elapsed()
+        );
+    }
+    cluster.shutdown().await;
     Ok(())
 }
