@@ -202,10 +202,11 @@ impl DispatcherClient {
             }
             call => self.start(call),
         }
-        // Sent in a call with others, or, once due, in the next call that goes.
+        // Sent in a call with others, or, once due, in the next call that goes. (A request
+        // due at once was due at the step above.)
         let due_passed = tokio::time::sleep_until(due);
         tokio::pin!(due_passed);
-        let mut waited_for_company = false;
+        let mut waited_for_company = slack.is_zero();
         let answered = loop {
             tokio::select! {
                 answered = &mut answer => break answered,
