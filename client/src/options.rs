@@ -208,4 +208,26 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_readers_first_wait_is_drawn_from_the_whole_poll_and_later_ones_from_its_last_quarter() {
+        let poll = Duration::from_secs(10);
+        // Over many readers: the first waits cover the poll (some under a quarter of it); each
+        // later one is between three quarters and all of it.
+        let mut firsts = Vec::new();
+        for _ in 0..1000 {
+            let mut waits = HeartbeatWaits::new(poll);
+            firsts.push(waits.draw());
+            for _ in 0..10 {
+                let later = waits.draw();
+                assert!(later >= poll * 3 / 4 && later <= poll, "{later:?}");
+            }
+        }
+        assert!(firsts.iter().all(|w| *w <= poll));
+        assert!(firsts.iter().any(|w| *w < poll / 4), "first waits spread");
+        assert!(
+            firsts.iter().any(|w| *w > poll * 3 / 4),
+            "first waits spread"
+        );
+    }
 }

@@ -39,17 +39,8 @@ async fn register_worker(client: &DispatcherClient, address: &str) -> anyhow::Re
     Ok(())
 }
 
-fn known(ids: &[u64]) -> KnownTasks {
-    KnownTasks {
-        count: ids.len() as u32,
-        last: ids.last().copied(),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_heartbeat_lists_the_tasks_only_when_they_changed() -> anyhow::Result<()> {
-    let cluster = sluice_tests::start_cluster(1, 0).await?;
-    let client = cluster.client();
+/// A new job on a dataset of its own, and the client of its first iteration.
+async fn client_of_a_new_job(client: &DispatcherClient) -> anyhow::Result<ClientId> {
     let dataset = client
         .register_dataset(&sluice_dataset::Dataset::range(100), &Default::default())
         .await?;
@@ -63,8 +54,21 @@ async fn a_client_heartbeat_lists_the_tasks_only_when_they_changed() -> anyhow::
             target_workers: Default::default(),
         })
         .await?;
-    let iteration = client.get_or_create_iteration(job, 0).await?;
-    let id = iteration.client_id;
+    Ok(client.get_or_create_iteration(job, 0).await?.client_id)
+}
+
+fn known(ids: &[u64]) -> KnownTasks {
+    KnownTasks {
+        count: ids.len() as u32,
+        last: ids.last().copied(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_heartbeat_lists_the_tasks_only_when_they_changed() -> anyhow::Result<()> {
+    let cluster = sluice_tests::start_cluster(1, 0).await?;
+    let client = cluster.client();
+    let id = client_of_a_new_job(&client).await?;
 
     // No worker yet: a client that knows no task holds the current list.
     assert_eq!(
@@ -130,20 +134,7 @@ async fn a_client_poll_lasts_at_most_half_the_client_timeout_so_a_polling_client
     })
     .await?;
     let client = cluster.client();
-    let dataset = client
-        .register_dataset(&sluice_dataset::Dataset::range(100), &Default::default())
-        .await?;
-    let job = client
-        .get_or_create_job(&JobRequest {
-            dataset_id: DatasetId(dataset),
-            sharding: ShardingPolicy::Off,
-            job_name: None,
-            num_consumers: None,
-            use_cross_trainer_cache: false,
-            target_workers: Default::default(),
-        })
-        .await?;
-    let id = client.get_or_create_iteration(job, 0).await?.client_id;
+    let id = client_of_a_new_job(&client).await?;
 
     // Polls of 10 s, for three client timeouts: each ends after half the timeout, and the
     // client, seen at every poll, is never released (its heartbeat would fail, not found).
