@@ -125,9 +125,15 @@ impl Queue {
         if self.holding.is_some() {
             return None;
         }
-        self.waiting.retain(|w| !w.reply.is_closed());
-        let full = self.waiting.len() >= MAX_LEASES_PER_CALL;
-        if !full && !self.waiting.iter().any(|w| w.due <= now) {
+        // One pass: drops the requests whose callers gave up (their request ids are then no
+        // longer in flight), and finds whether one of the rest is due.
+        let mut due = false;
+        self.waiting.retain(|w| {
+            let wanted = !w.reply.is_closed();
+            due |= wanted && w.due <= now;
+            wanted
+        });
+        if self.waiting.len() < MAX_LEASES_PER_CALL && !due {
             return None;
         }
         let number = self.next_call;
@@ -206,12 +212,12 @@ impl DispatcherClient {
         // due at once was due at the step above.)
         let due_passed = tokio::time::sleep_until(due);
         tokio::pin!(due_passed);
-        let mut waited_for_company = slack.is_zero();
+        let mut stepped_when_due = slack.is_zero();
         let answered = loop {
             tokio::select! {
                 answered = &mut answer => break answered,
-                () = &mut due_passed, if !waited_for_company => {
-                    waited_for_company = true;
+                () = &mut due_passed, if !stepped_when_due => {
+                    stepped_when_due = true;
                     let call = self.lease_batcher().queue().step(Instant::now());
                     self.start(call);
                 }
