@@ -25,11 +25,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use sluice_dataset::pb::{PyFunctionKind, PyFunctionOp};
-use sluice_dataset::{
-    codec, CallResult, Compression, DatasetError, Element, PythonException, PythonFunction,
-    PythonRunner,
-};
+use sluice_element::pb::{PyFunctionKind, PyFunctionOp};
+use sluice_element::{codec, CallResult, Compression, DatasetError, Element, PythonException};
+use sluice_element::{PythonFunction, PythonRunner};
 use tracing::{info, warn};
 
 use crate::error::PoolError;

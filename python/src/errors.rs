@@ -7,7 +7,7 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use sluice_client::ClientError;
-use sluice_dataset::{DatasetError, PythonException};
+use sluice_element::{DatasetError, PythonException};
 
 /// The class in `sluice.errors` for `e`.
 fn client_class(e: &ClientError) -> &'static str {
