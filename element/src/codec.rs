@@ -40,7 +40,7 @@ const MAX_RANK: u64 = 64;
 const PREALLOC_ITEMS: usize = 16;
 /// Tensors with at least this many bytes of data are encoded as two parts (see
 /// `encode_element_append`).
-pub const PART_MIN: usize = 64 << 10;
+pub(crate) const PART_MIN: usize = 64 << 10;
 /// Bodies smaller than this are never worth compressing.
 const MIN_COMPRESS_LEN: usize = 64;
 
@@ -163,7 +163,7 @@ pub fn encode_element_append(
 
 /// Decodes an element sent as two parts by [`encode_element_append`] (an empty `payload`: the
 /// element is whole in `head`). The payload becomes the tensor's data without a copy.
-pub fn decode_element_parts(head: Bytes, payload: Bytes) -> Result<Element, DatasetError> {
+pub(crate) fn decode_element_parts(head: Bytes, payload: Bytes) -> Result<Element, DatasetError> {
     if payload.is_empty() {
         return decode_element_bytes(head);
     }

@@ -86,7 +86,7 @@ pub enum DatasetError {
 
     /// A user's Python function raised an exception (boxed: a traceback is long).
     #[error("{0}")]
-    Python(Box<crate::python_fn::PythonException>),
+    Python(Box<crate::python_exception::PythonException>),
 
     /// A Python op could not run: no Python runner here (a worker not started with
     /// `--python`), an interpreter or cloudpickle version other than the pickling one, an
@@ -199,6 +199,21 @@ mod tests {
             e.to_string(),
             "corrupt record in 'a.tfrecord' at byte offset 12: bad data crc"
         );
+    }
+
+    #[test]
+    fn io_errors_keep_their_kind_and_their_text() {
+        let err = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "Permission Denied");
+        let e = DatasetError::io("a.txt", &err);
+        assert_eq!(
+            e,
+            DatasetError::Io {
+                path: "a.txt".into(),
+                kind: std::io::ErrorKind::PermissionDenied,
+                message: "permission denied".into(),
+            }
+        );
+        assert_eq!(e.to_string(), "cannot read 'a.txt': permission denied");
     }
 
     #[test]

@@ -12,10 +12,11 @@
 //! - `codec`: `encode_element` / `decode_element`, the wire form of one element, and
 //!   `Compression`.
 //! - `packed`: `Packed`, a run of encoded elements sent as one, with its builder and decoder.
-//! - `record_origin`: `RecordOrigin`, the file and record of an element, for errors that name it,
-//!   and the `OriginCell` a files source writes it to.
-//! - `python_fn`: the `PythonRunner` and `PythonFunction` traits that run users' Python ops,
-//!   `CallResult`, the outputs of one call, and `PythonException`, what such a function raised.
+//! - `record_origin`: `RecordOrigin`, the file and record of an element, for errors that name it.
+//! - `origin_cell`: `OriginCell`, where a files source records the origin of its last element.
+//! - `python_exception`: `PythonException`, what a user's Python function raised.
+//! - `python_fn`: the `PythonRunner` and `PythonFunction` traits that run users' Python ops, and
+//!   `CallResult`, the outputs of one call.
 //! - `cancellation`: `Cancellation`, the flag that stops a pipeline inside its ops.
 
 pub use sluice_proto::dataset as pb;
@@ -25,9 +26,11 @@ pub mod codec;
 mod dtype;
 mod element;
 mod error;
+mod origin_cell;
 mod packed;
+mod python_exception;
 mod python_fn;
-pub mod record_origin;
+mod record_origin;
 mod spec;
 mod tensor;
 
@@ -36,14 +39,15 @@ mod fuzz_tests;
 
 pub use cancellation::Cancellation;
 pub use codec::{
-    decode_element, decode_element_bytes, decode_element_parts, encode_element,
-    encode_element_append, Compression,
+    decode_element, decode_element_bytes, encode_element, encode_element_append, Compression,
 };
 pub use dtype::DType;
 pub use element::{Element, ElementIter};
 pub use error::DatasetError;
+pub use origin_cell::OriginCell;
 pub use packed::{Packed, PackedBuilder, PackedDecoder};
-pub use python_fn::{CallResult, PythonException, PythonFunction, PythonRunner};
-pub use record_origin::{OriginCell, RecordOrigin, RecordPosition};
+pub use python_exception::PythonException;
+pub use python_fn::{CallResult, PythonFunction, PythonRunner};
+pub use record_origin::{RecordOrigin, RecordPosition};
 pub use spec::ElementSpec;
 pub use tensor::{Tensor, TensorValue};

@@ -29,8 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sluice_element::pb::op::Kind as OpKind;
-use sluice_element::record_origin::OriginCell;
-use sluice_element::{pb, Cancellation, DatasetError, Element, ElementIter, PythonRunner, Tensor};
+use sluice_element::{
+    pb, Cancellation, DatasetError, Element, ElementIter, OriginCell, PythonRunner, Tensor,
+};
 use sluice_formats::{expand_files, image_ops, ExampleParser, FileAccess};
 use sluice_pipeline::image_spec;
 use sluice_pipeline::source_rules::has_file_list;
@@ -41,12 +42,10 @@ use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
 use crate::ops::shuffle::{pass_seed, ShuffleIter};
+use crate::ops::Factory;
 use crate::python_fn::{self, PythonStage};
 use crate::sources::{Source, SplitIter};
 use crate::splits::SplitSupplier;
-
-/// Creates a fresh iterator over an upstream pipeline.
-pub(crate) type Factory = Arc<dyn Fn() -> Result<ElementIter, DatasetError> + Send + Sync>;
 
 /// How to execute: which registry resolves function names, where splits come from, and which
 /// files may be read.

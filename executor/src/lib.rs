@@ -21,5 +21,5 @@ mod sources;
 mod splits;
 
 pub use executor::{apply_ops, iterate, ExecOptions};
-pub use memory_budget::{element_bytes, MemoryBudget, Reservation, ELEMENT_OVERHEAD_BYTES};
+pub use memory_budget::{MemoryBudget, Reservation};
 pub use splits::SplitSupplier;

@@ -19,10 +19,10 @@ use sluice_element::{DatasetError, Element};
 
 /// What holding one element costs besides its payload (the element's own struct, its tensors'
 /// shapes, the slot that holds it): so that a buffer of empty tensors is not free.
-pub const ELEMENT_OVERHEAD_BYTES: u64 = 64;
+pub(crate) const ELEMENT_OVERHEAD_BYTES: u64 = 64;
 
 /// The bytes a buffer holding `e` is charged for it.
-pub fn element_bytes(e: &Element) -> u64 {
+pub(crate) fn element_bytes(e: &Element) -> u64 {
     (e.byte_size() as u64).saturating_add(ELEMENT_OVERHEAD_BYTES)
 }
 

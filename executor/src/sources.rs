@@ -8,8 +8,7 @@
 
 use std::sync::Arc;
 
-use sluice_element::record_origin::OriginCell;
-use sluice_element::{pb, Cancellation, DatasetError, Element, Tensor};
+use sluice_element::{pb, Cancellation, DatasetError, Element, OriginCell, Tensor};
 use sluice_formats::{file_elements, FileAccess};
 use sluice_pipeline::source_rules::{not_expanded, range_len, Reading};
 use sluice_pipeline::Slices;

@@ -21,8 +21,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flate2::read::{MultiGzDecoder, ZlibDecoder};
-use sluice_element::{pb, DatasetError, Element, ElementIter, Tensor};
-use sluice_element::{OriginCell, RecordPosition};
+use sluice_element::{pb, DatasetError, Element, ElementIter, OriginCell, RecordPosition, Tensor};
 use sluice_pipeline::source_rules::Reading;
 
 use crate::file_access::FileAccess;
@@ -30,7 +29,7 @@ use crate::tfrecord::TfRecordReader;
 
 /// The most files a pattern may match (or a files source may list): the list travels in the
 /// replicated definition, and a pattern such as `/**/*` must not fill a server's memory.
-pub const MAX_MATCHED_FILES: usize = 100_000;
+pub(crate) const MAX_MATCHED_FILES: usize = 100_000;
 
 /// The longest text line `lines()` yields, in bytes without its newline. A longer line (or a
 /// file without newlines, such as `/dev/zero`) is an error rather than a buffer that grows

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 use bytes::Bytes;
-use sluice_element::record_origin::OriginCell;
-use sluice_element::{pb, Element, Tensor};
+use sluice_element::{pb, Element, OriginCell, Tensor};
 use sluice_fuzz::{AllocMeter, FuzzTarget};
 
 use crate::files::{inflated, records};

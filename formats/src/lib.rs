@@ -29,5 +29,5 @@ mod fuzz_tests;
 pub use data_roots::DataRoots;
 pub use example_parser::{serialize_example, ExampleParser};
 pub use file_access::FileAccess;
-pub use files::{expand_files, file_elements, MAX_LINE_BYTES, MAX_MATCHED_FILES};
+pub use files::{expand_files, file_elements, MAX_LINE_BYTES};
 pub use tfrecord_file::TfRecordFile;

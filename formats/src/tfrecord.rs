@@ -10,7 +10,7 @@
 //! of the record it was reading.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 
 use bytes::Bytes;
 use sluice_element::DatasetError;
@@ -20,10 +20,10 @@ const HEADER_LEN: usize = 12;
 
 /// The longest record a reader yields, in bytes: a larger length is refused before any of its
 /// data is read. Far above a serialized `tf.train.Example` of images.
-pub const MAX_RECORD_BYTES: u64 = 256 << 20;
+pub(crate) const MAX_RECORD_BYTES: u64 = 256 << 20;
 
 /// TensorFlow's masked crc32c.
-pub fn masked_crc32c(data: &[u8]) -> u32 {
+pub(crate) fn masked_crc32c(data: &[u8]) -> u32 {
     // `rotate_right(15)` is the format's `(crc >> 15) | (crc << 17)`.
     crc32c::crc32c(data)
         .rotate_right(15)
@@ -43,7 +43,7 @@ impl TfRecordWriter<BufWriterFile> {
 }
 
 /// The buffered file a `TfRecordWriter::create` writes to.
-pub type BufWriterFile = io::BufWriter<File>;
+pub(crate) type BufWriterFile = io::BufWriter<File>;
 
 impl<W: Write> TfRecordWriter<W> {
     pub fn new(inner: W) -> Self {
@@ -70,7 +70,7 @@ impl<W: Write> TfRecordWriter<W> {
 }
 
 /// Iterates the records of one TFRecord stream. Ends after the first error.
-pub struct TfRecordReader<R: Read> {
+pub(crate) struct TfRecordReader<R: Read> {
     inner: R,
     /// The file name errors report.
     file: String,
@@ -79,17 +79,6 @@ pub struct TfRecordReader<R: Read> {
     /// The longest record yielded.
     max_record: u64,
     done: bool,
-}
-
-impl TfRecordReader<BufReader<File>> {
-    /// Opens `path`; the error names the file.
-    pub fn open(path: &str) -> Result<Self, DatasetError> {
-        let f = File::open(path).map_err(|e| DatasetError::io(path, &e))?;
-        Ok(TfRecordReader::new(
-            BufReader::with_capacity(256 * 1024, f),
-            path,
-        ))
-    }
 }
 
 impl<R: Read> TfRecordReader<R> {
@@ -104,6 +93,7 @@ impl<R: Read> TfRecordReader<R> {
     }
 
     /// The same reader with another bound on a record's length than [`MAX_RECORD_BYTES`].
+    #[cfg(test)]
     pub fn with_max_record_bytes(mut self, max: u64) -> Self {
         self.max_record = max;
         self

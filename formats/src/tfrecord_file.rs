@@ -97,7 +97,7 @@ mod tests {
                 path.to_string_lossy().into_owned(),
                 Reading::TfRecord(compression),
                 &FileAccess::Unrestricted,
-                &sluice_element::record_origin::OriginCell::default(),
+                &sluice_element::OriginCell::default(),
             )
             .map(|e| e.unwrap().to_json().as_str().unwrap().to_string())
             .collect();

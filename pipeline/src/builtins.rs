@@ -1,17 +1,35 @@
-//! The built-in functions every registry starts with.
+//! The built-in functions every registry starts with, and the registries that hold them
+//! (`FunctionRegistry::with_builtins`, the process-wide `FunctionRegistry::global`).
 //!
 //! Maps (`identity`, `square`, `negate`, `add_one`, `to_float`) apply elementwise to every tensor
 //! component of an element, so they work on scalars, batches, tuples and dicts alike. Integer
 //! arithmetic wraps, as TensorFlow's does. Filters (`is_even`, `is_odd`) accept integer tensors
 //! and keep an element when every value qualifies.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use sluice_element::{DType, DatasetError, Element, ElementSpec, Tensor, TensorValue};
 
 use crate::registry::FunctionRegistry;
 
-pub(crate) fn register_all(r: &FunctionRegistry) {
+impl FunctionRegistry {
+    /// A registry holding the built-in functions (see this module).
+    pub fn with_builtins() -> Self {
+        let r = Self::new();
+        register_all(&r);
+        r
+    }
+
+    /// The process-wide registry, built with the built-ins on first use.
+    pub fn global() -> Arc<FunctionRegistry> {
+        static GLOBAL: OnceLock<Arc<FunctionRegistry>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| Arc::new(FunctionRegistry::with_builtins()))
+            .clone()
+    }
+}
+
+fn register_all(r: &FunctionRegistry) {
     r.register_map(
         "identity",
         Arc::new(|s: &ElementSpec| Ok(s.clone())),

@@ -50,7 +50,7 @@ pub fn check_resize(op: &pb::ResizeOp) -> Result<(), DatasetError> {
 }
 
 /// The spec after `decode_image`: the scalar string becomes uint8 [?, ?, channels].
-pub fn decode_image_spec(
+pub(crate) fn decode_image_spec(
     op: &pb::DecodeImageOp,
     spec: ElementSpec,
 ) -> Result<ElementSpec, DatasetError> {
@@ -69,7 +69,10 @@ pub fn decode_image_spec(
 }
 
 /// The spec after `resize`: a uint8 or float32 [H, W, C] becomes [height, width, C].
-pub fn resize_spec(op: &pb::ResizeOp, spec: ElementSpec) -> Result<ElementSpec, DatasetError> {
+pub(crate) fn resize_spec(
+    op: &pb::ResizeOp,
+    spec: ElementSpec,
+) -> Result<ElementSpec, DatasetError> {
     check_resize(op)?;
     let key = op.key.as_deref();
     on_spec_entry(RESIZE, key, spec, |s| match s {

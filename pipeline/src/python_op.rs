@@ -5,7 +5,7 @@
 use sluice_element::{pb, DatasetError, ElementSpec};
 
 /// The op's kind, refusing an unset one.
-pub fn kind_of(op: &pb::PyFunctionOp) -> Result<pb::PyFunctionKind, DatasetError> {
+pub(crate) fn kind_of(op: &pb::PyFunctionOp) -> Result<pb::PyFunctionKind, DatasetError> {
     match pb::PyFunctionKind::try_from(op.kind) {
         Ok(pb::PyFunctionKind::Unspecified) | Err(_) => Err(DatasetError::invalid(format!(
             "python function '{}' has no kind (map, filter or flat_map)",
@@ -51,7 +51,7 @@ pub fn output_spec(op: &pb::PyFunctionOp, input: ElementSpec) -> Result<ElementS
 }
 
 /// The op's name in the text syntax (`py_map`, `py_filter`, `py_flat_map`).
-pub fn syntax_name(op: &pb::PyFunctionOp) -> &'static str {
+pub(crate) fn syntax_name(op: &pb::PyFunctionOp) -> &'static str {
     match pb::PyFunctionKind::try_from(op.kind) {
         Ok(pb::PyFunctionKind::Map) => "py_map",
         Ok(pb::PyFunctionKind::Filter) => "py_filter",

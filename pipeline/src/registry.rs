@@ -2,16 +2,14 @@
 //!
 //! Definitions carry only function *names* (they travel through the dispatcher's log and over
 //! the network); every process resolves them in its own registry. The process-wide registry
-//! (`global`) is built lazily with the built-ins and stays writable behind an `RwLock`, so an
+//! (`global`, in `builtins`) is built lazily with the built-ins and stays writable behind an `RwLock`, so an
 //! embedding program may register functions after workers have started. Lookups clone the
 //! `Arc`s out, so the lock is never held while a function runs.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 
 use sluice_element::{DatasetError, Element, ElementSpec};
-
-use crate::builtins;
 
 /// A map function: one element in, one element out.
 pub type MapFn = Arc<dyn Fn(Element) -> Result<Element, DatasetError> + Send + Sync>;
@@ -41,21 +39,6 @@ impl FunctionRegistry {
     /// An empty registry (no built-ins).
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// A registry holding the built-in functions (see `builtins.rs`).
-    pub fn with_builtins() -> Self {
-        let r = Self::new();
-        builtins::register_all(&r);
-        r
-    }
-
-    /// The process-wide registry, built with the built-ins on first use.
-    pub fn global() -> Arc<FunctionRegistry> {
-        static GLOBAL: OnceLock<Arc<FunctionRegistry>> = OnceLock::new();
-        GLOBAL
-            .get_or_init(|| Arc::new(FunctionRegistry::with_builtins()))
-            .clone()
     }
 
     /// Registers (or replaces) a map function.

@@ -82,7 +82,7 @@ impl Slices {
 /// The number of rows of a slices source read from its first tensor's shape, without decoding
 /// any data; `None` when the source has no tensor. Only a hint for `cardinality`: `validate`
 /// checks the columns agree.
-pub fn proto_len(s: &pb::SlicesSource) -> Option<u64> {
+pub(crate) fn proto_len(s: &pb::SlicesSource) -> Option<u64> {
     fn first(st: &pb::SlicesStructure) -> Option<u64> {
         match st.kind.as_ref()? {
             StructureKind::Tensor(t) => t.shape.first().copied(),

@@ -26,8 +26,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
 use sluice_element::pb::{PyFunctionKind, PyFunctionOp};
-use sluice_element::{codec, CallResult, Compression, DatasetError, Element, PythonException};
-use sluice_element::{PythonFunction, PythonRunner};
+use sluice_element::{
+    codec, CallResult, Compression, DatasetError, Element, PythonException, PythonFunction,
+    PythonRunner,
+};
 use tracing::{info, warn};
 
 use crate::error::PoolError;

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use sluice_element::{pb, CallResult, DatasetError, Element, PythonException};
-use sluice_element::{PythonFunction, PythonRunner};
+use sluice_element::{
+    pb, CallResult, DatasetError, Element, PythonException, PythonFunction, PythonRunner,
+};
 
 use crate::convert::{columns_from_py, element_to_py};
 

@@ -35,9 +35,9 @@ use super::input_context::InputContext;
 use super::rebatch::{compute_batch_size, per_replica_spec, Rebatch};
 use crate::error::ClientError;
 use crate::service_dataset::ServiceDataset;
-use sluice_element::PythonRunner;
-use sluice_element::{pb, ElementSpec};
+use sluice_element::{pb, ElementSpec, PythonRunner};
 use sluice_executor::ExecOptions;
+use sluice_formats::{expand_files, FileAccess};
 use sluice_pipeline::{auto_shard, AutoShardPolicy, Dataset, FunctionRegistry, Transform};
 use std::sync::Arc;
 use tracing::debug;
@@ -206,12 +206,23 @@ fn shard_for_pipeline(
         return Ok(input);
     }
     match input {
-        DistributedInput::Local(d) => Ok(DistributedInput::Local(Dataset::from_def(auto_shard(
-            d.def(),
-            config.auto_shard_policy,
-            n,
-            index,
-        )?))),
+        DistributedInput::Local(d) => {
+            // FILE sharding (AUTO's first choice) picks from the file list, and the rewrite is
+            // pure: a pattern is expanded here first.
+            let mut def = d.into_def();
+            if matches!(
+                config.auto_shard_policy,
+                AutoShardPolicy::File | AutoShardPolicy::Auto
+            ) {
+                expand_files(&mut def, &FileAccess::Unrestricted)?;
+            }
+            Ok(DistributedInput::Local(Dataset::from_def(auto_shard(
+                &def,
+                config.auto_shard_policy,
+                n,
+                index,
+            )?)))
+        }
         DistributedInput::Service(s) if s.job_name().is_some() => {
             debug!(
                 job = s.job_name(),

@@ -6,10 +6,14 @@ pub(crate) mod prefetch;
 pub(crate) mod repeat;
 pub(crate) mod shuffle;
 
-use sluice_element::{Cancellation, DatasetError, Element};
+use std::sync::Arc;
+
+use sluice_element::{Cancellation, DatasetError, Element, ElementIter};
 
 use crate::memory_budget::{element_bytes, Reservation};
-use sluice_element::ElementIter;
+
+/// Creates a fresh iterator over an upstream pipeline.
+pub(crate) type Factory = Arc<dyn Fn() -> Result<ElementIter, DatasetError> + Send + Sync>;
 
 /// Reads `input` into `buffer` until it holds `until` elements or the input ends (`done` set),
 /// charging each element to `held` and checking `cancel` before each read. An error of the

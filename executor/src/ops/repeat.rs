@@ -5,7 +5,7 @@
 
 use sluice_element::{Cancellation, DatasetError, Element};
 
-use crate::executor::Factory;
+use super::Factory;
 use sluice_element::ElementIter;
 
 pub(crate) struct RepeatIter {
