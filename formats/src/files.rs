@@ -1,22 +1,16 @@
-//! File sources: glob expansion at registration (`expand_files`) and reading one file's elements
-//! as text lines or TFRecords, the latter optionally GZIP- or ZLIB-compressed as TensorFlow
-//! writes them (the whole file is one compressed stream around the record framing, so the record
-//! checksums still guard every record and byte offsets in errors count decompressed bytes).
+//! File sources: reading one file's elements as text lines or TFRecords, the latter optionally
+//! GZIP- or ZLIB-compressed as TensorFlow writes them (the whole file is one compressed stream
+//! around the record framing, so the record checksums still guard every record and byte offsets
+//! in errors count decompressed bytes). The list of files is `expand`'s.
 //!
-//! The expansion is done once, where the definition is registered, and stored in the definition
-//! (`FilesSource.files`) so every worker and dispatcher replica sees the same sorted list; split
-//! `i` of a files source is file `i`. Files are opened lazily, so a missing file is an `Err`
-//! element (naming the file) at the point the pipeline reaches it.
-//!
-//! On a server (`FileAccess::Roots`) every path, matched or listed, passes the data roots twice:
-//! at expansion, where the stored list becomes the canonical paths, and again just before the
-//! file is opened, since a worker must not trust that the dispatcher's roots are its own. Both
-//! bounds here protect a server from its clients: a pattern matches at most
-//! `MAX_MATCHED_FILES` files and a text line is at most `MAX_LINE_BYTES` long.
+//! Files are opened lazily, so a missing file is an `Err` element (naming the file) at the point
+//! the pipeline reaches it. On a server (`FileAccess::Roots`) every path passes the data roots
+//! again just before the file is opened (it passed them at expansion too), since a worker must
+//! not trust that the dispatcher's roots are its own. A text line is at most `MAX_LINE_BYTES`
+//! long: the bound protects a server from its clients.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -27,78 +21,10 @@ use sluice_pipeline::source_rules::Reading;
 use crate::file_access::FileAccess;
 use crate::tfrecord::TfRecordReader;
 
-/// The most files a pattern may match (or a files source may list): the list travels in the
-/// replicated definition, and a pattern such as `/**/*` must not fill a server's memory.
-pub(crate) const MAX_MATCHED_FILES: usize = 100_000;
-
 /// The longest text line `lines()` yields, in bytes without its newline. A longer line (or a
 /// file without newlines, such as `/dev/zero`) is an error rather than a buffer that grows
 /// until the process runs out of memory.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
-
-/// Fills `files` of a files source from its glob `pattern`, sorted, as absolute paths (workers
-/// may run in another directory). A no-op for other sources. An already filled list (a raw
-/// request may send one) is kept as it is when unrestricted; with data roots, every matched or
-/// listed file must pass them, and the stored list holds their canonical paths.
-pub fn expand_files(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(), DatasetError> {
-    let Some(pb::Source {
-        kind: Some(pb::source::Kind::Files(fs)),
-    }) = def.source.as_mut()
-    else {
-        return Ok(());
-    };
-    if !fs.files.is_empty() {
-        if fs.files.len() > MAX_MATCHED_FILES {
-            return Err(DatasetError::invalid(format!(
-                "the files source lists {} files; the limit is {MAX_MATCHED_FILES}",
-                fs.files.len()
-            )));
-        }
-        if access.is_restricted() {
-            fs.files = fs
-                .files
-                .iter()
-                .map(|f| access.resolve(f).map(path_string))
-                .collect::<Result<_, _>>()?;
-        }
-        return Ok(());
-    }
-    // A malformed pattern is reported as such first; `glob` lists nothing until iterated.
-    let entries = glob::glob(&fs.pattern).map_err(|e| {
-        DatasetError::invalid(format!("invalid file pattern '{}': {}", fs.pattern, e.msg))
-    })?;
-    access.check_pattern(&fs.pattern)?;
-    let mut files = Vec::new();
-    for entry in entries {
-        let path = entry.map_err(|e| DatasetError::io(&e.path().to_string_lossy(), e.error()))?;
-        if path.is_dir() {
-            continue;
-        }
-        if files.len() == MAX_MATCHED_FILES {
-            return Err(DatasetError::invalid(format!(
-                "file pattern '{}' matches more than {MAX_MATCHED_FILES} files, the limit",
-                fs.pattern
-            )));
-        }
-        let path = std::path::absolute(&path).unwrap_or(path);
-        // Refused at the first match outside the roots.
-        let path = access.resolve_match(&fs.pattern, &path.to_string_lossy())?;
-        files.push(path_string(path));
-    }
-    if files.is_empty() {
-        return Err(DatasetError::invalid(format!(
-            "no files match pattern '{}'",
-            fs.pattern
-        )));
-    }
-    files.sort();
-    fs.files = files;
-    Ok(())
-}
-
-fn path_string(path: PathBuf) -> String {
-    path.to_string_lossy().into_owned()
-}
 
 /// The elements of one file, opened on first use, after `access` allowed it. Each element's
 /// position is written to `origin` just before it is yielded.
