@@ -77,7 +77,7 @@ pub enum DatasetError {
     BadExample { feature: String, message: String },
 
     /// A per-element op failed on an element of a files source whose origin is known exactly
-    /// (see `record_origin`): `error` prefixed with the file and record.
+    /// (see `origin_cell`): `error` prefixed with the file and record.
     #[error("{origin}: {error}")]
     AtRecord {
         origin: crate::record_origin::RecordOrigin,

@@ -23,7 +23,7 @@
 //! Errors of per-element ops (map, filter, decode_image, resize, parse_example) downstream of a
 //! files source name the element's file and record when that is known exactly: only while
 //! every op between the source and the failing one passes elements one by one in source order
-//! (`keeps_origin`; see `record_origin`).
+//! (`keeps_origin`; see `OriginCell` in `sluice-element`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -30,7 +30,7 @@ pub(crate) enum Source {
         reading: Reading,
         /// Checked again before each file is opened (a worker's own data roots).
         access: FileAccess,
-        /// The file and record of the element yielded last (see `record_origin`).
+        /// The file and record of the element yielded last (see `OriginCell`).
         origin: OriginCell,
     },
 }

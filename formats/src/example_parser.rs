@@ -10,9 +10,10 @@
 //! - a feature holding another list type than its dtype, or the wrong number of values, is an
 //!   error naming the feature and what the record holds.
 //!
-//! The op's features are checked once when the parser is built (names unique and non-empty,
-//! dtype int64, float32 or string, a default of the feature's dtype and shape), so a bad
-//! definition fails at registration and the per-record path only matches values.
+//! The op's features are checked once when the parser is built (`ExampleSpec` of
+//! `sluice-pipeline`: names unique and non-empty, dtype int64, float32 or string, a default of the
+//! feature's dtype and shape), so a bad definition fails at registration and the per-record path
+//! only matches values.
 
 use std::collections::BTreeMap;
 

@@ -9,7 +9,7 @@
 //!
 //! A feature's dtype is `int64`, `float32` or `bytes` (`string` is the same); its name is an
 //! identifier or a quoted string. Whole-op rules (unique names, a default that fits the shape)
-//! are `ExampleParser`'s, checked when the definition is validated.
+//! are `ExampleSpec`'s, checked when the definition is validated.
 
 use sluice_element::{pb, DType, DatasetError};
 

@@ -40,7 +40,10 @@ pub fn check(op: &pb::PyFunctionOp) -> Result<(), DatasetError> {
 
 /// The spec of the op's output for input of spec `input`: a filter keeps it; a map or flat_map
 /// has the spec the user gave, or `Unknown`.
-pub fn output_spec(op: &pb::PyFunctionOp, input: ElementSpec) -> Result<ElementSpec, DatasetError> {
+pub(crate) fn output_spec(
+    op: &pb::PyFunctionOp,
+    input: ElementSpec,
+) -> Result<ElementSpec, DatasetError> {
     Ok(match kind_of(op)? {
         pb::PyFunctionKind::Filter => input,
         _ => match &op.output_spec {

@@ -21,7 +21,7 @@ pub struct Slices {
 impl Slices {
     /// Checks `columns`: at least one tensor, none a scalar, all first dimensions equal (tf's
     /// `Dimensions 3 and 2 are not compatible` otherwise).
-    pub fn new(columns: Element) -> Result<Slices, DatasetError> {
+    pub(crate) fn new(columns: Element) -> Result<Slices, DatasetError> {
         let mut len = None;
         check_columns(&columns, &mut len)?;
         let len =
@@ -45,7 +45,7 @@ impl Slices {
     }
 
     /// The proto form: the `tensor` field for one tensor, `structure` otherwise.
-    pub fn to_proto(&self) -> pb::SlicesSource {
+    pub(crate) fn to_proto(&self) -> pb::SlicesSource {
         match &self.columns {
             Element::Tensor(t) => pb::SlicesSource {
                 tensor: Some(t.to_proto()),
@@ -59,7 +59,7 @@ impl Slices {
     }
 
     /// The columns, each with its leading (row) dimension.
-    pub fn columns(&self) -> &Element {
+    pub(crate) fn columns(&self) -> &Element {
         &self.columns
     }
 
@@ -68,13 +68,18 @@ impl Slices {
         self.len
     }
 
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Row `index`: every column's slice `index`, in the columns' structure.
     pub fn row(&self, index: usize) -> Result<Element, DatasetError> {
         row_of(&self.columns, index)
     }
 
     /// The spec of a row: the columns' dtypes and shapes without their first dimension.
-    pub fn row_spec(&self) -> ElementSpec {
+    pub(crate) fn row_spec(&self) -> ElementSpec {
         drop_first_dim(self.columns.spec())
     }
 }
