@@ -10,8 +10,8 @@ use sluice_client::{
     Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt, DistributeOptions,
     RegisterOptions, RetryConfig, ShardingPolicy,
 };
-use sluice_dataset::Transform;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
+use sluice_pipeline::Transform;
 use sluice_security::Role;
 use sluice_worker::{LeaseEvent, LeaseObserver, PoolConfig, WorkerConfig, WorkerHandle};
 use std::io::Write;
@@ -214,14 +214,14 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     }
     let mut service = match (&args.dataset, &args.dataset_id) {
         (Some(expr), _) => {
-            let dataset = sluice_dataset::parse(expr)?;
+            let dataset = sluice_pipeline::parse(expr)?;
             client.distribute(&dataset, mode, options).await?
         }
         (None, Some(id)) => client.from_dataset_id(mode, id, options).await?,
         (None, None) => bail!("either --dataset or --dataset-id is required"),
     };
     if let Some(local) = &args.local {
-        for op in sluice_dataset::parse_ops(local)? {
+        for op in sluice_pipeline::parse_ops(local)? {
             service = service.push_op(op);
         }
     }
@@ -269,7 +269,7 @@ pub async fn register(args: RegisterArgs) -> anyhow::Result<()> {
         &args.security,
         Role::Client,
     )?;
-    let dataset = sluice_dataset::parse(&args.dataset)?;
+    let dataset = sluice_pipeline::parse(&args.dataset)?;
     let options = RegisterOptions {
         compression: args.compression.parse()?,
         dataset_id: args.dataset_id,

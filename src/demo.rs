@@ -12,8 +12,8 @@ use crate::cli::DemoArgs;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
-use sluice_dataset::tfrecord::TfRecordWriter;
-use sluice_dataset::Dataset;
+use sluice_formats::tfrecord::TfRecordWriter;
+use sluice_pipeline::Dataset;
 use sluice_testkit::LocalCluster;
 use std::path::Path;
 use std::time::Duration;
@@ -34,7 +34,7 @@ fn generate(dir: &Path, files: u64, records: u64) -> anyhow::Result<()> {
 }
 
 /// The `(file, record)` a demo record names.
-fn parse_record(element: &sluice_dataset::Element, records: u64) -> anyhow::Result<u64> {
+fn parse_record(element: &sluice_element::Element, records: u64) -> anyhow::Result<u64> {
     let json = element.to_json();
     let text = json.as_str().context("a demo record is a string")?;
     let (f, r) = text

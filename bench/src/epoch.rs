@@ -4,7 +4,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice_client::{DispatcherClient, DispatcherClientExt, DistributeOptions, ShardingPolicy};
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use std::time::{Duration, Instant};
 
 /// What an epoch's reader counts of each element: no more than the workload reports, so the
@@ -91,9 +91,9 @@ pub(crate) async fn read_epoch(
 }
 
 /// Rows of a batched element (its first dimension), 1 for a scalar.
-fn rows(element: &sluice_dataset::Element) -> u64 {
+fn rows(element: &sluice_element::Element) -> u64 {
     match element {
-        sluice_dataset::Element::Tensor(t) => t.shape().first().copied().unwrap_or(1) as u64,
+        sluice_element::Element::Tensor(t) => t.shape().first().copied().unwrap_or(1) as u64,
         _ => 1,
     }
 }

@@ -14,7 +14,7 @@ use crate::epoch::options;
 use crate::report::Report;
 use anyhow::Context;
 use sluice_client::{DispatcherClient, DispatcherClientExt, ShardingPolicy};
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use std::time::{Duration, Instant};
 
 /// How long the fault lasts.

@@ -9,7 +9,7 @@ use crate::epoch::{measured, uncompressed, warm_up, Count};
 use crate::report::{median, Report};
 use anyhow::Context;
 use sluice_client::{DispatcherClient, ShardingPolicy};
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use sluice_testkit::SluiceProcess;
 use std::path::Path;
 use std::time::Duration;

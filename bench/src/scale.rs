@@ -21,7 +21,7 @@ use crate::hosts::Hosts;
 use crate::leader_probe::Target;
 use anyhow::{bail, Context};
 use sluice_client::{DispatcherClientExt, RegisterOptions};
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use sluice_rpc::{
     ClientHeartbeat, ClientId, DatasetId, DispatcherClient, JobId, JobRequest, KnownTasks,
     ShardingPolicy, TargetWorkers,

@@ -5,7 +5,8 @@ use crate::cluster::Cluster;
 use crate::epoch::{read_epoch, uncompressed, Count};
 use anyhow::Context;
 use sluice_client::{DispatcherClient, ShardingPolicy};
-use sluice_dataset::{Dataset, Tensor, Transform};
+use sluice_element::Tensor;
+use sluice_pipeline::{Dataset, Transform};
 use std::path::Path;
 
 /// Sweeps element sizes, writes the plot to `path`, and prints each point.

@@ -10,7 +10,9 @@ use crate::scale::{run_scale, ScaleConfig};
 use crate::soak::{run_soak, SoakConfig};
 use anyhow::Context;
 use sluice_client::{DispatcherClient, ShardingPolicy};
-use sluice_dataset::{Dataset, ExecOptions, Tensor, Transform};
+use sluice_element::Tensor;
+use sluice_executor::ExecOptions;
+use sluice_pipeline::{Dataset, Transform};
 use std::time::{Duration, Instant};
 
 /// `max_outstanding_requests` of the tiny workloads: 65,536 int64 scalars are 768 KiB on the
@@ -36,7 +38,7 @@ pub(crate) fn local(n: u64, report: &mut Report) -> anyhow::Result<()> {
         let started = Instant::now();
         let mut local = 0u64;
         let dataset = Dataset::range(n as i64);
-        for element in sluice_dataset::iterate(dataset.def(), &ExecOptions::default())? {
+        for element in sluice_executor::iterate(dataset.def(), &ExecOptions::default())? {
             element?;
             local += 1;
         }

@@ -122,7 +122,7 @@ pub(crate) async fn run(
                 match reply? {
                     Reply::Element(bytes) => {
                         let size = bytes.len() as u64;
-                        let element = sluice_dataset::decode_element_bytes(bytes)?;
+                        let element = sluice_element::decode_element_bytes(bytes)?;
                         let delivered = Delivered { elements: Elements::one(element), permit: Some(permit), bytes: size };
                         if out.send_async(Ok(delivered)).await.is_err() {
                             return Ok(()); // the consumer went away

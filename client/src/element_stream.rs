@@ -21,7 +21,8 @@ use crate::local_ops::run_local_ops;
 use crate::options::{deletes_task_when_done, reads_task, DistributeOptions, HeartbeatWaits};
 use crate::read_metrics::ReadMetrics;
 use crate::task_stream::{self, TaskStreamConfig};
-use sluice_dataset::{pb as dpb, DatasetError, Element, ExecOptions, PackedDecoder, PythonRunner};
+use sluice_element::{pb as dpb, DatasetError, Element, PackedDecoder, PythonRunner};
+use sluice_executor::ExecOptions;
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
     ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, LocalWorkers,

@@ -1,7 +1,7 @@
 use super::*;
 use bytes::Bytes;
 use futures::FutureExt;
-use sluice_dataset::{Compression, PackedBuilder, Tensor};
+use sluice_element::{Compression, PackedBuilder, Tensor};
 
 fn scalar(v: i64) -> Element {
     Tensor::scalar_i64(v).into()
@@ -112,21 +112,21 @@ struct Doubling;
 
 struct DoublingFunction;
 
-impl sluice_dataset::PythonRunner for Doubling {
+impl sluice_element::PythonRunner for Doubling {
     fn prepare(
         &self,
         _op: &dpb::PyFunctionOp,
-    ) -> Result<Arc<dyn sluice_dataset::PythonFunction>, DatasetError> {
+    ) -> Result<Arc<dyn sluice_element::PythonFunction>, DatasetError> {
         Ok(Arc::new(DoublingFunction))
     }
 }
 
-impl sluice_dataset::PythonFunction for DoublingFunction {
-    fn call(&self, input: Element) -> std::sync::mpsc::Receiver<sluice_dataset::CallResult> {
+impl sluice_element::PythonFunction for DoublingFunction {
+    fn call(&self, input: Element) -> std::sync::mpsc::Receiver<sluice_element::CallResult> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let result = match input.as_i64() {
             Some(3) => Err(DatasetError::Python(Box::new(
-                sluice_dataset::PythonException {
+                sluice_element::PythonException {
                     type_module: "builtins".into(),
                     type_name: "ValueError".into(),
                     message: "three".into(),
@@ -163,7 +163,7 @@ async fn python_ops_after_distribute_run_with_the_given_runner_and_keep_its_exce
             ..Default::default()
         })),
     };
-    let runner: Arc<dyn sluice_dataset::PythonRunner> = Arc::new(Doubling);
+    let runner: Arc<dyn sluice_element::PythonRunner> = Arc::new(Doubling);
     let options = ExecOptions {
         python: Some(runner),
         ..ExecOptions::default()

@@ -1,6 +1,6 @@
 //! `ClientError`: what the client library reports to its caller.
 
-use sluice_dataset::DatasetError;
+use sluice_element::DatasetError;
 use sluice_rpc::{is_retryable_code, InvalidValue, RpcError};
 
 #[derive(Debug, Clone, thiserror::Error)]

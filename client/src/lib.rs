@@ -3,7 +3,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), sluice_client::ClientError> {
 //! use sluice_client::{DispatcherClient, DispatcherClientExt, DistributeOptions, ShardingPolicy};
-//! use sluice_dataset::{Dataset, Transform};
+//! use sluice_pipeline::{Dataset, Transform};
 //! let client = DispatcherClient::new("127.0.0.1:5050")?;
 //! let dataset = Dataset::range(5).map("square"); // runs on the workers
 //! let service = client.distribute(&dataset, ShardingPolicy::Off, DistributeOptions::default()).await?;

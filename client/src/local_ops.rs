@@ -6,7 +6,8 @@
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::ClientError;
-use sluice_dataset::{pb as dpb, ElementIter, ExecOptions};
+use sluice_element::{pb as dpb, ElementIter};
+use sluice_executor::ExecOptions;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
@@ -34,7 +35,7 @@ pub(crate) fn run_local_ops(
             Err(_) => return None,
         }
     }));
-    let mut pipeline = sluice_dataset::apply_ops(source, ops, options)?;
+    let mut pipeline = sluice_executor::apply_ops(source, ops, options)?;
     let (tx, rx) = flume::bounded(1);
     std::thread::Builder::new()
         .name("sluice-local-ops".into())

@@ -93,7 +93,7 @@ impl ReadParams<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_dataset::INFINITE;
+    use sluice_pipeline::INFINITE;
 
     fn cache_params() -> ReadParams<'static> {
         ReadParams {
@@ -120,7 +120,7 @@ mod tests {
         let cases: Vec<(ReadParams<'static>, Option<&str>)> = vec![
             (cache_params(), None),
             (ReadParams { repetition: 1, ..cache_params() }, None),
-            (ReadParams { cardinality: sluice_dataset::UNKNOWN, ..cache_params() }, None),
+            (ReadParams { cardinality: sluice_pipeline::UNKNOWN, ..cache_params() }, None),
             (
                 ReadParams { job_name: None, cardinality: 10, ..cache_params() },
                 Some("Cross-trainer caching requires named jobs. Got empty `job_name`."),

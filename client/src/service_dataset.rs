@@ -13,7 +13,8 @@ use crate::element_stream::ElementStream;
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, RegisterOptions};
 use crate::read_params::ReadParams;
-use sluice_dataset::{pb as dpb, Dataset, ElementSpec, FunctionRegistry, PythonRunner, Transform};
+use sluice_element::{pb as dpb, ElementSpec, PythonRunner};
+use sluice_pipeline::{Dataset, FunctionRegistry, Transform};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{Compression, DatasetId, DispatcherClient, JobRequest, ShardingPolicy};
 use std::future::Future;
@@ -73,7 +74,7 @@ impl ServiceDataset {
 
     /// The element spec of what an epoch yields: the service's, through the local ops.
     pub fn element_spec(&self) -> Result<ElementSpec, ClientError> {
-        Ok(sluice_dataset::ops_element_spec(
+        Ok(sluice_pipeline::ops_element_spec(
             self.element_spec.clone(),
             &self.local_ops,
             &FunctionRegistry::global(),
@@ -216,8 +217,8 @@ impl DispatcherClientExt for DispatcherClient {
             dataset_id: None,
         };
         let (dataset_id, definition) = register_definition(self, dataset, &register).await?;
-        let element_spec = sluice_dataset::element_spec(&definition, &FunctionRegistry::global())?;
-        let cardinality = sluice_dataset::cardinality(&definition);
+        let element_spec = sluice_pipeline::element_spec(&definition, &FunctionRegistry::global())?;
+        let cardinality = sluice_pipeline::cardinality(&definition);
         Ok(service_dataset(
             self,
             dataset_id,
@@ -283,14 +284,14 @@ async fn register_definition(
     let registry = FunctionRegistry::global();
     let mut def = dataset.def().clone();
     absolutize_file_pattern(&mut def)?;
-    sluice_dataset::validate(&def, &registry)?;
+    sluice_pipeline::validate(&def, &registry)?;
     // In the user's own process, so unrestricted: the dispatcher checks the list it is sent
     // against its own data roots.
-    sluice_dataset::expand_files(&mut def, &sluice_dataset::FileAccess::Unrestricted)?;
-    let spec = sluice_dataset::element_spec(&def, &registry)?;
+    sluice_formats::expand_files(&mut def, &sluice_formats::FileAccess::Unrestricted)?;
+    let spec = sluice_pipeline::element_spec(&def, &registry)?;
     let metadata = pb::DatasetMetadata {
         element_spec: Some(spec.to_proto()),
-        cardinality: sluice_dataset::cardinality(&def),
+        cardinality: sluice_pipeline::cardinality(&def),
         compression: options.compression.to_proto() as i32,
     };
     if let Some(id) = &options.dataset_id {

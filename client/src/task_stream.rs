@@ -22,7 +22,7 @@
 
 use crate::element_stream::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
-use sluice_dataset::{DatasetError, PythonException};
+use sluice_element::{DatasetError, PythonException};
 use sluice_proto::worker::{ElementBatch, FetchRequest};
 use sluice_rpc::raw_fetch;
 use sluice_security::ClientSecurity;
@@ -316,7 +316,7 @@ async fn fetch(
         if !batch.error.is_empty() {
             return Err(FetchError::Fatal(batch_error(&config.address, batch)));
         }
-        let mut elements = sluice_dataset::Packed::from_wire(
+        let mut elements = sluice_element::Packed::from_wire(
             batch.packed,
             batch.lengths,
             batch.each_length,

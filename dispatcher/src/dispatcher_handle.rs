@@ -32,7 +32,7 @@ use crate::state::DispatcherState;
 use crate::timers::{TimerLoop, Timers};
 use openraft::error::{InitializeError, RaftError};
 use openraft::SnapshotPolicy;
-use sluice_dataset::DataRoots;
+use sluice_formats::DataRoots;
 use sluice_journal::{IfMissing, Journal, JournalError};
 use sluice_security::{ClientCerts, Role};
 use std::collections::BTreeMap;

@@ -19,7 +19,9 @@ use crate::error::DispatcherError;
 use crate::ids::DatasetId;
 use crate::state::{definition_key, DatasetMetadata, Update};
 use prost::Message;
-use sluice_dataset::{DataRoots, DatasetError, FileAccess, FunctionRegistry};
+use sluice_element::DatasetError;
+use sluice_formats::{DataRoots, FileAccess};
+use sluice_pipeline::FunctionRegistry;
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
 
@@ -55,22 +57,22 @@ impl Registration {
         let mut def = request
             .dataset
             .ok_or_else(|| DispatcherError::InvalidArgument("`dataset` is required".into()))?;
-        sluice_dataset::expand_files(&mut def, &FileAccess::Roots(roots.clone()))
+        sluice_formats::expand_files(&mut def, &FileAccess::Roots(roots.clone()))
             .map_err(invalid)?;
-        let num_splits = (0..sluice_dataset::num_split_providers(&def))
-            .map(|p| sluice_dataset::num_splits(&def, p))
+        let num_splits = (0..sluice_pipeline::num_split_providers(&def))
+            .map(|p| sluice_pipeline::num_splits(&def, p))
             .collect::<Result<Vec<u64>, _>>()
             .map_err(invalid)?;
         let given = request.metadata.unwrap_or_default();
         let element_spec = match given.element_spec {
             Some(spec) => spec,
-            None => sluice_dataset::element_spec(&def, registry)
+            None => sluice_pipeline::element_spec(&def, registry)
                 .map_err(invalid)?
                 .to_proto(),
         };
         let metadata = DatasetMetadata {
             element_spec: element_spec.encode_to_vec(),
-            cardinality: sluice_dataset::cardinality(&def),
+            cardinality: sluice_pipeline::cardinality(&def),
             compression: convert::compression_from_proto(given.compression)?,
         };
         Ok(Registration {

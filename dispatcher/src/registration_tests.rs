@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::state::Compression;
-use sluice_dataset::{DType, Dataset, ElementSpec};
+use sluice_element::{DType, ElementSpec};
+use sluice_pipeline::Dataset;
 
 fn request(def: Option<dpb::DatasetDef>) -> pb::RegisterDatasetRequest {
     pb::RegisterDatasetRequest {

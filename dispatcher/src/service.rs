@@ -26,7 +26,7 @@ use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
 use futures::future::join_all;
 use prost::Message;
-use sluice_dataset::DataRoots;
+use sluice_formats::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;

@@ -446,7 +446,7 @@ async fn status_comes_in_pages_that_together_list_everything() {
     let rpc = sluice_rpc::DispatcherClient::new(&handle.addr().to_string()).unwrap();
     let mut registered = Vec::new();
     for n in 0..5 {
-        let def = sluice_dataset::Dataset::range(n + 1).into_def();
+        let def = sluice_pipeline::Dataset::range(n + 1).into_def();
         let metadata = pb::DatasetMetadata::default();
         let id = rpc
             .register_dataset_def(&def, None, &metadata)
@@ -561,13 +561,13 @@ async fn a_plain_start_needs_the_replicas_own_journal() {
 
 /// A `from_slices` definition of about `bytes` encoded bytes (16 rows of bytes).
 fn definition_of(bytes: usize) -> sluice_proto::dataset::DatasetDef {
-    let tensor = sluice_dataset::Tensor::from_raw(
-        sluice_dataset::DType::UInt8,
+    let tensor = sluice_element::Tensor::from_raw(
+        sluice_element::DType::UInt8,
         vec![16, bytes / 16],
         vec![7u8; bytes / 16 * 16].into(),
     )
     .expect("a valid tensor");
-    sluice_dataset::Dataset::from_slices(tensor).into_def()
+    sluice_pipeline::Dataset::from_slices(tensor).into_def()
 }
 
 fn registration(def: sluice_proto::dataset::DatasetDef) -> pb::RegisterDatasetRequest {
@@ -601,7 +601,7 @@ async fn a_definition_over_the_limit_is_refused_before_anything_is_proposed() {
     };
 
     let pattern = format!("files(\"{}/*.txt\").lines()", files.display());
-    let globbed = sluice_dataset::parse(&pattern).unwrap().into_def();
+    let globbed = sluice_pipeline::parse(&pattern).unwrap().into_def();
     let over = definition_of(LIMIT as usize + 100);
     let far_over = definition_of(LIMIT as usize + 5 * 1024 * 1024);
     let cases: Vec<(&str, pb::RegisterDatasetRequest, Code, Vec<String>)> = vec![

@@ -27,7 +27,7 @@ use sluice_client::{
     ClientError, DatasetId, DispatcherClient, DispatcherClientExt, DistributeOptions,
     RegisterOptions, RetryConfig, RpcError, ShardingPolicy,
 };
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use sluice_security::ClientSecurity;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -25,8 +25,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use bytes::BytesMut;
-use sluice_dataset::pb::{PyFunctionKind, PyFunctionOp};
-use sluice_dataset::{
+use sluice_element::pb::{PyFunctionKind, PyFunctionOp};
+use sluice_element::{
     codec, CallResult, Compression, DatasetError, Element, PythonException, PythonFunction,
     PythonRunner,
 };

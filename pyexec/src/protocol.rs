@@ -5,7 +5,7 @@
 //! frame:   length u32 LE (of kind + body), kind u8, body
 //! requests (worker -> executor):
 //!   LOAD   0x01  function id u64 LE, function kind u8 (PyFunctionKind), cloudpickle bytes
-//!   CALL   0x02  function id u64 LE, the element (sluice_dataset::codec, uncompressed)
+//!   CALL   0x02  function id u64 LE, the element (sluice_element::codec, uncompressed)
 //!   UNLOAD 0x03  function id u64 LE                                       (no reply)
 //! replies (executor -> worker), one per LOAD or CALL, in request order:
 //!   HELLO   0x80  JSON {"python": "3.11", "cloudpickle": "3.0.0", "pid": 123} (first, unasked)
@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use sluice_dataset::{codec, Compression, DatasetError, Element};
+use sluice_element::{codec, Compression, DatasetError, Element};
 
 pub const LOAD: u8 = 0x01;
 pub const CALL: u8 = 0x02;

@@ -1,5 +1,5 @@
 use super::*;
-use sluice_dataset::Tensor;
+use sluice_element::Tensor;
 
 fn int(v: i64) -> Element {
     Element::Tensor(Tensor::scalar(v))
@@ -54,7 +54,7 @@ fn outputs_round_trip_in_order() {
         Element::Tuple(vec![int(2), int(3)]),
         Element::Tensor(
             Tensor::from_raw(
-                sluice_dataset::DType::UInt8,
+                sluice_element::DType::UInt8,
                 vec![2, 2],
                 Bytes::from(vec![1, 2, 3, 4]),
             )

@@ -13,7 +13,7 @@ use numpy::npyffi::{self, PY_ARRAY_API};
 use numpy::{Element as NumpyElement, IntoPyArray, PyArrayDescrMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use sluice_dataset::{DType, Element, ElementSpec, Tensor, TensorValue};
+use sluice_element::{DType, Element, ElementSpec, Tensor, TensorValue};
 
 use crate::errors::{dataset_error, invalid_argument};
 

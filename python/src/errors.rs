@@ -7,7 +7,7 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use sluice_client::ClientError;
-use sluice_dataset::{DatasetError, PythonException};
+use sluice_element::{DatasetError, PythonException};
 
 /// The class in `sluice.errors` for `e`.
 fn client_class(e: &ClientError) -> &'static str {
@@ -41,13 +41,7 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         // fallback.
         DatasetError::Python(_) => "InvalidArgumentError",
         DatasetError::PythonRuntime(_) => "FailedPreconditionError",
-        // The io::Error's text is all that is kept of it (its kind is not).
-        DatasetError::Io { message, .. }
-            if message.to_ascii_lowercase().contains("no such file") =>
-        {
-            "NotFoundError"
-        }
-        DatasetError::Io { .. } => "UnknownError",
+        DatasetError::Io { kind, .. } => io_class(*kind),
         DatasetError::CorruptRecord { .. } | DatasetError::Codec(_) => "DataLossError",
         DatasetError::Splits {
             retryable: true, ..
@@ -55,6 +49,15 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         DatasetError::Splits { .. } => "FailedPreconditionError",
         DatasetError::Cancelled => "CancelledError",
         DatasetError::ResourceExhausted { .. } => "ResourceExhaustedError",
+    }
+}
+
+/// The class for a failed read, by the operating system's reason.
+fn io_class(kind: std::io::ErrorKind) -> &'static str {
+    match kind {
+        std::io::ErrorKind::NotFound => "NotFoundError",
+        std::io::ErrorKind::PermissionDenied => "PermissionDeniedError",
+        _ => "UnknownError",
     }
 }
 

@@ -21,7 +21,7 @@ pub fn decode_element<'py>(
         .as_bytes()
         .get(offset..)
         .ok_or_else(|| invalid_argument(format!("offset {offset} is past the data's end")))?;
-    let element = sluice_dataset::decode_element(encoded).map_err(dataset_error)?;
+    let element = sluice_element::decode_element(encoded).map_err(dataset_error)?;
     element_to_py(py, element)
 }
 

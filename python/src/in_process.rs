@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use sluice_dataset::{
+use sluice_element::{
     pb, CallResult, DatasetError, Element, PythonException, PythonFunction, PythonRunner,
 };
 

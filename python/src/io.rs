@@ -8,7 +8,8 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use sluice_dataset::{pb, serialize_example as serialize, TfRecordFile};
+use sluice_element::pb;
+use sluice_formats::{serialize_example as serialize, TfRecordFile};
 
 use crate::convert::tensor_from_parts;
 use crate::errors::{dataset_error, invalid_argument};

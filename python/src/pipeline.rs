@@ -1,4 +1,4 @@
-//! `Dataset`: a pipeline held natively, either local (a `sluice_dataset::Dataset`, run in this
+//! `Dataset`: a pipeline held natively, either local (a `sluice_pipeline::Dataset`, run in this
 //! process) or read through the service (a `ServiceDataset`, whose chained ops run here), and
 //! its `Iterator`, one epoch. Both kinds take the same ops, so Python's `Dataset` wraps one type.
 //!
@@ -9,10 +9,12 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBytes};
 use sluice_client::{ElementStream, ServiceDataset};
-use sluice_dataset::{
-    cardinality, fixed_len_feature, iterate, pb, render_def, render_ops, var_len_feature, DType,
-    Dataset as LocalDataset, Element, ElementIter, ElementSpec, ExampleParser, ExecOptions,
-    Transform,
+use sluice_element::{pb, DType, Element, ElementIter, ElementSpec};
+use sluice_executor::{iterate, ExecOptions};
+use sluice_formats::ExampleParser;
+use sluice_pipeline::{
+    cardinality, fixed_len_feature, render_def, render_ops, var_len_feature,
+    Dataset as LocalDataset, Transform,
 };
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
@@ -66,7 +68,7 @@ impl Dataset {
     fn static_spec(&self) -> PyResult<ElementSpec> {
         match &self.pipeline {
             Pipeline::Local(d) => {
-                sluice_dataset::element_spec(d.def(), &ExecOptions::default().registry)
+                sluice_pipeline::element_spec(d.def(), &ExecOptions::default().registry)
                     .map_err(dataset_error)
             }
             Pipeline::Service(d) => d.element_spec().map_err(client_error),
@@ -300,7 +302,7 @@ impl Dataset {
         };
         let first = py
             .detach(
-                || -> Result<Option<Element>, sluice_dataset::DatasetError> {
+                || -> Result<Option<Element>, sluice_element::DatasetError> {
                     iterate(&def, &local_options())?.next().transpose()
                 },
             )

@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use sluice_dataset::{Compression, Element, Packed, PackedBuilder, Tensor};
+use sluice_element::{Compression, Element, Packed, PackedBuilder, Tensor};
 use sluice_fuzz::proptest::prelude::*;
 use sluice_fuzz::proptest::test_runner::TestRunner;
 use sluice_fuzz::{AllocMeter, FuzzTarget};

@@ -12,7 +12,7 @@
 //! - `ids`: the id newtypes (`DatasetId`, `JobId`, `IterationId`, `TaskId`, `ClientId`,
 //!   `WorkerId`, `NodeId`).
 //! - `sharding_policy`, `target_workers`: the enums the client, the worker and the dispatcher's
-//!   state share (`Compression` is `sluice_dataset`'s, which implements it; re-exported here).
+//!   state share (`Compression` is `sluice_element`'s, which implements it; re-exported here).
 //! - `invalid_value`: `InvalidValue`, a value one of those enums does not have.
 //! - `raw_frame`: the raw fetch protocol's wire format; `raw_fetch`: its reading side's
 //!   connection (the worker serves it in `sluice_worker::raw_fetch`).
@@ -51,6 +51,6 @@ pub use ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId}
 pub use invalid_value::InvalidValue;
 pub use local_workers::{LocalWorker, LocalWorkers};
 pub use sharding_policy::ShardingPolicy;
-pub use sluice_dataset::Compression;
+pub use sluice_element::Compression;
 pub use target_workers::TargetWorkers;
 pub use worker_address::check_worker_address;

@@ -3,7 +3,7 @@
 //! a constant, and a larger bound uses visibly more (the measurement can tell them apart).
 
 use crate::*;
-use sluice_dataset::tfrecord::TfRecordWriter;
+use sluice_formats::tfrecord::TfRecordWriter;
 
 const RECORD: usize = 2 << 20;
 

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::*;
-use sluice_dataset::{pb, serialize_example, Tensor, TfRecordFile};
+use sluice_element::{pb, Tensor};
+use sluice_formats::{serialize_example, TfRecordFile};
 
 fn example(label: Option<i64>, tags: &[i64]) -> Vec<u8> {
     let mut features = BTreeMap::new();

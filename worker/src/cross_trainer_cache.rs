@@ -24,7 +24,7 @@
 use crate::task_buffer::{contiguous, Taken, TaskBuffer};
 use crate::task_failure::TaskFailure;
 use bytes::Bytes;
-use sluice_dataset::Reservation;
+use sluice_executor::Reservation;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -209,7 +209,7 @@ impl CrossTrainerCache {
 mod tests {
     use super::*;
     use crate::task_buffer::Producer;
-    use sluice_dataset::MemoryBudget;
+    use sluice_executor::MemoryBudget;
 
     fn new_cache(max_bytes: u64, input: Arc<TaskBuffer>) -> CrossTrainerCache {
         CrossTrainerCache::new(

@@ -13,7 +13,7 @@
 //! and worker.
 
 use crate::task_failure::TaskFailure;
-use sluice_dataset::pb as dpb;
+use sluice_element::pb as dpb;
 use sluice_rpc::{DatasetId, DispatcherClient};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -10,7 +10,7 @@
 use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
 use crate::reader_ledger::AckError;
 use crate::round_robin::RoundError;
-use sluice_dataset::DatasetError;
+use sluice_element::DatasetError;
 use sluice_rpc::RpcError;
 use sluice_security::SecurityError;
 use tonic::{Code, Status};

@@ -16,7 +16,7 @@ use crate::task_failure::TaskFailure;
 use crate::task_runner::TaskRunner;
 use crate::worker_state::WorkerState;
 use bytes::Bytes;
-use sluice_dataset::{Packed, PackedBuilder};
+use sluice_element::{Packed, PackedBuilder};
 use std::future::Future;
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 use super::tests::{
     grpc_client, ints, read_grpc_as, read_raw_as, start_with, task, Worker, DEADLINE,
 };
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use sluice_proto::worker::{GetElementRequest, GetWorkerTasksRequest};
 use sluice_security::certs::{generate, CertsPlan};
 use sluice_security::{

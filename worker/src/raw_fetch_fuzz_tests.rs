@@ -4,8 +4,9 @@
 //! connection in time, and keep serving: a well-behaved reader still reads its task whole.
 
 use super::tests::{read_raw_as, start_with, task, DEADLINE};
-use sluice_dataset::{Dataset, Element, Tensor};
+use sluice_element::{Element, Tensor};
 use sluice_fuzz::FuzzTarget;
+use sluice_pipeline::Dataset;
 use sluice_rpc::raw_frame::MAGIC;
 use sluice_security::{ClientSecurity, ServerSecurity};
 use std::time::Duration;

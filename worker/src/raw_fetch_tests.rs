@@ -6,7 +6,8 @@ use super::*;
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::EMPTY_TRAINER_ID;
 use crate::task_runner::{TaskResources, TaskRunner};
-use sluice_dataset::{Dataset, Element, Tensor, Transform};
+use sluice_element::{Element, Tensor};
+use sluice_pipeline::{Dataset, Transform};
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::{ElementBatch, GetWorkerTasksRequest};
@@ -91,9 +92,9 @@ pub(super) async fn start_with(tasks: Vec<Held>, security: &ServerSecurity) -> W
             WorkerConfig::default(),
             addr.to_string(),
             TaskResources {
-                data_roots: sluice_dataset::DataRoots::none(),
+                data_roots: sluice_formats::DataRoots::none(),
                 python: None,
-                memory: sluice_dataset::MemoryBudget::new(u64::MAX, "--memory-budget"),
+                memory: sluice_executor::MemoryBudget::new(u64::MAX, "--memory-budget"),
                 stats: Default::default(),
             },
         ));
@@ -128,8 +129,8 @@ pub(super) fn request(task_id: u64, credits: u32) -> FetchRequest {
 }
 
 /// The elements a message carries, still encoded.
-pub(super) fn packed(batch: &ElementBatch) -> sluice_dataset::Packed {
-    sluice_dataset::Packed::from_wire(
+pub(super) fn packed(batch: &ElementBatch) -> sluice_element::Packed {
+    sluice_element::Packed::from_wire(
         batch.packed.clone(),
         batch.lengths.clone(),
         batch.each_length,
@@ -475,7 +476,7 @@ async fn a_task_whose_definition_cannot_be_fetched_fails_naming_the_dataset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_functions_exception_reaches_readers_of_both_transports_intact() {
     let worker = start(vec![task(9, Dataset::range(10).repeat_forever())]).await;
-    let exception = sluice_dataset::PythonException {
+    let exception = sluice_element::PythonException {
         type_module: "builtins".into(),
         type_name: "ValueError".into(),
         message: "bad pixel".into(),
@@ -485,7 +486,7 @@ async fn a_python_functions_exception_reaches_readers_of_both_transports_intact(
                 .into(),
         function: "aug.augment".into(),
     };
-    let failure = crate::TaskFailure::from(sluice_dataset::DatasetError::Python(Box::new(
+    let failure = crate::TaskFailure::from(sluice_element::DatasetError::Python(Box::new(
         exception.clone(),
     )));
     worker.state.get(9).expect("the task").set_error(failure);
@@ -498,7 +499,7 @@ async fn a_python_functions_exception_reaches_readers_of_both_transports_intact(
             "python function 'aug.augment' raised ValueError: bad pixel"
         );
         let got = batch.python_exception.expect("the exception");
-        assert_eq!(sluice_dataset::PythonException::from_proto(got), exception);
+        assert_eq!(sluice_element::PythonException::from_proto(got), exception);
     }
 
     info!("--- another task's failure carries none");

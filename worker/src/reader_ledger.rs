@@ -18,7 +18,7 @@
 //! The ledger is per message, never per element: one lock and one clone of a message's lengths
 //! per message sent. Where ledgers live, and when they go, is `WorkerState`'s business.
 
-use sluice_dataset::Packed;
+use sluice_element::Packed;
 use std::collections::VecDeque;
 
 /// A reader acknowledged elements it cannot have received.

@@ -1,6 +1,6 @@
 use super::*;
 use bytes::Bytes;
-use sluice_dataset::PackedBuilder;
+use sluice_element::PackedBuilder;
 
 /// `n` elements whose encodings are their sequence numbers, from `first` on.
 fn run(first: u64, n: u64) -> Packed {

@@ -2,7 +2,7 @@
 //! exactly what it had not received, and the worker keeps no more than the reader's window.
 
 use super::tests::{packed, request, start, task, DEADLINE};
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use sluice_proto::worker::FetchRequest;
 use sluice_rpc::raw_fetch;
 use sluice_security::ClientSecurity;
@@ -168,11 +168,11 @@ async fn a_reader_reconnecting_after_the_end_gets_the_rest_and_the_end() {
 
 /// A message carrying `range(n)`, as the worker encodes it.
 fn encoded_range(n: i64) -> sluice_proto::worker::ElementBatch {
-    let mut builder = sluice_dataset::PackedBuilder::default();
+    let mut builder = sluice_element::PackedBuilder::default();
     for i in 0..n {
         builder.push(
-            &sluice_dataset::Tensor::scalar_i64(i).into(),
-            sluice_dataset::Compression::None,
+            &sluice_element::Tensor::scalar_i64(i).into(),
+            sluice_element::Compression::None,
         );
     }
     let (packed, lengths, each_length, payloads) = builder.finish().into_wire();

@@ -21,7 +21,7 @@ use crate::error::WorkerError;
 use crate::reader_ledger::ReaderLedger;
 use crate::worker_state::{LedgerKey, SharedLedger, WorkerState};
 use crate::worker_stats::WorkerStats;
-use sluice_dataset::Packed;
+use sluice_element::Packed;
 use sluice_proto::worker::{ElementBatch, FetchRequest};
 use std::sync::{Arc, MutexGuard};
 

@@ -23,7 +23,7 @@ use crate::reader_stream::{ledger_key, ReaderStream};
 use crate::round_robin::RoundReply;
 use crate::task_failure::TaskFailure;
 use crate::worker_state::WorkerState;
-use sluice_dataset::Packed;
+use sluice_element::Packed;
 use sluice_proto::worker::worker_server::Worker;
 use sluice_proto::worker::{
     ElementBatch, FetchRequest, GetElementRequest, GetElementResponse, GetWorkerTasksRequest,

@@ -23,7 +23,8 @@
 //! most a second), so a worker with many tasks makes far fewer calls than it leases.
 
 use crate::config::{LeaseEvent, LeaseObserver};
-use sluice_dataset::{DatasetError, SplitSupplier};
+use sluice_element::DatasetError;
+use sluice_executor::SplitSupplier;
 use sluice_rpc::{
     lease_slack, DispatcherClient, IterationId, LeaseRequest, RpcError, SplitLease, TaskId,
 };

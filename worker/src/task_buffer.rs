@@ -44,7 +44,7 @@
 
 use crate::task_failure::TaskFailure;
 use bytes::{Bytes, BytesMut};
-use sluice_dataset::{encode_element_append, Compression, Element, Packed, PackedBuilder};
+use sluice_element::{encode_element_append, Compression, Element, Packed, PackedBuilder};
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

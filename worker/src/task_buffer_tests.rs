@@ -175,7 +175,7 @@ async fn a_slow_pipeline_seals_each_element_at_once() {
 
 #[tokio::test]
 async fn elements_small_and_large_come_out_as_they_went_in() {
-    use sluice_dataset::Tensor;
+    use sluice_element::Tensor;
     let floats = vec![0.5f32; 1 << 16];
     let elements: Vec<Element> = vec![
         Tensor::scalar_i64(3).into(),

@@ -6,7 +6,7 @@
 //! Coordinated (round-robin) reads keep the text only: their `GetElement` answer has no place
 //! for the exception.
 
-use sluice_dataset::{DatasetError, PythonException};
+use sluice_element::{DatasetError, PythonException};
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

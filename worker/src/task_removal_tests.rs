@@ -5,7 +5,8 @@ use super::*;
 use crate::config::WorkerConfig;
 use crate::task_buffer::Taken;
 use crate::task_runner::{TaskResources, TaskRunner};
-use sluice_dataset::{DataRoots, MemoryBudget};
+use sluice_executor::MemoryBudget;
+use sluice_formats::DataRoots;
 use sluice_proto::dataset::DatasetDef;
 use sluice_proto::dispatcher::{Compression, ShardingPolicy, TaskDef};
 use sluice_rpc::fake_dispatcher::FakeDispatcher;
@@ -24,7 +25,7 @@ fn task(task_id: u64, expr: &str) -> (TaskDef, DatasetDef) {
         compression: Compression::None as i32,
         ..Default::default()
     };
-    let dataset = sluice_dataset::parse(expr)
+    let dataset = sluice_pipeline::parse(expr)
         .expect("a valid expression")
         .into_def();
     (def, dataset)

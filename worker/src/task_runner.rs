@@ -34,10 +34,10 @@ use crate::task_buffer::{Producer, TaskBuffer};
 use crate::task_failure::TaskFailure;
 use crate::worker_stats::WorkerStats;
 use bytes::BytesMut;
-use sluice_dataset::{
-    pb as dpb, AutoShardPolicy, Cancellation, Compression, DataRoots, DatasetError, ExecOptions,
-    FileAccess, MemoryBudget, PythonRunner, Reservation, SplitSupplier,
-};
+use sluice_element::{pb as dpb, Cancellation, Compression, DatasetError, PythonRunner};
+use sluice_executor::{ExecOptions, MemoryBudget, Reservation, SplitSupplier};
+use sluice_formats::{DataRoots, FileAccess};
+use sluice_pipeline::AutoShardPolicy;
 use sluice_proto::dispatcher::{self as pb, TaskDef};
 use sluice_rpc::{DispatcherClient, IterationId, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -288,7 +288,7 @@ fn run_pipeline(
     };
     let dataset = sharded_definition(&def, &dataset)?;
     let options = pipeline.options;
-    let mut elements = sluice_dataset::iterate(&dataset, &options)?;
+    let mut elements = sluice_executor::iterate(&dataset, &options)?;
     let mut clock = pipeline.stats.pipeline_clock();
     let mut produced = 0u64;
     // Room to encode large elements outside the open chunk (see `push_element`).
@@ -364,7 +364,7 @@ fn sharded_definition(
             ))
         }
     };
-    sluice_dataset::auto_shard(dataset, policy, task.num_workers, index).map_err(|e| e.to_string())
+    sluice_pipeline::auto_shard(dataset, policy, task.num_workers, index).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -382,13 +382,13 @@ mod tests {
     }
 
     fn text(def: &dpb::DatasetDef) -> String {
-        sluice_dataset::render_def(def)
+        sluice_pipeline::render_def(def)
     }
 
     #[test]
     fn static_policies_rewrite_the_definition_for_the_worker() {
         use pb::ShardingPolicy::*;
-        let range = sluice_dataset::parse("range(20).shard(SHARD_HINT, SHARD_HINT)")
+        let range = sluice_pipeline::parse("range(20).shard(SHARD_HINT, SHARD_HINT)")
             .unwrap()
             .into_def();
         // (policy, worker index, number of workers, rewritten definition or error)

@@ -11,7 +11,9 @@ use crate::raw_fetch;
 use crate::task_runner::{TaskResources, TaskRunner};
 use crate::worker_ops::WorkerOps;
 use crate::worker_state::WorkerState;
-use sluice_dataset::{DataRoots, MemoryBudget, PythonRunner};
+use sluice_element::PythonRunner;
+use sluice_executor::MemoryBudget;
+use sluice_formats::DataRoots;
 use sluice_ops::{OpsServer, RpcMetricsLayer};
 use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{

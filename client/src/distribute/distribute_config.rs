@@ -4,7 +4,7 @@
 
 use super::input_context::InputContext;
 use crate::error::ClientError;
-use sluice_dataset::AutoShardPolicy;
+use sluice_pipeline::AutoShardPolicy;
 
 /// The replicas and input pipelines of a training job, seen from one pipeline.
 ///

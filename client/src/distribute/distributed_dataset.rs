@@ -35,10 +35,10 @@ use super::input_context::InputContext;
 use super::rebatch::{compute_batch_size, per_replica_spec, Rebatch};
 use crate::error::ClientError;
 use crate::service_dataset::ServiceDataset;
-use sluice_dataset::{
-    auto_shard, pb, AutoShardPolicy, Dataset, ElementSpec, ExecOptions, FunctionRegistry,
-    PythonRunner, Transform,
-};
+use sluice_element::{pb, ElementSpec, PythonRunner};
+use sluice_executor::ExecOptions;
+use sluice_formats::{expand_files, FileAccess};
+use sluice_pipeline::{auto_shard, AutoShardPolicy, Dataset, FunctionRegistry, Transform};
 use std::sync::Arc;
 use tracing::debug;
 
@@ -89,7 +89,7 @@ impl DistributedDataset {
         let registry = FunctionRegistry::global();
         let (spec, global) = match &input {
             DistributedInput::Local(d) => {
-                let spec = sluice_dataset::element_spec(d.def(), &registry)?;
+                let spec = sluice_pipeline::element_spec(d.def(), &registry)?;
                 let global = compute_batch_size(&spec, d.def().ops.iter());
                 (spec, global)
             }
@@ -148,7 +148,7 @@ impl DistributedDataset {
                     python: self.python.clone(),
                     ..ExecOptions::default()
                 };
-                Feed::local(sluice_dataset::iterate(d.def(), &options)?)?
+                Feed::local(sluice_executor::iterate(d.def(), &options)?)?
             }
             DistributedInput::Service(s) => Feed::Service(Box::new(s.iter().await?)),
         };
@@ -178,7 +178,7 @@ where
     let input: DistributedInput = f(&context).await?.into();
     let element_spec = match &input {
         DistributedInput::Local(d) => {
-            sluice_dataset::element_spec(d.def(), &FunctionRegistry::global())?
+            sluice_pipeline::element_spec(d.def(), &FunctionRegistry::global())?
         }
         DistributedInput::Service(s) => s.element_spec()?,
     };
@@ -206,12 +206,23 @@ fn shard_for_pipeline(
         return Ok(input);
     }
     match input {
-        DistributedInput::Local(d) => Ok(DistributedInput::Local(Dataset::from_def(auto_shard(
-            d.def(),
-            config.auto_shard_policy,
-            n,
-            index,
-        )?))),
+        DistributedInput::Local(d) => {
+            // FILE sharding (AUTO's first choice) picks from the file list, and the rewrite is
+            // pure: a pattern is expanded here first.
+            let mut def = d.into_def();
+            if matches!(
+                config.auto_shard_policy,
+                AutoShardPolicy::File | AutoShardPolicy::Auto
+            ) {
+                expand_files(&mut def, &FileAccess::Unrestricted)?;
+            }
+            Ok(DistributedInput::Local(Dataset::from_def(auto_shard(
+                &def,
+                config.auto_shard_policy,
+                n,
+                index,
+            )?)))
+        }
         DistributedInput::Service(s) if s.job_name().is_some() => {
             debug!(
                 job = s.job_name(),

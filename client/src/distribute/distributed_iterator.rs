@@ -15,7 +15,7 @@ use super::per_replica::PerReplica;
 use super::rebatch::{empty_like, is_empty_batch, Rebatch};
 use crate::element_stream::ElementStream;
 use crate::error::ClientError;
-use sluice_dataset::{DatasetError, Element, ElementIter};
+use sluice_element::{DatasetError, Element, ElementIter};
 use std::collections::VecDeque;
 
 /// How input elements become replica values.

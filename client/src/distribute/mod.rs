@@ -5,7 +5,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), sluice_client::ClientError> {
 //! use sluice_client::distribute::{DistributeConfig, DistributedDataset};
-//! use sluice_dataset::{Dataset, Transform};
+//! use sluice_pipeline::{Dataset, Transform};
 //! // Two replicas in sync: each global batch of 4 is split into two batches of 2.
 //! let dataset = DistributedDataset::new(Dataset::range(9).batch(4), DistributeConfig::replicas(2))?;
 //! let mut steps = dataset.iter().await?;
@@ -38,4 +38,4 @@ pub use distributed_dataset::{
 pub use distributed_iterator::DistributedIterator;
 pub use input_context::InputContext;
 pub use per_replica::PerReplica;
-pub use sluice_dataset::AutoShardPolicy;
+pub use sluice_pipeline::AutoShardPolicy;

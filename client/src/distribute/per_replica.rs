@@ -2,7 +2,7 @@
 //! tf.distribute's `PerReplica`.
 
 use serde_json::Value;
-use sluice_dataset::Element;
+use sluice_element::Element;
 
 /// The values of one step, in replica order: `values()[i]` is local replica i's batch.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,11 +15,11 @@
 //! batch is not the last (e.g. `batch` followed by `repeat`). Every component is cut along its
 //! first dimension independently, as tf does. Grouping pieces into steps is the iterator's job.
 //!
-//! Deliberately elsewhere: auto-sharding (`sluice_dataset::auto_shard`), iteration
+//! Deliberately elsewhere: auto-sharding (`sluice_pipeline::auto_shard`), iteration
 //! (`distributed_iterator.rs`).
 
 use crate::error::ClientError;
-use sluice_dataset::{pb, Element, ElementSpec, Tensor};
+use sluice_element::{pb, Element, ElementSpec, Tensor};
 
 /// How each global batch is cut into one piece per replica slot.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 use super::*;
 use serde_json::{json, Value};
-use sluice_dataset::{parse, DType, FunctionRegistry};
+use sluice_element::DType;
+use sluice_pipeline::{parse, FunctionRegistry};
 use std::collections::BTreeMap;
 
 fn ints(values: &[i64]) -> Element {
@@ -142,7 +143,7 @@ fn bad_batches_are_refused_with_tf_texts() {
 
 fn spec_of(expr: &str) -> (ElementSpec, pb::DatasetDef) {
     let def = parse(expr).expect("parses").into_def();
-    let spec = sluice_dataset::element_spec(&def, &FunctionRegistry::global()).expect("a spec");
+    let spec = sluice_pipeline::element_spec(&def, &FunctionRegistry::global()).expect("a spec");
     (spec, def)
 }
 

@@ -2,7 +2,7 @@
 
 use sluice_client::DispatcherClientExt;
 use sluice_client::{ClientError, DistributeOptions, ShardingPolicy};
-use sluice_dataset::{Dataset, Transform};
+use sluice_pipeline::{Dataset, Transform};
 
 fn one_line(e: &impl std::fmt::Display) -> String {
     let text = e.to_string();
@@ -16,7 +16,7 @@ async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()
     let client = cluster.client();
     let applied_before = cluster.applied_index(1);
 
-    let err = sluice_dataset::parse("range(10).map(square").unwrap_err();
+    let err = sluice_pipeline::parse("range(10).map(square").unwrap_err();
     assert_eq!(
         one_line(&err),
         "invalid dataset expression at column 21: expected ')', found end of input"

@@ -4,7 +4,7 @@
 use crate::read_ints;
 use sluice_client::DispatcherClientExt;
 use sluice_client::{ClientError, DistributeOptions, ElementStream, ShardingPolicy};
-use sluice_dataset::{Dataset, Transform};
+use sluice_pipeline::{Dataset, Transform};
 use sluice_tests::TestCluster;
 use std::time::Duration;
 use tracing::info;

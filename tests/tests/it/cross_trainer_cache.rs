@@ -5,7 +5,7 @@
 
 use sluice_client::DispatcherClientExt;
 use sluice_client::{CrossTrainerCache, DistributeOptions, ShardingPolicy};
-use sluice_dataset::{Dataset, Transform};
+use sluice_pipeline::{Dataset, Transform};
 use sluice_tests::TestCluster;
 use std::collections::HashSet;
 use std::time::Duration;

@@ -4,7 +4,8 @@
 
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, RpcError, ShardingPolicy};
-use sluice_dataset::{pb as dpb, Dataset};
+use sluice_element::pb as dpb;
+use sluice_pipeline::Dataset;
 use sluice_proto::dispatcher as pb;
 use tracing::info;
 

@@ -11,9 +11,8 @@ use sluice_client::{
     DistributeConfig, DistributeOptions, DistributedDataset, DistributedInput, InputContext,
     PerReplica, ServiceDataset, ShardingPolicy,
 };
-use sluice_dataset::{
-    DType, Dataset, DatasetError, Element, ElementSpec, FunctionRegistry, Tensor, Transform,
-};
+use sluice_element::{DType, DatasetError, Element, ElementSpec, Tensor};
+use sluice_pipeline::{Dataset, FunctionRegistry, Transform};
 use sluice_tests::TestCluster;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -42,7 +42,7 @@ async fn register_worker(client: &DispatcherClient, address: &str) -> anyhow::Re
 /// A new job on a dataset of its own, and the client of its first iteration.
 async fn client_of_a_new_job(client: &DispatcherClient) -> anyhow::Result<ClientId> {
     let dataset = client
-        .register_dataset(&sluice_dataset::Dataset::range(100), &Default::default())
+        .register_dataset(&sluice_pipeline::Dataset::range(100), &Default::default())
         .await?;
     let job = client
         .get_or_create_job(&JobRequest {

@@ -5,7 +5,8 @@
 use crate::{read_epoch, read_ints, sorted_ints};
 use sluice_client::DispatcherClientExt;
 use sluice_client::{ClientError, Compression, DistributeOptions, RegisterOptions, ShardingPolicy};
-use sluice_dataset::{Dataset, ElementSpec, Transform};
+use sluice_element::ElementSpec;
+use sluice_pipeline::{Dataset, Transform};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::info;
@@ -133,8 +134,11 @@ async fn explicit_dataset_ids_and_their_metadata() -> anyhow::Result<()> {
         .from_dataset_id(ShardingPolicy::Off, "squares", DistributeOptions::default())
         .await?;
     let want = ElementSpec::from_proto(
-        &sluice_dataset::element_spec(dataset.def(), &sluice_dataset::FunctionRegistry::global())?
-            .to_proto(),
+        &sluice_pipeline::element_spec(
+            dataset.def(),
+            &sluice_pipeline::FunctionRegistry::global(),
+        )?
+        .to_proto(),
     )?;
     assert_eq!(service.service_element_spec(), &want);
     assert_eq!(service.cardinality(), 2, "two batches");

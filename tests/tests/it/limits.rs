@@ -5,7 +5,8 @@
 use crate::read_epoch;
 use sluice_client::DispatcherClientExt;
 use sluice_client::{ClientError, DistributeOptions, RegisterOptions, RpcError, ShardingPolicy};
-use sluice_dataset::{DType, Dataset, Tensor};
+use sluice_element::{DType, Tensor};
+use sluice_pipeline::Dataset;
 use sluice_proto::dispatcher as pb;
 use sluice_tests::TestCluster;
 use std::time::{Duration, Instant};

@@ -29,7 +29,7 @@ use sluice_client::DispatcherClientExt;
 use sluice_client::{
     ClientError, DistributeOptions, ElementStream, ServiceDataset, ShardingPolicy,
 };
-use sluice_dataset::Element;
+use sluice_element::Element;
 use sluice_tests::TestCluster;
 use std::time::Duration;
 
@@ -95,7 +95,7 @@ pub async fn range_epoch(
         max_outstanding_requests: Some(outstanding),
         ..DistributeOptions::default()
     };
-    let dataset = sluice_dataset::Dataset::range(n);
+    let dataset = sluice_pipeline::Dataset::range(n);
     let service = cluster.client().distribute(&dataset, mode, options).await?;
     Ok(service.iter().await?)
 }

@@ -3,8 +3,8 @@
 use crate::{read_epoch, sorted_ints};
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, ShardingPolicy};
-use sluice_dataset::tfrecord::TfRecordWriter;
-use sluice_dataset::{Dataset, Transform};
+use sluice_formats::tfrecord::TfRecordWriter;
+use sluice_pipeline::{Dataset, Transform};
 use std::time::Duration;
 
 const EPOCH: Duration = Duration::from_secs(60);
@@ -259,7 +259,7 @@ async fn prefetched_leases_hand_out_every_split_once_across_workers() -> anyhow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_tensors_arrive_intact_next_to_small_ones() -> anyhow::Result<()> {
-    use sluice_dataset::{Element, Tensor};
+    use sluice_element::{Element, Tensor};
     let cluster = sluice_tests::start_cluster(1, 1).await?;
     // Rows of 100,000 float32s in (index, row) tuples: tuples are sent whole.
     let rows: Vec<f32> = (0..3 * 100_000).map(|i| i as f32).collect();

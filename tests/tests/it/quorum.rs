@@ -5,7 +5,7 @@ use sluice_client::DispatcherClientExt;
 use sluice_client::{
     ClientError, DispatcherClient, DistributeOptions, RegisterOptions, RetryConfig, ShardingPolicy,
 };
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use std::time::Duration;
 use tracing::info;
 

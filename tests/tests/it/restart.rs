@@ -4,7 +4,7 @@
 
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, ShardingPolicy};
-use sluice_dataset::Dataset;
+use sluice_pipeline::Dataset;
 use std::collections::HashSet;
 use std::time::Duration;
 use tracing::info;

@@ -6,7 +6,7 @@
 
 use crate::{assert_exactly_once, read_epoch, read_ints, sorted_ints};
 use sluice_client::{ClientError, DispatcherClientExt, DistributeOptions, ShardingPolicy};
-use sluice_dataset::{Dataset, Transform};
+use sluice_pipeline::{Dataset, Transform};
 use sluice_security::{ServerSecurity, ServerSecurityFiles};
 use sluice_tests::TestCluster;
 use std::time::Duration;

@@ -492,7 +492,7 @@ async fn a_worker_cannot_act_for_another_workers_task() {
     a.worker_heartbeat(&beat(&wa), Duration::ZERO)
         .await
         .unwrap();
-    let dataset = sluice_dataset::parse("range(100)").unwrap();
+    let dataset = sluice_pipeline::parse("range(100)").unwrap();
     let options = RegisterOptions {
         dataset_id: Some("d".into()),
         ..RegisterOptions::default()

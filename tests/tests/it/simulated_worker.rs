@@ -27,7 +27,10 @@ impl SimulatedWorker {
     ) -> anyhow::Result<SimulatedWorker> {
         let trainer = cluster.client();
         let dataset_id = trainer
-            .register_dataset(&sluice_dataset::Dataset::range(splits), &Default::default())
+            .register_dataset(
+                &sluice_pipeline::Dataset::range(splits),
+                &Default::default(),
+            )
             .await?;
         let mut iteration_ids = Vec::new();
         for _ in 0..iterations {

@@ -12,8 +12,9 @@ use sluice_client::{
     ClientError, DatasetId, DispatcherClient, DistributeOptions, RegisterOptions, ShardingPolicy,
     TargetWorkers,
 };
-use sluice_dataset::tfrecord::TfRecordWriter;
-use sluice_dataset::{Dataset, Element, Transform};
+use sluice_element::Element;
+use sluice_formats::tfrecord::TfRecordWriter;
+use sluice_pipeline::{Dataset, Transform};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::FetchRequest;
 use sluice_rpc::{ClientHeartbeat, JobRequest, KnownTasks};
@@ -161,7 +162,7 @@ async fn fetch_task(address: &str, task_id: u64) -> anyhow::Result<Result<Vec<El
         if !batch.error.is_empty() {
             return Ok(Err(batch.error));
         }
-        let packed = sluice_dataset::Packed::from_wire(
+        let packed = sluice_element::Packed::from_wire(
             batch.packed,
             batch.lengths,
             batch.each_length,

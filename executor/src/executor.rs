@@ -1,0 +1,594 @@
+//! The local, synchronous executor: a definition (or an op chain) to an iterator of elements.
+//!
+//! A pipeline is built as a chain of *factories* (closures that create a fresh iterator), one per
+//! op, because `repeat` must re-create its upstream for every pass; every other op wraps the
+//! iterator its upstream factory creates. Creation counters live in the factories, which gives
+//! each source creation its repetition number (distributed_epoch) and each shuffle pass its own
+//! derived seed. Functions are resolved when the pipeline is built, so an unknown name fails
+//! `iterate` itself, not the first element.
+//!
+//! Two things a pipeline's owner hands in through `ExecOptions` reach every op: the memory
+//! budget (ops that hold elements reserve their bytes on it) and the cancellation flag (ops
+//! that may pull many elements before yielding one check it inside their loops).
+//!
+//! `enumerate` in distributed_epoch mode: a worker sees only the splits it was handed, so a
+//! counter of its own would restart at 0 on every worker. Instead the index is the element's
+//! position in the source, which for range and slices sources is its split index. The ops up to
+//! the last `enumerate` then run on *carriers* `(split index, element)`: maps apply to the
+//! element, each `enumerate` reads the index. Only ops that keep one element per split in order
+//! (map and the native per-element ops decode_image and resize, prefetch, enumerate) may come
+//! before an `enumerate` there; anything else is refused
+//! (`enumerate_prefix`), never answered with indices that would not recover the order.
+//!
+//! Errors of per-element ops (map, filter, decode_image, resize, parse_example) downstream of a
+//! files source name the element's file and record when that is known exactly: only while
+//! every op between the source and the failing one passes elements one by one in source order
+//! (`keeps_origin`; see `OriginCell` in `sluice-element`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use sluice_element::pb::op::Kind as OpKind;
+use sluice_element::{
+    pb, Cancellation, DatasetError, Element, ElementIter, OriginCell, PythonRunner, Tensor,
+};
+use sluice_formats::{expand_files, image_ops, ExampleParser, FileAccess};
+use sluice_pipeline::image_spec;
+use sluice_pipeline::source_rules::has_file_list;
+use sluice_pipeline::{validate, FunctionRegistry, MapFn, PredicateFn};
+
+use crate::memory_budget::{MemoryBudget, Reservation};
+use crate::ops::batch::BatchIter;
+use crate::ops::prefetch::prefetch;
+use crate::ops::repeat::RepeatIter;
+use crate::ops::shuffle::{pass_seed, ShuffleIter};
+use crate::ops::Factory;
+use crate::python_fn::{self, PythonStage};
+use crate::sources::{Source, SplitIter};
+use crate::splits::SplitSupplier;
+
+/// How to execute: which registry resolves function names, where splits come from, and which
+/// files may be read.
+#[derive(Clone)]
+pub struct ExecOptions {
+    pub registry: Arc<FunctionRegistry>,
+    /// `Some` in distributed_epoch mode: the source yields only the splits supplied.
+    pub splits: Option<Arc<dyn SplitSupplier>>,
+    /// Unrestricted in the user's own process (the default); a server's data roots on a
+    /// worker, checked before each file is opened.
+    pub file_access: FileAccess,
+    /// Runs the definition's Python ops; `None` refuses them (`DatasetError::PythonRuntime`).
+    pub python: Option<Arc<dyn PythonRunner>>,
+    /// The bytes the pipeline's buffers (batch, shuffle, prefetch) may hold, shared with the
+    /// owner's other pipelines; `None` (local execution): unlimited.
+    pub memory: Option<Arc<MemoryBudget>>,
+    /// Stops the pipeline inside its ops when set (a worker's deleted task); the default is
+    /// never set.
+    pub cancel: Cancellation,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            registry: FunctionRegistry::global(),
+            splits: None,
+            file_access: FileAccess::Unrestricted,
+            python: None,
+            memory: None,
+            cancel: Cancellation::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions")
+            .field("registry", &self.registry)
+            .field("splits", &self.splits.as_ref().map(|_| "SplitSupplier"))
+            .field("file_access", &self.file_access)
+            .field("python", &self.python)
+            .field("memory", &self.memory)
+            .field("cancel", &self.cancel)
+            .finish()
+    }
+}
+
+/// Runs a whole definition. An unexpanded files source is expanded here (local execution), as
+/// `opts.file_access` allows. An expanded one (registered with the service) is not checked as a
+/// whole: each file is checked as it is opened, so a file refused or missing here fails only the
+/// split that names it.
+pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, DatasetError> {
+    let mut def = def.clone();
+    if !has_file_list(&def) {
+        expand_files(&mut def, &opts.file_access)?;
+    }
+    validate(&def, &opts.registry)?;
+    let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
+    let carried = match &opts.splits {
+        None => 0,
+        Some(_) => enumerate_prefix(&def.ops, &source)?,
+    };
+    // `Some` while the source's origin cell is exact for the next op.
+    let mut origin = source.origin().cloned();
+    let mut factory: Factory = match &opts.splits {
+        None => Arc::new(move || Ok(source.iter_all())),
+        Some(supplier) => {
+            let supplier = supplier.clone();
+            let repetitions = AtomicU64::new(0);
+            let cancel = opts.cancel.clone();
+            Arc::new(move || {
+                let repetition = repetitions.fetch_add(1, Ordering::Relaxed);
+                Ok(Box::new(SplitIter::new(
+                    source.clone(),
+                    supplier.clone(),
+                    repetition,
+                    carried > 0,
+                    cancel.clone(),
+                )) as ElementIter)
+            })
+        }
+    };
+    for (i, op) in def.ops.iter().enumerate() {
+        let naming = origin.clone();
+        if !keeps_origin(op) {
+            origin = None;
+        }
+        if i < carried {
+            let stage = Stage::on_carriers(op, opts, i + 1 == carried)?.naming_origin(naming);
+            let upstream = factory;
+            factory = Arc::new(move || stage.apply(upstream()?));
+            continue;
+        }
+        factory = match &op.kind {
+            Some(OpKind::Repeat(r)) => {
+                let (upstream, count, cancel) = (factory, r.count, opts.cancel.clone());
+                Arc::new(move || {
+                    Ok(
+                        Box::new(RepeatIter::new(upstream.clone(), count, cancel.clone()))
+                            as ElementIter,
+                    )
+                })
+            }
+            _ => {
+                let stage = Stage::new(op, opts)?.naming_origin(naming);
+                let upstream = factory;
+                Arc::new(move || stage.apply(upstream()?))
+            }
+        };
+    }
+    factory()
+}
+
+/// Whether the source's origin cell still holds the origin of the element `op` passes on: `op`
+/// yields each element (or none) as it pulls it, in order, on the pulling thread. A buffer
+/// (shuffle, prefetch), a batch or a Python op (an executor pool reads ahead) breaks that.
+fn keeps_origin(op: &pb::Op) -> bool {
+    match &op.kind {
+        Some(
+            OpKind::Map(_)
+            | OpKind::Filter(_)
+            | OpKind::Repeat(_)
+            | OpKind::Take(_)
+            | OpKind::Skip(_)
+            | OpKind::Shard(_)
+            | OpKind::Enumerate(_)
+            | OpKind::DecodeImage(_)
+            | OpKind::Resize(_)
+            | OpKind::ParseExample(_),
+        ) => true,
+        Some(OpKind::Prefetch(p)) => p.buffer_size == 0,
+        Some(OpKind::Batch(_) | OpKind::Shuffle(_) | OpKind::PyFunction(_)) | None => false,
+    }
+}
+
+/// How many leading ops run on `(split index, element)` carriers in distributed_epoch mode:
+/// up to and including the last `enumerate`, 0 without one. Errors if an `enumerate` could not
+/// get the element's position in the source (see the module header).
+fn enumerate_prefix(ops: &[pb::Op], source: &Source) -> Result<usize, DatasetError> {
+    let Some(last) = ops
+        .iter()
+        .rposition(|op| matches!(op.kind, Some(OpKind::Enumerate(_))))
+    else {
+        return Ok(0);
+    };
+    let keeps_positions = ops[..last].iter().all(|op| {
+        matches!(
+            op.kind,
+            Some(
+                OpKind::Map(_)
+                    | OpKind::DecodeImage(_)
+                    | OpKind::Resize(_)
+                    | OpKind::Prefetch(_)
+                    | OpKind::Enumerate(_)
+            )
+        )
+    });
+    if !source.split_is_one_element() || !keeps_positions {
+        return Err(DatasetError::invalid(
+            "enumerate in distributed_epoch mode needs a range or from_slices source with only \
+             map, decode_image, resize, prefetch or enumerate before it: its index is the element's \
+             split index, its position in the source",
+        ));
+    }
+    Ok(last + 1)
+}
+
+/// Applies ops to an existing stream (client-side ops after `distribute`). `repeat` is refused:
+/// the input cannot be re-created.
+pub fn apply_ops(
+    input: ElementIter,
+    ops: &[pb::Op],
+    opts: &ExecOptions,
+) -> Result<ElementIter, DatasetError> {
+    let mut it = input;
+    for op in ops {
+        if let Some(OpKind::Repeat(_)) = op.kind {
+            return Err(DatasetError::invalid(
+                "repeat cannot be applied to a distributed dataset on the client; put it in the dataset before distribute",
+            ));
+        }
+        it = Stage::new(op, opts)?.apply(it)?;
+    }
+    Ok(it)
+}
+
+/// One non-repeat op, with its functions resolved, and what its iterators share: the memory
+/// budget and the cancellation flag.
+struct Stage {
+    kind: StageKind,
+    memory: Option<Arc<MemoryBudget>>,
+    cancel: Cancellation,
+}
+
+enum StageKind {
+    Map(MapFn),
+    Filter(PredicateFn),
+    Batch {
+        size: usize,
+        drop_remainder: bool,
+    },
+    Shuffle {
+        buffer: usize,
+        seed: u64,
+        passes: AtomicU64,
+    },
+    Take(usize),
+    Skip(u64),
+    Shard {
+        num_shards: u64,
+        index: u64,
+    },
+    Prefetch(usize),
+    ParseExample(Arc<ExampleParser>),
+    Python(PythonStage),
+    /// `(start + i, element)` for the i-th element of each new iterator.
+    Enumerate(i64),
+    /// A map on a carrier's element, keeping its split index.
+    MapCarried(MapFn),
+    /// `enumerate` on carriers: the index is `start + split index`. The last one of the prefix
+    /// (`unwrap`) yields plain elements again.
+    EnumerateCarried {
+        start: i64,
+        unwrap: bool,
+    },
+}
+
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+impl Stage {
+    fn new(op: &pb::Op, opts: &ExecOptions) -> Result<Stage, DatasetError> {
+        Ok(Stage::of(StageKind::new(op, opts)?, opts))
+    }
+
+    fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<Stage, DatasetError> {
+        Ok(Stage::of(StageKind::on_carriers(op, opts, last)?, opts))
+    }
+
+    fn of(kind: StageKind, opts: &ExecOptions) -> Stage {
+        Stage {
+            kind,
+            memory: opts.memory.clone(),
+            cancel: opts.cancel.clone(),
+        }
+    }
+
+    fn naming_origin(self, cell: Option<OriginCell>) -> Stage {
+        Stage {
+            kind: self.kind.naming_origin(cell),
+            ..self
+        }
+    }
+
+    fn apply(&self, input: ElementIter) -> Result<ElementIter, DatasetError> {
+        self.kind.apply(input, &self.memory, &self.cancel)
+    }
+}
+
+impl StageKind {
+    /// This stage, its errors on an element prefixed with the element's origin from `cell`
+    /// (`None`: not known exactly here). Only per-element stages fail on one element.
+    fn naming_origin(self, cell: Option<OriginCell>) -> StageKind {
+        let Some(cell) = cell else { return self };
+        let named = |f: MapFn| -> MapFn {
+            let cell = cell.clone();
+            Arc::new(move |e| f(e).map_err(|err| cell.attach(err)))
+        };
+        match self {
+            StageKind::Map(f) => StageKind::Map(named(f)),
+            StageKind::MapCarried(f) => StageKind::MapCarried(named(f)),
+            StageKind::ParseExample(parser) => {
+                StageKind::Map(named(Arc::new(move |e| parser.parse(&e))))
+            }
+            StageKind::Filter(pred) => {
+                StageKind::Filter(Arc::new(move |e| pred(e).map_err(|err| cell.attach(err))))
+            }
+            other => other,
+        }
+    }
+
+    /// The stage of an op that runs on carriers (`enumerate_prefix` allowed only map,
+    /// prefetch and enumerate there).
+    fn on_carriers(op: &pb::Op, opts: &ExecOptions, last: bool) -> Result<StageKind, DatasetError> {
+        Ok(match &op.kind {
+            Some(OpKind::Map(m)) => StageKind::MapCarried(opts.registry.map_fn(&m.function)?.0),
+            Some(OpKind::DecodeImage(_) | OpKind::Resize(_)) => match StageKind::new(op, opts)? {
+                StageKind::Map(f) => StageKind::MapCarried(f),
+                _ => unreachable!("the image ops are per-element maps"),
+            },
+            Some(OpKind::Enumerate(e)) => StageKind::EnumerateCarried {
+                start: e.start,
+                unwrap: last,
+            },
+            _ => StageKind::new(op, opts)?,
+        })
+    }
+
+    fn new(op: &pb::Op, opts: &ExecOptions) -> Result<StageKind, DatasetError> {
+        Ok(match &op.kind {
+            None => return Err(DatasetError::invalid("dataset definition has an empty op")),
+            Some(OpKind::Map(m)) => StageKind::Map(opts.registry.map_fn(&m.function)?.0),
+            Some(OpKind::Filter(f)) => StageKind::Filter(opts.registry.filter_fn(&f.predicate)?),
+            Some(OpKind::Batch(b)) => {
+                if b.batch_size == 0 {
+                    return Err(DatasetError::invalid("batch size must be positive, got 0"));
+                }
+                StageKind::Batch {
+                    size: to_usize(b.batch_size),
+                    drop_remainder: b.drop_remainder,
+                }
+            }
+            Some(OpKind::Shuffle(s)) => {
+                if s.buffer_size == 0 {
+                    return Err(DatasetError::invalid(
+                        "shuffle buffer size must be positive, got 0",
+                    ));
+                }
+                // No seed: one random seed per pipeline, still derived per pass.
+                let seed = s.seed.unwrap_or_else(rand::random);
+                StageKind::Shuffle {
+                    buffer: to_usize(s.buffer_size),
+                    seed,
+                    passes: AtomicU64::new(0),
+                }
+            }
+            Some(OpKind::Repeat(_)) => unreachable!("repeat is handled by the caller"),
+            Some(OpKind::Take(t)) => StageKind::Take(to_usize(t.count)),
+            Some(OpKind::Skip(s)) => StageKind::Skip(s.count),
+            Some(OpKind::Shard(s)) if s.hint => return Err(DatasetError::UnresolvedShardHint),
+            Some(OpKind::Shard(s)) => {
+                if s.num_shards == 0 || s.index >= s.num_shards {
+                    return Err(DatasetError::invalid(format!(
+                        "shard index {} must be less than the number of shards {}",
+                        s.index, s.num_shards
+                    )));
+                }
+                StageKind::Shard {
+                    num_shards: s.num_shards,
+                    index: s.index,
+                }
+            }
+            Some(OpKind::Prefetch(p)) => StageKind::Prefetch(to_usize(p.buffer_size)),
+            Some(OpKind::Enumerate(e)) => StageKind::Enumerate(e.start),
+            Some(OpKind::DecodeImage(d)) => {
+                image_spec::check_decode_image(d)?;
+                let d = d.clone();
+                StageKind::Map(Arc::new(move |e| image_ops::decode_image(&d, e)))
+            }
+            Some(OpKind::Resize(r)) => {
+                image_spec::check_resize(r)?;
+                let r = r.clone();
+                StageKind::Map(Arc::new(move |e| image_ops::resize(&r, e)))
+            }
+            Some(OpKind::ParseExample(p)) => {
+                StageKind::ParseExample(Arc::new(ExampleParser::new(p)?))
+            }
+            Some(OpKind::PyFunction(f)) => {
+                StageKind::Python(python_fn::prepare(f, opts.python.as_ref())?)
+            }
+        })
+    }
+
+    fn apply(
+        &self,
+        input: ElementIter,
+        memory: &Option<Arc<MemoryBudget>>,
+        cancel: &Cancellation,
+    ) -> Result<ElementIter, DatasetError> {
+        Ok(match self {
+            StageKind::Map(f) => {
+                let f = f.clone();
+                Box::new(input.map(move |r| r.and_then(|e| f(e))))
+            }
+            // Filter, skip and shard may drop many elements in a row inside one `next`: each
+            // drop checks the cancellation flag (`dropped`), so a stopped pipeline leaves the
+            // loop within one element.
+            StageKind::Filter(pred) => {
+                let (pred, cancel) = (pred.clone(), cancel.clone());
+                Box::new(input.filter_map(move |r| match r {
+                    Ok(e) => match pred(&e) {
+                        Ok(true) => Some(Ok(e)),
+                        Ok(false) => dropped(&cancel),
+                        Err(err) => Some(Err(err)),
+                    },
+                    Err(err) => Some(Err(err)),
+                }))
+            }
+            StageKind::Batch {
+                size,
+                drop_remainder,
+            } => Box::new(BatchIter::new(
+                input,
+                *size,
+                *drop_remainder,
+                Reservation::new(memory.clone(), "batch"),
+                cancel.clone(),
+            )),
+            StageKind::Shuffle {
+                buffer,
+                seed,
+                passes,
+            } => {
+                let pass = passes.fetch_add(1, Ordering::Relaxed);
+                Box::new(ShuffleIter::new(
+                    input,
+                    *buffer,
+                    pass_seed(*seed, pass),
+                    Reservation::new(memory.clone(), "shuffle"),
+                    cancel.clone(),
+                ))
+            }
+            StageKind::Take(n) => Box::new(input.take(*n)),
+            StageKind::Skip(n) => {
+                // Counts only elements: errors in the skipped prefix are still reported.
+                let mut left = *n;
+                let cancel = cancel.clone();
+                Box::new(input.filter_map(move |r| {
+                    if left > 0 && r.is_ok() {
+                        left -= 1;
+                        dropped(&cancel)
+                    } else {
+                        Some(r)
+                    }
+                }))
+            }
+            StageKind::Shard { num_shards, index } => {
+                let (n, i) = (*num_shards, *index);
+                let mut k = 0u64;
+                let cancel = cancel.clone();
+                Box::new(input.filter_map(move |r| match r {
+                    Ok(e) => {
+                        let keep = k % n == i;
+                        k += 1;
+                        if keep {
+                            Some(Ok(e))
+                        } else {
+                            dropped(&cancel)
+                        }
+                    }
+                    Err(err) => Some(Err(err)),
+                }))
+            }
+            StageKind::ParseExample(parser) => {
+                let parser = parser.clone();
+                Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
+            }
+            StageKind::Python(stage) => stage.apply(input, cancel.clone()),
+            StageKind::Prefetch(0) => input,
+            StageKind::Prefetch(n) => {
+                prefetch(input, *n, Reservation::new(memory.clone(), "prefetch"))
+            }
+            StageKind::Enumerate(start) => {
+                // Counts only elements: an error item does not take an index.
+                let mut next = *start;
+                Box::new(input.map(move |r| {
+                    r.map(|e| {
+                        let index = Element::Tensor(Tensor::scalar_i64(next));
+                        next = next.wrapping_add(1);
+                        Element::Tuple(vec![index, e])
+                    })
+                }))
+            }
+            StageKind::MapCarried(f) => {
+                let f = f.clone();
+                Box::new(input.map(move |r| {
+                    r.and_then(|carrier| {
+                        let (index, e) = split_carrier(carrier)?;
+                        Ok(Element::Tuple(vec![index, f(e)?]))
+                    })
+                }))
+            }
+            StageKind::EnumerateCarried { start, unwrap } => {
+                let (start, unwrap) = (*start, *unwrap);
+                Box::new(input.map(move |r| {
+                    r.and_then(|carrier| {
+                        let (index, e) = split_carrier(carrier)?;
+                        let position = index.as_i64().ok_or_else(|| {
+                            DatasetError::invalid("a split index is not an int64 scalar")
+                        })?;
+                        let enumerated = Element::Tuple(vec![
+                            Element::Tensor(Tensor::scalar_i64(start.wrapping_add(position))),
+                            e,
+                        ]);
+                        Ok(if unwrap {
+                            enumerated
+                        } else {
+                            Element::Tuple(vec![index, enumerated])
+                        })
+                    })
+                }))
+            }
+        })
+    }
+}
+
+/// What a filtering op yields for an element it drops: nothing (its loop goes on to the next
+/// element), or `Cancelled` once the pipeline is stopped.
+fn dropped(cancel: &Cancellation) -> Option<Result<Element, DatasetError>> {
+    cancel.check().err().map(Err)
+}
+
+/// A carrier's split index and element.
+fn split_carrier(carrier: Element) -> Result<(Element, Element), DatasetError> {
+    match carrier {
+        Element::Tuple(items) if items.len() == 2 => {
+            let mut items = items.into_iter();
+            match (items.next(), items.next()) {
+                (Some(index), Some(e)) => Ok((index, e)),
+                _ => unreachable!("a tuple of length 2 has two items"),
+            }
+        }
+        _ => Err(DatasetError::invalid(
+            "internal: expected a (split index, element) carrier",
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+#[path = "executor_limits_tests.rs"]
+mod limits_tests;
+
+#[cfg(test)]
+#[path = "executor_autoshard_tests.rs"]
+mod autoshard_tests;
+
+#[cfg(test)]
+#[path = "executor_example_tests.rs"]
+mod example_tests;
+
+#[cfg(test)]
+#[path = "executor_files_tests.rs"]
+mod files_tests;
+
+#[cfg(test)]
+#[path = "executor_image_tests.rs"]
+mod image_tests;
+
+#[cfg(test)]
+#[path = "executor_origin_tests.rs"]
+mod origin_tests;

@@ -1,0 +1,143 @@
+//! Users' Python functions in a pipeline: the stage that runs a definition's `PyFunctionOp` with
+//! a `PythonRunner` (the traits are `sluice-element`'s, so a runner needs nothing else).
+//!
+//! This crate never runs Python itself. A pipeline with a Python op is executed with a runner in
+//! `ExecOptions::python`: a worker's pool of executor processes (`sluice-pyexec`), or the
+//! reader's own interpreter (the Python package, for ops after `distribute` and local
+//! iteration). Without one, building the pipeline fails with `DatasetError::PythonRuntime`.
+//!
+//! A call's outputs are a list: one element for a map, none or one for a filter (the runner
+//! applies the predicate and returns the element it keeps), any number for a flat_map. So one
+//! ordered, parallel stage runs all three kinds.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use sluice_element::{
+    pb, CallResult, Cancellation, DatasetError, Element, ElementIter, PythonFunction, PythonRunner,
+};
+use sluice_pipeline::python_op;
+
+/// The most calls of one Python op kept in flight, whatever `num_parallel_calls` asks.
+const MAX_IN_FLIGHT: usize = 1024;
+
+/// Readies `op` with the runner in `runner`, refusing it when there is none.
+pub(crate) fn prepare(
+    op: &pb::PyFunctionOp,
+    runner: Option<&Arc<dyn PythonRunner>>,
+) -> Result<PythonStage, DatasetError> {
+    python_op::check(op)?;
+    let runner = runner.ok_or_else(|| {
+        DatasetError::PythonRuntime(format!(
+            "python function '{}' cannot run here: this process has no Python executors (start \
+             the worker with `sluice worker --python PATH`, or from Python with WorkerServer)",
+            op.name
+        ))
+    })?;
+    let function = runner.prepare(op)?;
+    // Capped: each call in flight holds an element, and the count is the user's.
+    let in_flight = match op.num_parallel_calls {
+        0 => function.parallelism().max(1) * 2,
+        n => n as usize,
+    }
+    .min(MAX_IN_FLIGHT);
+    Ok(PythonStage {
+        function,
+        in_flight,
+        name: op.name.clone(),
+    })
+}
+
+/// A prepared Python op as a pipeline stage.
+#[derive(Clone)]
+pub(crate) struct PythonStage {
+    function: Arc<dyn PythonFunction>,
+    /// How many calls are kept in flight.
+    in_flight: usize,
+    name: String,
+}
+
+impl PythonStage {
+    pub(crate) fn apply(&self, input: ElementIter, cancel: Cancellation) -> ElementIter {
+        Box::new(OrderedCalls {
+            input: Some(input),
+            stage: self.clone(),
+            pending: VecDeque::new(),
+            ready: Vec::new().into_iter(),
+            cancel,
+        })
+    }
+}
+
+/// Calls the function on upstream elements with up to `in_flight` calls outstanding, and
+/// yields their outputs in upstream order. An upstream error is yielded in its place, after
+/// the outputs of the calls started before it.
+struct OrderedCalls {
+    input: Option<ElementIter>,
+    stage: PythonStage,
+    pending: VecDeque<Pending>,
+    ready: std::vec::IntoIter<Element>,
+    /// Checked before each call is awaited: a Python filter that drops everything loops here.
+    cancel: Cancellation,
+}
+
+enum Pending {
+    Call(Receiver<CallResult>),
+    Failed(DatasetError),
+}
+
+impl OrderedCalls {
+    fn fill(&mut self) {
+        while self.pending.len() < self.stage.in_flight {
+            let Some(input) = self.input.as_mut() else {
+                return;
+            };
+            match input.next() {
+                None => self.input = None,
+                Some(Ok(e)) => self
+                    .pending
+                    .push_back(Pending::Call(self.stage.function.call(e))),
+                Some(Err(err)) => {
+                    self.pending.push_back(Pending::Failed(err));
+                    // Stop reading ahead past an error: what follows it is produced only if the
+                    // consumer goes on.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for OrderedCalls {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.ready.next() {
+                return Some(Ok(e));
+            }
+            if let Err(e) = self.cancel.check() {
+                return Some(Err(e));
+            }
+            self.fill();
+            match self.pending.pop_front()? {
+                Pending::Failed(err) => return Some(Err(err)),
+                Pending::Call(rx) => match rx.recv() {
+                    Ok(Ok(outputs)) => self.ready = outputs.into_iter(),
+                    Ok(Err(err)) => return Some(Err(err)),
+                    Err(_) => {
+                        return Some(Err(DatasetError::PythonRuntime(format!(
+                            "python function '{}': its executor went away without a result",
+                            self.stage.name
+                        ))))
+                    }
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "python_fn_tests.rs"]
+mod tests;

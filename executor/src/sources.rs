@@ -1,0 +1,237 @@
+//! `Source`: a definition's source resolved for execution (range, slices, files), iterated either
+//! whole or split by split.
+//!
+//! Splits: split `i` of a range or slices source is element `i`; of a files source, file `i`
+//! (all its lines or records). In distributed_epoch mode `SplitIter` asks the `SplitSupplier` for
+//! split indices and yields only their content: the dispatcher hands each index out at most once,
+//! and the worker recomputes the content from the definition and the index.
+
+use std::sync::Arc;
+
+use sluice_element::{pb, Cancellation, DatasetError, Element, OriginCell, Tensor};
+use sluice_formats::{file_elements, FileAccess};
+use sluice_pipeline::source_rules::{not_expanded, range_len, Reading};
+use sluice_pipeline::Slices;
+
+use crate::splits::SplitSupplier;
+use sluice_element::ElementIter;
+
+/// A source ready to produce elements.
+#[derive(Debug)]
+pub(crate) enum Source {
+    Range {
+        start: i64,
+        step: i64,
+        len: u64,
+    },
+    Slices(Slices),
+    Files {
+        files: Vec<String>,
+        reading: Reading,
+        /// Checked again before each file is opened (a worker's own data roots).
+        access: FileAccess,
+        /// The file and record of the element yielded last (see `OriginCell`).
+        origin: OriginCell,
+    },
+}
+
+impl Source {
+    /// Resolves the source of `def`. A files source must already be expanded; its files are
+    /// opened as `access` allows.
+    pub(crate) fn from_def(
+        def: &pb::DatasetDef,
+        access: &FileAccess,
+    ) -> Result<Source, DatasetError> {
+        match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+            None => Err(DatasetError::invalid("dataset definition has no source")),
+            Some(pb::source::Kind::Range(r)) => {
+                if r.step == 0 {
+                    return Err(DatasetError::invalid("range step must not be zero"));
+                }
+                Ok(Source::Range {
+                    start: r.start,
+                    step: r.step,
+                    len: range_len(r.start, r.stop, r.step),
+                })
+            }
+            Some(pb::source::Kind::Slices(s)) => Ok(Source::Slices(Slices::from_proto(s)?)),
+            Some(pb::source::Kind::Files(fs)) => {
+                if fs.files.is_empty() {
+                    return Err(not_expanded(fs));
+                }
+                Ok(Source::Files {
+                    files: fs.files.clone(),
+                    reading: Reading::from_proto(fs)?,
+                    access: access.clone(),
+                    origin: OriginCell::default(),
+                })
+            }
+        }
+    }
+
+    /// The cell a files source writes each element's origin to; `None` for other sources.
+    pub(crate) fn origin(&self) -> Option<&OriginCell> {
+        match self {
+            Source::Files { origin, .. } => Some(origin),
+            Source::Range { .. } | Source::Slices(_) => None,
+        }
+    }
+
+    /// Whether split `i` is exactly element `i` (range, slices), so that a split index is the
+    /// element's position in the source.
+    pub(crate) fn split_is_one_element(&self) -> bool {
+        match self {
+            Source::Range { .. } | Source::Slices(_) => true,
+            Source::Files { .. } => false,
+        }
+    }
+
+    pub(crate) fn num_splits(&self) -> u64 {
+        match self {
+            Source::Range { len, .. } => *len,
+            Source::Slices(s) => s.len() as u64,
+            Source::Files { files, .. } => files.len() as u64,
+        }
+    }
+
+    /// Every element, in order.
+    pub(crate) fn iter_all(&self) -> ElementIter {
+        match self {
+            Source::Range { start, step, len } => {
+                let (start, step) = (*start, *step);
+                Box::new((0..*len).map(move |i| Ok(range_element(start, step, i))))
+            }
+            Source::Slices(s) => {
+                let s = s.clone();
+                Box::new((0..s.len()).map(move |i| s.row(i)))
+            }
+            Source::Files {
+                files,
+                reading,
+                access,
+                origin,
+            } => {
+                let (reading, access, origin) = (*reading, access.clone(), origin.clone());
+                Box::new(
+                    files
+                        .clone()
+                        .into_iter()
+                        .flat_map(move |f| file_elements(f, reading, &access, &origin)),
+                )
+            }
+        }
+    }
+
+    /// The content of split `index`.
+    pub(crate) fn split(&self, index: u64) -> Result<ElementIter, DatasetError> {
+        let n = self.num_splits();
+        if index >= n {
+            return Err(DatasetError::invalid(format!(
+                "split index {index} is out of range for {n} splits"
+            )));
+        }
+        Ok(match self {
+            Source::Range { start, step, .. } => {
+                Box::new(std::iter::once(Ok(range_element(*start, *step, index))))
+            }
+            Source::Slices(s) => Box::new(std::iter::once(s.row(index as usize))),
+            Source::Files {
+                files,
+                reading,
+                access,
+                origin,
+            } => file_elements(files[index as usize].clone(), *reading, access, origin),
+        })
+    }
+}
+
+fn range_element(start: i64, step: i64, i: u64) -> Element {
+    // Within range by construction: i < len, so the value lies between start and stop.
+    let v = start as i128 + i as i128 * step as i128;
+    Element::Tensor(Tensor::scalar_i64(v as i64))
+}
+
+/// Yields the content of the splits a `SplitSupplier` hands out for one repetition.
+pub(crate) struct SplitIter {
+    source: Arc<Source>,
+    supplier: Arc<dyn SplitSupplier>,
+    repetition: u64,
+    /// Wrap each element as `(split index, element)`, for `enumerate` in distributed_epoch
+    /// mode (see `executor.rs`). Only for sources whose split is one element.
+    with_index: bool,
+    current: Option<ElementIter>,
+    done: bool,
+    /// Checked before each split is asked for: many empty splits in a row yield nothing.
+    cancel: Cancellation,
+}
+
+impl SplitIter {
+    pub(crate) fn new(
+        source: Arc<Source>,
+        supplier: Arc<dyn SplitSupplier>,
+        repetition: u64,
+        with_index: bool,
+        cancel: Cancellation,
+    ) -> Self {
+        SplitIter {
+            source,
+            supplier,
+            repetition,
+            with_index,
+            current: None,
+            done: false,
+            cancel,
+        }
+    }
+}
+
+impl Iterator for SplitIter {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(cur) = self.current.as_mut() {
+                match cur.next() {
+                    Some(item) => return Some(item),
+                    None => self.current = None,
+                }
+            }
+            if self.done {
+                return None;
+            }
+            if let Err(e) = self.cancel.check() {
+                self.done = true;
+                return Some(Err(e));
+            }
+            // The only provider: one source per definition.
+            match self.supplier.next_split(0, self.repetition) {
+                Ok(Some(index)) => match self.source.split(index) {
+                    Ok(it) if self.with_index => {
+                        let index = Element::Tensor(Tensor::scalar_i64(index as i64));
+                        self.current =
+                            Some(Box::new(it.map(move |r| {
+                                r.map(|e| Element::Tuple(vec![index.clone(), e]))
+                            })));
+                    }
+                    Ok(it) => self.current = Some(it),
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+                Ok(None) => {
+                    self.done = true;
+                    return None;
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "sources_tests.rs"]
+mod tests;

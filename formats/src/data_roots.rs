@@ -1,0 +1,207 @@
+//! `DataRoots`: the directories a server may read `files()` from, and the one check every path
+//! passes before a server lists or opens it.
+//!
+//! A client chooses the paths of a files source (a pattern, or an explicit list in a raw
+//! request), so a server that opened them as given would read any file its process can:
+//! `/etc/passwd`, `/proc/self/environ`, keys, or `/dev/zero` until it runs out of memory. The
+//! check therefore works on the *canonical* path (every symlink and `..` resolved), compares it
+//! with each root component by component (`/data2/x` is not below `/data`), and accepts only a
+//! regular file. The canonical path is what the caller stores and opens, so a symlink swapped
+//! after the check cannot redirect an already stored path.
+//!
+//! A path that cannot be resolved is reported as missing only when it lies below a root by its
+//! text; otherwise it is refused as outside the roots, so a client cannot probe which files
+//! exist elsewhere on the server. For the same reason a glob pattern is checked before it is
+//! expanded: one whose literal directory can reach no root is refused without listing anything,
+//! and a match outside every root is reported as the pattern's, not by the matched name.
+//!
+//! No roots means no file: the safe default. The user's own process (local execution) does not
+//! use this type at all; see `FileAccess`.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use sluice_element::DatasetError;
+
+/// Why a server without roots refuses a file, and how to allow files.
+const NO_ROOTS: &str = "this server has no data roots, so it reads no files; start it with \
+                        --data-root DIR (data_roots=[...] in Python) to allow files below DIR";
+
+/// Canonical directories below which files may be read; empty refuses every file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DataRoots {
+    /// Canonical, so a canonical path is below a root exactly when it `starts_with` it.
+    roots: Arc<[PathBuf]>,
+}
+
+impl DataRoots {
+    /// No roots: every file is refused.
+    pub fn none() -> DataRoots {
+        DataRoots::default()
+    }
+
+    /// Canonicalizes each root. A root that does not exist or is not a directory is an error
+    /// naming it (a server refuses to start with it).
+    pub fn new<I, P>(roots: I) -> Result<DataRoots, DatasetError>
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<Path>,
+    {
+        let mut canonical = Vec::new();
+        for root in roots {
+            let root = root.as_ref();
+            let resolved = std::fs::canonicalize(root).map_err(|e| {
+                DatasetError::InvalidArgument(format!(
+                    "data root '{}' cannot be used: {}",
+                    root.display(),
+                    e.to_string().to_lowercase()
+                ))
+            })?;
+            if !resolved.is_dir() {
+                return Err(DatasetError::InvalidArgument(format!(
+                    "data root '{}' is not a directory",
+                    root.display()
+                )));
+            }
+            if !canonical.contains(&resolved) {
+                canonical.push(resolved);
+            }
+        }
+        Ok(DataRoots {
+            roots: canonical.into(),
+        })
+    }
+
+    /// The canonical roots, in the order given.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.roots.is_empty()
+    }
+
+    /// The canonical form of `path` if it is a regular file below a root; otherwise an error
+    /// naming the path and the roots.
+    pub fn check(&self, path: &str) -> Result<PathBuf, DatasetError> {
+        if self.roots.is_empty() {
+            return Err(self.refuse(path, NO_ROOTS));
+        }
+        let canonical = match std::fs::canonicalize(path) {
+            Ok(canonical) => canonical,
+            Err(e) if self.below_a_root(&lexical_absolute(Path::new(path))) => {
+                return Err(DatasetError::io(path, &e));
+            }
+            Err(_) => return Err(self.refuse(path, &self.outside())),
+        };
+        if !self.below_a_root(&canonical) {
+            let reason = if canonical == Path::new(path) {
+                self.outside()
+            } else {
+                format!(
+                    "it resolves to '{}', {}",
+                    canonical.display(),
+                    self.outside()
+                )
+            };
+            return Err(self.refuse(path, &reason));
+        }
+        let metadata = std::fs::metadata(&canonical).map_err(|e| DatasetError::io(path, &e))?;
+        if !metadata.is_file() {
+            return Err(self.refuse(path, "it is not a regular file"));
+        }
+        Ok(canonical)
+    }
+
+    /// Refuses a glob pattern that cannot match below any root, before anything is listed: its
+    /// literal directory (the components before the first with `*`, `?` or `[`), resolved,
+    /// must lie below a root or contain one.
+    pub fn check_pattern(&self, pattern: &str) -> Result<(), DatasetError> {
+        if self.roots.is_empty() {
+            return Err(self.refuse(pattern, NO_ROOTS));
+        }
+        let literal: PathBuf = Path::new(pattern)
+            .components()
+            .take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '[']))
+            .collect();
+        let literal = if literal.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            literal
+        };
+        let dir = std::fs::canonicalize(&literal).unwrap_or_else(|_| lexical_absolute(&literal));
+        if self
+            .roots
+            .iter()
+            .any(|root| dir.starts_with(root) || root.starts_with(&dir))
+        {
+            Ok(())
+        } else {
+            Err(self.refuse(pattern, &self.outside()))
+        }
+    }
+
+    /// Checks a file that `pattern` matched, as [`DataRoots::check`]; a match that is outside
+    /// every root by its own text is refused as the pattern's, so the error lists no file
+    /// outside the roots.
+    pub fn check_match(&self, pattern: &str, path: &str) -> Result<PathBuf, DatasetError> {
+        match self.check(path) {
+            Err(DatasetError::FileRefused { .. })
+                if !self.below_a_root(&lexical_absolute(Path::new(path))) =>
+            {
+                Err(self.refuse(pattern, &format!("it matches files {}", self.outside())))
+            }
+            checked => checked,
+        }
+    }
+
+    fn below_a_root(&self, path: &Path) -> bool {
+        // `Path::starts_with` compares whole components: `/data2` does not start with `/data`.
+        self.roots.iter().any(|root| path.starts_with(root))
+    }
+
+    fn outside(&self) -> String {
+        format!("outside the data roots ({})", self)
+    }
+
+    fn refuse(&self, path: &str, reason: &str) -> DatasetError {
+        DatasetError::FileRefused {
+            path: path.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for DataRoots {
+    /// The roots, comma-separated.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, root) in self.roots.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}", root.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// `path` made absolute against the working directory with `.` and `..` folded by their text;
+/// only used to decide how to report a path that does not resolve.
+fn lexical_absolute(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "data_roots_tests.rs"]
+mod tests;

@@ -1,0 +1,189 @@
+//! Tests of glob expansion with and without data roots, and its limit.
+
+use sluice_pipeline::Dataset;
+
+use super::*;
+
+struct Rooted {
+    _dir: tempfile::TempDir,
+    base: std::path::PathBuf,
+    access: FileAccess,
+}
+
+impl Rooted {
+    fn new() -> Rooted {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(base.join("data")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        for file in ["data/a.txt", "data/b.txt", "outside/secret.txt"] {
+            std::fs::write(base.join(file), "x\n").unwrap();
+        }
+        let roots = crate::DataRoots::new([base.join("data")]).unwrap();
+        Rooted {
+            _dir: dir,
+            base,
+            access: FileAccess::Roots(roots),
+        }
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.base.join(rel).to_string_lossy().into_owned()
+    }
+}
+
+#[test]
+fn expansion_is_sorted_and_skips_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["b.txt", "a.txt", "c.csv"] {
+        std::fs::write(dir.path().join(name), "x\n").unwrap();
+    }
+    std::fs::create_dir(dir.path().join("d.txt")).unwrap();
+    let pattern = format!("{}/*.txt", dir.path().display());
+    let mut def = Dataset::files(&pattern).lines().into_def();
+    expand_files(&mut def, &FileAccess::Unrestricted).unwrap();
+    let Some(pb::source::Kind::Files(fs)) = def.source.unwrap().kind else {
+        panic!("files source")
+    };
+    let names: Vec<_> = fs
+        .files
+        .iter()
+        .map(|f| f.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["a.txt", "b.txt"]);
+    assert!(fs
+        .files
+        .iter()
+        .all(|f| std::path::Path::new(f).is_absolute()));
+}
+
+#[test]
+fn expansion_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = format!("{}/*.none", dir.path().display());
+    let mut def = Dataset::files(&pattern).lines().into_def();
+    assert_eq!(
+        expand_files(&mut def, &FileAccess::Unrestricted)
+            .unwrap_err()
+            .to_string(),
+        format!("no files match pattern '{pattern}'")
+    );
+    let mut def = Dataset::files("a/***/b").lines().into_def();
+    assert!(expand_files(&mut def, &FileAccess::Unrestricted)
+        .unwrap_err()
+        .to_string()
+        .starts_with("invalid file pattern 'a/***/b'"));
+}
+
+fn with_files(files: Vec<String>) -> pb::DatasetDef {
+    let mut def = Dataset::files("ignored").lines().into_def();
+    let Some(pb::source::Kind::Files(fs)) = def.source.as_mut().unwrap().kind.as_mut() else {
+        panic!("files source")
+    };
+    fs.files = files;
+    def
+}
+
+fn listed(def: &pb::DatasetDef) -> Vec<String> {
+    let Some(pb::source::Kind::Files(fs)) = def.source.clone().unwrap().kind else {
+        panic!("files source")
+    };
+    fs.files
+}
+
+#[test]
+fn with_roots_a_pattern_stores_canonical_paths_and_refuses_the_first_match_outside() {
+    let rooted = Rooted::new();
+    let pattern = format!("{}/data/../data/*.txt", rooted.base.display());
+    let mut def = Dataset::files(&pattern).lines().into_def();
+    expand_files(&mut def, &rooted.access).unwrap();
+    assert_eq!(
+        listed(&def),
+        [rooted.path("data/a.txt"), rooted.path("data/b.txt")]
+    );
+
+    std::os::unix::fs::symlink(
+        rooted.base.join("outside/secret.txt"),
+        rooted.base.join("data/c.txt"),
+    )
+    .unwrap();
+    let mut def = Dataset::files(&pattern).lines().into_def();
+    let err = expand_files(&mut def, &rooted.access).unwrap_err();
+    assert!(
+        matches!(&err, DatasetError::FileRefused { path, .. } if path.ends_with("/data/c.txt")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("resolves to"), "{err}");
+
+    // A match outside the roots is named by the pattern, not by the file.
+    std::fs::remove_file(rooted.base.join("data/c.txt")).unwrap();
+    let outside = format!("{}/*/*.txt", rooted.base.display());
+    let mut def = Dataset::files(&outside).lines().into_def();
+    let err = expand_files(&mut def, &rooted.access).unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "refused to read '{outside}': it matches files outside the data roots"
+        )),
+        "{err}"
+    );
+    // A pattern that can reach no root is refused before anything is listed.
+    let mut def = Dataset::files("/etc/pass*").lines().into_def();
+    let err = expand_files(&mut def, &rooted.access).unwrap_err();
+    assert!(
+        matches!(&err, DatasetError::FileRefused { path, .. } if path == "/etc/pass*"),
+        "{err}"
+    );
+    // A malformed pattern is still reported as malformed.
+    let mut def = Dataset::files("a/***/b").lines().into_def();
+    assert!(expand_files(&mut def, &rooted.access)
+        .unwrap_err()
+        .to_string()
+        .starts_with("invalid file pattern 'a/***/b'"));
+}
+
+#[test]
+fn with_roots_an_explicit_list_is_checked_and_canonicalized() {
+    let rooted = Rooted::new();
+    let mut def = with_files(vec![
+        rooted.path("data/../data/b.txt"),
+        rooted.path("data/a.txt"),
+    ]);
+    expand_files(&mut def, &rooted.access).unwrap();
+    // The order given is kept: split i is file i.
+    assert_eq!(
+        listed(&def),
+        [rooted.path("data/b.txt"), rooted.path("data/a.txt")]
+    );
+    for bad in [
+        rooted.path("outside/secret.txt"),
+        "/etc/passwd".to_string(),
+        "/dev/zero".to_string(),
+    ] {
+        let mut def = with_files(vec![rooted.path("data/a.txt"), bad.clone()]);
+        let before = def.clone();
+        let err = expand_files(&mut def, &rooted.access).unwrap_err();
+        assert!(
+            matches!(&err, DatasetError::FileRefused { path, .. } if *path == bad),
+            "{bad}: {err}"
+        );
+        assert_eq!(def, before, "a refused list changes nothing");
+    }
+    // Unrestricted (the user's own process): the list is kept as given.
+    let mut def = with_files(vec!["/etc/passwd".into()]);
+    expand_files(&mut def, &FileAccess::Unrestricted).unwrap();
+    assert_eq!(listed(&def), ["/etc/passwd"]);
+}
+
+#[test]
+fn too_many_listed_files_are_refused_naming_the_limit() {
+    let mut def = with_files(vec!["a".into(); MAX_MATCHED_FILES + 1]);
+    assert_eq!(
+        expand_files(&mut def, &FileAccess::Unrestricted)
+            .unwrap_err()
+            .to_string(),
+        format!(
+            "the files source lists {} files; the limit is {MAX_MATCHED_FILES}",
+            MAX_MATCHED_FILES + 1
+        )
+    );
+}

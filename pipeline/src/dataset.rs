@@ -1,0 +1,235 @@
+//! `Dataset`: a Rust builder for `pb::DatasetDef` mirroring tf.data, and the `Transform` trait
+//! that gives any dataset-like type the tf.data methods. Rendering to the text syntax is
+//! `render`'s.
+
+use sluice_element::pb::op::Kind as OpKind;
+use sluice_element::pb::source::Kind as SourceKind;
+use sluice_element::{pb, DatasetError, Element, Tensor};
+
+use crate::slices::Slices;
+
+/// A pipeline definition under construction: a source and ops in order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Dataset {
+    def: pb::DatasetDef,
+}
+
+/// The half-built `files(pattern)` source; choose the format with `lines()` or `tfrecord()`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilesBuilder {
+    pattern: String,
+}
+
+impl FilesBuilder {
+    /// Every line of every file, without its `\n` / `\r\n`, as a scalar string.
+    pub fn lines(self) -> Dataset {
+        self.with_format(pb::FileFormat::Lines, pb::RecordCompression::None)
+    }
+
+    /// Every record of every TFRecord file as a scalar string.
+    pub fn tfrecord(self) -> Dataset {
+        self.tfrecord_compressed(pb::RecordCompression::None)
+    }
+
+    /// Every record of every TFRecord file, each file compressed as a whole (GZIP or ZLIB, as
+    /// TensorFlow's `TFRecordDataset(compression_type=...)` reads them).
+    pub fn tfrecord_compressed(self, compression: pb::RecordCompression) -> Dataset {
+        self.with_format(pb::FileFormat::Tfrecord, compression)
+    }
+
+    fn with_format(self, format: pb::FileFormat, compression: pb::RecordCompression) -> Dataset {
+        Dataset::with_source(SourceKind::Files(pb::FilesSource {
+            pattern: self.pattern,
+            format: format as i32,
+            files: Vec::new(),
+            compression: compression as i32,
+        }))
+    }
+}
+
+impl Dataset {
+    fn with_source(kind: SourceKind) -> Dataset {
+        Dataset {
+            def: pb::DatasetDef {
+                source: Some(pb::Source { kind: Some(kind) }),
+                ops: Vec::new(),
+            },
+        }
+    }
+
+    /// `0, 1, ..., stop - 1` as int64 scalars.
+    pub fn range(stop: i64) -> Dataset {
+        Dataset::range_with(0, stop, 1)
+    }
+
+    /// `start, start + step, ...` up to (excluding) `stop`; `step` may be negative, not zero.
+    pub fn range_with(start: i64, stop: i64, step: i64) -> Dataset {
+        Dataset::with_source(SourceKind::Range(pb::RangeSource { start, stop, step }))
+    }
+
+    /// The rows of `t` along its first dimension.
+    pub fn from_slices(t: Tensor) -> Dataset {
+        Dataset::with_source(SourceKind::Slices(pb::SlicesSource {
+            tensor: Some(t.to_proto()),
+            structure: None,
+        }))
+    }
+
+    /// The rows of a tuple or dict (nested) of tensors sliced together along their first
+    /// dimension, as tf.data's `from_tensor_slices` of a structure: row `i` has the columns'
+    /// structure with each tensor's slice `i`. Fails for a scalar column or for columns whose
+    /// first dimensions differ (`Dimensions 3 and 2 are not compatible`, as tf).
+    pub fn from_structured_slices(columns: Element) -> Result<Dataset, DatasetError> {
+        let slices = Slices::new(columns)?;
+        Ok(Dataset::with_source(SourceKind::Slices(slices.to_proto())))
+    }
+
+    /// Files matching a glob pattern, expanded at registration (see `expand_files`).
+    pub fn files(pattern: &str) -> FilesBuilder {
+        FilesBuilder {
+            pattern: pattern.to_string(),
+        }
+    }
+
+    pub fn from_def(def: pb::DatasetDef) -> Dataset {
+        Dataset { def }
+    }
+
+    pub fn def(&self) -> &pb::DatasetDef {
+        &self.def
+    }
+
+    pub fn into_def(self) -> pb::DatasetDef {
+        self.def
+    }
+}
+
+/// tf.data's transformations, for any type that can append an op to its definition. The
+/// client's service-backed dataset implements `push_op` and gets the same methods.
+pub trait Transform: Sized {
+    fn push_op(self, op: pb::Op) -> Self;
+
+    fn map(self, function: &str) -> Self {
+        self.push_op(op(OpKind::Map(pb::MapOp {
+            function: function.to_string(),
+        })))
+    }
+
+    fn filter(self, predicate: &str) -> Self {
+        self.push_op(op(OpKind::Filter(pb::FilterOp {
+            predicate: predicate.to_string(),
+        })))
+    }
+
+    fn batch(self, n: u64) -> Self {
+        self.batch_with(n, false)
+    }
+
+    fn batch_with(self, n: u64, drop_remainder: bool) -> Self {
+        self.push_op(op(OpKind::Batch(pb::BatchOp {
+            batch_size: n,
+            drop_remainder,
+        })))
+    }
+
+    fn shuffle(self, buffer: u64, seed: Option<u64>) -> Self {
+        self.push_op(op(OpKind::Shuffle(pb::ShuffleOp {
+            buffer_size: buffer,
+            seed,
+        })))
+    }
+
+    fn repeat(self, count: u64) -> Self {
+        self.push_op(op(OpKind::Repeat(pb::RepeatOp { count: Some(count) })))
+    }
+
+    fn repeat_forever(self) -> Self {
+        self.push_op(op(OpKind::Repeat(pb::RepeatOp { count: None })))
+    }
+
+    fn take(self, n: u64) -> Self {
+        self.push_op(op(OpKind::Take(pb::TakeOp { count: n })))
+    }
+
+    fn skip(self, n: u64) -> Self {
+        self.push_op(op(OpKind::Skip(pb::SkipOp { count: n })))
+    }
+
+    fn shard(self, num_shards: u64, index: u64) -> Self {
+        self.push_op(op(OpKind::Shard(pb::ShardOp {
+            num_shards,
+            index,
+            hint: false,
+        })))
+    }
+
+    /// tf.data's `shard(SHARD_HINT, SHARD_HINT)`: the HINT sharding policy replaces it by
+    /// `shard(num_workers, worker_index)` on each worker (see `auto_shard`); running it
+    /// unresolved is an error.
+    fn shard_hint(self) -> Self {
+        self.push_op(op(OpKind::Shard(pb::ShardOp {
+            num_shards: 0,
+            index: 0,
+            hint: true,
+        })))
+    }
+
+    fn prefetch(self, n: u64) -> Self {
+        self.push_op(op(OpKind::Prefetch(pb::PrefetchOp { buffer_size: n })))
+    }
+
+    /// `(index, element)` tuples with an int64 scalar index counting from 0, as tf.data's
+    /// `enumerate()`. Through the service, sorting by the index recovers the dataset's order.
+    fn enumerate(self) -> Self {
+        self.enumerate_from(0)
+    }
+
+    /// `enumerate` counting from `start`.
+    fn enumerate_from(self, start: i64) -> Self {
+        self.push_op(op(OpKind::Enumerate(pb::EnumerateOp { start })))
+    }
+
+    /// Decodes JPEG or PNG bytes (the element, a scalar string, or its dict entry `key`) to a
+    /// uint8 `[height, width, channels]` tensor; `channels` is 1, 3 or 4.
+    fn decode_image(self, key: Option<&str>, channels: u32) -> Self {
+        self.push_op(op(OpKind::DecodeImage(pb::DecodeImageOp {
+            key: key.map(str::to_string),
+            channels,
+        })))
+    }
+
+    /// Resizes a uint8 or float32 `[h, w, c]` image (the element, or its dict entry `key`)
+    /// bilinearly to `[height, width, c]`.
+    fn resize(self, key: Option<&str>, height: u64, width: u64) -> Self {
+        self.push_op(op(OpKind::Resize(pb::ResizeOp {
+            key: key.map(str::to_string),
+            height,
+            width,
+        })))
+    }
+
+    /// Parses each scalar string element, a serialized `tf.train.Example`, into a dict with one
+    /// tensor per feature (see `fixed_len_feature`, `var_len_feature`). Features are kept
+    /// sorted by name, as dict specs are.
+    fn parse_example(self, mut features: Vec<pb::FeatureSpec>) -> Self {
+        features.sort_by(|a, b| a.name.cmp(&b.name));
+        self.push_op(op(OpKind::ParseExample(pb::ParseExampleOp { features })))
+    }
+
+    /// A user's Python function (map, filter or flat_map), pickled by the Python package. It
+    /// runs where the pipeline runs, with the runner of `ExecOptions::python`.
+    fn py_function(self, function: pb::PyFunctionOp) -> Self {
+        self.push_op(op(OpKind::PyFunction(function)))
+    }
+}
+
+fn op(kind: OpKind) -> pb::Op {
+    pb::Op { kind: Some(kind) }
+}
+
+impl Transform for Dataset {
+    fn push_op(mut self, op: pb::Op) -> Self {
+        self.def.ops.push(op);
+        self
+    }
+}

@@ -1,0 +1,136 @@
+//! The transformations of the expression syntax (`.map(f)`, `.batch(4, drop_remainder=true)`,
+//! ...), kept beside the parser (a child module, so it shares the parser's token cursor): each
+//! op's name and arguments, built through `Transform` exactly as the builder builds them.
+
+use sluice_element::{pb, DatasetError};
+
+use super::{parse_error, Parser, Tok, SHARD_HINT, TRANSFORMATIONS};
+use crate::dataset::Transform;
+
+impl Parser {
+    /// One transformation: its name and arguments, built as the builder builds it.
+    pub(super) fn op(&mut self) -> Result<pb::Op, DatasetError> {
+        let t = self.peek().clone();
+        let Tok::Ident(name) = &t.tok else {
+            return Err(self.unexpected("a transformation name"));
+        };
+        let builder = OpCollector::default();
+        let known = matches!(
+            name.as_str(),
+            "map"
+                | "filter"
+                | "batch"
+                | "shuffle"
+                | "repeat"
+                | "take"
+                | "skip"
+                | "shard"
+                | "prefetch"
+                | "enumerate"
+                | "decode_image"
+                | "resize"
+                | "parse_example"
+        );
+        if !known {
+            return Err(DatasetError::Parse {
+                column: t.col,
+                message: format!("unknown transformation '{name}' at column {}; expected one of {TRANSFORMATIONS}", t.col),
+            });
+        }
+        self.next();
+        self.expect_punct('(', "'('")?;
+        let b = match name.as_str() {
+            "map" => builder.map(&self.string_arg("a function name")?),
+            "filter" => builder.filter(&self.string_arg("a function name")?),
+            "batch" => {
+                let n = self.positive_arg("batch size")?;
+                let mut drop = false;
+                if self.more_args()? {
+                    self.keyword("drop_remainder");
+                    drop = self.bool_arg("'drop_remainder=true' or 'drop_remainder=false'")?;
+                }
+                builder.batch_with(n, drop)
+            }
+            "shuffle" => {
+                let n = self.positive_arg("shuffle buffer size")?;
+                let mut seed = None;
+                if self.more_args()? {
+                    self.keyword("seed");
+                    seed = Some(self.u64_arg("seed")?);
+                }
+                builder.shuffle(n, seed)
+            }
+            "repeat" => {
+                if self.is_punct(')') {
+                    builder.repeat_forever()
+                } else {
+                    builder.repeat(self.u64_arg("repeat count")?)
+                }
+            }
+            "take" => builder.take(self.u64_arg("take count")?),
+            "skip" => builder.skip(self.u64_arg("skip count")?),
+            "shard" if self.shard_hint_arg() => {
+                // As in tf.data, the index next to a SHARD_HINT is not used: the HINT policy
+                // supplies both numbers.
+                self.expect_punct(',', "','")?;
+                if !self.shard_hint_arg() {
+                    self.u64_arg("shard index or SHARD_HINT")?;
+                }
+                builder.shard_hint()
+            }
+            "shard" => {
+                let n = self.positive_arg("number of shards")?;
+                self.expect_punct(',', "','")?;
+                let col = self.peek().col;
+                if self.is_ident(SHARD_HINT) {
+                    return Err(parse_error(
+                        col,
+                        format!("{SHARD_HINT} as the shard index needs {SHARD_HINT} as the number of shards too: shard({SHARD_HINT}, {SHARD_HINT})"),
+                    ));
+                }
+                let index = self.u64_arg("shard index")?;
+                if index >= n {
+                    return Err(parse_error(
+                        col,
+                        format!("shard index {index} must be less than the number of shards {n}"),
+                    ));
+                }
+                builder.shard(n, index)
+            }
+            "parse_example" => builder.parse_example(self.feature_args()?),
+            "enumerate" => {
+                if self.is_punct(')') {
+                    builder.enumerate()
+                } else {
+                    self.keyword("start");
+                    builder.enumerate_from(self.i64_arg("enumerate start")?.0)
+                }
+            }
+            "decode_image" => {
+                let (key, channels) = self.decode_image_args()?;
+                builder.decode_image(key.as_deref(), channels)
+            }
+            "resize" => {
+                let (height, width, key) = self.resize_args()?;
+                builder.resize(key.as_deref(), height, width)
+            }
+            _ => builder.prefetch(self.u64_arg("prefetch buffer size")?),
+        };
+        self.close()?;
+        Ok(b.0
+            .into_iter()
+            .next()
+            .expect("the builder pushed exactly one op"))
+    }
+}
+
+/// Collects ops pushed through `Transform`, so the parser builds ops exactly as the builder does.
+#[derive(Default)]
+struct OpCollector(Vec<pb::Op>);
+
+impl Transform for OpCollector {
+    fn push_op(mut self, op: pb::Op) -> Self {
+        self.0.push(op);
+        self
+    }
+}
