@@ -16,7 +16,7 @@
 //! asks the dispatcher to remove the task, which happens once every consumer asked for the same
 //! round, and the task's result becomes a skip.
 
-use crate::element_stream::{Delivered, Delivery, Elements};
+use crate::delivery::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use crate::options::HeartbeatWaits;
 use futures::stream::{FuturesOrdered, StreamExt};

@@ -36,8 +36,11 @@
 
 pub mod client_metrics;
 mod coordinated;
+mod delivery;
 pub mod distribute;
+mod driver;
 pub mod element_stream;
+mod epoch;
 pub mod error;
 mod local_ops;
 pub mod options;
