@@ -46,6 +46,7 @@ mod local_ops;
 pub mod options;
 pub mod read_metrics;
 mod read_params;
+mod rounds;
 pub mod service_dataset;
 mod task_stream;
 
