@@ -30,14 +30,14 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
 /// Distinct `(dataset, job)` label pairs kept apart; later ones share `_other`.
-pub const MAX_LABEL_SETS: usize = 64;
+pub(crate) const MAX_LABEL_SETS: usize = 64;
 
 /// The label value of reads past `MAX_LABEL_SETS`.
-pub const OTHER: &str = "_other";
+pub(crate) const OTHER: &str = "_other";
 
 /// The labels of every client metric.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReadLabels {
+pub(crate) struct ReadLabels {
     pub dataset: String,
     pub job: String,
 }
@@ -111,7 +111,7 @@ impl ClientMetrics {
     }
 
     /// The counters of one epoch of `dataset` in `job` (`None`: an anonymous job).
-    pub fn for_read(&self, dataset: &str, job: Option<&str>) -> ReadMetrics {
+    pub(crate) fn for_read(&self, dataset: &str, job: Option<&str>) -> ReadMetrics {
         let labels = self.bounded(ReadLabels {
             dataset: dataset.to_string(),
             job: job.unwrap_or_default().to_string(),

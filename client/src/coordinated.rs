@@ -16,16 +16,16 @@
 //! asks the dispatcher to remove the task, which happens once every consumer asked for the same
 //! round, and the task's result becomes a skip.
 
-use crate::element_stream::{Delivered, Delivery, Elements};
+use crate::delivery::{Delivered, Delivery, Elements};
+use crate::epoch::Poll;
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use crate::options::HeartbeatWaits;
+use crate::rounds::{Decision, Event, Heartbeat, Reply, Request, Rounds};
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
-use sluice_rpc::{
-    ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, TaskId,
-};
-use std::collections::HashMap;
+use sluice_rpc::{ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, TaskId};
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -34,9 +34,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-/// How soon a consumer heartbeats again while a task is pending (it must report its rounds).
-const PENDING_REFRESH: Duration = Duration::from_millis(20);
-
 pub(crate) struct CoordinatedConfig {
     pub client_id: ClientId,
     pub consumer_index: u32,
@@ -44,26 +41,12 @@ pub(crate) struct CoordinatedConfig {
     pub heartbeat_poll: Duration,
 }
 
-struct TaskEntry {
-    task_id: u64,
-    address: String,
-    starting_round: u64,
-    /// A request to this task is outstanding (strict order: one at a time per task).
-    in_use: bool,
-    removed: bool,
-    skipped_previous_round: bool,
-}
-
-/// What one request came to.
-enum Reply {
-    Element(bytes::Bytes),
-    Skip,
-    /// The dispatcher removed the task: skip it from now on.
-    Removed,
-}
-
 type Pending = Pin<Box<dyn Future<Output = (u64, Result<Reply, ClientError>)> + Send>>;
 
+type HeartbeatFuture =
+    Pin<Box<dyn Future<Output = Result<ClientHeartbeatReply, ClientError>> + Send>>;
+
+/// Reads the job's rounds until the epoch ends, performing what `Rounds` decides.
 pub(crate) async fn run(
     client: DispatcherClient,
     config: CoordinatedConfig,
@@ -71,148 +54,117 @@ pub(crate) async fn run(
     out: flume::Sender<Delivery>,
     cancel: CancellationToken,
 ) -> Result<(), ClientError> {
-    let mut reader = Reader {
+    let mut rounds = Rounds::new(config.max_outstanding);
+    let mut workers = Workers {
         client,
-        config,
-        tasks: Vec::new(),
+        consumer_index: config.consumer_index,
         channels: HashMap::new(),
-        current_round: 0,
-        next_task_index: 0,
-        round_limit: None,
     };
     let mut in_flight: FuturesOrdered<Pending> = FuturesOrdered::new();
     // Permits of the requests in flight, in request order.
-    let mut held: std::collections::VecDeque<OwnedSemaphorePermit> = Default::default();
-    let mut heartbeat = Box::pin(reader.heartbeat_after(Duration::ZERO, Duration::ZERO));
-    let mut waits = HeartbeatWaits::new(reader.config.heartbeat_poll);
-    let mut iteration_finished = false;
+    let mut held: VecDeque<OwnedSemaphorePermit> = VecDeque::new();
+    let mut waits = HeartbeatWaits::new(config.heartbeat_poll);
+    let mut heartbeat: Option<HeartbeatFuture> = None;
+    let mut decisions: VecDeque<Decision> = rounds.start().into();
+    // The free permit a request is decided for; the permit of the last reply.
+    let mut free: Option<OwnedSemaphorePermit> = None;
+    let mut replied: Option<OwnedSemaphorePermit> = None;
     loop {
-        // Issue every request the order, the limit and the permits allow.
-        while !iteration_finished && in_flight.len() < reader.config.max_outstanding as usize {
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                break;
-            };
-            match reader.next_request() {
-                Some(request) => {
-                    held.push_back(permit);
-                    in_flight.push_back(request);
+        while let Some(decision) = decisions.pop_front() {
+            match decision {
+                Decision::Request(request) => {
+                    held.push_back(free.take().expect("a request is decided for a free permit"));
+                    in_flight.push_back(workers.request(request));
                 }
-                None => break,
+                Decision::Deliver(bytes) => {
+                    let size = bytes.len() as u64;
+                    let event = match sluice_element::decode_element_bytes(bytes) {
+                        Err(e) => Event::Failed(e.into()),
+                        Ok(element) => {
+                            let delivered = Delivered {
+                                elements: Elements::one(element),
+                                permit: replied.take(),
+                                bytes: size,
+                            };
+                            match out.send_async(Ok(delivered)).await {
+                                Ok(()) => Event::Delivered,
+                                Err(_) => Event::Cancelled, // the consumer went away
+                            }
+                        }
+                    };
+                    decisions.extend(rounds.handle(event));
+                }
+                Decision::Heartbeat(next) => {
+                    let poll = match next.poll {
+                        Poll::Now => Duration::ZERO,
+                        Poll::Drawn => waits.draw(),
+                    };
+                    let client = workers.client.clone();
+                    heartbeat = Some(Box::pin(send_heartbeat(
+                        client,
+                        config.client_id,
+                        next,
+                        poll,
+                    )));
+                }
+                Decision::End(error) => return error.map_or(Ok(()), Err),
             }
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            response = &mut heartbeat => {
-                let response = response?;
-                iteration_finished = response.iteration_finished;
-                let pending = reader.apply_heartbeat(response);
-                if iteration_finished && in_flight.is_empty() {
-                    return Ok(());
+        replied = None;
+        // Issue every request the order, the limit and the permits allow.
+        if rounds.may_request() {
+            if let Ok(permit) = permits.clone().try_acquire_owned() {
+                free = Some(permit);
+                decisions.extend(rounds.handle(Event::Permit));
+                if !decisions.is_empty() {
+                    continue;
                 }
-                let wait = if pending { PENDING_REFRESH } else { Duration::ZERO };
-                let poll = if pending { Duration::ZERO } else { waits.draw() };
-                heartbeat = Box::pin(reader.heartbeat_after(wait, poll));
+                free = None;
+            }
+        }
+        let event = tokio::select! {
+            _ = cancel.cancelled() => Event::Cancelled,
+            response = async { heartbeat.as_mut().expect("guarded").await }, if heartbeat.is_some() => {
+                heartbeat = None;
+                match response {
+                    Ok(reply) => Event::Heartbeat {
+                        tasks: reply.tasks,
+                        iteration_finished: reply.iteration_finished,
+                        block_round: reply.block_round,
+                    },
+                    Err(e) => Event::Failed(e),
+                }
             }
             Some((task_id, reply)) = in_flight.next(), if !in_flight.is_empty() => {
-                let permit = held.pop_front().expect("one permit per request in flight");
-                let task = reader.tasks.iter_mut().find(|t| t.task_id == task_id);
-                if let Some(task) = task {
-                    task.in_use = false;
-                }
-                match reply? {
-                    Reply::Element(bytes) => {
-                        let size = bytes.len() as u64;
-                        let element = sluice_element::decode_element_bytes(bytes)?;
-                        let delivered = Delivered { elements: Elements::one(element), permit: Some(permit), bytes: size };
-                        if out.send_async(Ok(delivered)).await.is_err() {
-                            return Ok(()); // the consumer went away
-                        }
-                    }
-                    Reply::Skip => {
-                        if let Some(task) = reader.task_mut(task_id) {
-                            task.skipped_previous_round = true;
-                        }
-                    }
-                    Reply::Removed => {
-                        if let Some(task) = reader.task_mut(task_id) {
-                            task.removed = true;
-                        }
-                    }
-                }
-                if iteration_finished && in_flight.is_empty() {
-                    return Ok(());
-                }
+                replied = Some(held.pop_front().expect("one permit per request in flight"));
+                Event::Replied { task_id, reply }
             }
             // A permit came back: loop to issue more requests.
-            _ = permits.clone().acquire_owned(), if in_flight.is_empty() && permits.available_permits() == 0 => {}
-        }
-    }
-}
-
-struct Reader {
-    client: DispatcherClient,
-    config: CoordinatedConfig,
-    /// The iteration's tasks in the dispatcher's order (the same for every consumer).
-    tasks: Vec<TaskEntry>,
-    channels: HashMap<String, Channel>,
-    current_round: u64,
-    next_task_index: usize,
-    /// The round this consumer must not start yet (a task is pending for it).
-    round_limit: Option<u64>,
-}
-
-impl Reader {
-    fn task_mut(&mut self, task_id: u64) -> Option<&mut TaskEntry> {
-        self.tasks.iter_mut().find(|t| t.task_id == task_id)
-    }
-
-    /// The next request in strict round order, or `None` if the next task in order is busy,
-    /// the round is blocked, or no task can be read.
-    fn next_request(&mut self) -> Option<Pending> {
-        if self.tasks.iter().all(|t| t.removed) {
-            return None;
-        }
-        for _ in 0..self.tasks.len() {
-            if self
-                .round_limit
-                .is_some_and(|limit| self.current_round >= limit)
-            {
-                return None;
-            }
-            let round = self.current_round;
-            let task = &self.tasks[self.next_task_index];
-            if task.in_use {
-                return None; // strict order: wait for this task's previous request
-            }
-            let eligible = !task.removed && round >= task.starting_round;
-            self.next_task_index += 1;
-            if self.next_task_index == self.tasks.len() {
-                self.next_task_index = 0;
-                self.current_round += 1;
-            }
-            if eligible {
-                return Some(self.request(self.next_task_index_before(), round));
-            }
-        }
-        None
-    }
-
-    fn next_task_index_before(&self) -> usize {
-        (self.next_task_index + self.tasks.len() - 1) % self.tasks.len()
-    }
-
-    fn request(&mut self, index: usize, round: u64) -> Pending {
-        let channel = self.channel(&self.tasks[index].address.clone());
-        let task = &mut self.tasks[index];
-        task.in_use = true;
-        let request = GetElementRequest {
-            task_id: task.task_id,
-            consumer_index: self.config.consumer_index,
-            round_index: round,
-            allow_skip: true,
-            skipped_previous_round: std::mem::take(&mut task.skipped_previous_round),
+            _ = permits.clone().acquire_owned(), if in_flight.is_empty() && permits.available_permits() == 0 => continue,
         };
-        let (task_id, address) = (task.task_id, task.address.clone());
+        decisions.extend(rounds.handle(event));
+    }
+}
+
+/// The consumer's side of the workers: a channel to each, and its requests.
+struct Workers {
+    client: DispatcherClient,
+    consumer_index: u32,
+    channels: HashMap<String, Channel>,
+}
+
+impl Workers {
+    fn request(&mut self, request: Request) -> Pending {
+        let channel = self.channel(&request.address);
+        let task_id = request.task_id;
+        let address = request.address;
+        let request = GetElementRequest {
+            task_id,
+            consumer_index: self.consumer_index,
+            round_index: request.round,
+            allow_skip: true,
+            skipped_previous_round: request.skipped_previous_round,
+        };
         let client = self.client.clone();
         Box::pin(async move {
             let reply = match channel {
@@ -239,73 +191,23 @@ impl Reader {
         self.channels.insert(address.to_string(), channel.clone());
         Ok(channel)
     }
+}
 
-    fn heartbeat_after(
-        &self,
-        wait: Duration,
-        poll: Duration,
-    ) -> impl Future<Output = Result<ClientHeartbeatReply, ClientError>> + Send + 'static {
-        let client = self.client.clone();
-        let heartbeat = ClientHeartbeat {
-            client_id: self.config.client_id,
-            // The list mirrors the dispatcher's, in its order.
-            known_tasks: KnownTasks {
-                count: self.tasks.len() as u32,
-                last: self.tasks.last().map(|t| t.task_id),
-            },
-            current_round: Some(self.current_round),
-            blocked_round: self.round_limit,
-        };
-        async move {
-            tokio::time::sleep(wait).await;
-            Ok(client.client_heartbeat(&heartbeat, poll).await?)
-        }
-    }
-
-    /// Takes in the dispatcher's task list and blocked round; true while a task is pending.
-    fn apply_heartbeat(&mut self, response: ClientHeartbeatReply) -> bool {
-        match response.block_round {
-            // Already in that round: the dispatcher will move the target later.
-            Some(block) if self.current_round >= block => {}
-            Some(block) => self.round_limit = Some(block),
-            None => self.round_limit = None,
-        }
-        let Some(listed_tasks) = response.tasks else {
-            // The list is unchanged.
-            return response.block_round.is_some();
-        };
-        let listed: Vec<u64> = listed_tasks.iter().map(|t| t.task_id).collect();
-        // Tasks no longer listed were removed; keep the position in the round consistent.
-        let mut index = 0;
-        while index < self.tasks.len() {
-            if listed.contains(&self.tasks[index].task_id) {
-                index += 1;
-                continue;
-            }
-            self.tasks.remove(index);
-            if index < self.next_task_index {
-                self.next_task_index -= 1;
-            }
-        }
-        if self.next_task_index >= self.tasks.len() && !self.tasks.is_empty() {
-            self.next_task_index = 0;
-            self.current_round += 1;
-        }
-        for info in listed_tasks {
-            if self.tasks.iter().any(|t| t.task_id == info.task_id) {
-                continue;
-            }
-            self.tasks.push(TaskEntry {
-                task_id: info.task_id,
-                address: info.worker_address,
-                starting_round: info.starting_round,
-                in_use: false,
-                removed: false,
-                skipped_previous_round: false,
-            });
-        }
-        response.block_round.is_some()
-    }
+/// Sends `next` after its wait, waiting `poll` for news.
+async fn send_heartbeat(
+    client: DispatcherClient,
+    client_id: ClientId,
+    next: Heartbeat,
+    poll: Duration,
+) -> Result<ClientHeartbeatReply, ClientError> {
+    let heartbeat = ClientHeartbeat {
+        client_id,
+        known_tasks: next.known_tasks,
+        current_round: Some(next.current_round),
+        blocked_round: next.blocked_round,
+    };
+    tokio::time::sleep(next.after).await;
+    Ok(client.client_heartbeat(&heartbeat, poll).await?)
 }
 
 /// One request, retried while the worker is unreachable; from the second failure the consumer

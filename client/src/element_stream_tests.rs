@@ -1,7 +1,10 @@
 use super::*;
+use crate::delivery::Delivered;
 use bytes::Bytes;
 use futures::FutureExt;
 use sluice_element::{Compression, PackedBuilder, Tensor};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 fn scalar(v: i64) -> Element {
     Tensor::scalar_i64(v).into()

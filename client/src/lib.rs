@@ -18,32 +18,46 @@
 //! `TargetWorkers`, `LocalWorkers`) is `sluice_rpc`'s, re-exported here so a user of the client
 //! imports this crate alone.
 //!
-//! Layout:
+//! Layout (the modules are private but `distribute`; their public items are re-exported here):
 //! - `distribute`: tf.distribute's input side: `DistributedDataset`, `InputContext`,
 //!   `distribute_datasets_from_function`, per-replica splitting and auto-sharding.
-//! - `options`: `DistributeOptions`, `RegisterOptions`, `CrossTrainerCache`, and which tasks
-//!   `target_workers` reads.
+//! - `options`: `DistributeOptions`, `RegisterOptions`, `CrossTrainerCache`, `HeartbeatWaits`,
+//!   and which tasks `target_workers` reads.
 //! - `service_dataset`: `ServiceDataset`, and `DispatcherClientExt` with `distribute` /
 //!   `register_dataset` / `from_dataset_id`.
-//! - `element_stream`: `ElementStream`, one epoch: heartbeats, task refresh.
-//! - `local_ops`: the ops chained after `distribute`, run on a thread of the reader.
-//! - `task_stream`: one task's fetch stream with credit-based flow control.
-//! - `coordinated`: coordinated reads, consumers in lockstep rounds over the tasks.
 //! - `read_params`: checks made when an epoch starts (cross-trainer cache, local reads).
+//! - `element_stream`: `ElementStream`, one epoch as the caller reads it.
+//! - `driver`: the loop behind an epoch: performs `epoch`'s (or `coordinated`'s) decisions.
+//! - `epoch`: the end-of-epoch rules of a reader that is not coordinated, a pure state machine
+//!   (events in, decisions out).
+//! - `task_stream`: one task's fetch stream with credit-based flow control.
+//! - `coordinated`: coordinated reads' requests and heartbeats, as `rounds` decides them.
+//! - `rounds`: coordinated reads' lockstep rounds over the tasks, a pure state machine.
+//! - `local_ops`: the ops chained after `distribute`, run on a thread of the reader.
+//! - `delivery`: what reaches the caller: elements (decoded or packed) and their permits.
 //! - `error`: `ClientError`.
 //! - `client_metrics`: `ClientMetrics`, the process's Prometheus metrics of what readers
-//!   received and how long they waited; `read_metrics`: one epoch's handles on them.
+//!   received and how long they waited.
+//! - `read_metrics`: one epoch's handles on the client metrics.
+//!
+//! Dependencies go one way (each module uses only those above it; `error` and `options` are
+//! used throughout): `delivery`; `task_stream`, `local_ops`; `epoch`; `rounds`; `coordinated`;
+//! `driver`; `element_stream`; `service_dataset`; `distribute`.
 
-pub mod client_metrics;
+mod client_metrics;
 mod coordinated;
+mod delivery;
 pub mod distribute;
-pub mod element_stream;
-pub mod error;
+mod driver;
+mod element_stream;
+mod epoch;
+mod error;
 mod local_ops;
-pub mod options;
-pub mod read_metrics;
+mod options;
+mod read_metrics;
 mod read_params;
-pub mod service_dataset;
+mod rounds;
+mod service_dataset;
 mod task_stream;
 
 pub use client_metrics::ClientMetrics;

@@ -4,7 +4,7 @@
 //! dropped; a service error ends the local pipeline and is passed on unchanged, after the
 //! elements that came before it.
 
-use crate::element_stream::{Delivered, Delivery, Elements};
+use crate::delivery::{Delivered, Delivery, Elements};
 use crate::error::ClientError;
 use sluice_element::{pb as dpb, ElementIter};
 use sluice_executor::ExecOptions;

@@ -125,7 +125,7 @@ impl HeartbeatWaits {
 }
 
 /// Elements in flight or buffered when `max_outstanding_requests` is not set.
-pub const AUTOTUNE_OUTSTANDING: u32 = 256;
+pub(crate) const AUTOTUNE_OUTSTANDING: u32 = 256;
 
 impl DistributeOptions {
     pub fn validate(&self) -> Result<(), ClientError> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// One epoch's handles on its `(dataset, job)` series; clones count into the same series.
 #[derive(Clone, Debug)]
-pub struct ReadMetrics {
+pub(crate) struct ReadMetrics {
     elements: Counter,
     bytes: Counter,
     stalls: Histogram,
@@ -40,12 +40,14 @@ impl ReadMetrics {
     }
 
     /// Elements counted so far in this epoch's series.
-    pub fn elements(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn elements(&self) -> u64 {
         self.elements.get()
     }
 
     /// Bytes counted so far in this epoch's series.
-    pub fn bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes.get()
     }
 }

@@ -20,7 +20,7 @@
 //! (`Unauthenticated`, `PermissionDenied`), or a worker certificate the reader cannot verify,
 //! fails the epoch at once: retrying cannot change the answer.
 
-use crate::element_stream::{Delivered, Delivery, Elements};
+use crate::delivery::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use sluice_element::{DatasetError, PythonException};
 use sluice_proto::worker::{ElementBatch, FetchRequest};
