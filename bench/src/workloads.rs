@@ -45,6 +45,45 @@ pub(crate) fn local(n: u64, report: &mut Report) -> anyhow::Result<()> {
         rates.push(local as f64 / started.elapsed().as_secs_f64());
     }
     report.put("tiny_local_eps", median(&mut rates), &tiny_unit());
+    cancel_stop(report)
+}
+
+/// Part of `local`: how long a pipeline that yields nothing (a filter dropping every element of
+/// a practically endless range, as a removed task's pipeline may be doing) takes to stop once
+/// cancelled, the median of five. The tests only check it stops.
+fn cancel_stop(report: &mut Report) -> anyhow::Result<()> {
+    let def = sluice_dataset::parse("range(0, 1125899906842624, 2).filter(is_odd)")?.into_def();
+    let mut stops = Vec::new();
+    for _ in 0..5 {
+        let cancel = sluice_dataset::Cancellation::new();
+        let opts = ExecOptions {
+            cancel: cancel.clone(),
+            ..ExecOptions::default()
+        };
+        let mut it = sluice_dataset::iterate(&def, &opts)?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(it.next().map(|r| r.is_ok()));
+        });
+        // Running: nothing comes out.
+        anyhow::ensure!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "the filter yielded"
+        );
+        let cancelled = Instant::now();
+        cancel.cancel();
+        let ended = rx.recv_timeout(Duration::from_secs(60));
+        anyhow::ensure!(
+            ended == Ok(Some(false)),
+            "a cancelled pipeline ended with {ended:?}"
+        );
+        stops.push(cancelled.elapsed().as_secs_f64() * 1000.0);
+    }
+    report.put(
+        "cancel_stop_ms",
+        median(&mut stops),
+        "ms (a cancelled pipeline that yields nothing, until it stops; median of 5)",
+    );
     Ok(())
 }
 
@@ -250,6 +289,14 @@ pub(crate) async fn scale(
         "scale_second_p99_worst_ms",
         f.second_p99_worst_ms,
         "ms (the heartbeat p99 of each second: worst)",
+    );
+    report.put(
+        "scale_seconds_with_heartbeats",
+        f.seconds as f64,
+        &format!(
+            "of the window's {} seconds had heartbeats",
+            config.duration.as_secs()
+        ),
     );
     report.put(
         "scale_seconds_p99_over_100ms",

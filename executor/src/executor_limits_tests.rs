@@ -11,12 +11,15 @@ use sluice_pipeline::parse;
 
 use super::*;
 use crate::memory_budget::ELEMENT_OVERHEAD_BYTES;
+use sluice_testwait::{wait_until_blocking, HANG};
 
 /// Far more elements than any test pulls.
 const HUGE: u64 = 1 << 50;
 
-/// How long a cancelled op may take to give up.
-const STOP_WITHIN: Duration = Duration::from_millis(100);
+/// How long a cancelled op may take to give up: a bound only an op that ignores the flag (and
+/// loops on through its `HUGE` input) crosses. How long it takes is `sluice bench --only
+/// local`'s `cancel_stop_ms`.
+const STOP_WITHIN: Duration = sluice_testwait::HANG;
 
 /// Options whose registry has `tick`, an identity map that counts the elements through it.
 fn counting(
@@ -43,15 +46,6 @@ fn counting(
     (opts, ticks)
 }
 
-/// Waits until `done` holds, failing past `within`.
-fn wait_until(within: Duration, what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
-
 /// Runs `expr`'s first `next` on a thread; once the pipeline has pulled a thousand elements
 /// through `tick` without yielding, cancels it and checks the `next` returns `Cancelled`
 /// within `STOP_WITHIN`.
@@ -63,9 +57,10 @@ fn stops_when_cancelled(expr: &str) {
     std::thread::spawn(move || {
         let _ = tx.send(it.next().map(|r| r.map(|e| e.to_json())));
     });
-    wait_until(Duration::from_secs(30), "the op to loop", || {
+    wait_until_blocking("the op to loop", HANG, || {
         ticks.load(Ordering::Relaxed) > 1000
-    });
+    })
+    .unwrap();
     assert!(
         rx.try_recv().is_err(),
         "{expr} yielded before it was cancelled"
@@ -194,11 +189,10 @@ fn a_prefetch_queue_past_the_budget_fails_with_resource_exhausted() {
         .into_def();
     let it = iterate(&def, &opts).unwrap();
     // Nothing is taken off the queue until the producer has filled the budget.
-    wait_until(
-        Duration::from_secs(30),
-        "the queue to fill the budget",
-        || budget.used() == budget.limit(),
-    );
+    wait_until_blocking("the queue to fill the budget", HANG, || {
+        budget.used() == budget.limit()
+    })
+    .unwrap();
     let items: Vec<_> = it.collect();
     assert_eq!(items.len(), 101);
     assert!(items[..100].iter().all(Result::is_ok));

@@ -3,8 +3,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::time::Duration;
-use std::time::Instant;
 
 use openraft::storage::RaftLogStorage;
 use openraft::storage::RaftLogStorageExt;
@@ -36,14 +34,16 @@ fn set(index: u64, key: &str, value: &str) -> Entry<ToyConfig> {
 /// Opens the journal's sled database directly, once the journal just dropped has released it
 /// (sled's threads hold its lock for a few milliseconds after the last handle goes).
 fn open_sled(dir: &Path) -> anyhow::Result<sled::Db> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match sled::open(dir.join("db")) {
-            Ok(db) => return Ok(db),
-            Err(e) if Instant::now() >= deadline => return Err(e.into()),
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
+    let mut opened = Err(anyhow::anyhow!("not opened yet"));
+    let released = sluice_testwait::wait_until_blocking(
+        "sled's lock to be released",
+        sluice_testwait::HANG,
+        || {
+            opened = sled::open(dir.join("db")).map_err(Into::into);
+            opened.is_ok()
+        },
+    );
+    opened.map_err(|e| e.context(released.err().map_or(String::new(), |t| t.to_string())))
 }
 
 /// Makes a version 5 journal with a snapshot at index 2 and a committed entry 3 after it, then

@@ -15,6 +15,7 @@ use sluice_dispatcher::network_faults::NetworkFaults;
 use sluice_dispatcher::state::DispatcherState;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_security::ClientSecurity;
+use sluice_testwait::wait_until;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,23 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tempfile::TempDir;
 use tracing::info;
-
-/// Polls `condition` until it holds or `timeout` passes.
-async fn wait_until<F: FnMut() -> bool>(
-    what: &str,
-    timeout: Duration,
-    mut condition: F,
-) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !condition() {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
-}
 
 /// Raft timings for a local cluster: fast failover, yet slow enough for a loaded 2-core machine.
 /// `peers` are the replicas' peer addresses.
@@ -388,7 +372,8 @@ impl LocalCluster {
                     .is_some_and(|applied| applied >= target)
             },
         )
-        .await
+        .await?;
+        Ok(())
     }
 
     /// The certificates and tokens of a cluster started with [`LocalCluster::start_secure`].

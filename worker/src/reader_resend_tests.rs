@@ -7,7 +7,6 @@ use sluice_proto::worker::FetchRequest;
 use sluice_rpc::raw_fetch;
 use sluice_security::ClientSecurity;
 use std::net::SocketAddr;
-use std::time::Duration;
 use tracing::info;
 
 /// Where a reader stands: the worker incarnation it counts in, and what it received.
@@ -130,14 +129,11 @@ async fn a_reader_that_reconnects_gets_exactly_what_it_had_not_received() {
 
 /// Waits (at most `DEADLINE`) until the worker holds no ledger.
 async fn wait_for_no_ledger(state: &crate::worker_state::WorkerState) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while state.ledger_count() > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the ledger was dropped"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    sluice_testwait::wait_until("the ledger to be dropped", DEADLINE, || {
+        state.ledger_count() == 0
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,19 +45,11 @@ async fn take(leaser: &Arc<SplitLeaser>, n: usize) -> Vec<Option<u64>> {
 
 /// Waits until the fake has granted `n` leases; returns them.
 async fn granted(dispatcher: &FakeDispatcher, n: usize) -> Vec<GrantedLease> {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let granted = dispatcher.granted();
-        if granted.len() >= n {
-            return granted;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} leases granted, waited for {n}",
-            granted.len()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("{n} leases granted");
+    sluice_testwait::wait_until(&what, DEADLINE, || dispatcher.granted().len() >= n)
+        .await
+        .unwrap();
+    dispatcher.granted()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

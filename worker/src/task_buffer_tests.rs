@@ -22,14 +22,11 @@ fn numbers(elements: &Packed) -> impl Iterator<Item = u32> + '_ {
 
 /// Waits, with a deadline, until `n` pipelines are blocked waiting for room in `buffer`.
 fn wait_for_waiting_pushers(buffer: &TaskBuffer, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while buffer.waiting_pushers() != n {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {n} blocked pushers"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let what = format!("{n} blocked pushers");
+    sluice_testwait::wait_until_blocking(&what, sluice_testwait::HANG, || {
+        buffer.waiting_pushers() == n
+    })
+    .unwrap();
 }
 
 fn current_thread() -> tokio::runtime::Runtime {

@@ -24,7 +24,8 @@ async fn with_tls_and_tokens_killing_the_leader_mid_epoch_loses_and_duplicates_n
 
 /// Reads a distributed epoch of `range(20000)` from `cluster` (three replicas, two workers),
 /// killing the leader at a third and the next leader at two thirds: every element arrives
-/// exactly once and the reader never waits 5 s.
+/// exactly once and the reader keeps reading (its longest stall is logged; how long a failover
+/// stalls a reader is `sluice bench --only failover`'s `failover_stall_ms`).
 async fn leader_killed_twice_mid_epoch(
     mut cluster: sluice_tests::TestCluster,
 ) -> anyhow::Result<()> {
@@ -54,9 +55,10 @@ async fn leader_killed_twice_mid_epoch(
     assert_exactly_once(&got, n);
     assert_eq!(killed.len(), 2);
     info!(?longest_stall, "--- epoch complete");
+    // A bound only a hang crosses: the stall's length is the benchmark's figure.
     assert!(
-        longest_stall < Duration::from_secs(5),
-        "stalled {longest_stall:?}"
+        longest_stall < sluice_tests::HANG,
+        "stalled {longest_stall:?}: the reader hung"
     );
     cluster.shutdown().await;
     Ok(())

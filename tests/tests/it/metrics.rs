@@ -150,16 +150,22 @@ async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_ep
         .expect("metrics")
         .to_string();
     cluster.isolate(follower);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let reason = loop {
-        match get_async(&follower_addr, "/ready").await? {
-            (503, reason) => break reason,
-            _ if tokio::time::Instant::now() > deadline => {
-                anyhow::bail!("the isolated follower still serves after 20 s")
-            }
-            // A wait on a condition with a deadline: the follower's election timeout.
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
+    // Not ready once its election timeout passes.
+    let unready = std::sync::Mutex::new(None);
+    let (addr, unready_ref) = (follower_addr.as_str(), &unready);
+    sluice_tests::wait_until(
+        "the isolated follower to stop serving",
+        Duration::from_secs(20),
+        || async move {
+            let answer = get_async(addr, "/ready").await;
+            let refused = matches!(answer, Ok((503, _)));
+            *unready_ref.lock().unwrap() = Some(answer);
+            refused
+        },
+    )
+    .await?;
+    let Some(Ok((_, reason))) = unready.into_inner().unwrap() else {
+        unreachable!("waited for a 503")
     };
     assert!(reason.contains("no known leader"), "{reason}");
     cluster.heal();
@@ -175,16 +181,13 @@ async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_ep
         .expect("metrics")
         .to_string();
     cluster.isolate(leader);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        match get_async(&leader_ops, "/ready").await? {
-            (503, _) => break,
-            _ if tokio::time::Instant::now() > deadline => {
-                anyhow::bail!("the isolated leader still serves after 20 s")
-            }
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+    let addr = leader_ops.as_str();
+    sluice_tests::wait_until(
+        "the isolated leader to stop serving",
+        Duration::from_secs(20),
+        || async move { matches!(get_async(addr, "/ready").await, Ok((503, _))) },
+    )
+    .await?;
     cluster.heal();
     cluster.shutdown().await;
     Ok(())

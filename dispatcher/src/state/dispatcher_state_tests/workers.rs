@@ -1,0 +1,191 @@
+//! Workers: static-sharding worker lists and the index each worker gets.
+
+use super::*;
+
+#[test]
+fn worker_index_resolution_table() {
+    // (configured list, registrations in order with the index each gets or the refusal,
+    //  the list afterwards)
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        Vec<(&'static str, Result<Option<u64>, String>)>,
+        &'static [&'static str],
+    );
+    let refused = |addr: &str, list: &str| {
+        Err(format!(
+            "Failed to assign an index for worker {addr}. Configured workers list: [{list}]. The \
+             worker's address is not configured, or other workers are already running at the \
+             configured host. If your worker has restarted, make sure it runs at the same address \
+             and port."
+        ))
+    };
+    let cases: Vec<Case> = vec![
+        (
+            "no list: any worker, no index",
+            &[],
+            vec![("a:1", Ok(None)), ("b:2", Ok(None))],
+            &[],
+        ),
+        (
+            "exact entries give their positions, whatever the order of registration",
+            &["a:1", "b:2", "c:3"],
+            vec![
+                ("c:3", Ok(Some(2))),
+                ("a:1", Ok(Some(0))),
+                ("b:2", Ok(Some(1))),
+            ],
+            &["a:1", "b:2", "c:3"],
+        ),
+        (
+            "%port% entries are taken in order by workers of their host",
+            &["h:%port%", "h:%port%", "g:%port%"],
+            vec![
+                ("g:7", Ok(Some(2))),
+                ("h:9", Ok(Some(0))),
+                ("h:8", Ok(Some(1))),
+            ],
+            &["h:9", "h:8", "g:7"],
+        ),
+        (
+            "named ports and bare hosts take any port",
+            &["h:%port_worker%", "h"],
+            vec![("h:5", Ok(Some(0))), ("h:6", Ok(Some(1)))],
+            &["h:5", "h:6"],
+        ),
+        (
+            "a restarted worker at the same address keeps its entry",
+            &["h:%port%", "h:%port%"],
+            vec![
+                ("h:5", Ok(Some(0))),
+                ("h:6", Ok(Some(1))),
+                ("h:5", Ok(Some(0))),
+                ("h:6", Ok(Some(1))),
+            ],
+            &["h:5", "h:6"],
+        ),
+        (
+            "more workers than entries of the host",
+            &["localhost:%port%"],
+            vec![
+                ("localhost:5", Ok(Some(0))),
+                ("localhost:6", refused("localhost:6", "localhost:5")),
+            ],
+            &["localhost:5"],
+        ),
+        (
+            "an exact entry matches only its port",
+            &["h:1"],
+            vec![("h:2", refused("h:2", "h:1"))],
+            &["h:1"],
+        ),
+        (
+            "another host does not match",
+            &["fake_worker_0", "fake_worker_1"],
+            vec![(
+                "localhost:5",
+                refused("localhost:5", "fake_worker_0, fake_worker_1"),
+            )],
+            &["fake_worker_0", "fake_worker_1"],
+        ),
+        (
+            "a named, non-placeholder port is not a placeholder",
+            &["localhost:worker"],
+            vec![("localhost:5", refused("localhost:5", "localhost:worker"))],
+            &["localhost:worker"],
+        ),
+        (
+            "an exact entry wins over an earlier placeholder of its host",
+            &["h:%port%", "h:2"],
+            vec![("h:2", Ok(Some(1))), ("h:1", Ok(Some(0)))],
+            &["h:1", "h:2"],
+        ),
+        (
+            "bracketed IPv6 hosts",
+            &["[::1]:%port%"],
+            vec![("[::1]:5", Ok(Some(0)))],
+            &["[::1]:5"],
+        ),
+    ];
+    for (name, list, registrations, after) in cases {
+        let mut state = DispatcherState::default();
+        for (addr, want) in registrations {
+            let outcome = state.apply(
+                ApplyContext::default(),
+                &Request {
+                    id: None,
+                    update: static_worker(addr, list),
+                },
+            );
+            let got = match outcome {
+                Outcome::WorkerRegistered { .. } => Ok(state.worker_index(addr)),
+                Outcome::Rejected(Rejection::FailedPrecondition(m)) => Err(m),
+                other => panic!("case {name:?}: {addr}: {other:?}"),
+            };
+            assert_eq!(got, want, "case {name:?}: {addr}");
+        }
+        assert_eq!(state.static_workers(), after, "case {name:?}");
+    }
+}
+
+#[test]
+fn a_leader_with_another_worker_list_cannot_register_workers() {
+    let a: &[&str] = &["h:%port%", "h:%port%"];
+    run(
+        "mismatched worker lists",
+        vec![
+            (static_worker("h:1", a), workers_tasks(&[])),
+            (
+                static_worker("h:2", &["h:%port%"]),
+                precondition(
+                    "this dispatcher is configured with worker addresses [h:%port%], but the \
+                     cluster recorded [h:%port%, h:%port%] from the replica that first \
+                     registered a worker; every dispatcher replica must run with the same \
+                     --worker-addresses",
+                ),
+            ),
+            (static_worker("h:2", a), workers_tasks(&[])),
+        ],
+    );
+    // An empty list is a configuration too: a later leader cannot switch to a list.
+    run(
+        "no list, then a list",
+        vec![
+            (worker("h:1"), workers_tasks(&[])),
+            (
+                static_worker("h:2", &["h:%port%"]),
+                precondition(
+                    "this dispatcher is configured with worker addresses [h:%port%], but the \
+                     cluster recorded [] from the replica that first registered a worker; every \
+                     dispatcher replica must run with the same --worker-addresses",
+                ),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn worker_indices_survive_worker_removal_and_snapshots() {
+    let list: &[&str] = &["h:%port%", "h:%port%", "h:%port%"];
+    let state = run(
+        "removal",
+        vec![
+            (static_worker("h:7", list), workers_tasks(&[])),
+            (static_worker("h:8", list), workers_tasks(&[])),
+            (remove_worker("h:7"), Outcome::WorkerRemoved),
+            (static_worker("h:9", list), workers_tasks(&[])),
+            (static_worker("h:7", list), workers_tasks(&[])),
+        ],
+    );
+    assert_eq!(state.worker_index("h:7"), Some(0), "back at its entry");
+    assert_eq!(state.worker_index("h:8"), Some(1));
+    assert_eq!(
+        state.worker_index("h:9"),
+        Some(2),
+        "did not take h:7's entry"
+    );
+    // A snapshot is the serialized state: a replica restored from it resolves the same.
+    let restored: DispatcherState =
+        sluice_journal::codec::decode(&sluice_journal::codec::encode(&state)).unwrap();
+    assert_eq!(restored.static_workers(), state.static_workers());
+}
