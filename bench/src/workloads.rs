@@ -52,15 +52,15 @@ pub(crate) fn local(n: u64, report: &mut Report) -> anyhow::Result<()> {
 /// a practically endless range, as a removed task's pipeline may be doing) takes to stop once
 /// cancelled, the median of five. The tests only check it stops.
 fn cancel_stop(report: &mut Report) -> anyhow::Result<()> {
-    let def = sluice_dataset::parse("range(0, 1125899906842624, 2).filter(is_odd)")?.into_def();
+    let def = sluice_pipeline::parse("range(0, 1125899906842624, 2).filter(is_odd)")?.into_def();
     let mut stops = Vec::new();
     for _ in 0..5 {
-        let cancel = sluice_dataset::Cancellation::new();
+        let cancel = sluice_element::Cancellation::new();
         let opts = ExecOptions {
             cancel: cancel.clone(),
             ..ExecOptions::default()
         };
-        let mut it = sluice_dataset::iterate(&def, &opts)?;
+        let mut it = sluice_executor::iterate(&def, &opts)?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(it.next().map(|r| r.is_ok()));
