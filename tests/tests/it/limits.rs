@@ -113,7 +113,17 @@ async fn a_definition_just_under_the_configured_limit_registers_over_slow_links_
     let leader = cluster.wait_for_leader(WAIT).await?;
     let before = views(&cluster);
     cluster.limit_link_rate(Some(100 * MIB as u64));
-    let client = cluster.client();
+    // A client whose attempts wait up to 60 s for the leader, a bound only a hang crosses: on a
+    // loaded machine this debug build took over the default 5 s to register the 16 MiB, and
+    // every attempt given up sent them all again.
+    let client = sluice_client::DispatcherClient::with_retry(
+        &cluster.dispatcher_addrs(),
+        sluice_client::RetryConfig {
+            rpc_timeout: Duration::from_secs(60),
+            retry_timeout: Duration::from_secs(120),
+            ..sluice_client::RetryConfig::default()
+        },
+    )?;
 
     info!("--- just over the limit: refused, naming the limit");
     let err = client
