@@ -271,7 +271,7 @@ fn silent_leader_mid_epoch(
         panic!("{timed_out}: the old leader still leads: {view:?}");
     }
     eprintln!(
-        "leader silent for {FAULT:?}: new epoch's first element after {first_after:?}, \
+        "leader silent (at most {FAULT:?}): new epoch's first element after {first_after:?}, \
          running reader's longest stall {longest_stall:?}"
     );
     assert!(
