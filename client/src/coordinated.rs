@@ -22,9 +22,8 @@ use crate::options::HeartbeatWaits;
 use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
-use sluice_rpc::{
-    ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, TaskId,
-};
+use sluice_rpc::{ClientHeartbeat, ClientHeartbeatReply, DispatcherClient, KnownTasks};
+use sluice_types::{ClientId, TaskId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;

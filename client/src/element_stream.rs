@@ -24,9 +24,9 @@ use crate::task_stream::{self, TaskStreamConfig};
 use sluice_dataset::{pb as dpb, DatasetError, Element, ExecOptions, PackedDecoder, PythonRunner};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
-    ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, LocalWorkers,
-    TargetWorkers, TaskId,
+    ClientHeartbeat, ClientHeartbeatReply, DispatcherClient, KnownTasks, LocalWorkers,
 };
+use sluice_types::{ClientId, TargetWorkers, TaskId};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;

@@ -10,7 +10,6 @@ use crate::access;
 use crate::config::DispatcherConfig;
 use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
-use crate::ids::{ClientId, TaskId};
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
 use crate::state::dispatcher_state::check_rounds;
@@ -18,6 +17,7 @@ use crate::state::{Dataset, DispatcherState, Iteration, Job, Rejection, Task, Wa
 use crate::state_reader::{Check, StateReader};
 use sluice_proto::dispatcher as pb;
 use sluice_security::Identity;
+use sluice_types::{ClientId, TaskId};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

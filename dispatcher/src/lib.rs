@@ -8,7 +8,6 @@
 //! Raft traffic between replicas has a listener of its own, never the client API's.
 //!
 //! Layout:
-//! - `ids`: identifier newtypes.
 //! - `state`: `DispatcherState` and its pure `apply` (the replicated data).
 //! - `raft_types`: the openraft type configuration.
 //! - `config`: `DispatcherConfig`.
@@ -52,7 +51,6 @@ pub mod dispatcher_ops;
 pub mod error;
 pub mod grpc_servers;
 pub mod heartbeats;
-pub mod ids;
 pub mod leader_watch;
 pub mod liveness;
 pub mod membership;

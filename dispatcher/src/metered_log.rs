@@ -6,10 +6,10 @@
 //! lease as its outcomes arrive. It never changes an entry or an outcome.
 
 use crate::dispatcher_metrics::DispatcherMetrics;
-use crate::ids::{IterationId, TaskId};
 use crate::proposer::LogWriter;
 use crate::raft_error::RaftFailure;
 use crate::state::{Outcome, Outcomes, Proposal, Update};
+use sluice_types::{IterationId, TaskId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

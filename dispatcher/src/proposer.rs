@@ -18,15 +18,15 @@
 //! `DispatcherError::Rejected`, an outcome of another kind `DispatcherError::UnexpectedOutcome`.
 
 use crate::error::DispatcherError;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::raft_error::{raft_error, RaftFailure};
 use crate::raft_types::{Raft, TypeConfig};
 use crate::registration::Registration;
 use crate::state::{
-    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, ShardingPolicy,
-    SplitLease, Update,
+    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use sluice_types::{ShardingPolicy, SplitLease};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -6,11 +6,11 @@
 //! holds the only in-flight slot, then releases the slot.
 
 use super::*;
-use crate::ids::JobId;
 use crate::raft_types::NodeInfo;
 use crate::state::Rejection;
 use futures::future::BoxFuture;
 use futures::poll;
+use sluice_types::JobId;
 use std::task::Poll;
 
 type Answer = oneshot::Sender<Result<Outcomes, RaftFailure>>;

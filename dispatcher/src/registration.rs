@@ -16,12 +16,12 @@
 
 use crate::convert;
 use crate::error::DispatcherError;
-use crate::ids::DatasetId;
 use crate::state::{definition_key, DatasetMetadata, Update};
 use prost::Message;
 use sluice_dataset::{DataRoots, DatasetError, FileAccess, FunctionRegistry};
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
+use sluice_types::DatasetId;
 
 /// A registration ready to propose: what `Update::RegisterDataset` carries.
 #[derive(Clone, Debug, PartialEq)]

@@ -2,7 +2,7 @@
 //! which files it lets a dataset name.
 
 use super::*;
-use crate::state::Compression;
+use sluice_dataset::Compression;
 use sluice_dataset::{DType, Dataset, ElementSpec};
 
 fn request(def: Option<dpb::DatasetDef>) -> pb::RegisterDatasetRequest {

@@ -14,14 +14,13 @@ use crate::config::DispatcherConfig;
 use crate::convert::{decode_def, metadata_to_proto, request_id};
 use crate::error::DispatcherError;
 use crate::heartbeats::Heartbeats;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::membership;
 use crate::proposer::ProposerHandle;
 use crate::raft_types::{Raft, StateHandle};
 use crate::registration::{check_definition_size, Registration};
-use crate::state::{DispatcherState, JobOptions, Rejection, ShardingPolicy, TargetWorkers};
+use crate::state::{DispatcherState, JobOptions, Rejection};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
 use futures::future::join_all;
@@ -30,9 +29,10 @@ use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;
-use sluice_rpc::dispatcher_rpcs::lease_splits_result;
-use sluice_rpc::is_retryable_code;
+use sluice_rpc::{is_retryable_code, lease_splits_result, FromProto};
 use sluice_security::{authorize, Identity};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use sluice_types::{ShardingPolicy, TargetWorkers};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::wrappers::WatchStream;
@@ -195,11 +195,11 @@ impl Dispatcher for DispatcherService {
         authorize(&request, "GetOrCreateJob", access::CLIENT)?;
         let req = request.into_inner();
         let sharding =
-            ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?;
+            ShardingPolicy::from_proto(req.sharding_policy).map_err(DispatcherError::from)?;
         let options = JobOptions {
             num_consumers: req.num_consumers,
             use_cross_trainer_cache: req.use_cross_trainer_cache,
-            target_workers: TargetWorkers::try_from(req.target_workers)
+            target_workers: TargetWorkers::from_proto(req.target_workers)
                 .map_err(DispatcherError::from)?,
         };
         let job_id = self

@@ -19,12 +19,12 @@
 //! can tell; a round that fails answers the usual not-leader status.
 
 use crate::error::DispatcherError;
-use crate::ids::NodeId;
 use crate::raft_types::{NodeInfo, Raft, StateHandle};
 use crate::read_batch::ReadBatch;
 use crate::state::{DispatcherState, Watched};
 use crate::watchers::{Watch, Watchers};
 use openraft::RaftMetrics;
+use sluice_types::NodeId;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;

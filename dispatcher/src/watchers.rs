@@ -104,7 +104,7 @@ impl Drop for Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::IterationId;
+    use sluice_types::IterationId;
     use std::collections::HashSet;
     use std::time::Duration;
 

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::fake_dispatcher::FakeDispatcher;
-use crate::ids::{IterationId, TaskId};
-use crate::LeaseRequest;
+use sluice_types::LeaseRequest;
+use sluice_types::{IterationId, TaskId};
 
 /// Patient enough for a loaded machine; the tests finish as soon as their calls do.
 /// Waits (up to 10 s) until `replica` has received `n` `WatchLeader` streams, then checks it
@@ -191,7 +191,7 @@ async fn a_long_poll_on_a_frozen_leader_ends_once_a_newer_term_is_named() {
     let addrs = [frozen.addr(), follower.addr(), successor.addr()].join(",");
     let client = patient(&addrs);
     let heartbeat = crate::ClientHeartbeat {
-        client_id: crate::ClientId(1),
+        client_id: sluice_types::ClientId(1),
         known_tasks: crate::KnownTasks::default(),
         current_round: None,
         blocked_round: None,

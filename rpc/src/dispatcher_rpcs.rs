@@ -6,13 +6,15 @@
 //! never handed out twice). Each attempt has a deadline, set by how long the dispatcher may take
 //! to answer (`Wait`): a long poll (`poll`) adds its wait to it.
 
+use crate::convert::{lease_result, FromProto, ToProto};
 use crate::dispatcher_client::{DispatcherClient, Wait};
 use crate::error::RpcError;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};
-use crate::sharding_policy::ShardingPolicy;
-use crate::target_workers::TargetWorkers;
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, NodeId, ShardingPolicy, SplitLease,
+    TargetWorkers, TaskId, WorkerId,
+};
 use std::time::Duration;
 
 /// How long the dispatcher may hold a task removal vote while the other consumers ask.
@@ -89,16 +91,6 @@ pub struct WorkerHeartbeat {
     pub tags: Vec<String>,
 }
 
-/// A lease request: up to `max_splits` splits of one split provider for one task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LeaseRequest {
-    pub iteration_id: IterationId,
-    pub task_id: TaskId,
-    pub provider: u32,
-    pub repetition: u64,
-    pub max_splits: u32,
-}
-
 /// The longest a lease asked for ahead of need waits for company (see [`lease_slack`]).
 pub const MAX_LEASE_SLACK: Duration = Duration::from_secs(1);
 
@@ -108,17 +100,6 @@ pub const MAX_LEASE_SLACK: Duration = Duration::from_secs(1);
 /// before it is needed unless the task speeds up to twice its pace.
 pub fn lease_slack(lasted: Duration) -> Duration {
     (lasted / 2).min(MAX_LEASE_SLACK)
-}
-
-/// A range of splits leased to one task: `[start, end)` of `repetition`, or the end of that
-/// repetition's splits. Committed at the dispatcher before it arrives. Also the outcome the
-/// replicated state records for a lease (hence serde).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SplitLease {
-    pub repetition: u64,
-    pub start: u64,
-    pub end: u64,
-    pub end_of_splits: bool,
 }
 
 /// A request with the attempt's deadline.
@@ -336,20 +317,11 @@ impl DispatcherClient {
     ) -> Result<SplitLease, RpcError> {
         let in_flight = self.begin_request();
         let request = pb::LeaseSplitsRequest {
-            iteration_id: lease.iteration_id.0,
-            provider_index: lease.provider,
-            repetition: lease.repetition,
-            max_splits: lease.max_splits,
-            task_id: lease.task_id.0,
             request_id: Some(in_flight.id),
+            ..lease.to_proto()
         };
         let response = self.lease_together(request, in_flight, slack).await?;
-        Ok(SplitLease {
-            repetition: response.repetition,
-            start: response.start,
-            end: response.end,
-            end_of_splits: response.end_of_splits,
-        })
+        Ok(SplitLease::from_proto(response)?)
     }
 
     /// One lease in a call of its own (`LeaseSplits`).
@@ -506,36 +478,5 @@ impl DispatcherClient {
             )
             .await?;
         Ok(response.voters)
-    }
-}
-
-/// One lease's answer as a batch reply carries it: the lease, or the status its own
-/// `LeaseSplits` call would have failed with. (`lease_result` reads it back.)
-pub fn lease_splits_result(
-    outcome: Result<pb::LeaseSplitsResponse, tonic::Status>,
-) -> pb::LeaseSplitsResult {
-    let result = match outcome {
-        Ok(lease) => pb::lease_splits_result::Result::Lease(lease),
-        Err(refused) => pb::lease_splits_result::Result::Refusal(pb::LeaseRefusal {
-            code: refused.code() as i32,
-            message: refused.message().to_string(),
-        }),
-    };
-    pb::LeaseSplitsResult {
-        result: Some(result),
-    }
-}
-
-/// One lease's answer in a batch reply.
-fn lease_result(result: pb::LeaseSplitsResult) -> Result<pb::LeaseSplitsResponse, RpcError> {
-    match result.result {
-        Some(pb::lease_splits_result::Result::Lease(lease)) => Ok(lease),
-        Some(pb::lease_splits_result::Result::Refusal(refusal)) => Err(RpcError::from_status(
-            &tonic::Status::new(tonic::Code::from(refusal.code), refusal.message),
-        )),
-        None => Err(RpcError::Status {
-            code: tonic::Code::Internal,
-            message: "the dispatcher answered a lease with neither a lease nor a refusal".into(),
-        }),
     }
 }

@@ -5,13 +5,13 @@
 use super::{Call, Queue, Waiting, MAX_PATIENCE, MIN_PATIENCE};
 use crate::dispatcher_client::{DispatcherClient, RetryConfig};
 use crate::fake_dispatcher::FakeDispatcher;
-use crate::ids::{IterationId, TaskId};
 use crate::request_ids::RequestIds;
-use crate::{LeaseRequest, SplitLease};
 use futures::future::join_all;
 use futures::FutureExt;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::MAX_LEASES_PER_CALL;
+use sluice_types::{IterationId, TaskId};
+use sluice_types::{LeaseRequest, SplitLease};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;

@@ -24,9 +24,8 @@
 
 use crate::config::{LeaseEvent, LeaseObserver};
 use sluice_dataset::{DatasetError, SplitSupplier};
-use sluice_rpc::{
-    lease_slack, DispatcherClient, IterationId, LeaseRequest, RpcError, SplitLease, TaskId,
-};
+use sluice_rpc::{lease_slack, DispatcherClient, RpcError};
+use sluice_types::{IterationId, LeaseRequest, SplitLease, TaskId};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

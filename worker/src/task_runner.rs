@@ -39,7 +39,8 @@ use sluice_dataset::{
     FileAccess, MemoryBudget, PythonRunner, Reservation, SplitSupplier,
 };
 use sluice_proto::dispatcher::{self as pb, TaskDef};
-use sluice_rpc::{DispatcherClient, IterationId, TaskId};
+use sluice_rpc::DispatcherClient;
+use sluice_types::{IterationId, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -38,13 +38,13 @@ mod splits;
 mod tasks;
 mod workers;
 
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
 use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;
 use serde::{Deserialize, Serialize};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The first task id: ids count up from it and are never reused.

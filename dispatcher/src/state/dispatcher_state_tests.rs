@@ -3,7 +3,9 @@
 
 use super::request_log::MAX_OUTCOMES_PER_REQUESTER;
 use super::*;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use sluice_dataset::Compression;
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use sluice_types::{ShardingPolicy, SplitLease, TargetWorkers};
 
 fn meta() -> DatasetMetadata {
     DatasetMetadata {

@@ -35,7 +35,6 @@ pub use dispatcher_state::{
 pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
 pub use split_cursor::SplitCursor;
 pub use update::{
-    Compression, DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Rejection, Request,
-    RequestId, ShardingPolicy, SplitLease, TargetWorkers, Update,
+    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Rejection, Request, RequestId, Update,
 };
 pub use worker_index_resolver::WorkerIndexResolver;

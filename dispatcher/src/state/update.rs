@@ -7,11 +7,11 @@
 //! proposing and travels inside the update, and the entry carries the leader's time, so
 //! `apply` stays pure.
 
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::entities::DefinitionKey;
 use serde::{Deserialize, Serialize};
-/// The enums shared with clients and workers, defined once in `sluice_rpc`.
-pub use sluice_rpc::{Compression, ShardingPolicy, SplitLease, TargetWorkers};
+use sluice_dataset::Compression;
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use sluice_types::{ShardingPolicy, SplitLease, TargetWorkers};
 
 /// The parameters that make a job's identity besides its dataset and processing mode: a named
 /// job requested again must ask for the same ones.

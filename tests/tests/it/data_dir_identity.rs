@@ -6,7 +6,7 @@ use crate::assert_exactly_once;
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, RegisterOptions, ShardingPolicy};
 use sluice_dataset::Dataset;
-use sluice_dispatcher::ids::DatasetId;
+use sluice_types::DatasetId;
 use std::time::Duration;
 use tracing::info;
 

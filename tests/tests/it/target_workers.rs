@@ -6,8 +6,8 @@
 use sluice_client::DispatcherClientExt;
 use sluice_client::{ClientError, DistributeOptions, ShardingPolicy, TargetWorkers};
 use sluice_dataset::{Dataset, Transform};
-use sluice_dispatcher::ids::TaskId;
 use sluice_tests::TestCluster;
+use sluice_types::TaskId;
 use sluice_worker::{LeaseEvent, LeaseObserver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,11 +2,12 @@
 //! the finished rule, and garbage collection of idle iterations.
 
 use super::DispatcherState;
-use crate::ids::{ClientId, IterationId, JobId};
 use crate::state::changes::Watched;
 use crate::state::entities::Iteration;
 use crate::state::split_cursor::SplitCursor;
-use crate::state::update::{Outcome, Rejection, ShardingPolicy};
+use crate::state::update::{Outcome, Rejection};
+use sluice_types::ShardingPolicy;
+use sluice_types::{ClientId, IterationId, JobId};
 
 impl DispatcherState {
     pub(super) fn get_or_create_iteration(

@@ -6,8 +6,9 @@
 //! entry.
 
 use super::DispatcherState;
-use crate::ids::{IterationId, TaskId};
-use crate::state::update::{Outcome, Rejection, RequestId, ShardingPolicy};
+use crate::state::update::{Outcome, Rejection, RequestId};
+use sluice_types::ShardingPolicy;
+use sluice_types::{IterationId, TaskId};
 
 impl DispatcherState {
     /// Whether a lease of `provider` at `repetition` for `task_id` would be served: the
