@@ -39,11 +39,7 @@ impl<W: LogWriter + Sync> LogWriter for MeteredLog<W> {
             .iter()
             .enumerate()
             .filter_map(|(i, request)| match request.update {
-                Update::LeaseSplits {
-                    iteration_id,
-                    task_id,
-                    ..
-                } => Some((i, iteration_id, task_id)),
+                Update::LeaseSplits(lease) => Some((i, lease.iteration_id, lease.task_id)),
                 _ => None,
             })
             .collect();

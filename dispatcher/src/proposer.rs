@@ -25,8 +25,9 @@ use crate::state::{
     DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
-use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
-use sluice_types::{ShardingPolicy, SplitLease};
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease, TaskId,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -276,19 +277,9 @@ impl ProposerHandle {
     pub async fn lease_splits(
         &self,
         id: Option<RequestId>,
-        iteration_id: IterationId,
-        provider: u32,
-        repetition: u64,
-        max: u64,
-        task_id: TaskId,
+        lease: LeaseRequest,
     ) -> Result<SplitLease, DispatcherError> {
-        let update = Update::LeaseSplits {
-            iteration_id,
-            provider,
-            repetition,
-            max,
-            task_id,
-        };
+        let update = Update::LeaseSplits(lease);
         match self.accepted(id, update).await? {
             (_, Outcome::Splits(lease)) => Ok(lease),
             (update, other) => Err(unexpected(update, other)),

@@ -29,10 +29,11 @@ use sluice_dataset::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;
-use sluice_rpc::{is_retryable_code, lease_splits_result, FromProto};
+use sluice_rpc::{is_retryable_code, lease_splits_result, FromProto, ToProto};
 use sluice_security::{authorize, Identity};
-use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
-use sluice_types::{ShardingPolicy, TargetWorkers};
+use sluice_types::{
+    ClientId, DatasetId, JobId, LeaseRequest, ShardingPolicy, TargetWorkers, TaskId,
+};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::wrappers::WatchStream;
@@ -96,40 +97,20 @@ impl DispatcherService {
         req: pb::LeaseSplitsRequest,
     ) -> Result<pb::LeaseSplitsResponse, DispatcherError> {
         let writer = self.writer()?;
+        let id = request_id(req.request_id);
+        let lease = LeaseRequest::from_proto(&req)?;
         // Checked before proposing, so a request that would be refused costs no log entry. The
         // applied state may lag what is committed (a new leader): a refusal is confirmed on a
         // linearizable read before it is returned.
         let check = |s: &DispatcherState| {
-            access::check_task(s, caller, TaskId(req.task_id))?;
-            s.check_lease(
-                request_id(req.request_id),
-                IterationId(req.iteration_id),
-                req.provider_index,
-                req.repetition,
-                TaskId(req.task_id),
-            )
-            .map_err(DispatcherError::from)
+            access::check_task(s, caller, lease.task_id)?;
+            s.check_lease(id, &lease).map_err(DispatcherError::from)
         };
         if self.reader.read(check).is_err() {
             self.reader.linearizable().await?;
             self.reader.read(check)?;
         }
-        let lease = writer
-            .lease_splits(
-                request_id(req.request_id),
-                IterationId(req.iteration_id),
-                req.provider_index,
-                req.repetition,
-                u64::from(req.max_splits),
-                TaskId(req.task_id),
-            )
-            .await?;
-        Ok(pb::LeaseSplitsResponse {
-            start: lease.start,
-            end: lease.end,
-            end_of_splits: lease.end_of_splits,
-            repetition: lease.repetition,
-        })
+        Ok(writer.lease_splits(id, lease).await?.to_proto())
     }
 }
 

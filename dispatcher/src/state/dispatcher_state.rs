@@ -173,13 +173,7 @@ impl DispatcherState {
             Update::GetOrCreateIteration { job_id, repetition } => {
                 self.get_or_create_iteration(*job_id, *repetition)
             }
-            Update::LeaseSplits {
-                iteration_id,
-                provider,
-                repetition,
-                max,
-                task_id,
-            } => self.lease_splits(*iteration_id, *provider, *repetition, *max, *task_id),
+            Update::LeaseSplits(lease) => self.lease_splits(lease),
             Update::ReleaseIterationClient { client_id } => {
                 self.release_client(*client_id, ctx.time_micros)
             }
