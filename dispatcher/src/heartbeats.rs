@@ -12,7 +12,7 @@ use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
 use crate::liveness::Liveness;
 use crate::proposer::ProposerHandle;
-use crate::state::dispatcher_state::check_rounds;
+use crate::state::check_rounds;
 use crate::state::{Dataset, DispatcherState, Iteration, Job, Rejection, Task, Watched};
 use crate::state_reader::{Check, StateReader};
 use sluice_proto::dispatcher as pb;

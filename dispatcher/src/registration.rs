@@ -85,6 +85,7 @@ impl Registration {
     }
 
     /// The update that registers the dataset, in one entry whatever the definition's size.
+    #[cfg(test)]
     pub fn into_update(self) -> Update {
         let (_, register) = self.into_updates(usize::MAX);
         register

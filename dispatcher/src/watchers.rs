@@ -55,10 +55,12 @@ impl Watchers {
     }
 
     /// Keys watched now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.lock().expect("watchers lock poisoned").len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -10,8 +10,8 @@
 use crate::credentials::Credentials;
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
-use sluice_dispatcher::network_faults::NetworkFaults;
 use sluice_dispatcher::state::DispatcherState;
+use sluice_dispatcher::NetworkFaults;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_security::ClientSecurity;
 use sluice_types::NodeId;

@@ -33,7 +33,9 @@ mod jobs;
 mod queries;
 pub use queries::StateSizes;
 mod rounds;
-pub use rounds::{check_rounds, MAX_ROUND};
+pub use rounds::check_rounds;
+#[cfg(test)]
+pub use rounds::MAX_ROUND;
 mod splits;
 mod tasks;
 mod workers;

@@ -4,8 +4,8 @@
 //! a worker cannot act for another worker's tasks.
 
 use sluice_client::{DispatcherClientExt, RegisterOptions};
-use sluice_dispatcher::raft_types::TypeConfig;
 use sluice_dispatcher::DispatcherConfig;
+use sluice_dispatcher::TypeConfig;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as Stub;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
