@@ -4,6 +4,7 @@ use super::*;
 use crate::fake_dispatcher::FakeDispatcher;
 use sluice_types::LeaseRequest;
 use sluice_types::{IterationId, TaskId};
+use tokio::time::Instant;
 
 /// Patient enough for a loaded machine; the tests finish as soon as their calls do.
 /// Waits (up to 10 s) until `replica` has received `n` `WatchLeader` streams, then checks it
@@ -134,7 +135,10 @@ async fn a_client_sharing_connections_has_a_requester_id_of_its_own() {
         first.begin_request().id.requester_id,
         second.begin_request().id.requester_id
     );
-    assert!(Arc::ptr_eq(&first.inner.channels, &second.inner.channels));
+    assert!(Arc::ptr_eq(
+        &first.inner.quorum.channels,
+        &second.inner.quorum.channels
+    ));
     assert_eq!(second.get_status().await, Ok("{}".to_string()));
     assert_eq!(leader.calls("get_status"), 1);
 }

@@ -3,8 +3,9 @@
 //! requests made in one poll are all queued before the first call returns.
 
 use super::{Call, Queue, Waiting, MAX_PATIENCE, MIN_PATIENCE};
-use crate::dispatcher_client::{DispatcherClient, RetryConfig};
+use crate::dispatcher_client::DispatcherClient;
 use crate::fake_dispatcher::FakeDispatcher;
+use crate::quorum::RetryConfig;
 use crate::request_ids::RequestIds;
 use futures::future::join_all;
 use futures::FutureExt;

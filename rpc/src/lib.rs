@@ -3,12 +3,16 @@
 //! `ShardingPolicy`, `TargetWorkers`, `LeaseRequest`, `SplitLease`, ...) are `sluice_types`'.
 //!
 //! Layout:
-//! - `dispatcher_client`: `DispatcherClient`, leader following, retries, hedging, request ids.
+//! - `dispatcher_client`: `DispatcherClient`, the dispatcher's RPCs as typed methods
+//!   (`lease_splits`, ...) with their request ids.
+//! - `dispatcher_rpcs`: those methods' argument and result types (`JobRequest`,
+//!   `ClientHeartbeat`, ...).
+//! - `quorum`: `Quorum` and `RetryConfig`, how a call reaches the leader (leader following,
+//!   retries, hedging, deadlines).
 //! - `leader_view`: `LeaderView`, the newest leader the replicas named, shared by callers;
 //!   `leader_watcher`: the `WatchLeader` stream per replica that feeds it.
-//! - `dispatcher_rpcs`: the dispatcher's RPCs as typed methods (`lease_splits`, ...) and their
-//!   argument and result types (`JobRequest`, `ClientHeartbeat`, ...).
-//! - `lease_batcher`: a client's concurrent lease requests, sent together in one call.
+//! - `lease_batcher`: `LeaseBatcher`, a client's concurrent lease requests, sent together in one
+//!   call.
 //! - `convert`: the protobuf forms of `sluice_types`' types (`FromProto`, `ToProto`), for both
 //!   ends of the wire, and of a batch reply's lease results.
 //! - `error`: `RpcError`, how a dispatcher call failed.
@@ -29,6 +33,7 @@ mod leader_view;
 mod leader_watcher;
 mod lease_batcher;
 mod local_workers;
+mod quorum;
 pub mod raw_fetch;
 pub mod raw_frame;
 mod request_ids;
@@ -38,11 +43,12 @@ mod worker_address;
 mod fuzz_tests;
 
 pub use convert::{lease_splits_result, FromProto, ToProto};
-pub use dispatcher_client::{DispatcherClient, RetryConfig};
+pub use dispatcher_client::DispatcherClient;
 pub use dispatcher_rpcs::{
     lease_slack, ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks,
     WorkerHeartbeat, MAX_LEASE_SLACK,
 };
 pub use error::{is_retryable_code, is_retryable_status, RpcError};
 pub use local_workers::{LocalWorker, LocalWorkers};
+pub use quorum::RetryConfig;
 pub use worker_address::check_worker_address;
