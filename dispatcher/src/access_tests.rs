@@ -4,8 +4,7 @@
 use super::*;
 use crate::state::{ApplyContext, DatasetMetadata, JobOptions, Request, Update};
 use sluice_dataset::Compression;
-use sluice_types::ShardingPolicy;
-use sluice_types::{DatasetId, JobId};
+use sluice_types::{DatasetId, JobId, ShardingPolicy};
 
 fn apply(state: &mut DispatcherState, update: Update) {
     state.apply(ApplyContext::default(), &Request { id: None, update });

@@ -4,8 +4,7 @@
 use super::*;
 use crate::state::{ApplyContext, DatasetMetadata, JobOptions, Outcome};
 use sluice_dataset::Compression;
-use sluice_types::ShardingPolicy;
-use sluice_types::{DatasetId, JobId};
+use sluice_types::{DatasetId, JobId, ShardingPolicy};
 
 const SECOND: Duration = Duration::from_secs(1);
 /// The wall clock (µs) at which the test state's client was released.

@@ -8,8 +8,9 @@
 
 use crate::error::RpcError;
 use sluice_proto::dispatcher as pb;
-use sluice_types::TargetWorkers;
-use sluice_types::{InvalidValue, IterationId, LeaseRequest, ShardingPolicy, SplitLease, TaskId};
+use sluice_types::{
+    InvalidValue, IterationId, LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers, TaskId,
+};
 
 /// A shared type read from its protobuf form `P`: `TryFrom<P>`.
 pub trait FromProto<P>: Sized {

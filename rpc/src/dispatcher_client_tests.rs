@@ -2,8 +2,7 @@
 
 use super::*;
 use crate::fake_dispatcher::FakeDispatcher;
-use sluice_types::LeaseRequest;
-use sluice_types::{IterationId, TaskId};
+use sluice_types::{IterationId, LeaseRequest, TaskId};
 use tokio::time::Instant;
 
 /// Patient enough for a loaded machine; the tests finish as soon as their calls do.

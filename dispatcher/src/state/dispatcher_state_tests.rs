@@ -4,8 +4,10 @@
 use super::request_log::MAX_OUTCOMES_PER_REQUESTER;
 use super::*;
 use sluice_dataset::Compression;
-use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
-use sluice_types::{LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers};
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    TargetWorkers, TaskId,
+};
 
 fn meta() -> DatasetMetadata {
     DatasetMetadata {

@@ -6,9 +6,7 @@
 use crate::state::split_cursor::SplitCursor;
 use crate::state::update::{DatasetMetadata, JobOptions};
 use serde::{Deserialize, Serialize};
-use sluice_types::ClientId;
-use sluice_types::ShardingPolicy;
-use sluice_types::{DatasetId, IterationId, JobId, TaskId};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, ShardingPolicy, TaskId};
 use std::collections::{BTreeSet, VecDeque};
 
 /// The SHA-256 of a dataset definition's encoding: the key it is stored under.

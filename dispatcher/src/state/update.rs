@@ -10,8 +10,10 @@
 use crate::state::entities::DefinitionKey;
 use serde::{Deserialize, Serialize};
 use sluice_dataset::Compression;
-use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
-use sluice_types::{LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers};
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    TargetWorkers, TaskId,
+};
 
 /// The parameters that make a job's identity besides its dataset and processing mode: a named
 /// job requested again must ask for the same ones.

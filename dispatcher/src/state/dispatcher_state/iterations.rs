@@ -6,8 +6,7 @@ use crate::state::changes::Watched;
 use crate::state::entities::Iteration;
 use crate::state::split_cursor::SplitCursor;
 use crate::state::update::{Outcome, Rejection};
-use sluice_types::ShardingPolicy;
-use sluice_types::{ClientId, IterationId, JobId};
+use sluice_types::{ClientId, IterationId, JobId, ShardingPolicy};
 
 impl DispatcherState {
     pub(super) fn get_or_create_iteration(

@@ -4,8 +4,7 @@
 use super::DispatcherState;
 use crate::state::entities::Job;
 use crate::state::update::{JobOptions, Outcome, Rejection};
-use sluice_types::ShardingPolicy;
-use sluice_types::{DatasetId, IterationId, JobId};
+use sluice_types::{DatasetId, IterationId, JobId, ShardingPolicy};
 
 impl DispatcherState {
     pub(super) fn coordinated(&self, iteration_id: IterationId) -> bool {

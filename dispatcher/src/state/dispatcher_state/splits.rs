@@ -7,8 +7,7 @@
 
 use super::DispatcherState;
 use crate::state::update::{Outcome, Rejection, RequestId};
-use sluice_types::LeaseRequest;
-use sluice_types::ShardingPolicy;
+use sluice_types::{LeaseRequest, ShardingPolicy};
 
 impl DispatcherState {
     /// Whether `lease` would be served: the iteration is distributed_epoch, the task is its
