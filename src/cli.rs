@@ -192,7 +192,7 @@ pub struct DispatcherArgs {
     pub data_dir: PathBuf,
     /// The quorum's name, the same on every replica of it; recorded in the journal, so a data
     /// dir of another cluster is refused.
-    #[arg(long, value_name = "NAME", default_value = sluice_dispatcher::config::DEFAULT_CLUSTER_ID)]
+    #[arg(long, value_name = "NAME", default_value = sluice_dispatcher::DEFAULT_CLUSTER_ID)]
     pub cluster_id: String,
     /// First start of a new quorum: create the journal in a missing or empty --data-dir, and
     /// (on the replica with the lowest id in --peers) initialize the quorum. Harmless on a

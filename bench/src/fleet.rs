@@ -14,10 +14,8 @@
 use crate::fleet_stats::{Caller, FleetStats};
 use rand::Rng;
 use sluice_client::{HeartbeatWaits, HEARTBEAT_POLL};
-use sluice_rpc::{
-    lease_slack, ClientHeartbeat, DispatcherClient, IterationId, JobId, KnownTasks, LeaseRequest,
-    TaskId, WorkerHeartbeat, WorkerId,
-};
+use sluice_rpc::{lease_slack, ClientHeartbeat, DispatcherClient, KnownTasks, WorkerHeartbeat};
+use sluice_types::{IterationId, JobId, LeaseRequest, TaskId, WorkerId};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -238,7 +236,7 @@ impl SimClient {
     /// cancelled. The first reply ever counts the client as up (`up`).
     async fn heartbeat_until_finished(
         &self,
-        client_id: sluice_rpc::ClientId,
+        client_id: sluice_types::ClientId,
         up: &mut bool,
     ) -> bool {
         let mut known_tasks = KnownTasks::default();

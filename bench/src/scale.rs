@@ -22,10 +22,8 @@ use crate::leader_probe::Target;
 use anyhow::{bail, Context};
 use sluice_client::{DispatcherClientExt, RegisterOptions};
 use sluice_pipeline::Dataset;
-use sluice_rpc::{
-    ClientHeartbeat, ClientId, DatasetId, DispatcherClient, JobId, JobRequest, KnownTasks,
-    ShardingPolicy, TargetWorkers,
-};
+use sluice_rpc::{ClientHeartbeat, DispatcherClient, JobRequest, KnownTasks};
+use sluice_types::{ClientId, DatasetId, JobId, ShardingPolicy, TargetWorkers};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

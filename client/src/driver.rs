@@ -17,9 +17,9 @@ use crate::options::{DistributeOptions, HeartbeatWaits};
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
-    ClientHeartbeat, ClientHeartbeatReply, ClientId, DispatcherClient, KnownTasks, LocalWorkers,
-    TargetWorkers, TaskId,
+    ClientHeartbeat, ClientHeartbeatReply, DispatcherClient, KnownTasks, LocalWorkers,
 };
+use sluice_types::{ClientId, TargetWorkers, TaskId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -27,7 +27,8 @@
 use crate::error::ClientError;
 use crate::options::{deletes_task_when_done, reads_task};
 use sluice_proto::dispatcher as pb;
-use sluice_rpc::{KnownTasks, TargetWorkers};
+use sluice_rpc::KnownTasks;
+use sluice_types::TargetWorkers;
 use std::collections::{HashMap, HashSet};
 
 /// A task of a heartbeat reply, and whether its worker runs in this process.

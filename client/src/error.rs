@@ -1,7 +1,8 @@
 //! `ClientError`: what the client library reports to its caller.
 
 use sluice_element::DatasetError;
-use sluice_rpc::{is_retryable_code, InvalidValue, RpcError};
+use sluice_rpc::{is_retryable_code, RpcError};
+use sluice_types::InvalidValue;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {

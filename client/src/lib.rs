@@ -71,7 +71,9 @@ pub use options::{
     CrossTrainerCache, DistributeOptions, HeartbeatWaits, RegisterOptions, HEARTBEAT_POLL,
 };
 pub use service_dataset::{DispatcherClientExt, ServiceDataset};
-pub use sluice_rpc::{
-    ClientId, Compression, DatasetId, DispatcherClient, IterationId, JobId, LocalWorker,
-    LocalWorkers, NodeId, RetryConfig, RpcError, ShardingPolicy, TargetWorkers, TaskId, WorkerId,
+pub use sluice_element::Compression;
+pub use sluice_rpc::{DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError};
+pub use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers, TaskId,
+    WorkerId,
 };

@@ -4,8 +4,9 @@
 
 use crate::error::ClientError;
 use rand::Rng;
+use sluice_element::Compression;
 use sluice_proto::dispatcher as pb;
-use sluice_rpc::{Compression, TargetWorkers};
+use sluice_types::TargetWorkers;
 use std::time::Duration;
 
 /// Whether a reader that is not coordinated reads `task` (tf.data's `ShouldReadFromTask`;

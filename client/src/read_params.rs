@@ -5,7 +5,8 @@
 //! the epoch's repetition, and whether this process runs a worker. The texts are tf.data's.
 
 use crate::error::ClientError;
-use sluice_rpc::{LocalWorkers, ShardingPolicy, TargetWorkers};
+use sluice_rpc::LocalWorkers;
+use sluice_types::{ShardingPolicy, TargetWorkers};
 
 pub(crate) struct ReadParams<'a> {
     pub mode: ShardingPolicy,
@@ -37,7 +38,7 @@ impl ReadParams<'_> {
                      training workers. Static sharding also requires a fixed worker pool and a \
                      list of worker addresses in the DispatcherConfig. See the \"Processing \
                      Modes\" section in the module doc for details.",
-                    self.mode.to_proto().as_str_name()
+                    self.mode
                 )
             } else {
                 "Local reads require local tf.data workers, but no local worker is found. You \

@@ -9,9 +9,9 @@
 //! and a task id is never reused, so nothing can slip in between the check and the write.
 
 use crate::error::DispatcherError;
-use crate::ids::TaskId;
 use crate::state::{DispatcherState, Rejection};
 use sluice_security::{Identity, Role};
+use sluice_types::TaskId;
 
 /// Trainers' RPCs: datasets, jobs, iterations, client heartbeats.
 pub(crate) const CLIENT: &[Role] = &[Role::Client];

@@ -2,10 +2,9 @@
 //! hold one task of one iteration; callers of every kind try to act for them.
 
 use super::*;
-use crate::ids::{DatasetId, JobId};
-use crate::state::{
-    ApplyContext, Compression, DatasetMetadata, JobOptions, Request, ShardingPolicy, Update,
-};
+use crate::state::{ApplyContext, DatasetMetadata, JobOptions, Request, Update};
+use sluice_element::Compression;
+use sluice_types::{DatasetId, JobId, ShardingPolicy};
 
 fn apply(state: &mut DispatcherState, update: Update) {
     state.apply(ApplyContext::default(), &Request { id: None, update });

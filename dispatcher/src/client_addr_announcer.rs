@@ -10,11 +10,11 @@
 //! metrics change (a new leader, a new membership), and after a failed attempt waits
 //! [`RETRY_AFTER`] before trying again, so an unreachable leader is not flooded.
 
-use crate::ids::NodeId;
 use crate::membership;
 use crate::raft_network::PeerNetwork;
 use crate::raft_types::{NodeInfo, Raft};
 use openraft::Membership;
+use sluice_types::NodeId;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};

@@ -8,12 +8,12 @@
 //! starts. The token is opaque to callers.
 
 use crate::error::DispatcherError;
-use crate::ids::{DatasetId, IterationId, JobId, NodeId};
 use crate::raft_types::NodeInfo;
 use crate::state::DispatcherState;
 use openraft::RaftMetrics;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use sluice_types::{DatasetId, IterationId, JobId, NodeId};
 
 /// Entries per list when the caller does not say.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;

@@ -1,9 +1,9 @@
 //! `DispatcherConfig`: what one dispatcher replica needs to start, validated once.
 
-use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
 use sluice_journal::JournalIdentity;
 use sluice_security::ServerSecurity;
+use sluice_types::NodeId;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,15 +1,17 @@
 //! Conversions between protobuf messages and the dispatcher's domain types, in one place.
 
 use crate::error::DispatcherError;
-use crate::state::{Compression, Dataset, DatasetMetadata, DispatcherState, Job, RequestId, Task};
+use crate::state::{Dataset, DatasetMetadata, DispatcherState, Job, RequestId, Task};
 use prost::Message;
+use sluice_element::Compression;
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
+use sluice_rpc::ToProto;
 
-/// The shared enums' decoding (`ShardingPolicy`, `TargetWorkers`, in `sluice_rpc`) names the
-/// field and the value.
-impl From<sluice_rpc::InvalidValue> for DispatcherError {
-    fn from(e: sluice_rpc::InvalidValue) -> Self {
+/// The shared enums' decoding (`ShardingPolicy`, `TargetWorkers`, read by `sluice_rpc`'s
+/// `FromProto`) names the field and the value.
+impl From<sluice_types::InvalidValue> for DispatcherError {
+    fn from(e: sluice_types::InvalidValue) -> Self {
         DispatcherError::InvalidArgument(e.0)
     }
 }
@@ -55,7 +57,7 @@ pub fn task_def(
         task_id: task.id.0,
         iteration_id: task.iteration_id.0,
         dataset_id: dataset.id.0.clone(),
-        sharding_policy: pb::ShardingPolicy::from(job.sharding) as i32,
+        sharding_policy: job.sharding.to_proto() as i32,
         compression: dataset.metadata.compression.to_proto() as i32,
         num_split_providers: dataset.num_splits.len() as u32,
         worker_address: task.worker.clone(),

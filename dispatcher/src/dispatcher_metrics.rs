@@ -14,9 +14,8 @@
 //! The per-task split counts behind the status page's splits per worker are kept here too
 //! (not exported: a worker's own `/metrics` has its elements), and dropped with their task.
 
-use crate::ids::{IterationId, NodeId, TaskId};
 use crate::raft_types::NodeInfo;
-use crate::state::{DispatcherState, SplitLease};
+use crate::state::DispatcherState;
 use openraft::{RaftMetrics, ServerState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -24,6 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use sluice_types::{IterationId, NodeId, SplitLease, TaskId};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -15,7 +15,6 @@
 
 use crate::cluster_status::{status_json, StatusPage, DEFAULT_PAGE_SIZE};
 use crate::dispatcher_metrics::DispatcherMetrics;
-use crate::ids::{NodeId, TaskId};
 use crate::metered_log::MeteredLog;
 use crate::proposer::{BatchLimits, ProposerHandle};
 use crate::raft_types::{NodeInfo, Raft, StateHandle, TypeConfig};
@@ -27,6 +26,7 @@ use serde_json::{json, Value};
 use sluice_journal::LogStore;
 use sluice_ops::prometheus_client::registry::Registry;
 use sluice_ops::{BoxFuture, OpsError, OpsNode, OpsServer, RpcMetrics, RpcMetricsLayer};
+use sluice_types::{NodeId, TaskId};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;

@@ -55,7 +55,7 @@ impl LeaderWatch {
 }
 
 fn current(
-    metrics: &openraft::RaftMetrics<crate::ids::NodeId, crate::raft_types::NodeInfo>,
+    metrics: &openraft::RaftMetrics<sluice_types::NodeId, crate::raft_types::NodeInfo>,
 ) -> pb::LeaderUpdate {
     let (leader, term) = cluster_status::leader_of(metrics);
     pb::LeaderUpdate { leader, term }

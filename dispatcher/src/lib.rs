@@ -1,14 +1,17 @@
 //! The Sluice dispatcher: a replicated state machine that decides who processes what.
 //!
-//! Requests reach a [`service::DispatcherService`] on any replica; writes go through the
-//! [`proposer`] into the Raft log (openraft, journaled by `sluice-journal`), and every replica
+//! Requests reach the `DispatcherService` (`service`) on any replica; writes go through the
+//! `proposer` into the Raft log (openraft, journaled by `sluice-journal`), and every replica
 //! applies committed entries to its [`state::DispatcherState`]. Reads that must be current are
 //! served by the leader after a linearizable check. A replica that is not the leader answers
 //! `Unavailable` with the leader's client address in the `x-sluice-leader` metadata entry.
 //! Raft traffic between replicas has a listener of its own, never the client API's.
 //!
+//! The ids, enums and lease types the state persists are `sluice_types`'. Only `state` is a
+//! public module (tests and tools inspect a replica's state); everything else used outside is
+//! re-exported here.
+//!
 //! Layout:
-//! - `ids`: identifier newtypes.
 //! - `state`: `DispatcherState` and its pure `apply` (the replicated data).
 //! - `raft_types`: the openraft type configuration.
 //! - `config`: `DispatcherConfig`.
@@ -40,39 +43,41 @@
 //! - `metered_log`: the proposer's log, measured.
 //! - `task_remover`: the leader's barrier for removing a task from coordinated reads.
 //! - `error`: `DispatcherError` and its mapping to gRPC status codes.
+//! - `access`: which role may make each call, and the ownership rule for workers' tasks.
 
-pub mod access;
-pub mod client_addr_announcer;
-pub mod cluster_status;
-pub mod config;
-pub mod convert;
-pub mod dispatcher_handle;
-pub mod dispatcher_metrics;
-pub mod dispatcher_ops;
-pub mod error;
-pub mod grpc_servers;
-pub mod heartbeats;
-pub mod ids;
-pub mod leader_watch;
-pub mod liveness;
-pub mod membership;
-pub mod metered_log;
-pub mod network_faults;
-pub mod proposer;
-pub mod raft_error;
-pub mod raft_network;
-pub mod raft_runtime;
-pub mod raft_service;
-pub mod raft_types;
-pub mod read_batch;
-pub mod registration;
-pub mod service;
+mod access;
+mod client_addr_announcer;
+mod cluster_status;
+mod config;
+mod convert;
+mod dispatcher_handle;
+mod dispatcher_metrics;
+mod dispatcher_ops;
+mod error;
+mod grpc_servers;
+mod heartbeats;
+mod leader_watch;
+mod liveness;
+mod membership;
+mod metered_log;
+mod network_faults;
+mod proposer;
+mod raft_error;
+mod raft_network;
+mod raft_runtime;
+mod raft_service;
+mod raft_types;
+mod read_batch;
+mod registration;
+mod service;
 pub mod state;
-pub mod state_reader;
-pub mod task_remover;
-pub mod timers;
-pub mod watchers;
+mod state_reader;
+mod task_remover;
+mod timers;
+mod watchers;
 
-pub use config::DispatcherConfig;
+pub use config::{DispatcherConfig, DEFAULT_CLUSTER_ID};
 pub use dispatcher_handle::DispatcherHandle;
 pub use error::DispatcherError;
+pub use network_faults::NetworkFaults;
+pub use raft_types::{Raft, TypeConfig};

@@ -12,12 +12,12 @@
 //! (briefly) instead of failing.
 
 use crate::error::DispatcherError;
-use crate::ids::NodeId;
 use crate::raft_error::raft_error;
 use crate::raft_types::{NodeInfo, Raft, TypeConfig};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::raft::ClientWriteResponse;
 use openraft::ChangeMembers;
+use sluice_types::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;

@@ -6,10 +6,10 @@
 //! lease as its outcomes arrive. It never changes an entry or an outcome.
 
 use crate::dispatcher_metrics::DispatcherMetrics;
-use crate::ids::{IterationId, TaskId};
 use crate::proposer::LogWriter;
 use crate::raft_error::RaftFailure;
 use crate::state::{Outcome, Outcomes, Proposal, Update};
+use sluice_types::{IterationId, TaskId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -39,11 +39,7 @@ impl<W: LogWriter + Sync> LogWriter for MeteredLog<W> {
             .iter()
             .enumerate()
             .filter_map(|(i, request)| match request.update {
-                Update::LeaseSplits {
-                    iteration_id,
-                    task_id,
-                    ..
-                } => Some((i, iteration_id, task_id)),
+                Update::LeaseSplits(lease) => Some((i, lease.iteration_id, lease.task_id)),
                 _ => None,
             })
             .collect();

@@ -6,7 +6,7 @@
 //! long as its payload would take at that rate, within the RPC's deadline, like a link of that
 //! bandwidth. Only test harnesses install it; production replicas have none.
 
-use crate::ids::NodeId;
+use sluice_types::NodeId;
 use std::collections::HashSet;
 use std::sync::RwLock;
 use std::time::Duration;

@@ -18,15 +18,16 @@
 //! `DispatcherError::Rejected`, an outcome of another kind `DispatcherError::UnexpectedOutcome`.
 
 use crate::error::DispatcherError;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::raft_error::{raft_error, RaftFailure};
 use crate::raft_types::{Raft, TypeConfig};
 use crate::registration::Registration;
 use crate::state::{
-    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, ShardingPolicy,
-    SplitLease, Update,
+    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease, TaskId,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -276,19 +277,9 @@ impl ProposerHandle {
     pub async fn lease_splits(
         &self,
         id: Option<RequestId>,
-        iteration_id: IterationId,
-        provider: u32,
-        repetition: u64,
-        max: u64,
-        task_id: TaskId,
+        lease: LeaseRequest,
     ) -> Result<SplitLease, DispatcherError> {
-        let update = Update::LeaseSplits {
-            iteration_id,
-            provider,
-            repetition,
-            max,
-            task_id,
-        };
+        let update = Update::LeaseSplits(lease);
         match self.accepted(id, update).await? {
             (_, Outcome::Splits(lease)) => Ok(lease),
             (update, other) => Err(unexpected(update, other)),

@@ -6,11 +6,11 @@
 //! holds the only in-flight slot, then releases the slot.
 
 use super::*;
-use crate::ids::JobId;
 use crate::raft_types::NodeInfo;
 use crate::state::Rejection;
 use futures::future::BoxFuture;
 use futures::poll;
+use sluice_types::{JobId, LeaseRequest};
 use std::task::Poll;
 
 type Answer = oneshot::Sender<Result<Outcomes, RaftFailure>>;
@@ -290,13 +290,22 @@ async fn lease_answered_with(outcome: Outcome) -> Result<SplitLease, DispatcherE
     let (handle, mut log) = start(BatchLimits::default());
     let lease = tokio::spawn(async move {
         handle
-            .lease_splits(None, IterationId(1), 0, 0, 4, TaskId(1))
+            .lease_splits(
+                None,
+                LeaseRequest {
+                    iteration_id: IterationId(1),
+                    provider: 0,
+                    repetition: 0,
+                    max_splits: 4,
+                    task_id: TaskId(1),
+                },
+            )
             .await
     });
     let (entry, answer) = log.next().await;
     assert!(matches!(
         entry.requests[0].update,
-        Update::LeaseSplits { max: 4, .. }
+        Update::LeaseSplits(LeaseRequest { max_splits: 4, .. })
     ));
     let _ = answer.send(Ok(Outcomes(vec![outcome])));
     lease.await.expect("the caller does not panic")

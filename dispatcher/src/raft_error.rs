@@ -7,10 +7,10 @@
 //! leader's address in exactly one place.
 
 use crate::error::DispatcherError;
-use crate::ids::NodeId;
 use crate::raft_types::NodeInfo;
 use crate::state::Rejection;
 use openraft::error::{CheckIsLeaderError, ClientWriteError, Fatal, RaftError};
+use sluice_types::NodeId;
 use std::convert::Infallible;
 
 /// What went wrong inside Raft, as far as a caller of the dispatcher cares. Clone-able, so one

@@ -16,7 +16,6 @@
 //! never in a busy loop. The limit is above the largest entry the proposer makes (one
 //! definition of the largest size and a margin), so that stays hypothetical.
 
-use crate::ids::NodeId;
 use crate::network_faults::NetworkFaults;
 use crate::raft_types::{NodeInfo, TypeConfig};
 use openraft::error::{
@@ -33,6 +32,7 @@ use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_proto::raft::{AnnounceRequest, RaftPayload};
 use sluice_security::{AuthChannel, ClientSecurity};
+use sluice_types::NodeId;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! through openraft's tokio channels, which work across runtimes.
 
 use crate::error::DispatcherError;
-use crate::ids::NodeId;
+use sluice_types::NodeId;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;

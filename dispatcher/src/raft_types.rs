@@ -1,9 +1,9 @@
 //! The openraft type configuration of the dispatcher and the glue between the journal's
 //! generic state machine and `DispatcherState`.
 
-use crate::ids::NodeId;
 use crate::state::{ApplyContext, DispatcherState, Outcomes, Proposal};
 use serde::{Deserialize, Serialize};
+use sluice_types::NodeId;
 use std::fmt;
 // `declare_raft_types!` names `Cursor` unqualified for the default snapshot data type.
 use std::io::Cursor;

@@ -16,7 +16,6 @@
 
 use crate::convert;
 use crate::error::DispatcherError;
-use crate::ids::DatasetId;
 use crate::state::{definition_key, DatasetMetadata, Update};
 use prost::Message;
 use sluice_element::DatasetError;
@@ -24,6 +23,7 @@ use sluice_formats::{DataRoots, FileAccess};
 use sluice_pipeline::FunctionRegistry;
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
+use sluice_types::DatasetId;
 
 /// A registration ready to propose: what `Update::RegisterDataset` carries.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +87,7 @@ impl Registration {
     }
 
     /// The update that registers the dataset, in one entry whatever the definition's size.
+    #[cfg(test)]
     pub fn into_update(self) -> Update {
         let (_, register) = self.into_updates(usize::MAX);
         register

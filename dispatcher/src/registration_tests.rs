@@ -2,7 +2,7 @@
 //! which files it lets a dataset name.
 
 use super::*;
-use crate::state::Compression;
+use sluice_element::Compression;
 use sluice_element::{DType, ElementSpec};
 use sluice_pipeline::Dataset;
 

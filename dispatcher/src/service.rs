@@ -14,14 +14,13 @@ use crate::config::DispatcherConfig;
 use crate::convert::{decode_def, metadata_to_proto, request_id};
 use crate::error::DispatcherError;
 use crate::heartbeats::Heartbeats;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::membership;
 use crate::proposer::ProposerHandle;
 use crate::raft_types::{Raft, StateHandle};
 use crate::registration::{check_definition_size, Registration};
-use crate::state::{DispatcherState, JobOptions, Rejection, ShardingPolicy, TargetWorkers};
+use crate::state::{DispatcherState, JobOptions, Rejection};
 use crate::state_reader::StateReader;
 use crate::task_remover::TaskRemover;
 use futures::future::join_all;
@@ -30,9 +29,11 @@ use sluice_formats::DataRoots;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;
-use sluice_rpc::dispatcher_rpcs::lease_splits_result;
-use sluice_rpc::is_retryable_code;
+use sluice_rpc::{is_retryable_code, lease_splits_result, FromProto, ToProto};
 use sluice_security::{authorize, Identity};
+use sluice_types::{
+    ClientId, DatasetId, JobId, LeaseRequest, ShardingPolicy, TargetWorkers, TaskId,
+};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio_stream::wrappers::WatchStream;
@@ -96,40 +97,20 @@ impl DispatcherService {
         req: pb::LeaseSplitsRequest,
     ) -> Result<pb::LeaseSplitsResponse, DispatcherError> {
         let writer = self.writer()?;
+        let id = request_id(req.request_id);
+        let lease = LeaseRequest::from_proto(&req)?;
         // Checked before proposing, so a request that would be refused costs no log entry. The
         // applied state may lag what is committed (a new leader): a refusal is confirmed on a
         // linearizable read before it is returned.
         let check = |s: &DispatcherState| {
-            access::check_task(s, caller, TaskId(req.task_id))?;
-            s.check_lease(
-                request_id(req.request_id),
-                IterationId(req.iteration_id),
-                req.provider_index,
-                req.repetition,
-                TaskId(req.task_id),
-            )
-            .map_err(DispatcherError::from)
+            access::check_task(s, caller, lease.task_id)?;
+            s.check_lease(id, &lease).map_err(DispatcherError::from)
         };
         if self.reader.read(check).is_err() {
             self.reader.linearizable().await?;
             self.reader.read(check)?;
         }
-        let lease = writer
-            .lease_splits(
-                request_id(req.request_id),
-                IterationId(req.iteration_id),
-                req.provider_index,
-                req.repetition,
-                u64::from(req.max_splits),
-                TaskId(req.task_id),
-            )
-            .await?;
-        Ok(pb::LeaseSplitsResponse {
-            start: lease.start,
-            end: lease.end,
-            end_of_splits: lease.end_of_splits,
-            repetition: lease.repetition,
-        })
+        Ok(writer.lease_splits(id, lease).await?.to_proto())
     }
 }
 
@@ -195,11 +176,11 @@ impl Dispatcher for DispatcherService {
         authorize(&request, "GetOrCreateJob", access::CLIENT)?;
         let req = request.into_inner();
         let sharding =
-            ShardingPolicy::try_from(req.sharding_policy).map_err(DispatcherError::from)?;
+            ShardingPolicy::from_proto(req.sharding_policy).map_err(DispatcherError::from)?;
         let options = JobOptions {
             num_consumers: req.num_consumers,
             use_cross_trainer_cache: req.use_cross_trainer_cache,
-            target_workers: TargetWorkers::try_from(req.target_workers)
+            target_workers: TargetWorkers::from_proto(req.target_workers)
                 .map_err(DispatcherError::from)?,
         };
         let job_id = self

@@ -19,12 +19,12 @@
 //! can tell; a round that fails answers the usual not-leader status.
 
 use crate::error::DispatcherError;
-use crate::ids::NodeId;
 use crate::raft_types::{NodeInfo, Raft, StateHandle};
 use crate::read_batch::ReadBatch;
 use crate::state::{DispatcherState, Watched};
 use crate::watchers::{Watch, Watchers};
 use openraft::RaftMetrics;
+use sluice_types::NodeId;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -43,8 +43,6 @@ struct AppliedMark {
 pub enum Check {
     Changed,
     Unchanged,
-    /// Cannot tell before this time (it read an index built before the latest entry).
-    Again(Instant),
 }
 
 /// How a long poll's wait ended.
@@ -120,8 +118,7 @@ impl StateReader {
         f(&applied.state)
     }
 
-    /// Checks `changed` now and after each applied entry that touched `key` (or at the time
-    /// it asks to be asked again); returns `view` once `changed` says so, when `deadline`
+    /// Checks `changed` now and after each applied entry that touched `key`; returns `view` once `changed` says so, when `deadline`
     /// passes, or when this replica no longer leads; after a wait, only once a quorum confirmed
     /// it still leads. `changed` may run many times while the poll waits, so it should be cheap;
     /// `view` runs once. Both get the applied index with the state.
@@ -140,7 +137,6 @@ impl StateReader {
             let until = match self.read_applied(&mut changed)? {
                 Check::Changed => break,
                 Check::Unchanged => deadline,
-                Check::Again(at) => at.min(deadline),
             };
             waited = true;
             match Self::wait_for_change(&applied, &mut watch, until).await {
@@ -172,11 +168,6 @@ impl StateReader {
             Ok(()) => Wait::Applied,
             Err(_) => Wait::TimedOut,
         }
-    }
-
-    /// The applied index now (of the state [`StateReader::read`] reads).
-    pub fn applied_index(&self) -> Option<u64> {
-        self.read_applied(|applied, _| applied)
     }
 
     /// Reads the applied state with the index of the last entry applied to it.

@@ -7,10 +7,10 @@
 //! soft state, as in tf.data: after a leader change the consumers simply ask again.
 
 use crate::error::DispatcherError;
-use crate::ids::TaskId;
 use crate::proposer::ProposerHandle;
 use crate::state::Rejection;
 use crate::state_reader::StateReader;
+use sluice_types::TaskId;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;

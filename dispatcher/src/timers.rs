@@ -12,11 +12,11 @@
 //! as everyone's last contact; nobody is expired before a full timeout of silence towards it.
 
 use crate::config::DispatcherConfig;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, NodeId};
 use crate::liveness::Liveness;
 use crate::proposer::{now_micros, ProposerHandle};
 use crate::raft_types::{Raft, StateHandle};
-use crate::state::{DispatcherState, Request, ShardingPolicy, Update};
+use crate::state::{DispatcherState, Request, Update};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, NodeId, ShardingPolicy};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

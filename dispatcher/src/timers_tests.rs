@@ -2,10 +2,9 @@
 //! times, and the exact updates the leader proposes at a given time.
 
 use super::*;
-use crate::ids::{DatasetId, JobId};
-use crate::state::{
-    ApplyContext, Compression, DatasetMetadata, JobOptions, Outcome, ShardingPolicy,
-};
+use crate::state::{ApplyContext, DatasetMetadata, JobOptions, Outcome};
+use sluice_element::Compression;
+use sluice_types::{DatasetId, JobId, ShardingPolicy};
 
 const SECOND: Duration = Duration::from_secs(1);
 /// The wall clock (µs) at which the test state's client was released.

@@ -55,10 +55,12 @@ impl Watchers {
     }
 
     /// Keys watched now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.lock().expect("watchers lock poisoned").len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -104,7 +106,7 @@ impl Drop for Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::IterationId;
+    use sluice_types::IterationId;
     use std::collections::HashSet;
     use std::time::Duration;
 

@@ -102,7 +102,7 @@ pub struct DispatchServer {
     /// The Raft peer listener's address.
     peer_addr: String,
     /// This replica's Raft handle, for `leader_id`.
-    raft: sluice_dispatcher::raft_types::Raft,
+    raft: sluice_dispatcher::Raft,
     lifetime: Lifetime,
     /// The journal's directory when the caller gave none; removed after the server stops.
     temp_dir: Mutex<Option<TempDir>>,

@@ -1,27 +1,10 @@
-//! `DispatcherClient`: calls the dispatcher quorum, following the leader.
+//! `DispatcherClient`: calls the dispatcher quorum, one typed method per dispatcher RPC.
 //!
-//! Every call goes to the replica believed to be the leader. A replica that is not the leader
-//! answers `Unavailable` with the leader's address in `x-sluice-leader`; the client switches to
-//! it at once. Without a hint (no leader yet, connection refused, timeout) it tries the next
-//! address after an exponential backoff, until `retry_timeout` has passed. One `Channel` per
-//! address, built once and cloned; every attempt has a deadline.
-//!
-//! A caller never waits on one replica much longer than the quorum takes to elect another
-//! (`RetryConfig::election_timeout`): a leader that is frozen or cut off still accepts
-//! connections and answers nothing, so waiting for its answer would last as long as the fault.
-//! - Hedging: every replica tells this client who it believes leads, at once and at every change
-//!   (`LeaderView`, fed by one `WatchLeader` stream per replica, silent while nothing changes).
-//!   An attempt waiting on a replica other than the newest leader named is abandoned and the
-//!   call sent to that leader, with the same request id; a long poll is abandoned the same way.
-//!   So a caller moves on as soon as the other replicas have elected a new leader.
-//! - Deadlines: an attempt of a small call the dispatcher answers at once ends after twice the
-//!   election timeout (doubling after each attempt that timed out), unless the replicas name
-//!   its replica the leader (or name none yet): then there is nowhere better to send it, and a
-//!   slow but live leader gets up to `rpc_timeout` (re-sending to it would only add load). A
-//!   long poll adds its wait.
-//! - HTTP/2 keepalive pings while a call is in flight, so a connection that went silent is
-//!   noticed and closed (its calls then fail and are retried) within one and a half election
-//!   timeouts.
+//! The calls follow the leader, retry and hedge as [`Quorum`] does. Each typed method builds
+//! its request once, with a fresh request id for a mutating call, and sends it through the
+//! quorum's retry loop (`Quorum::call`). Each attempt has a deadline, set by how long the
+//! dispatcher may take to answer (`Wait`): a long poll (`poll`) adds its wait to it. Leases go
+//! through the client's [`LeaseBatcher`], which sends concurrent ones together.
 //!
 //! Mutating calls carry a `RequestId` (this client's random requester id, a sequence number and
 //! the watermark, see `request_ids`) that stays the same across retries of one call, so a retry
@@ -30,103 +13,28 @@
 //! ended: an abandoned attempt is dropped before the next one starts, and one still executing
 //! on a frozen replica can commit nothing there (a newer leader exists), or reaches a replica
 //! after the watermark passed it and is refused.
-//!
-//! The generic retry loop (`call`) is private to this crate: callers use the typed methods in
-//! `dispatcher_rpcs`, one per dispatcher RPC, which fill in request ids and deadlines.
 
-use crate::error::{is_retryable_status, RpcError};
-use crate::leader_view::LeaderView;
-use crate::leader_watcher;
+use crate::convert::{lease_result, FromProto, ToProto};
+use crate::dispatcher_rpcs::{
+    ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, WorkerHeartbeat,
+};
+use crate::error::RpcError;
 use crate::lease_batcher::LeaseBatcher;
+use crate::quorum::{Quorum, RetryConfig, Wait};
 use crate::request_ids::{InFlight, RequestIds};
-use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
-use sluice_proto::LEADER_METADATA_KEY;
-use sluice_security::{AuthChannel, ClientSecurity};
-use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use sluice_proto::dataset as dpb;
+use sluice_proto::dispatcher as pb;
+use sluice_security::ClientSecurity;
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, NodeId, SplitLease, TaskId, WorkerId,
+};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
-use tracing::{debug, warn};
 
-/// How calls are retried.
-#[derive(Clone, Debug)]
-pub struct RetryConfig {
-    /// The quorum's election timeout (the upper bound of its range): how long the replicas take
-    /// to notice a silent leader and elect another. Hedging, attempt deadlines and keepalive
-    /// pings derive from it.
-    pub election_timeout: Duration,
-    /// The longest deadline of one attempt (a long poll adds its own wait on top).
-    pub rpc_timeout: Duration,
-    /// First backoff; doubles per failed attempt up to `max_backoff`.
-    pub initial_backoff: Duration,
-    pub max_backoff: Duration,
-    /// Give up after this long without success.
-    pub retry_timeout: Duration,
-    /// Whether this client hears from every replica who leads and moves a waiting call to a
-    /// newer leader at once (hedging; on by default). Off, a call waits on its replica until
-    /// its deadline: only for tests of what a caller slower to move on sees.
-    pub follow_newer_leaders: bool,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig {
-            // The dispatcher's default election timeout range is 200-400 ms.
-            election_timeout: Duration::from_millis(400),
-            rpc_timeout: Duration::from_secs(5),
-            initial_backoff: Duration::from_millis(5),
-            // Short: after a failover the new leader is found within one backoff of its election.
-            max_backoff: Duration::from_millis(100),
-            retry_timeout: Duration::from_secs(3600),
-            follow_newer_leaders: true,
-        }
-    }
-}
-
-impl RetryConfig {
-    /// The deadline of an attempt after `timeouts` attempts in a row timed out.
-    fn attempt_timeout(&self, timeouts: u32) -> Duration {
-        (self.election_timeout * 2)
-            .saturating_mul(1 << timeouts.min(16))
-            .min(self.rpc_timeout)
-    }
-
-    /// HTTP/2 keepalive: a ping after this long without a frame from the replica...
-    fn keepalive_interval(&self) -> Duration {
-        self.election_timeout / 2
-    }
-
-    /// ...and the connection is closed when the ping is not answered within this long. Not
-    /// shorter: a live replica busy with a large request on a loaded machine must not lose its
-    /// connections.
-    fn keepalive_timeout(&self) -> Duration {
-        self.election_timeout
-    }
-}
-
-/// How long the dispatcher may take to answer a call, which sets its attempts' deadlines.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Wait {
-    /// A live leader answers at once (writes, current reads): deadlines from the election
-    /// timeout.
-    Brief,
-    /// The dispatcher may hold the call this long (long polls, membership changes).
-    Poll(Duration),
-    /// The request or its reply may be large (a definition of up to 16 MiB, the status of a
-    /// large state): `rpc_timeout`, since sending it again sooner would only add load.
-    Slow,
-}
-
-/// How one attempt ended.
-enum Race<R> {
-    Answered(R),
-    /// Past its deadline, with no replica naming the one it waits on the leader.
-    TimedOut,
-    /// Another replica leads in a newer term than the one the attempt waits on.
-    NewerLeader(String),
-}
+/// How long the dispatcher may hold a task removal vote while the other consumers ask.
+const REMOVAL_WAIT: Duration = Duration::from_secs(11);
+/// Membership changes wait for the new replica to catch up.
+const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
 
 /// A clone-able client of the dispatcher quorum.
 #[derive(Clone)]
@@ -135,34 +43,34 @@ pub struct DispatcherClient {
 }
 
 struct Inner {
-    addrs: Vec<String>,
-    retry: RetryConfig,
+    quorum: Quorum,
     request_ids: Arc<RequestIds>,
-    /// TLS and the token every call presents.
-    security: ClientSecurity,
-    /// Std mutexes: held only to read or update, never across `.await`. Shared with the
-    /// clients made by [`DispatcherClient::sharing_connections`].
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
-    /// The address to try first: the last known leader.
-    current: Mutex<String>,
-    /// The newest leader the replicas named; shared like `channels`.
-    leaders: Arc<LeaderView>,
     /// Lease requests waiting to be sent together.
     leases: LeaseBatcher,
 }
 
-/// The `host:port` of one `[protocol://]host:port` entry; only gRPC (`grpc`, `http`) is spoken.
-fn service_address(entry: &str) -> Result<String, RpcError> {
-    let parts: Vec<&str> = entry.split("://").collect();
-    match parts.as_slice() {
-        [address] => Ok(address.to_string()),
-        ["grpc" | "http", address] => Ok(address.to_string()),
-        [protocol, _] => Err(RpcError::NotFound(format!(
-            "No credentials factory has been registered for protocol {protocol}"
-        ))),
-        _ => Err(RpcError::InvalidArgument(format!(
-            "Malformed `service` string has multiple '://': {entry}."
-        ))),
+/// A request with the attempt's deadline.
+fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+/// A registration the dispatcher's decode bound refused (`OutOfRange`, with tonic's text naming
+/// the message's size and the bound) becomes the same `InvalidArgument` as one its handler
+/// refused: the definition's size, and the flag that sets the bound.
+fn too_large_definition(e: RpcError, def: &dpb::DatasetDef) -> RpcError {
+    match e {
+        RpcError::Status {
+            code: tonic::Code::OutOfRange,
+            message,
+        } => RpcError::InvalidArgument(format!(
+            "the dataset definition is {} bytes, more than the dispatcher accepts ({message}); \
+             its limit is set by --max-definition-size, and large constant data belongs in \
+             files rather than in the definition",
+            prost::Message::encoded_len(def)
+        )),
+        other => other,
     }
 }
 
@@ -182,63 +90,21 @@ impl DispatcherClient {
         retry: RetryConfig,
         security: ClientSecurity,
     ) -> Result<DispatcherClient, RpcError> {
-        // tf.data's `service` argument: `[protocol://]address`, the protocol `grpc` by default.
-        if addrs.trim().is_empty() {
-            return Err(RpcError::InvalidArgument(
-                "`service` must not be empty".into(),
-            ));
-        }
-        let addrs: Vec<String> = addrs
-            .split(',')
-            .map(|a| service_address(a.trim()))
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .filter(|a| !a.is_empty())
-            .collect();
-        if addrs.is_empty() {
-            return Err(RpcError::InvalidArgument(
-                "`service` must not be empty".into(),
-            ));
-        }
-        for addr in &addrs {
-            if addr
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .is_none()
-            {
-                return Err(RpcError::InvalidArgument(format!(
-                    "invalid dispatcher address '{addr}': expected HOST:PORT"
-                )));
-            }
-        }
-        Ok(DispatcherClient {
-            inner: Arc::new(Inner {
-                current: Mutex::new(addrs[0].clone()),
-                addrs,
-                retry,
-                request_ids: RequestIds::new(rand::random()),
-                security,
-                channels: Arc::new(Mutex::new(HashMap::new())),
-                leaders: Arc::new(LeaderView::new()),
-                leases: LeaseBatcher::default(),
-            }),
-        })
+        Ok(Self::over(Quorum::new(addrs, retry, security)?))
     }
 
     /// A client of the same replicas over this one's connections, with a requester id (and
-    /// request sequence) of its own, as a caller in another process would have. For harnesses that simulate many
-    /// callers in one process without opening a connection per caller.
+    /// request sequence) of its own, as a caller in another process would have. For harnesses
+    /// that simulate many callers in one process without opening a connection per caller.
     pub fn sharing_connections(&self) -> DispatcherClient {
-        let inner = &self.inner;
+        Self::over(self.inner.quorum.sharing_connections())
+    }
+
+    fn over(quorum: Quorum) -> DispatcherClient {
         DispatcherClient {
             inner: Arc::new(Inner {
-                current: Mutex::new(self.current()),
-                addrs: inner.addrs.clone(),
-                retry: inner.retry.clone(),
+                quorum,
                 request_ids: RequestIds::new(rand::random()),
-                security: inner.security.clone(),
-                channels: inner.channels.clone(),
-                leaders: inner.leaders.clone(),
                 leases: LeaseBatcher::default(),
             }),
         }
@@ -246,18 +112,18 @@ impl DispatcherClient {
 
     /// The addresses this client was given.
     pub fn addrs(&self) -> &[String] {
-        &self.inner.addrs
+        self.inner.quorum.addrs()
     }
 
     /// What this client presents; readers present the same to workers.
     pub fn security(&self) -> &ClientSecurity {
-        &self.inner.security
+        self.inner.quorum.security()
     }
 
-    /// A fresh id for one mutating call; reuse it for every retry of that call, and keep the
-    /// guard until the call is over.
-    pub(crate) fn begin_request(&self) -> InFlight {
-        self.inner.request_ids.begin()
+    /// How many lease calls this client has sent (a batch counts once; retries of a call are
+    /// not counted). With the leases asked for, it tells how many leases a call carried.
+    pub fn lease_calls(&self) -> u64 {
+        self.inner.leases.calls()
     }
 
     /// This client's lease requests waiting to be sent together.
@@ -265,227 +131,395 @@ impl DispatcherClient {
         &self.inner.leases
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel, RpcError> {
-        let mut channels = self
+    /// A fresh id for one mutating call; reuse it for every retry of that call, and keep the
+    /// guard until the call is over.
+    fn begin_request(&self) -> InFlight {
+        self.inner.request_ids.begin()
+    }
+
+    /// Registers a dataset definition (file lists already expanded) with its metadata; returns
+    /// its id, `dataset_id` when one was given.
+    pub async fn register_dataset_def(
+        &self,
+        def: &dpb::DatasetDef,
+        dataset_id: Option<&DatasetId>,
+        metadata: &pb::DatasetMetadata,
+    ) -> Result<DatasetId, RpcError> {
+        let in_flight = self.begin_request();
+        let request_id = in_flight.id;
+        let response = self
             .inner
-            .channels
-            .lock()
-            .expect("channel map lock poisoned");
-        if let Some(channel) = channels.get(addr) {
-            return Ok(channel.clone());
-        }
-        let channel = replica_endpoint(&self.inner.security, addr)?
-            .http2_keep_alive_interval(self.inner.retry.keepalive_interval())
-            .keep_alive_timeout(self.inner.retry.keepalive_timeout())
-            .keep_alive_while_idle(false)
-            .connect_lazy();
-        channels.insert(addr.to_string(), channel.clone());
-        Ok(channel)
+            .quorum
+            .call("register_dataset", Wait::Slow, |mut c, timeout| {
+                // Built per attempt from the borrowed definition: one copy of a large
+                // definition per attempt, not two.
+                let request = pb::RegisterDatasetRequest {
+                    dataset: Some(def.clone()),
+                    dataset_id: dataset_id.map(|id| id.0.clone()),
+                    metadata: Some(metadata.clone()),
+                    request_id: Some(request_id),
+                };
+                let request = timed(request, timeout);
+                async move { c.register_dataset(request).await }
+            })
+            .await
+            .map_err(|e| too_large_definition(e, def))?;
+        Ok(DatasetId(response.dataset_id))
     }
 
-    fn current(&self) -> String {
-        self.inner
-            .current
-            .lock()
-            .expect("leader lock poisoned")
-            .clone()
-    }
-
-    fn set_current(&self, addr: String) {
-        *self.inner.current.lock().expect("leader lock poisoned") = addr;
-    }
-
-    fn rotate(&self, from: &str) {
-        let addrs = &self.inner.addrs;
-        let next = match addrs.iter().position(|a| a == from) {
-            Some(i) => addrs[(i + 1) % addrs.len()].clone(),
-            None => addrs[0].clone(),
+    /// A registered dataset's definition and metadata.
+    pub async fn get_dataset(
+        &self,
+        dataset_id: &DatasetId,
+    ) -> Result<pb::GetDatasetResponse, RpcError> {
+        let request = pb::GetDatasetRequest {
+            dataset_id: dataset_id.0.clone(),
         };
-        self.set_current(next);
+        self.inner
+            .quorum
+            .call("get_dataset", Wait::Slow, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.get_dataset(request).await }
+            })
+            .await
     }
 
-    fn stub(&self, addr: &str) -> Result<RpcClient<AuthChannel>, RpcError> {
-        Ok(
-            RpcClient::new(self.inner.security.authed(self.channel(addr)?))
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
-        )
+    /// The job `job` names, created if absent.
+    pub async fn get_or_create_job(&self, job: &JobRequest) -> Result<JobId, RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::GetOrCreateJobRequest {
+            dataset_id: job.dataset_id.0.clone(),
+            sharding_policy: job.sharding.to_proto() as i32,
+            job_name: job.job_name.clone(),
+            request_id: Some(in_flight.id),
+            num_consumers: job.num_consumers,
+            use_cross_trainer_cache: job.use_cross_trainer_cache,
+            target_workers: job.target_workers.to_proto() as i32,
+        };
+        let response = self
+            .inner
+            .quorum
+            .call("get_or_create_job", Wait::Brief, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.get_or_create_job(request).await }
+            })
+            .await?;
+        Ok(JobId(response.job_id))
     }
 
-    /// Calls `rpc` on the leader, retrying retryable failures until the retry deadline; `wait`
-    /// says how long the dispatcher may take to answer.
-    pub(crate) async fn call<T, F, Fut>(
+    /// Attaches a new client to the iteration `(job_id, repetition)`, created if absent.
+    pub async fn get_or_create_iteration(
         &self,
-        name: &str,
-        wait: Wait,
-        mut rpc: F,
-    ) -> Result<T, RpcError>
-    where
-        F: FnMut(RpcClient<AuthChannel>, Duration) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        self.watch_leaders();
-        let retry = &self.inner.retry;
-        let deadline = Instant::now() + retry.retry_timeout;
-        let mut backoff = retry.initial_backoff;
-        let mut attempts = 0u32;
-        let mut hints_in_a_row = 0u32;
-        let mut timeouts_in_a_row = 0u32;
-        loop {
-            attempts += 1;
-            let addr = self.current();
-            // The attempt's deadline, and how long it may be extended while the other replicas
-            // name `addr` the leader (nowhere better to send it).
-            let (timeout, cap) = match wait {
-                Wait::Brief => {
-                    let timeout = retry.attempt_timeout(timeouts_in_a_row);
-                    (timeout, timeout.max(retry.rpc_timeout))
-                }
-                Wait::Poll(poll) => {
-                    let timeout = retry.attempt_timeout(timeouts_in_a_row);
-                    (timeout + poll, timeout.max(retry.rpc_timeout) + poll)
-                }
-                Wait::Slow => (retry.rpc_timeout, retry.rpc_timeout),
-            };
-            let started = Instant::now();
-            let attempt = rpc(self.stub(&addr)?, cap);
-            let race = self.race(&addr, started + timeout, started + cap, attempt);
-            let status = match race.await {
-                Race::Answered(Ok(response)) => return Ok(response.into_inner()),
-                Race::Answered(Err(status)) => {
-                    timeouts_in_a_row = 0;
-                    status
-                }
-                Race::TimedOut => {
-                    timeouts_in_a_row += 1;
-                    let waited = started.elapsed();
-                    tonic::Status::deadline_exceeded(format!("{name} timed out after {waited:?}"))
-                }
-                Race::NewerLeader(leader) => {
-                    debug!(rpc = name, from = %addr, to = %leader, "a newer leader was named; sending there");
-                    self.set_current(leader);
-                    timeouts_in_a_row = 0;
-                    if Instant::now() > deadline {
-                        return Err(RpcError::Unavailable {
-                            attempts,
-                            message: format!("{name}: the retry deadline passed"),
-                        });
-                    }
-                    continue;
-                }
-            };
-            if !is_retryable_status(&status) {
-                return Err(RpcError::from_status(&status));
-            }
-            let hint = status
-                .metadata()
-                .get(LEADER_METADATA_KEY)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-                .filter(|leader| *leader != addr);
-            if Instant::now() + backoff > deadline {
-                return Err(RpcError::Unavailable {
-                    attempts,
-                    message: status.message().to_string(),
-                });
-            }
-            match hint {
-                Some(leader) => {
-                    debug!(rpc = name, from = %addr, to = %leader, "following the leader");
-                    self.set_current(leader);
-                    // A fresh hint deserves an immediate try, but stale hints during an
-                    // election must not make a busy loop.
-                    hints_in_a_row += 1;
-                    if hints_in_a_row <= 2 {
-                        continue;
-                    }
-                }
-                None => {
-                    if attempts.is_multiple_of(20) {
-                        warn!(rpc = name, %addr, attempts, error = %status.message(), "dispatcher not answering; retrying");
-                    }
-                    self.rotate(&addr);
-                }
-            }
-            hints_in_a_row = 0;
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(retry.max_backoff);
-        }
+        job_id: JobId,
+        repetition: u64,
+    ) -> Result<IterationClient, RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::GetOrCreateIterationRequest {
+            job_id: job_id.0,
+            repetition,
+            request_id: Some(in_flight.id),
+        };
+        let response = self
+            .inner
+            .quorum
+            .call("get_or_create_iteration", Wait::Brief, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.get_or_create_iteration(request).await }
+            })
+            .await?;
+        Ok(IterationClient {
+            iteration_id: IterationId(response.iteration_id),
+            client_id: ClientId(response.iteration_client_id),
+        })
     }
 
-    /// Waits for `attempt` on `addr`; ends early when the view names a leader other than
-    /// `addr` in a newer term. At `deadline` it gives `addr` up, unless the view names it the
-    /// leader (or names none): then it waits on until `cap`.
-    async fn race<R>(
+    /// A client's heartbeat: its iteration's tasks. The dispatcher may hold it up to `poll`
+    /// while nothing changed.
+    pub async fn client_heartbeat(
         &self,
-        addr: &str,
-        mut deadline: Instant,
-        cap: Instant,
-        attempt: impl Future<Output = R>,
-    ) -> Race<R> {
-        let mut newest = self.inner.leaders.subscribe();
-        // A leader named before the attempt started counts too: the attempt may have been sent
-        // to a stale `current`.
-        newest.mark_changed();
-        tokio::pin!(attempt);
+        heartbeat: &ClientHeartbeat,
+        poll: Duration,
+    ) -> Result<ClientHeartbeatReply, RpcError> {
+        let request = pb::ClientHeartbeatRequest {
+            iteration_client_id: heartbeat.client_id.0,
+            poll_timeout_ms: poll.as_millis() as u64,
+            known_tasks: heartbeat.known_tasks.count,
+            current_round: heartbeat.current_round,
+            blocked_round: heartbeat.blocked_round,
+            omit_unchanged_tasks: true,
+            last_known_task: heartbeat.known_tasks.last.unwrap_or_default(),
+        };
+        let response = self
+            .inner
+            .quorum
+            .call("client_heartbeat", Wait::Poll(poll), |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.client_heartbeat(request).await }
+            })
+            .await?;
+        Ok(ClientHeartbeatReply {
+            tasks: (!response.tasks_unchanged).then_some(response.tasks),
+            iteration_finished: response.iteration_finished,
+            block_round: response.block_round,
+        })
+    }
+
+    /// Detaches a client from its iteration.
+    pub async fn release_iteration_client(&self, client_id: ClientId) -> Result<(), RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::ReleaseIterationClientRequest {
+            iteration_client_id: client_id.0,
+            request_id: Some(in_flight.id),
+        };
+        self.inner
+            .quorum
+            .call("release_iteration_client", Wait::Brief, |mut c, timeout| {
+                let request = timed(request, timeout);
+                async move { c.release_iteration_client(request).await }
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A worker's heartbeat (the first registers it): new tasks and tasks to delete. The
+    /// dispatcher may hold it up to `poll` while nothing changed.
+    pub async fn worker_heartbeat(
+        &self,
+        heartbeat: &WorkerHeartbeat,
+        poll: Duration,
+    ) -> Result<pb::WorkerHeartbeatResponse, RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::WorkerHeartbeatRequest {
+            worker_address: heartbeat.worker.0.clone(),
+            current_tasks: heartbeat.current_tasks.iter().map(|t| t.0).collect(),
+            request_id: Some(in_flight.id),
+            tags: heartbeat.tags.clone(),
+            poll_timeout_ms: poll.as_millis() as u64,
+        };
+        self.inner
+            .quorum
+            .call("worker_heartbeat", Wait::Poll(poll), |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.worker_heartbeat(request).await }
+            })
+            .await
+    }
+
+    /// Reports tasks of `worker` whose end a reader saw.
+    pub async fn worker_update(
+        &self,
+        worker: &WorkerId,
+        completed: &[TaskId],
+    ) -> Result<(), RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::WorkerUpdateRequest {
+            worker_address: worker.0.clone(),
+            completed_tasks: completed.iter().map(|t| t.0).collect(),
+            request_id: Some(in_flight.id),
+        };
+        self.inner
+            .quorum
+            .call("worker_update", Wait::Brief, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.worker_update(request).await }
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Leases splits for a task of a distributed_epoch iteration. Leases this client asks for
+    /// while another is on its way are sent together (see `LeaseBatcher`).
+    pub async fn lease_splits(&self, lease: &LeaseRequest) -> Result<SplitLease, RpcError> {
+        self.lease_splits_ahead(lease, Duration::ZERO).await
+    }
+
+    /// [`lease_splits`](Self::lease_splits) for a lease asked for ahead of need: it may wait up
+    /// to `slack` to go in one call with this client's other leases (see
+    /// [`lease_slack`](crate::lease_slack)).
+    pub async fn lease_splits_ahead(
+        &self,
+        lease: &LeaseRequest,
+        slack: Duration,
+    ) -> Result<SplitLease, RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::LeaseSplitsRequest {
+            request_id: Some(in_flight.id),
+            ..lease.to_proto()
+        };
+        let response = self
+            .lease_batcher()
+            .lease(self, request, in_flight, slack)
+            .await?;
+        Ok(SplitLease::from_proto(response)?)
+    }
+
+    /// One lease in a call of its own (`LeaseSplits`).
+    pub(crate) async fn lease_splits_once(
+        &self,
+        request: &pb::LeaseSplitsRequest,
+    ) -> Result<pb::LeaseSplitsResponse, RpcError> {
+        self.inner
+            .quorum
+            .call("lease_splits", Wait::Brief, |mut c, timeout| {
+                let request = timed(*request, timeout);
+                async move { c.lease_splits(request).await }
+            })
+            .await
+    }
+
+    /// Several leases in one call (`LeaseSplitsBatch`): each lease's answer, in order, or the
+    /// call's error.
+    pub(crate) async fn lease_splits_batch(
+        &self,
+        leases: Vec<pb::LeaseSplitsRequest>,
+    ) -> Result<Vec<Result<pb::LeaseSplitsResponse, RpcError>>, RpcError> {
+        let request = pb::LeaseSplitsBatchRequest { leases };
+        let response = self
+            .inner
+            .quorum
+            .call("lease_splits_batch", Wait::Brief, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.lease_splits_batch(request).await }
+            })
+            .await?;
+        Ok(response.results.into_iter().map(lease_result).collect())
+    }
+
+    /// A coordinated consumer's vote to take `task_id` out of the rounds, from `round` on;
+    /// true once every consumer voted and the task was removed.
+    pub async fn maybe_remove_task(
+        &self,
+        task_id: TaskId,
+        consumer_index: u32,
+        round: u64,
+    ) -> Result<bool, RpcError> {
+        let request = pb::MaybeRemoveTaskRequest {
+            task_id: task_id.0,
+            consumer_index,
+            round,
+        };
+        let response = self
+            .inner
+            .quorum
+            .call(
+                "maybe_remove_task",
+                Wait::Poll(REMOVAL_WAIT),
+                |mut c, timeout| {
+                    let request = timed(request, timeout);
+                    async move { c.maybe_remove_task(request).await }
+                },
+            )
+            .await?;
+        Ok(response.removed)
+    }
+
+    /// The status JSON of the replica that answers (its own view: leader, members, workers,
+    /// jobs, iterations), every page of it merged into one document.
+    pub async fn get_status(&self) -> Result<String, RpcError> {
+        let mut merged: Option<serde_json::Value> = None;
+        let mut token = String::new();
         loop {
-            tokio::select! {
-                biased;
-                answer = &mut attempt => return Race::Answered(answer),
-                changed = newest.changed() => {
-                    if changed.is_err() {
-                        // The view lives as long as this client: never.
-                        return Race::Answered(attempt.await);
+            let page = self.get_status_page(0, &token).await?;
+            let mut page: serde_json::Value =
+                serde_json::from_str(&page).map_err(|e| RpcError::Status {
+                    code: tonic::Code::Internal,
+                    message: format!("the dispatcher's status is not JSON: {e}"),
+                })?;
+            let next = page
+                .get("next_page_token")
+                .and_then(|t| t.as_str())
+                .map(str::to_string);
+            match merged.as_mut() {
+                None => merged = Some(page.take()),
+                Some(document) => {
+                    for list in ["datasets", "workers", "jobs", "iterations"] {
+                        let more = page.get_mut(list).map(serde_json::Value::take);
+                        if let (
+                            Some(serde_json::Value::Array(into)),
+                            Some(serde_json::Value::Array(more)),
+                        ) = (document.get_mut(list), more)
+                        {
+                            into.extend(more);
+                        }
                     }
-                    let leader = newest.borrow_and_update().clone();
-                    if let Some(leader) = leader.filter(|l| l.addr != addr) {
-                        return Race::NewerLeader(leader.addr);
-                    }
-                }
-                () = tokio::time::sleep_until(deadline) => {
-                    if deadline >= cap || !self.named_leader(addr) {
-                        return Race::TimedOut;
-                    }
-                    deadline = cap;
                 }
             }
+            match next {
+                // A token that does not move on would repeat the page forever.
+                Some(next) if next != token => token = next,
+                _ => break,
+            }
         }
-    }
-
-    /// Whether the view names `addr` the leader, or names none (nothing better known), or
-    /// there is no other replica.
-    fn named_leader(&self, addr: &str) -> bool {
-        self.inner.addrs.len() == 1
-            || self
-                .inner
-                .leaders
-                .newest()
-                .is_none_or(|leader| leader.addr == addr)
-    }
-
-    /// Starts the view's streams on the first call (which runs inside a runtime).
-    fn watch_leaders(&self) {
-        let inner = &self.inner;
-        if inner.retry.follow_newer_leaders
-            && inner.addrs.len() > 1
-            && inner.leaders.claim_watching()
-        {
-            leader_watcher::watch_every_replica(&inner.leaders, &inner.addrs, &inner.security);
+        let mut document = merged.unwrap_or_default();
+        // The merged document is the whole status: no page follows it.
+        if let Some(object) = document.as_object_mut() {
+            object.remove("next_page_token");
         }
+        Ok(document.to_string())
     }
-}
 
-/// A replica's endpoint as every connection to the quorum dials it: TLS as `security` says, a
-/// short connect timeout, no Nagle delay.
-pub(crate) fn replica_endpoint(
-    security: &ClientSecurity,
-    addr: &str,
-) -> Result<Endpoint, RpcError> {
-    Ok(security
-        .endpoint(addr)
-        .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
-        .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true))
+    /// One page of the status JSON: at most `page_size` entries per list (0: the dispatcher's
+    /// default) after `page_token` (empty: the first page).
+    pub async fn get_status_page(
+        &self,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<String, RpcError> {
+        let request = pb::GetStatusRequest {
+            page_size,
+            page_token: page_token.to_string(),
+        };
+        let response = self
+            .inner
+            .quorum
+            .call("get_status", Wait::Slow, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.get_status(request).await }
+            })
+            .await?;
+        Ok(response.json)
+    }
+
+    /// Adds replica `node_id`, whose Raft peer listener is at `peer_addr`, to the quorum (as a
+    /// learner, then a voter). The replica must be running with `join` set; its client address
+    /// enters the membership once it has caught up and recorded it. Returns the voters after the
+    /// change.
+    pub async fn add_node(
+        &self,
+        node_id: NodeId,
+        peer_addr: &str,
+    ) -> Result<Vec<NodeId>, RpcError> {
+        let request = pb::AddNodeRequest {
+            node_id,
+            peer_addr: peer_addr.to_string(),
+        };
+        let response = self
+            .inner
+            .quorum
+            .call("add_node", Wait::Poll(MEMBERSHIP_WAIT), |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.add_node(request).await }
+            })
+            .await?;
+        Ok(response.voters)
+    }
+
+    /// Removes replica `node_id` from the quorum. Returns the voters after the change.
+    pub async fn remove_node(&self, node_id: NodeId) -> Result<Vec<NodeId>, RpcError> {
+        let response = self
+            .inner
+            .quorum
+            .call(
+                "remove_node",
+                Wait::Poll(MEMBERSHIP_WAIT),
+                |mut c, timeout| {
+                    let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
+                    async move { c.remove_node(request).await }
+                },
+            )
+            .await?;
+        Ok(response.voters)
+    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::fake_dispatcher::FakeDispatcher;
-use crate::ids::{IterationId, TaskId};
-use crate::LeaseRequest;
 use sluice_testwait::{wait_until, HANG};
+use sluice_types::{IterationId, LeaseRequest, TaskId};
+use tokio::time::Instant;
 
 /// Patient enough for a loaded machine; the tests finish as soon as their calls do.
 /// Waits until `replica` has received `n` `WatchLeader` streams, then checks it received no
@@ -135,7 +135,10 @@ async fn a_client_sharing_connections_has_a_requester_id_of_its_own() {
         first.begin_request().id.requester_id,
         second.begin_request().id.requester_id
     );
-    assert!(Arc::ptr_eq(&first.inner.channels, &second.inner.channels));
+    assert!(Arc::ptr_eq(
+        &first.inner.quorum.channels,
+        &second.inner.quorum.channels
+    ));
     assert_eq!(second.get_status().await, Ok("{}".to_string()));
     assert_eq!(leader.calls("get_status"), 1);
 }
@@ -214,7 +217,7 @@ async fn a_long_poll_on_a_frozen_leader_ends_once_a_newer_term_is_named() {
     let addrs = [frozen.addr(), follower.addr(), successor.addr()].join(",");
     let client = patient_without_hedging_deadlines(&addrs);
     let heartbeat = crate::ClientHeartbeat {
-        client_id: crate::ClientId(1),
+        client_id: sluice_types::ClientId(1),
         known_tasks: crate::KnownTasks::default(),
         current_round: None,
         blocked_round: None,

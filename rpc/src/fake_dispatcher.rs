@@ -14,7 +14,7 @@
 //! answers nothing, as a stopped process whose port still accepts connections. Every other
 //! RPC is `Unimplemented`: tests here need no more.
 
-use crate::dispatcher_rpcs::lease_splits_result;
+use crate::convert::lease_splits_result;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::{Dispatcher, DispatcherServer};
 use sluice_proto::LEADER_METADATA_KEY;

@@ -6,8 +6,8 @@
 //! new process may be told the frozen leader's address first), and with one replica frozen the
 //! others still report. The streams hold the view weakly and stop with it.
 
-use crate::dispatcher_client::replica_endpoint;
 use crate::leader_view::LeaderView;
+use crate::quorum::replica_endpoint;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_security::ClientSecurity;

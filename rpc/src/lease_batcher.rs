@@ -55,7 +55,8 @@ const FIRST_TYPICAL: Duration = Duration::from_millis(10);
 const MIN_PATIENCE: Duration = Duration::from_millis(5);
 const MAX_PATIENCE: Duration = Duration::from_secs(1);
 
-/// The lease requests of one client (a `DispatcherClient` and its clones).
+/// The lease requests of one client (a `DispatcherClient` and its clones, which own it), and
+/// the calls that send them. Calls go through the owning client.
 #[derive(Default)]
 pub(crate) struct LeaseBatcher {
     /// A std mutex: held only to queue or take requests, never across an `.await`.
@@ -167,14 +168,18 @@ impl LeaseBatcher {
     fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().expect("lease queue lock poisoned")
     }
-}
 
-impl DispatcherClient {
-    /// Sends `request` with the other lease requests of this client that wait, and returns its
-    /// answer. `in_flight` is its request id, held until the answer. The request may wait up
-    /// to `slack` for company before it is sent.
-    pub(crate) async fn lease_together(
+    /// How many lease calls were sent (a batch counts once; retries of a call are not counted).
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// Sends `request` through `client` (whose batcher this is) with the other lease requests
+    /// that wait, and returns its answer. `in_flight` is its request id, held until the answer.
+    /// The request may wait up to `slack` for company before it is sent.
+    pub(crate) async fn lease(
         &self,
+        client: &DispatcherClient,
         request: pb::LeaseSplitsRequest,
         in_flight: InFlight,
         slack: Duration,
@@ -183,7 +188,7 @@ impl DispatcherClient {
         let now = Instant::now();
         let due = now + slack;
         let call = {
-            let mut queue = self.lease_batcher().queue();
+            let mut queue = self.queue();
             queue.waiting.push_back(Waiting {
                 request,
                 due,
@@ -201,12 +206,17 @@ impl DispatcherClient {
             }) if batch.len() == 1 => {
                 let own = batch.pop().expect("one request");
                 let reply = self
-                    .hold(number, patience, self.lease_one(&own.request))
+                    .hold(
+                        client,
+                        number,
+                        patience,
+                        self.lease_one(client, &own.request),
+                    )
                     .await;
                 drop(own);
                 return reply;
             }
-            call => self.start(call),
+            call => start(client, call),
         }
         // Sent in a call with others, or, once due, in the next call that goes. (A request
         // due at once was due at the step above.)
@@ -218,8 +228,8 @@ impl DispatcherClient {
                 answered = &mut answer => break answered,
                 () = &mut due_passed, if !stepped_when_due => {
                     stepped_when_due = true;
-                    let call = self.lease_batcher().queue().step(Instant::now());
-                    self.start(call);
+                    let call = self.queue().step(Instant::now());
+                    start(client, call);
                 }
             }
         };
@@ -231,70 +241,45 @@ impl DispatcherClient {
         })
     }
 
-    /// How many lease calls this client has sent (a batch counts once; retries of a call are
-    /// not counted). With the leases asked for, it tells how many leases a call carried.
-    pub fn lease_calls(&self) -> u64 {
-        self.lease_batcher().calls.load(Ordering::Relaxed)
-    }
-
-    /// Sends `call` from a task of its own: its requests are other callers', and must not
-    /// depend on one of them waiting.
-    fn start(&self, call: Option<Call>) {
-        let Some(Call {
-            number,
-            batch,
-            patience,
-        }) = call
-        else {
-            return;
-        };
-        let client = self.clone();
-        tokio::spawn(async move {
-            let sent = client.send(batch);
-            client.hold(number, patience, sent).await;
-        });
-    }
-
     /// Runs call `number` (`sending`). Once it has run out of patience, and when it returns,
     /// the requests waiting meanwhile go in the next call.
     async fn hold<R>(
         &self,
+        client: &DispatcherClient,
         number: u64,
         patience: Duration,
         sending: impl Future<Output = R>,
     ) -> R {
         // A call dropped before it returned (its caller gave up, its runtime shut down) lets
         // the next requests go.
-        let holding = Holding(self, number);
+        let holding = Holding(client, number);
         let sent = Instant::now();
         tokio::pin!(sending);
         let reply = match tokio::time::timeout(patience, &mut sending).await {
             Ok(reply) => reply,
             Err(_) => {
-                let next = self.lease_batcher().queue().release(number, Instant::now());
-                self.start(next);
+                let next = self.queue().release(number, Instant::now());
+                start(client, next);
                 sending.await
             }
         };
         std::mem::forget(holding);
         let next = self
-            .lease_batcher()
             .queue()
             .returned(number, sent.elapsed(), Instant::now());
-        self.start(next);
+        start(client, next);
         reply
     }
 
     /// Sends `batch` in one call (each in its own when it is one request, or the dispatcher
     /// has no batches) and answers each request.
-    async fn send(&self, batch: Vec<Waiting>) {
-        let batcher = self.lease_batcher();
-        if batch.len() == 1 || batcher.unbatched.load(Ordering::Relaxed) {
-            return self.lease_each(batch).await;
+    async fn send(&self, client: &DispatcherClient, batch: Vec<Waiting>) {
+        if batch.len() == 1 || self.unbatched.load(Ordering::Relaxed) {
+            return self.lease_each(client, batch).await;
         }
         let requests = batch.iter().map(|w| w.request).collect();
-        batcher.calls.fetch_add(1, Ordering::Relaxed);
-        match self.lease_splits_batch(requests).await {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        match client.lease_splits_batch(requests).await {
             Ok(replies) => {
                 let mut replies = replies.into_iter();
                 let sent = batch.len();
@@ -314,27 +299,51 @@ impl DispatcherClient {
                 code: tonic::Code::Unimplemented,
                 ..
             }) => {
-                batcher.unbatched.store(true, Ordering::Relaxed);
-                self.lease_each(batch).await;
+                self.unbatched.store(true, Ordering::Relaxed);
+                self.lease_each(client, batch).await;
             }
             Err(e) => batch.into_iter().for_each(|w| w.answer(Err(e.clone()))),
         }
     }
 
     /// Sends each request in a call of its own, all at once.
-    async fn lease_each(&self, batch: Vec<Waiting>) {
+    async fn lease_each(&self, client: &DispatcherClient, batch: Vec<Waiting>) {
         join_all(batch.into_iter().map(|waiting| async move {
-            let reply = self.lease_one(&waiting.request).await;
+            let reply = self.lease_one(client, &waiting.request).await;
             waiting.answer(reply);
         }))
         .await;
     }
 
     /// One request in a call of its own.
-    async fn lease_one(&self, request: &pb::LeaseSplitsRequest) -> LeaseReply {
-        self.lease_batcher().calls.fetch_add(1, Ordering::Relaxed);
-        self.lease_splits_once(request).await
+    async fn lease_one(
+        &self,
+        client: &DispatcherClient,
+        request: &pb::LeaseSplitsRequest,
+    ) -> LeaseReply {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        client.lease_splits_once(request).await
     }
+}
+
+/// Sends `call` through `client` from a task of its own: its requests are other callers', and
+/// must not depend on one of them waiting. (The task holds a clone of the client, and so its
+/// batcher.)
+fn start(client: &DispatcherClient, call: Option<Call>) {
+    let Some(Call {
+        number,
+        batch,
+        patience,
+    }) = call
+    else {
+        return;
+    };
+    let client = client.clone();
+    tokio::spawn(async move {
+        let batcher = client.lease_batcher();
+        let sent = batcher.send(&client, batch);
+        batcher.hold(&client, number, patience, sent).await;
+    });
 }
 
 /// Releases its call's hold on the waiting requests if the call is dropped before it returned
@@ -350,7 +359,7 @@ impl Drop for Holding<'_> {
             .release(self.1, Instant::now());
         // Outside a runtime the requests are dropped, and their callers told.
         if tokio::runtime::Handle::try_current().is_ok() {
-            self.0.start(next);
+            start(self.0, next);
         }
     }
 }

@@ -3,15 +3,15 @@
 //! requests made in one poll are all queued before the first call returns.
 
 use super::{Call, Queue, Waiting, MAX_PATIENCE, MIN_PATIENCE};
-use crate::dispatcher_client::{DispatcherClient, RetryConfig};
+use crate::dispatcher_client::DispatcherClient;
 use crate::fake_dispatcher::FakeDispatcher;
-use crate::ids::{IterationId, TaskId};
+use crate::quorum::RetryConfig;
 use crate::request_ids::RequestIds;
-use crate::{LeaseRequest, SplitLease};
 use futures::future::join_all;
 use futures::FutureExt;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::MAX_LEASES_PER_CALL;
+use sluice_types::{IterationId, LeaseRequest, SplitLease, TaskId};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;

@@ -11,7 +11,7 @@
 //! It is process-wide state ([`LocalWorkers::global`]): tests that need an empty one run in their
 //! own process (cargo nextest runs each test in one).
 
-use crate::ids::TaskId;
+use sluice_types::TaskId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 

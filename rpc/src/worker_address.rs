@@ -3,7 +3,7 @@
 //! 0.0.0.0 or [::]). A worker checks the address it is about to register under; the dispatcher
 //! checks every heartbeat's, so an address nobody can dial never enters the replicated state.
 
-use crate::InvalidValue;
+use sluice_types::InvalidValue;
 use std::net::SocketAddr;
 
 /// The longest host name DNS allows.

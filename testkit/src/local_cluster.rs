@@ -10,12 +10,12 @@
 use crate::credentials::Credentials;
 use anyhow::Context;
 use sluice_client::{DispatcherClient, RetryConfig};
-use sluice_dispatcher::ids::NodeId;
-use sluice_dispatcher::network_faults::NetworkFaults;
 use sluice_dispatcher::state::DispatcherState;
+use sluice_dispatcher::NetworkFaults;
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_security::ClientSecurity;
 use sluice_testwait::wait_until;
+use sluice_types::NodeId;
 use sluice_worker::{WorkerConfig, WorkerHandle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -14,7 +14,8 @@
 
 use crate::task_failure::TaskFailure;
 use sluice_element::pb as dpb;
-use sluice_rpc::{DatasetId, DispatcherClient};
+use sluice_rpc::DispatcherClient;
+use sluice_types::DatasetId;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::runtime::Handle;

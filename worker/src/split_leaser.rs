@@ -25,9 +25,8 @@
 use crate::config::{LeaseEvent, LeaseObserver};
 use sluice_element::DatasetError;
 use sluice_executor::SplitSupplier;
-use sluice_rpc::{
-    lease_slack, DispatcherClient, IterationId, LeaseRequest, RpcError, SplitLease, TaskId,
-};
+use sluice_rpc::{lease_slack, DispatcherClient, RpcError};
+use sluice_types::{IterationId, LeaseRequest, SplitLease, TaskId};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -38,8 +38,9 @@ use sluice_element::{pb as dpb, Cancellation, Compression, DatasetError, PythonR
 use sluice_executor::{ExecOptions, MemoryBudget, Reservation, SplitSupplier};
 use sluice_formats::{DataRoots, FileAccess};
 use sluice_pipeline::AutoShardPolicy;
-use sluice_proto::dispatcher::{self as pb, TaskDef};
-use sluice_rpc::{DispatcherClient, IterationId, TaskId};
+use sluice_proto::dispatcher::TaskDef;
+use sluice_rpc::{DispatcherClient, FromProto};
+use sluice_types::{InvalidValue, IterationId, ShardingPolicy, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -188,7 +189,9 @@ impl TaskRunner {
         let (tx, buffer) =
             TaskBuffer::channel(self.config.task_buffer, self.config.task_buffer_bytes);
         let def = self.def.clone();
-        let dynamic = def.sharding_policy == pb::ShardingPolicy::Dynamic as i32;
+        // A policy this worker does not know fails the task when its pipeline starts.
+        let policy = ShardingPolicy::from_proto(def.sharding_policy);
+        let dynamic = policy == Ok(ShardingPolicy::Dynamic);
         let splits: Option<Arc<dyn SplitSupplier>> = dynamic.then(|| {
             Arc::new(SplitLeaser::new(
                 self.client.clone(),
@@ -213,6 +216,7 @@ impl TaskRunner {
         };
         let pipeline = Pipeline {
             def,
+            policy,
             client: self.client.clone(),
             runtime: self.runtime.clone(),
             options,
@@ -249,6 +253,8 @@ impl Drop for TaskRunner {
 /// What the pipeline thread needs to run one task.
 struct Pipeline {
     def: TaskDef,
+    /// The task's sharding policy, or why the worker does not know it.
+    policy: Result<ShardingPolicy, InvalidValue>,
     /// For fetching the definition.
     client: DispatcherClient,
     runtime: Handle,
@@ -269,7 +275,11 @@ fn run_pipeline(
 ) -> Result<(), TaskFailure> {
     let def = pipeline.def;
     let task_id = def.task_id;
-    // A compression this worker does not know is the task's error, never a silent default.
+    // A sharding policy or compression this worker does not know is the task's error, never a
+    // silent default.
+    let policy = pipeline
+        .policy
+        .map_err(|e| format!("task {task_id}: {e}"))?;
     let compression =
         Compression::from_proto(def.compression).map_err(|e| format!("task {task_id}: {e}"))?;
     let fetched = fetch_definition(
@@ -286,7 +296,7 @@ fn run_pipeline(
         );
         return Ok(());
     };
-    let dataset = sharded_definition(&def, &dataset)?;
+    let dataset = sharded_definition(&def, policy, &dataset)?;
     let options = pipeline.options;
     let mut elements = sluice_executor::iterate(&dataset, &options)?;
     let mut clock = pipeline.stats.pipeline_clock();
@@ -327,22 +337,24 @@ fn run_pipeline(
 }
 
 /// tf.data's mapping from sharding policy to auto-shard policy (`ToAutoShardPolicy`).
-fn auto_shard_policy(policy: i32) -> AutoShardPolicy {
-    match pb::ShardingPolicy::try_from(policy) {
-        Ok(pb::ShardingPolicy::File) => AutoShardPolicy::File,
-        Ok(pb::ShardingPolicy::Data) => AutoShardPolicy::Data,
-        Ok(pb::ShardingPolicy::FileOrData) => AutoShardPolicy::Auto,
-        Ok(pb::ShardingPolicy::Hint) => AutoShardPolicy::Hint,
-        Ok(pb::ShardingPolicy::Off | pb::ShardingPolicy::Dynamic) | Err(_) => AutoShardPolicy::Off,
+fn auto_shard_policy(policy: ShardingPolicy) -> AutoShardPolicy {
+    match policy {
+        ShardingPolicy::File => AutoShardPolicy::File,
+        ShardingPolicy::Data => AutoShardPolicy::Data,
+        ShardingPolicy::FileOrData => AutoShardPolicy::Auto,
+        ShardingPolicy::Hint => AutoShardPolicy::Hint,
+        ShardingPolicy::Off | ShardingPolicy::Dynamic => AutoShardPolicy::Off,
     }
 }
 
-/// The definition this task runs: under a static sharding policy, the worker's shard of it.
+/// The definition this task runs: under a static sharding policy (`policy`, the task's), the
+/// worker's shard of it.
 fn sharded_definition(
     task: &TaskDef,
+    policy: ShardingPolicy,
     dataset: &dpb::DatasetDef,
 ) -> Result<dpb::DatasetDef, String> {
-    let policy = auto_shard_policy(task.sharding_policy);
+    let policy = auto_shard_policy(policy);
     if policy == AutoShardPolicy::Off {
         return Ok(dataset.clone());
     }
@@ -370,10 +382,11 @@ fn sharded_definition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_rpc::ToProto;
 
-    fn task(policy: pb::ShardingPolicy, worker_index: Option<u64>, num_workers: u64) -> TaskDef {
+    fn task(policy: ShardingPolicy, worker_index: Option<u64>, num_workers: u64) -> TaskDef {
         TaskDef {
-            sharding_policy: policy as i32,
+            sharding_policy: policy.to_proto() as i32,
             worker_index,
             num_workers,
             worker_address: "127.0.0.1:7".into(),
@@ -387,13 +400,13 @@ mod tests {
 
     #[test]
     fn static_policies_rewrite_the_definition_for_the_worker() {
-        use pb::ShardingPolicy::*;
+        use ShardingPolicy::*;
         let range = sluice_pipeline::parse("range(20).shard(SHARD_HINT, SHARD_HINT)")
             .unwrap()
             .into_def();
         // (policy, worker index, number of workers, rewritten definition or error)
         type Case = (
-            pb::ShardingPolicy,
+            ShardingPolicy,
             Option<u64>,
             u64,
             Result<&'static str, &'static str>,
@@ -410,7 +423,7 @@ mod tests {
             (Hint, None, 0, Err("Failed to shard dataset in tf.data service: Worker 127.0.0.1:7 is not in the workers list. Got workers list .")),
         ];
         for (policy, index, n, want) in cases {
-            let got = sharded_definition(&task(policy, index, n), &range);
+            let got = sharded_definition(&task(policy, index, n), policy, &range);
             assert_eq!(
                 got.as_ref().map(text).map_err(String::as_str),
                 want.map(String::from),

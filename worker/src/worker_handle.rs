@@ -17,10 +17,10 @@ use sluice_formats::DataRoots;
 use sluice_ops::{OpsServer, RpcMetricsLayer};
 use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
-    DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, TaskId, WorkerHeartbeat,
-    WorkerId,
+    DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, WorkerHeartbeat,
 };
 use sluice_security::Role;
+use sluice_types::{TaskId, WorkerId};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

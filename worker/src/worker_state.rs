@@ -11,7 +11,8 @@
 use crate::reader_ledger::ReaderLedger;
 use crate::task_runner::TaskRunner;
 use crate::worker_stats::WorkerStats;
-use sluice_rpc::{LocalWorker, TaskId};
+use sluice_rpc::LocalWorker;
+use sluice_types::TaskId;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@
 //! it, whether or not what a waiter reads changed. Past `MAX_TOUCHED` keys between two takes
 //! the sets collapse to `all`, so nobody taking them costs no memory.
 
-use crate::ids::IterationId;
+use sluice_types::IterationId;
 use std::collections::HashSet;
 use std::sync::Mutex;
 

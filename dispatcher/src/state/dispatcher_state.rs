@@ -33,18 +33,20 @@ mod jobs;
 mod queries;
 pub use queries::StateSizes;
 mod rounds;
-pub use rounds::{check_rounds, MAX_ROUND};
+pub use rounds::check_rounds;
+#[cfg(test)]
+pub use rounds::MAX_ROUND;
 mod splits;
 mod tasks;
 mod workers;
 
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
 use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;
 use serde::{Deserialize, Serialize};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The first task id: ids count up from it and are never reused.
@@ -173,13 +175,7 @@ impl DispatcherState {
             Update::GetOrCreateIteration { job_id, repetition } => {
                 self.get_or_create_iteration(*job_id, *repetition)
             }
-            Update::LeaseSplits {
-                iteration_id,
-                provider,
-                repetition,
-                max,
-                task_id,
-            } => self.lease_splits(*iteration_id, *provider, *repetition, *max, *task_id),
+            Update::LeaseSplits(lease) => self.lease_splits(lease),
             Update::ReleaseIterationClient { client_id } => {
                 self.release_client(*client_id, ctx.time_micros)
             }

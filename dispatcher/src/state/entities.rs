@@ -3,11 +3,10 @@
 //! Relations are by id (a task names its iteration, an iteration its job) so the state is a
 //! plain tree of maps that serializes deterministically for snapshots.
 
-use crate::ids::ClientId;
-use crate::ids::{DatasetId, IterationId, JobId, TaskId};
 use crate::state::split_cursor::SplitCursor;
-use crate::state::update::{DatasetMetadata, JobOptions, ShardingPolicy};
+use crate::state::update::{DatasetMetadata, JobOptions};
 use serde::{Deserialize, Serialize};
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, ShardingPolicy, TaskId};
 use std::collections::{BTreeSet, VecDeque};
 
 /// The SHA-256 of a dataset definition's encoding: the key it is stored under.

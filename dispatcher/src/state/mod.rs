@@ -17,25 +17,24 @@
 //!   file per entity beside it (datasets, workers, jobs, iterations, tasks, splits, rounds) and
 //!   the read-only queries.
 
-pub mod changes;
-pub mod dispatcher_state;
-pub mod entities;
-pub mod request_log;
-pub mod split_cursor;
-pub mod update;
-pub mod worker_index_resolver;
+mod changes;
+mod dispatcher_state;
+mod entities;
+mod request_log;
+mod split_cursor;
+mod update;
+mod worker_index_resolver;
 
 #[cfg(test)]
 mod dispatcher_state_tests;
 
 pub use changes::{Changes, Touched, Watched};
 pub use dispatcher_state::{
-    definition_key, ApplyContext, DispatcherState, StateSizes, MAX_DEFINITION_BYTES,
+    check_rounds, definition_key, ApplyContext, DispatcherState, StateSizes, MAX_DEFINITION_BYTES,
 };
 pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
 pub use split_cursor::SplitCursor;
 pub use update::{
-    Compression, DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Rejection, Request,
-    RequestId, ShardingPolicy, SplitLease, TargetWorkers, Update,
+    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Rejection, Request, RequestId, Update,
 };
 pub use worker_index_resolver::WorkerIndexResolver;

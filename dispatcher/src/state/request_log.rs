@@ -116,10 +116,6 @@ impl RequestLog {
         self.requesters.values().map(|r| r.outcomes.len()).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Requesters remembered.
     pub fn requesters(&self) -> usize {
         self.requesters.len()

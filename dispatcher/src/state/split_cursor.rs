@@ -10,8 +10,9 @@
 //! `repeat` restarted its source); exhausting a repetition answers `end_of_splits` and moves to
 //! the next repetition.
 
-use crate::state::update::{Rejection, SplitLease};
+use crate::state::update::Rejection;
 use serde::{Deserialize, Serialize};
+use sluice_types::SplitLease;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitCursor {

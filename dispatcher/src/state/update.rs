@@ -7,11 +7,13 @@
 //! proposing and travels inside the update, and the entry carries the leader's time, so
 //! `apply` stays pure.
 
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::entities::DefinitionKey;
 use serde::{Deserialize, Serialize};
-/// The enums shared with clients and workers, defined once in `sluice_rpc`.
-pub use sluice_rpc::{Compression, ShardingPolicy, SplitLease, TargetWorkers};
+use sluice_element::Compression;
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    TargetWorkers, TaskId,
+};
 
 /// The parameters that make a job's identity besides its dataset and processing mode: a named
 /// job requested again must ask for the same ones.
@@ -103,15 +105,10 @@ pub enum Update {
     /// Returns the iteration `(job, repetition)`, creating it (one task per registered worker)
     /// if absent, and attaches a new iteration client to it.
     GetOrCreateIteration { job_id: JobId, repetition: u64 },
-    /// Leases up to `max` consecutive splits of one provider of a distributed_epoch iteration
-    /// to `task_id`.
-    LeaseSplits {
-        iteration_id: IterationId,
-        provider: u32,
-        repetition: u64,
-        max: u64,
-        task_id: TaskId,
-    },
+    /// Leases up to `max_splits` consecutive splits of one provider of a distributed_epoch
+    /// iteration to `task_id`: the worker's request as it sent it. Encoded as the struct variant
+    /// it replaced (`iteration_id`, `provider`, `repetition`, `max`, `task_id`), byte for byte.
+    LeaseSplits(LeaseRequest),
     /// Detaches a client from its iteration; the entry's time is recorded as the moment the
     /// iteration lost the client (for garbage collection).
     ReleaseIterationClient { client_id: ClientId },

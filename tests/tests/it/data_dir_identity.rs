@@ -5,8 +5,8 @@
 use crate::assert_exactly_once;
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, RegisterOptions, ShardingPolicy};
-use sluice_dispatcher::ids::DatasetId;
 use sluice_pipeline::Dataset;
+use sluice_types::DatasetId;
 use std::time::Duration;
 use tracing::info;
 

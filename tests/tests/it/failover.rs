@@ -3,7 +3,7 @@
 //! and tokens on every port.
 
 use crate::assert_exactly_once;
-use sluice_dispatcher::ids::NodeId;
+use sluice_types::NodeId;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::info;
@@ -207,7 +207,7 @@ async fn an_isolated_leader_is_replaced_and_rejoins_after_the_heal() -> anyhow::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task(
 ) -> anyhow::Result<()> {
-    use sluice_rpc::ids::IterationId;
+    use sluice_types::IterationId;
 
     let cluster = sluice_tests::start_cluster(3, 0).await?;
     let ids: Vec<NodeId> = vec![1, 2, 3];

@@ -4,9 +4,8 @@
 //! long a poll may wait.
 
 use sluice_client::DispatcherClientExt;
-use sluice_rpc::dispatcher_rpcs::{JobRequest, WorkerHeartbeat};
-use sluice_rpc::ids::DatasetId;
-use sluice_rpc::{ClientHeartbeat, ClientId, DispatcherClient, KnownTasks, ShardingPolicy};
+use sluice_rpc::{ClientHeartbeat, DispatcherClient, JobRequest, KnownTasks, WorkerHeartbeat};
+use sluice_types::{ClientId, DatasetId, ShardingPolicy};
 use std::time::{Duration, Instant};
 
 /// A heartbeat of `client_id`, which holds `known`.

@@ -114,7 +114,7 @@ async fn maps_before_distribute_run_on_workers_and_after_it_on_the_client() -> a
     // `distribute` registered nothing.
     let state = cluster.state_of(1).expect("running");
     let def = |id: &str| {
-        let id = sluice_dispatcher::ids::DatasetId(id.into());
+        let id = sluice_types::DatasetId(id.into());
         state
             .dataset(&id)
             .and_then(|d| state.dataset_def(d).map(<[u8]>::to_vec))

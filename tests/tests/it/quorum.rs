@@ -170,7 +170,7 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
     let state = cluster.state_of(new).expect("running");
     assert!(
         state
-            .dataset(&sluice_dispatcher::ids::DatasetId("before".into()))
+            .dataset(&sluice_types::DatasetId("before".into()))
             .is_some(),
         "the new replica has the state"
     );

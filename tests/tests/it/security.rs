@@ -4,20 +4,18 @@
 //! a worker cannot act for another worker's tasks.
 
 use sluice_client::{DispatcherClientExt, RegisterOptions};
-use sluice_dispatcher::raft_types::TypeConfig;
 use sluice_dispatcher::DispatcherConfig;
+use sluice_dispatcher::TypeConfig;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as Stub;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
-use sluice_rpc::{
-    DatasetId, DispatcherClient, JobRequest, LeaseRequest, RetryConfig, RpcError, ShardingPolicy,
-    TargetWorkers, WorkerHeartbeat, WorkerId,
-};
+use sluice_rpc::{DispatcherClient, JobRequest, RetryConfig, RpcError, WorkerHeartbeat};
 use sluice_security::certs::{generate, CertsPlan};
 use sluice_security::{
     ClientSecurity, ClientSecurityFiles, Role, ServerSecurity, ServerSecurityFiles,
 };
 use sluice_tests::TestCluster;
+use sluice_types::{DatasetId, LeaseRequest, ShardingPolicy, TargetWorkers, WorkerId};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::Code;
@@ -516,7 +514,7 @@ async fn a_worker_cannot_act_for_another_workers_task() {
         .unwrap()
         .new_tasks;
     assert_eq!(tasks.len(), 1, "worker a holds the iteration's task");
-    let task = sluice_rpc::TaskId(tasks[0].task_id);
+    let task = sluice_types::TaskId(tasks[0].task_id);
     let lease = LeaseRequest {
         iteration_id: iteration.iteration_id,
         task_id: task,

@@ -3,10 +3,9 @@
 //! (one requester). Tests drive its requests one by one.
 
 use sluice_client::DispatcherClientExt;
-use sluice_rpc::dispatcher_rpcs::{JobRequest, LeaseRequest, WorkerHeartbeat};
-use sluice_rpc::ids::{DatasetId, IterationId, TaskId};
-use sluice_rpc::{DispatcherClient, ShardingPolicy};
+use sluice_rpc::{DispatcherClient, JobRequest, WorkerHeartbeat};
 use sluice_tests::TestCluster;
+use sluice_types::{DatasetId, IterationId, LeaseRequest, ShardingPolicy, TaskId};
 use std::time::Duration;
 
 pub struct SimulatedWorker {

@@ -5,9 +5,9 @@
 
 use sluice_client::DispatcherClientExt;
 use sluice_client::{ClientError, DistributeOptions, ShardingPolicy, TargetWorkers};
-use sluice_dispatcher::ids::TaskId;
 use sluice_pipeline::{Dataset, Transform};
 use sluice_tests::TestCluster;
+use sluice_types::TaskId;
 use sluice_worker::{LeaseEvent, LeaseObserver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

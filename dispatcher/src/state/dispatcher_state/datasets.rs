@@ -12,10 +12,10 @@
 //! again without change.
 
 use super::DispatcherState;
-use crate::ids::DatasetId;
 use crate::state::entities::{Dataset, Definition, DefinitionKey};
 use crate::state::update::{DatasetMetadata, Outcome, Rejection};
 use sha2::{Digest, Sha256};
+use sluice_types::DatasetId;
 
 /// No definition is larger than this (the largest `--max-definition-size` a dispatcher takes):
 /// a part reaching past it is refused.

@@ -12,9 +12,9 @@
 //! Ids are never reused: a client that still holds a removed id gets `NotFound`.
 
 use super::DispatcherState;
-use crate::ids::{DatasetId, IterationId, JobId};
 use crate::state::changes::Watched;
 use crate::state::update::Outcome;
+use sluice_types::{DatasetId, IterationId, JobId};
 
 impl DispatcherState {
     pub(super) fn remove_idle(

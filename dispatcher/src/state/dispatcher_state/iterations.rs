@@ -2,11 +2,11 @@
 //! the finished rule, and garbage collection of idle iterations.
 
 use super::DispatcherState;
-use crate::ids::{ClientId, IterationId, JobId};
 use crate::state::changes::Watched;
 use crate::state::entities::Iteration;
 use crate::state::split_cursor::SplitCursor;
-use crate::state::update::{Outcome, Rejection, ShardingPolicy};
+use crate::state::update::{Outcome, Rejection};
+use sluice_types::{ClientId, IterationId, JobId, ShardingPolicy};
 
 impl DispatcherState {
     pub(super) fn get_or_create_iteration(

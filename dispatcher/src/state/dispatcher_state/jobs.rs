@@ -2,9 +2,9 @@
 //! parameters.
 
 use super::DispatcherState;
-use crate::ids::{DatasetId, IterationId, JobId};
 use crate::state::entities::Job;
-use crate::state::update::{JobOptions, Outcome, Rejection, ShardingPolicy};
+use crate::state::update::{JobOptions, Outcome, Rejection};
+use sluice_types::{DatasetId, IterationId, JobId, ShardingPolicy};
 
 impl DispatcherState {
     pub(super) fn coordinated(&self, iteration_id: IterationId) -> bool {

@@ -1,10 +1,10 @@
 //! Read-only queries of the state, used by the services after a linearizable read.
 
 use super::DispatcherState;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Iteration, Job, Task, Worker};
 use serde::Serialize;
+use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use std::collections::BTreeSet;
 use std::ops::Bound;
 

@@ -2,9 +2,9 @@
 //! the removal of a task every consumer gave up on in the same round.
 
 use super::{DispatcherState, FIRST_TASK_ID};
-use crate::ids::{ClientId, IterationId, TaskId};
 use crate::state::entities::PendingTask;
 use crate::state::update::{Outcome, Rejection};
+use sluice_types::{ClientId, IterationId, TaskId};
 
 /// The largest round a client may report (2^62).
 pub const MAX_ROUND: u64 = 1 << 62;

@@ -6,25 +6,29 @@
 //! entry.
 
 use super::DispatcherState;
-use crate::ids::{IterationId, TaskId};
-use crate::state::update::{Outcome, Rejection, RequestId, ShardingPolicy};
+use crate::state::update::{Outcome, Rejection, RequestId};
+use sluice_types::{LeaseRequest, ShardingPolicy};
 
 impl DispatcherState {
-    /// Whether a lease of `provider` at `repetition` for `task_id` would be served: the
-    /// iteration is distributed_epoch, the task is its and still runs, the provider exists and
-    /// the repetition is at most one past the provider's. A request whose id has a recorded
-    /// outcome passes: its retry gets that outcome.
+    /// Whether `lease` would be served: the iteration is distributed_epoch, the task is its
+    /// and still runs, the provider exists and the repetition is at most one past the
+    /// provider's. A request whose id has a recorded outcome passes: its retry gets that
+    /// outcome.
     pub fn check_lease(
         &self,
         id: Option<RequestId>,
-        iteration_id: IterationId,
-        provider: u32,
-        repetition: u64,
-        task_id: TaskId,
+        lease: &LeaseRequest,
     ) -> Result<(), Rejection> {
         if id.is_some_and(|id| self.requests.has_outcome(id)) {
             return Ok(());
         }
+        let LeaseRequest {
+            iteration_id,
+            provider,
+            repetition,
+            task_id,
+            ..
+        } = *lease;
         let iteration = self
             .iterations
             .get(&iteration_id)
@@ -68,20 +72,16 @@ impl DispatcherState {
         cursor.check(repetition)
     }
 
-    pub(super) fn lease_splits(
-        &mut self,
-        iteration_id: IterationId,
-        provider: u32,
-        repetition: u64,
-        max: u64,
-        task_id: TaskId,
-    ) -> Result<Outcome, Rejection> {
-        self.check_lease(None, iteration_id, provider, repetition, task_id)?;
+    pub(super) fn lease_splits(&mut self, lease: &LeaseRequest) -> Result<Outcome, Rejection> {
+        self.check_lease(None, lease)?;
+        let iteration_id = lease.iteration_id;
         let cursor = self
             .iterations
             .get_mut(&iteration_id)
-            .and_then(|iteration| iteration.cursors.get_mut(provider as usize))
+            .and_then(|iteration| iteration.cursors.get_mut(lease.provider as usize))
             .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
-        cursor.lease(repetition, max).map(Outcome::Splits)
+        cursor
+            .lease(lease.repetition, u64::from(lease.max_splits))
+            .map(Outcome::Splits)
     }
 }

@@ -2,9 +2,9 @@
 //! end.
 
 use super::DispatcherState;
-use crate::ids::{IterationId, TaskId};
 use crate::state::changes::Watched;
 use crate::state::entities::Task;
+use sluice_types::{IterationId, TaskId};
 
 impl DispatcherState {
     /// Unknown ids and ids of other workers are ignored one by one (tf.data aborts the whole

@@ -2,10 +2,10 @@
 //! iteration it lacks one in; a removed worker's unfinished tasks are dropped.
 
 use super::DispatcherState;
-use crate::ids::{IterationId, TaskId};
 use crate::state::changes::Watched;
 use crate::state::entities::{Iteration, Worker};
 use crate::state::update::{Outcome, Rejection};
+use sluice_types::{IterationId, TaskId};
 
 impl DispatcherState {
     pub(super) fn register_worker(

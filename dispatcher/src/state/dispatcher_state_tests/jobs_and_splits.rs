@@ -178,3 +178,48 @@ fn splits_go_only_to_live_tasks() {
         ],
     );
 }
+
+/// A lease request is logged as the struct variant `LeaseSplits` was before it carried a
+/// `LeaseRequest` (`iteration_id`, `provider`, `repetition`, `max: u64`, `task_id`), byte for
+/// byte, so journals written before decode unchanged.
+#[test]
+fn a_lease_request_encodes_as_the_same_bytes_as_the_fields_it_replaced() {
+    // The variants before `LeaseSplits` only give it its index.
+    #[derive(serde::Serialize)]
+    #[allow(dead_code)]
+    enum Before {
+        RegisterDataset,
+        RegisterWorker,
+        GetOrCreateJob,
+        GetOrCreateIteration,
+        LeaseSplits {
+            iteration_id: IterationId,
+            provider: u32,
+            repetition: u64,
+            max: u64,
+            task_id: TaskId,
+        },
+    }
+    for (provider, repetition, max_splits) in [(0, 0, 0), (1, 300, 4), (7, u64::MAX, u32::MAX)] {
+        let before = Before::LeaseSplits {
+            iteration_id: IterationId(2000),
+            provider,
+            repetition,
+            max: u64::from(max_splits),
+            task_id: TaskId(4000),
+        };
+        let update = Update::LeaseSplits(LeaseRequest {
+            iteration_id: IterationId(2000),
+            provider,
+            repetition,
+            max_splits,
+            task_id: TaskId(4000),
+        });
+        let encoded = sluice_journal::codec::encode(&before);
+        assert_eq!(sluice_journal::codec::encode(&update), encoded);
+        assert_eq!(
+            sluice_journal::codec::decode::<Update>(&encoded).ok(),
+            Some(update)
+        );
+    }
+}

@@ -3,7 +3,11 @@
 //! the tables are written in and the runner; the tables are in one file per entity beside it.
 
 use super::*;
-use crate::ids::{ClientId, DatasetId, IterationId, JobId, TaskId};
+use sluice_element::Compression;
+use sluice_types::{
+    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    TargetWorkers, TaskId,
+};
 
 mod coordinated_reads;
 mod datasets;
@@ -55,14 +59,14 @@ fn iteration(job: u64, repetition: u64) -> Update {
         repetition,
     }
 }
-fn lease(iteration: u64, task: u64, repetition: u64, max: u64) -> Update {
-    Update::LeaseSplits {
+fn lease(iteration: u64, task: u64, repetition: u64, max_splits: u32) -> Update {
+    Update::LeaseSplits(LeaseRequest {
         iteration_id: IterationId(iteration),
         provider: 0,
         repetition,
-        max,
+        max_splits,
         task_id: TaskId(task),
-    }
+    })
 }
 fn finish(worker: &str, tasks: &[u64]) -> Update {
     Update::FinishTasks {

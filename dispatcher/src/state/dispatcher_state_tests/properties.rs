@@ -41,7 +41,7 @@ fn any_update() -> impl Strategy<Value = Update> {
             2000..2004u64,
             4000..4008u64,
             prop_oneof![0..4u64, Just(u64::MAX - 1), Just(u64::MAX), any::<u64>()],
-            prop_oneof![0..4u64, Just(u64::MAX)],
+            prop_oneof![0..4u32, Just(u32::MAX)],
         )
             .prop_map(|(i, t, r, m)| lease(i, t, r, m)),
         (
@@ -185,7 +185,7 @@ proptest! {
                 }
                 answered.insert((id.requester, id.seq), outcomes[0].clone());
             }
-            let (Update::LeaseSplits { iteration_id, .. }, Outcome::Splits(lease)) =
+            let (Update::LeaseSplits(LeaseRequest { iteration_id, .. }), Outcome::Splits(lease)) =
                 (update, &outcomes[0])
             else {
                 continue;

@@ -1,10 +1,10 @@
 //! `TargetWorkers`: which workers a job's clients read from (tf.data's `target_workers`), the one
-//! definition the client and the dispatcher's replicated state share. The serde encoding is
-//! persisted by the dispatcher: the variant order is part of its on-disk format.
+//! definition the client and the dispatcher's replicated state share (its protobuf form is read
+//! and written in `sluice_rpc::convert`). The serde encoding is persisted by the dispatcher: the
+//! variant order is part of its on-disk format.
 
 use crate::invalid_value::InvalidValue;
 use serde::{Deserialize, Serialize};
-use sluice_proto::dispatcher as pb;
 use std::fmt;
 use std::str::FromStr;
 
@@ -18,32 +18,6 @@ pub enum TargetWorkers {
     Any,
     /// Only workers running in the client's process.
     Local,
-}
-
-impl TargetWorkers {
-    pub fn to_proto(self) -> pb::TargetWorkers {
-        match self {
-            TargetWorkers::Auto => pb::TargetWorkers::Auto,
-            TargetWorkers::Any => pb::TargetWorkers::Any,
-            TargetWorkers::Local => pb::TargetWorkers::Local,
-        }
-    }
-}
-
-impl TryFrom<i32> for TargetWorkers {
-    type Error = InvalidValue;
-
-    /// A request's `target_workers` field.
-    fn try_from(value: i32) -> Result<Self, InvalidValue> {
-        match pb::TargetWorkers::try_from(value) {
-            Ok(pb::TargetWorkers::Auto) => Ok(TargetWorkers::Auto),
-            Ok(pb::TargetWorkers::Any) => Ok(TargetWorkers::Any),
-            Ok(pb::TargetWorkers::Local) => Ok(TargetWorkers::Local),
-            Err(_) => Err(InvalidValue(format!(
-                "Unrecognized target workers: {value}"
-            ))),
-        }
-    }
 }
 
 impl FromStr for TargetWorkers {

@@ -6,9 +6,3 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct InvalidValue(pub String);
-
-impl From<InvalidValue> for crate::RpcError {
-    fn from(e: InvalidValue) -> Self {
-        crate::RpcError::InvalidArgument(e.0)
-    }
-}

@@ -1,5 +1,6 @@
 //! `ShardingPolicy`: how a job's data is divided between its workers, the one definition the
-//! client, the worker and the dispatcher's replicated state share.
+//! client, the worker and the dispatcher's replicated state share (its protobuf form is read
+//! and written in `sluice_rpc::convert`).
 //!
 //! It has two renderings, both user-visible: `Display` is tf.data's enum name (`OFF`,
 //! `DYNAMIC`, ...), used in the dispatcher's error texts as tf.data words them (`Existing
@@ -10,7 +11,6 @@
 
 use crate::invalid_value::InvalidValue;
 use serde::{Deserialize, Serialize};
-use sluice_proto::dispatcher as pb;
 use std::fmt;
 use std::str::FromStr;
 
@@ -29,17 +29,6 @@ pub enum ShardingPolicy {
 }
 
 impl ShardingPolicy {
-    pub fn to_proto(self) -> pb::ShardingPolicy {
-        match self {
-            ShardingPolicy::Off => pb::ShardingPolicy::Off,
-            ShardingPolicy::Dynamic => pb::ShardingPolicy::Dynamic,
-            ShardingPolicy::File => pb::ShardingPolicy::File,
-            ShardingPolicy::Data => pb::ShardingPolicy::Data,
-            ShardingPolicy::FileOrData => pb::ShardingPolicy::FileOrData,
-            ShardingPolicy::Hint => pb::ShardingPolicy::Hint,
-        }
-    }
-
     /// FILE, DATA, FILE_OR_DATA and HINT: each worker's share is fixed by its index in the
     /// dispatcher's worker list (tf.data's `IsStaticShard`).
     pub fn is_static(self) -> bool {
@@ -63,33 +52,6 @@ impl ShardingPolicy {
             ShardingPolicy::FileOrData => "file_or_data",
             ShardingPolicy::Hint => "hint",
         }
-    }
-}
-
-impl From<ShardingPolicy> for pb::ShardingPolicy {
-    fn from(value: ShardingPolicy) -> Self {
-        value.to_proto()
-    }
-}
-
-impl TryFrom<i32> for ShardingPolicy {
-    type Error = InvalidValue;
-
-    /// A request's `sharding_policy` field.
-    fn try_from(value: i32) -> Result<Self, InvalidValue> {
-        Ok(match pb::ShardingPolicy::try_from(value) {
-            Ok(pb::ShardingPolicy::Off) => ShardingPolicy::Off,
-            Ok(pb::ShardingPolicy::Dynamic) => ShardingPolicy::Dynamic,
-            Ok(pb::ShardingPolicy::File) => ShardingPolicy::File,
-            Ok(pb::ShardingPolicy::Data) => ShardingPolicy::Data,
-            Ok(pb::ShardingPolicy::FileOrData) => ShardingPolicy::FileOrData,
-            Ok(pb::ShardingPolicy::Hint) => ShardingPolicy::Hint,
-            Err(_) => {
-                return Err(InvalidValue(format!(
-                    "sharding_policy {value} is not a valid sharding policy"
-                )))
-            }
-        })
     }
 }
 
@@ -134,19 +96,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_policy_parses_from_both_of_its_names_and_round_trips_through_proto() {
+    fn every_policy_parses_from_both_of_its_names() {
         use ShardingPolicy::*;
         for policy in [Off, Dynamic, File, Data, FileOrData, Hint] {
             assert_eq!(policy.processing_mode_name().parse(), Ok(policy));
             assert_eq!(policy.to_string().parse(), Ok(policy));
-            assert_eq!(
-                ShardingPolicy::try_from(policy.to_proto() as i32),
-                Ok(policy)
-            );
         }
-        assert_eq!(
-            ShardingPolicy::try_from(99).unwrap_err().to_string(),
-            "sharding_policy 99 is not a valid sharding policy"
-        );
     }
 }
