@@ -387,17 +387,21 @@ fn the_status_page_in_headless_chromium_shows_the_three_members_and_the_running_
     let listed = status["workers"].as_array().map_or(0, Vec::len);
     assert_eq!(workers.matches("<tr>").count() - 1, listed, "{workers}");
 
-    // A follower serves the same picture from its own state, marked as a follower.
-    let leader = status["node"].as_u64().expect("the leader's id");
-    let follower = Observed::metrics_addrs(&cluster.replicas)
-        .into_iter()
-        .find(|a| *a != addr)
-        .expect("a follower's listener");
-    let dom = chromium(&format!("http://{follower}/"), &["--dump-dom".to_string()]);
-    assert!(
-        dom.contains(&format!("follower (leader: {leader} at ")),
-        "a follower marks itself: {dom}"
-    );
+    // A follower serves the same picture from its own state, marked as a follower of the
+    // leader. Asked again, with the leader of that moment, if an election on a loaded machine
+    // moved the leadership between reading the leader and loading the page.
+    let mut dom = String::new();
+    let marked = wait_until_blocking("a follower's page naming its leader", STARTUP, || {
+        let (addr, status) = cluster.wait_status();
+        let leader = status["node"].as_u64().expect("the leader's id");
+        let follower = Observed::metrics_addrs(&cluster.replicas)
+            .into_iter()
+            .find(|a| *a != addr)
+            .expect("a follower's listener");
+        dom = chromium(&format!("http://{follower}/"), &["--dump-dom".to_string()]);
+        dom.contains(&format!("follower (leader: {leader} at "))
+    });
+    assert!(marked.is_ok(), "a follower marks itself: {dom}");
     assert!(dom.contains("watched"), "and shows the job: {dom}");
 
     let screenshot = artifacts_dir().join("status-page.png");
