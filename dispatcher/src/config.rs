@@ -52,6 +52,10 @@ pub struct DispatcherConfig {
     /// Entries kept in the log behind a snapshot, so a briefly lagging replica catches up from
     /// the log; one further behind gets the snapshot.
     pub logs_kept_after_snapshot: u64,
+    /// How long a write waits to be committed before its caller hears `Unavailable` (and
+    /// retries it with the same request id, perhaps at a newer leader). A leader cut off from
+    /// its quorum answers this way after it.
+    pub commit_timeout: Duration,
     /// A worker silent this long is removed and its unfinished tasks dropped (decided by the
     /// leader, replicated).
     pub worker_timeout: Duration,
@@ -122,6 +126,7 @@ impl Default for DispatcherConfig {
             election_timeout: (Duration::from_millis(200), Duration::from_millis(400)),
             snapshot_logs_since_last: 50_000,
             logs_kept_after_snapshot: 1000,
+            commit_timeout: crate::proposer::COMMIT_TIMEOUT,
             worker_timeout: Duration::from_secs(10),
             client_timeout: Duration::from_secs(300),
             job_gc_timeout: Some(Duration::from_secs(300)),
@@ -163,6 +168,9 @@ impl DispatcherConfig {
                  be a non-empty range",
                 self.heartbeat_interval
             ));
+        }
+        if self.commit_timeout.is_zero() {
+            return Err("the commit timeout must be positive".into());
         }
         if self.worker_timeout < Duration::from_millis(200)
             || self.client_timeout < Duration::from_millis(200)

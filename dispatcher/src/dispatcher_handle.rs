@@ -166,7 +166,7 @@ impl DispatcherHandle {
             .await?
             .map_err(raft_error)?;
 
-        let proposer = ops.proposer(&raft);
+        let proposer = ops.proposer(&raft, config.commit_timeout);
         let liveness = Arc::new(Liveness::default());
         let shutdown = CancellationToken::new();
         let service = DispatcherService::new(

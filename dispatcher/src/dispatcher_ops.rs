@@ -72,15 +72,17 @@ impl OpsSetup {
         RpcMetricsLayer::new(self.rpc.clone())
     }
 
-    /// The proposer, on a log that measures group commit when metrics are on.
-    pub fn proposer(&self, raft: &Raft) -> ProposerHandle {
-        match &self.metrics {
+    /// The proposer, on a log that measures group commit when metrics are on; its callers wait
+    /// `commit_timeout` for a commit.
+    pub fn proposer(&self, raft: &Raft, commit_timeout: Duration) -> ProposerHandle {
+        let proposer = match &self.metrics {
             Some(metrics) => ProposerHandle::spawn_with(
                 MeteredLog::new(raft.clone(), metrics.clone()),
                 BatchLimits::default(),
             ),
             None => ProposerHandle::spawn(raft.clone()),
-        }
+        };
+        proposer.with_commit_timeout(commit_timeout)
     }
 
     /// Starts the listener, if there is one, until `shutdown`.

@@ -36,8 +36,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::debug;
 
-/// How long a caller waits for its entry to commit before hearing `Unavailable`.
-const COMMIT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a caller waits for its entry to commit before hearing `Unavailable`, by default
+/// (`DispatcherConfig::commit_timeout`).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A definition larger than this is proposed in parts of this size (`StageDefinition`), each
 /// in an entry of at most [`BatchLimits::max_bytes`]: openraft gives an append to a follower one
@@ -117,6 +118,8 @@ pub struct ProposerHandle {
     /// Held while a definition is staged in parts: one at a time (the state keeps at most one
     /// definition in staging).
     staging: Arc<tokio::sync::Mutex<()>>,
+    /// How long a caller waits for its entry to commit before hearing `Unavailable`.
+    commit_timeout: Duration,
 }
 
 impl ProposerHandle {
@@ -132,13 +135,20 @@ impl ProposerHandle {
         ProposerHandle {
             tx,
             staging: Arc::default(),
+            commit_timeout: COMMIT_TIMEOUT,
         }
+    }
+
+    /// The same proposer, its callers waiting `commit_timeout` for a commit.
+    pub fn with_commit_timeout(mut self, commit_timeout: Duration) -> ProposerHandle {
+        self.commit_timeout = commit_timeout;
+        self
     }
 
     /// Proposes one request and waits for its outcome (a rejection is an `Ok` outcome here).
     pub async fn propose(&self, request: Request) -> Result<Outcome, DispatcherError> {
         let outcome = self.enqueue(request)?;
-        Self::outcome(outcome).await
+        self.outcome(outcome).await
     }
 
     /// Queues a request for the next entries; requests queued one after another are applied in
@@ -155,14 +165,16 @@ impl ProposerHandle {
     }
 
     async fn outcome(
+        &self,
         outcome: oneshot::Receiver<Result<Outcome, DispatcherError>>,
     ) -> Result<Outcome, DispatcherError> {
-        match tokio::time::timeout(COMMIT_TIMEOUT, outcome).await {
+        let commit_timeout = self.commit_timeout;
+        match tokio::time::timeout(commit_timeout, outcome).await {
             Ok(outcome) => outcome.map_err(|_| {
                 DispatcherError::RaftStopped("the proposer dropped the request".into())
             })?,
             Err(_) => Err(DispatcherError::QuorumUnavailable(format!(
-                "the write was not committed within {COMMIT_TIMEOUT:?}; it may still be: retry it \
+                "the write was not committed within {commit_timeout:?}; it may still be: retry it \
                  with the same request id"
             ))),
         }
@@ -199,7 +211,7 @@ impl ProposerHandle {
             .map(|update| self.enqueue(Request { id: None, update }))
             .collect::<Result<Vec<_>, _>>()?;
         for outcome in queued {
-            match Self::outcome(outcome).await? {
+            match self.outcome(outcome).await? {
                 Outcome::DefinitionStaged { .. } => {}
                 Outcome::Rejected(rejection) => return Err(rejection.into()),
                 other => return Err(unexpected("stage_definition", other)),

@@ -209,7 +209,14 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
 ) -> anyhow::Result<()> {
     use sluice_types::IterationId;
 
-    let cluster = sluice_tests::start_cluster(3, 0).await?;
+    // The cut-off leader holds the delayed lease until the heal: its callers wait longer for a
+    // commit than the 200 leases take on a loaded machine (at the default 3 s it would answer
+    // `Unavailable`, and the lease would go to the new leader before the heal).
+    sluice_tests::init_tracing();
+    let cluster = sluice_tests::TestCluster::start_with(3, 0, |config| {
+        config.commit_timeout = Duration::from_secs(600);
+    })
+    .await?;
     let ids: Vec<NodeId> = vec![1, 2, 3];
     let sim = crate::simulated_worker::SimulatedWorker::start(&cluster, 1_000_000, 2).await?;
     let worker = sluice_rpc::DispatcherClient::with_retry(

@@ -108,6 +108,10 @@ async fn a_definition_just_under_the_configured_limit_registers_over_slow_links_
     sluice_tests::init_tracing();
     let cluster = TestCluster::start_with(3, 1, |config| {
         assert_eq!(config.max_definition_size, LIMIT as u64, "the default");
+        // The test kit's 50 ms heartbeat stays (each append must fit in one); elections wait
+        // 1.5-3 s instead of 150-300 ms, so a follower starved of CPU on a loaded machine does
+        // not call one, while a log stalled behind an entry too large to send still would.
+        config.election_timeout = (Duration::from_millis(1500), Duration::from_millis(3000));
     })
     .await?;
     let leader = cluster.wait_for_leader(WAIT).await?;
