@@ -10,7 +10,7 @@ use bytes::Bytes;
 use prost::Message;
 use sluice_fuzz::proptest::prelude::*;
 use sluice_fuzz::proptest::test_runner::TestRunner;
-use sluice_fuzz::{AllocMeter, FuzzTarget};
+use sluice_fuzz::{within, AllocMeter, FuzzTarget};
 use sluice_proto::worker::ElementBatch;
 
 use crate::codec::{decode_element, decode_element_bytes, decode_element_parts, encode_element};
@@ -25,22 +25,6 @@ static METER: AllocMeter = AllocMeter;
 /// a few machine words per node, and every node takes at least two bytes of input.
 const PER_BYTE: usize = 256;
 const SLACK: usize = 256 << 10;
-
-fn within(
-    what: &str,
-    peak: usize,
-    input: usize,
-    per_byte: usize,
-    slack: usize,
-) -> Result<(), String> {
-    let bound = input.saturating_mul(per_byte).saturating_add(slack);
-    if peak > bound {
-        return Err(format!(
-            "{what} held {peak} bytes at once for {input} bytes of input (bound {bound})"
-        ));
-    }
-    Ok(())
-}
 
 // ---------------------------------------------------------------- element codec
 

@@ -10,29 +10,13 @@ use std::io::{Read, Write};
 
 use bytes::Bytes;
 use sluice_element::{pb, Element, OriginCell, Tensor};
-use sluice_fuzz::{AllocMeter, FuzzTarget};
+use sluice_fuzz::{within, AllocMeter, FuzzTarget};
 
 use crate::files::{inflated, records};
 use crate::tfrecord::TfRecordWriter;
 
 #[global_allocator]
 static METER: AllocMeter = AllocMeter;
-
-fn within(
-    what: &str,
-    peak: usize,
-    input: usize,
-    per_byte: usize,
-    slack: usize,
-) -> Result<(), String> {
-    let bound = input.saturating_mul(per_byte).saturating_add(slack);
-    if peak > bound {
-        return Err(format!(
-            "{what} held {peak} bytes at once for {input} bytes of input (bound {bound})"
-        ));
-    }
-    Ok(())
-}
 
 // ---------------------------------------------------------------- TFRecord reader
 

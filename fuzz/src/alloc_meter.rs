@@ -77,3 +77,21 @@ impl AllocMeter {
         (r, usize::try_from(peak - start).unwrap_or(0))
     }
 }
+
+/// Checks a decoder's peak heap use against its bound: at most `per_byte` bytes per byte of
+/// its `input`, plus `slack`. The error names `what` and the three figures.
+pub fn within(
+    what: &str,
+    peak: usize,
+    input: usize,
+    per_byte: usize,
+    slack: usize,
+) -> Result<(), String> {
+    let bound = input.saturating_mul(per_byte).saturating_add(slack);
+    if peak > bound {
+        return Err(format!(
+            "{what} held {peak} bytes at once for {input} bytes of input (bound {bound})"
+        ));
+    }
+    Ok(())
+}

@@ -13,14 +13,15 @@
 //! - `corpus`: `Corpus`, the files of a target's corpus directory.
 //! - `mutation`: `Mutation`, the structured edits of an input, and the input strategy.
 //! - `alloc_meter`: `AllocMeter`, a global allocator that measures a closure's peak heap use, so
-//!   a target can check that no length field makes a decoder allocate beyond its input.
+//!   a target can check that no length field makes a decoder allocate beyond its input, and
+//!   `within`, that check.
 
 mod alloc_meter;
 mod corpus;
 mod fuzz_target;
 mod mutation;
 
-pub use alloc_meter::AllocMeter;
+pub use alloc_meter::{within, AllocMeter};
 pub use corpus::Corpus;
 pub use fuzz_target::{cases, seed, FuzzTarget};
 pub use mutation::{inputs, LengthForm, Mutation};

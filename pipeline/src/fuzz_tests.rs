@@ -7,7 +7,7 @@
 //! -E 'test(fuzz_)'`.
 
 use prost::Message;
-use sluice_fuzz::{AllocMeter, FuzzTarget};
+use sluice_fuzz::{within, AllocMeter, FuzzTarget};
 
 use crate::render::{render_def, render_ops};
 use crate::{parse, parse_ops};
@@ -19,22 +19,6 @@ static METER: AllocMeter = AllocMeter;
 /// a few machine words per node, and every node takes at least two bytes of input.
 const PER_BYTE: usize = 256;
 const SLACK: usize = 256 << 10;
-
-fn within(
-    what: &str,
-    peak: usize,
-    input: usize,
-    per_byte: usize,
-    slack: usize,
-) -> Result<(), String> {
-    let bound = input.saturating_mul(per_byte).saturating_add(slack);
-    if peak > bound {
-        return Err(format!(
-            "{what} held {peak} bytes at once for {input} bytes of input (bound {bound})"
-        ));
-    }
-    Ok(())
-}
 
 // ---------------------------------------------------------------- expression parser
 
