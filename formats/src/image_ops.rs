@@ -217,6 +217,29 @@ fn on_entry(
     }
 }
 
+/// Encodes `height`×`width` RGB pixels (`height * width * 3` bytes, row-major) as a JPEG of
+/// `quality` (1-100): the images benchmarks and tests write into TFRecord files.
+pub fn encode_jpeg(
+    pixels: &[u8],
+    height: u32,
+    width: u32,
+    quality: u8,
+) -> Result<Vec<u8>, DatasetError> {
+    let want = height as usize * width as usize * 3;
+    if pixels.len() != want || !(1..=100).contains(&quality) {
+        return Err(DatasetError::invalid(format!(
+            "encode_jpeg needs {height}x{width}x3 = {want} bytes and a quality in 1..=100, \
+             got {} bytes and quality {quality}",
+            pixels.len()
+        )));
+    }
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality)
+        .encode(pixels, width, height, image::ExtendedColorType::Rgb8)
+        .map_err(|e| DatasetError::invalid(format!("encode_jpeg failed: {e}")))?;
+    Ok(out)
+}
+
 #[cfg(test)]
 #[path = "image_ops_tests.rs"]
 mod tests;

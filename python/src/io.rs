@@ -87,7 +87,7 @@ pub fn serialize_example<'py>(
 }
 
 /// An RGB JPEG of `pixels` (`height` x `width` x 3 uint8 values, row-major) at `quality`
-/// (1-100), written by the `image` crate's encoder.
+/// (1-100).
 #[pyfunction]
 pub fn encode_jpeg<'py>(
     py: Python<'py>,
@@ -96,17 +96,7 @@ pub fn encode_jpeg<'py>(
     width: u32,
     quality: u8,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let want = height as usize * width as usize * 3;
-    if pixels.len() != want || !(1..=100).contains(&quality) {
-        return Err(invalid_argument(format!(
-            "encode_jpeg needs {height}x{width}x3 = {want} bytes and a quality in 1..=100, \
-             got {} bytes and quality {quality}",
-            pixels.len()
-        )));
-    }
-    let mut out = Vec::new();
-    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality)
-        .encode(pixels, width, height, image::ExtendedColorType::Rgb8)
-        .map_err(|e| invalid_argument(format!("encode_jpeg failed: {e}")))?;
+    let out = sluice_formats::image_ops::encode_jpeg(pixels, height, width, quality)
+        .map_err(|e| invalid_argument(e.to_string()))?;
     Ok(PyBytes::new(py, &out))
 }
