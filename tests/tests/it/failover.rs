@@ -223,6 +223,8 @@ async fn a_lease_delayed_on_a_cut_off_leader_survives_200_leases_of_another_task
         &sim.client.addrs().join(","),
         sluice_rpc::RetryConfig {
             election_timeout: Duration::from_secs(60),
+            // Nor does the caller give up on the cut-off leader before the heal.
+            rpc_timeout: Duration::from_secs(600),
             follow_newer_leaders: false,
             ..sluice_rpc::RetryConfig::default()
         },
