@@ -80,18 +80,14 @@ pub(crate) fn checked_num_elements(shape: &[usize]) -> Result<usize, DatasetErro
 }
 
 impl Tensor {
-    // `#[inline]`: called per element by sources in other crates (the range source).
-    #[inline]
     pub fn scalar_i64(v: i64) -> Tensor {
         Tensor::scalar(v)
     }
 
-    #[inline]
     pub fn scalar_f64(v: f64) -> Tensor {
         Tensor::scalar(v)
     }
 
-    #[inline]
     pub fn scalar_bool(v: bool) -> Tensor {
         Tensor::scalar(v)
     }
