@@ -17,7 +17,6 @@
 //! round, and the task's result becomes a skip.
 
 use crate::delivery::{Delivered, Delivery, Elements};
-use crate::epoch::Poll;
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
 use crate::options::HeartbeatWaits;
 use crate::rounds::{Decision, Event, Heartbeat, Reply, Request, Rounds};
@@ -96,10 +95,7 @@ pub(crate) async fn run(
                     decisions.extend(rounds.handle(event));
                 }
                 Decision::Heartbeat(next) => {
-                    let poll = match next.poll {
-                        Poll::Now => Duration::ZERO,
-                        Poll::Drawn => waits.draw(),
-                    };
+                    let poll = waits.wait(next.poll);
                     let client = workers.client.clone();
                     heartbeat = Some(Box::pin(send_heartbeat(
                         client,

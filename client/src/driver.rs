@@ -11,7 +11,7 @@
 
 use crate::coordinated::{self, CoordinatedConfig};
 use crate::delivery::Delivery;
-use crate::epoch::{Decision, Epoch, Event, Listed, Poll};
+use crate::epoch::{Decision, Epoch, Event, Listed};
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, HeartbeatWaits};
 use crate::task_stream::{self, TaskStreamConfig};
@@ -127,10 +127,7 @@ impl Driver {
                         let _ = finished_tx.send(true);
                     }
                     Decision::Heartbeat { known_tasks, poll } => {
-                        let poll = match poll {
-                            Poll::Now => Duration::ZERO,
-                            Poll::Drawn => waits.draw(),
-                        };
+                        let poll = waits.wait(poll);
                         let client = self.client.clone();
                         pending = Some(Box::pin(heartbeat(
                             client,

@@ -25,6 +25,7 @@
 //! tasks either way, and the workers share out the splits.
 
 use crate::error::ClientError;
+pub(crate) use crate::options::Poll;
 use crate::options::{deletes_task_when_done, reads_task};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::KnownTasks;
@@ -78,15 +79,6 @@ pub(crate) enum Decision {
         error: Option<ClientError>,
         delete_local: Vec<pb::TaskInfo>,
     },
-}
-
-/// How long a heartbeat may wait for news.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Poll {
-    /// Not at all (the first heartbeat: the reader has no task yet).
-    Now,
-    /// The reader's next drawn wait (`HeartbeatWaits`).
-    Drawn,
 }
 
 /// Where one epoch of a reader that is not coordinated stands.

@@ -117,12 +117,29 @@ impl HeartbeatWaits {
         HeartbeatWaits { poll, drawn: false }
     }
 
+    /// The wait of a heartbeat that may wait `poll`.
+    pub(crate) fn wait(&mut self, poll: Poll) -> Duration {
+        match poll {
+            Poll::Now => Duration::ZERO,
+            Poll::Drawn => self.draw(),
+        }
+    }
+
     /// The next heartbeat's wait.
     pub fn draw(&mut self) -> Duration {
         let least = if self.drawn { 0.75 } else { 0.0 };
         self.drawn = true;
         self.poll.mul_f64(rand::rng().random_range(least..=1.0))
     }
+}
+
+/// How long a heartbeat may wait for news.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Poll {
+    /// Not at all (the first heartbeat: the reader has no task yet).
+    Now,
+    /// The reader's next drawn wait ([`HeartbeatWaits`]).
+    Drawn,
 }
 
 /// Elements in flight or buffered when `max_outstanding_requests` is not set.
