@@ -3,34 +3,7 @@
 use sluice_pipeline::Dataset;
 
 use super::*;
-
-struct Rooted {
-    _dir: tempfile::TempDir,
-    base: std::path::PathBuf,
-    access: FileAccess,
-}
-
-impl Rooted {
-    fn new() -> Rooted {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir_all(base.join("data")).unwrap();
-        std::fs::create_dir_all(base.join("outside")).unwrap();
-        for file in ["data/a.txt", "data/b.txt", "outside/secret.txt"] {
-            std::fs::write(base.join(file), "x\n").unwrap();
-        }
-        let roots = crate::DataRoots::new([base.join("data")]).unwrap();
-        Rooted {
-            _dir: dir,
-            base,
-            access: FileAccess::Roots(roots),
-        }
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.base.join(rel).to_string_lossy().into_owned()
-    }
-}
+use crate::rooted::Rooted;
 
 #[test]
 fn expansion_is_sorted_and_skips_directories() {

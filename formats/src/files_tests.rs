@@ -4,6 +4,7 @@
 use sluice_pipeline::Dataset;
 
 use super::*;
+use crate::rooted::Rooted;
 
 #[test]
 fn lines_strip_newlines_and_missing_files_are_errors() {
@@ -37,35 +38,6 @@ fn lines_strip_newlines_and_missing_files_are_errors() {
         err.starts_with(&format!("cannot read '{missing}'")),
         "{err}"
     );
-}
-
-/// A data root with `a.txt`, `b.txt` and a symlink out to `outside/secret.txt`; all canonical.
-struct Rooted {
-    _dir: tempfile::TempDir,
-    base: std::path::PathBuf,
-    access: FileAccess,
-}
-
-impl Rooted {
-    fn new() -> Rooted {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::create_dir_all(base.join("data")).unwrap();
-        std::fs::create_dir_all(base.join("outside")).unwrap();
-        for file in ["data/a.txt", "data/b.txt", "outside/secret.txt"] {
-            std::fs::write(base.join(file), "x\n").unwrap();
-        }
-        let roots = crate::DataRoots::new([base.join("data")]).unwrap();
-        Rooted {
-            _dir: dir,
-            base,
-            access: FileAccess::Roots(roots),
-        }
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.base.join(rel).to_string_lossy().into_owned()
-    }
 }
 
 #[test]

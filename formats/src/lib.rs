@@ -34,6 +34,8 @@ mod tfrecord_file;
 
 #[cfg(all(test, feature = "read"))]
 mod fuzz_tests;
+#[cfg(test)]
+mod rooted;
 
 pub use data_roots::DataRoots;
 #[cfg(feature = "read")]
