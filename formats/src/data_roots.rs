@@ -10,8 +10,9 @@
 //! after the check cannot redirect an already stored path.
 //!
 //! A path that cannot be resolved is reported as missing only when it lies below a root by its
-//! text; otherwise it is refused as outside the roots, so a client cannot probe which files
-//! exist elsewhere on the server. For the same reason a glob pattern is checked before it is
+//! text; otherwise it is refused as outside the roots, in the same words as a file outside the
+//! roots that exists, and never naming where a path resolves to, so a client cannot probe which
+//! files exist elsewhere on the server (or learn its PID from `/proc/self`). For the same reason a glob pattern is checked before it is
 //! expanded: one whose literal directory can reach no root is refused without listing anything,
 //! and a match outside every root is reported as the pattern's, not by the matched name.
 //!
@@ -89,22 +90,15 @@ impl DataRoots {
         }
         let canonical = match std::fs::canonicalize(path) {
             Ok(canonical) => canonical,
-            Err(e) if self.below_a_root(&lexical_absolute(Path::new(path))) => {
+            Err(e) if self.below_a_root(&resolved_prefix(Path::new(path))) => {
                 return Err(DatasetError::io(path, &e));
             }
             Err(_) => return Err(self.refuse(path, &self.outside())),
         };
         if !self.below_a_root(&canonical) {
-            let reason = if canonical == Path::new(path) {
-                self.outside()
-            } else {
-                format!(
-                    "it resolves to '{}', {}",
-                    canonical.display(),
-                    self.outside()
-                )
-            };
-            return Err(self.refuse(path, &reason));
+            // Not where it resolves to: that would tell a client what a link points at, and
+            // `/proc/self/...` resolves to a path naming the server's PID.
+            return Err(self.refuse(path, &self.outside()));
         }
         let metadata = std::fs::metadata(&canonical).map_err(|e| DatasetError::io(path, &e))?;
         if !metadata.is_file() {
@@ -182,6 +176,49 @@ impl std::fmt::Display for DataRoots {
             write!(f, "{}", root.display())?;
         }
         Ok(())
+    }
+}
+
+/// A path that does not resolve, made absolute with its longest prefix that does resolve
+/// resolved as the system would (so a link in a root to a directory outside it, or `..` after
+/// such a link, counts as outside), a dangling link followed to where it points, and the rest
+/// folded by its text; only used to decide how to report it.
+fn resolved_prefix(path: &Path) -> PathBuf {
+    resolved_prefix_within(path, 40)
+}
+
+/// `resolved_prefix`, following at most `links` dangling links (the system's own bound is 40).
+fn resolved_prefix_within(path: &Path, links: u32) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut prefix = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(target) = std::fs::read_link(prefix) {
+            // A link whose target does not resolve: where it points decides.
+            if links > 0 {
+                let base = prefix.parent().unwrap_or(Path::new("/"));
+                let mut pointed = base.join(target);
+                pointed.extend(rest.iter().rev());
+                return resolved_prefix_within(&pointed, links - 1);
+            }
+        }
+        let (Some(parent), Some(last)) = (prefix.parent(), prefix.components().next_back()) else {
+            return lexical_absolute(path);
+        };
+        rest.push(last);
+        prefix = parent;
+        if let Ok(mut resolved) = std::fs::canonicalize(prefix) {
+            for component in rest.iter().rev() {
+                match component {
+                    Component::ParentDir => {
+                        resolved.pop();
+                    }
+                    Component::CurDir => {}
+                    other => resolved.push(other),
+                }
+            }
+            return resolved;
+        }
     }
 }
 

@@ -72,13 +72,11 @@ fn files_below_the_roots_read_and_files_outside_them_are_refused_naming_path_and
     let root = files.path("root");
 
     let (ok, out, err) = read(addr, &format!("files(\"{root}/*.txt\").lines()"));
-    // `*.txt` matches the link too: refused, naming it and where it leads.
+    // `*.txt` matches the link too: refused, naming it but not where it leads.
     assert!(!ok, "{out}");
     assert!(
         err.contains(&format!(
-            "refused to read '{root}/link.txt': it resolves to '{}', outside the data roots \
-             ({root})",
-            files.path("outside/secret.txt")
+            "refused to read '{root}/link.txt': outside the data roots ({root})"
         )),
         "{err}"
     );
@@ -105,11 +103,79 @@ fn files_below_the_roots_read_and_files_outside_them_are_refused_naming_path_and
     );
     assert!(
         err.contains(&format!(
-            "'{root}/../outside/secret.txt': it resolves to '{}', outside the data roots",
-            files.path("outside/secret.txt")
+            "'{root}/../outside/secret.txt': outside the data roots ({root})"
         )),
         "{err}"
     );
+}
+
+/// A client probing for files outside a dispatcher's roots learns nothing from the refusals: a
+/// raw registration listing a file that exists and one listing a file that does not get the
+/// same answer (but for the path sent), naming neither where a path resolves to nor the
+/// server's PID. Raw, as an attacker sends it: `sluice read` expands a pattern in its own
+/// process, against its own files.
+#[test]
+fn probes_of_existing_and_missing_files_outside_the_roots_get_the_same_answer() {
+    let files = Files::new();
+    let (dispatcher, _worker) = files.cluster(&["root"], &["root"]);
+    let root = files.path("root");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let client = sluice_client::DispatcherClient::new(&dispatcher.addr).expect("a client");
+    let listed = |path: &str| {
+        let mut def = sluice_pipeline::Dataset::files("listed").lines().into_def();
+        let Some(sluice_element::pb::source::Kind::Files(fs)) =
+            def.source.as_mut().and_then(|s| s.kind.as_mut())
+        else {
+            panic!("a files source");
+        };
+        fs.files = vec![path.to_string()];
+        def
+    };
+    let answer = |path: &str| -> String {
+        let metadata = sluice_proto::dispatcher::DatasetMetadata::default();
+        let refused = runtime
+            .block_on(client.register_dataset_def(&listed(path), None, &metadata))
+            .expect_err("registered a file outside the roots");
+        refused.to_string().replace(path, "PATH")
+    };
+    let pairs = [
+        (
+            files.path("outside/secret.txt"),
+            files.path("outside/missing.txt"),
+        ),
+        (
+            format!("{root}/../outside/secret.txt"),
+            format!("{root}/../outside/missing.txt"),
+        ),
+        (
+            files.path("root/link.txt"),
+            files.path("root/link-to-nothing.txt"),
+        ),
+        (
+            format!("{root}/../../../../../../../etc/passwd"),
+            format!("{root}/../../../../../../../etc/no-such-file"),
+        ),
+        (
+            "/proc/self/environ".to_string(),
+            "/proc/self/no-such-file".to_string(),
+        ),
+    ];
+    std::os::unix::fs::symlink(
+        files.path("outside/missing.txt"),
+        files.path("root/link-to-nothing.txt"),
+    )
+    .expect("symlink");
+    for (exists, missing) in pairs {
+        let (a, b) = (answer(&exists), answer(&missing));
+        assert_eq!(a, b, "{exists} and {missing}");
+        assert!(
+            a.contains(&format!(
+                "refused to read 'PATH': outside the data roots ({root})"
+            )),
+            "{a}"
+        );
+        assert!(!a.contains("resolves") && !a.contains("/proc/"), "{a}");
+    }
 }
 
 #[test]
