@@ -301,6 +301,11 @@ pub struct WorkerArgs {
     /// RESOURCE_EXHAUSTED. Default: half the machine's memory (8GiB if unknown).
     #[arg(long, value_parser = parse_size)]
     pub memory_budget: Option<u64>,
+    /// Bytes of the memory budget that only a task within its fair share (the budget less the
+    /// reserve, divided among the tasks holding memory) may take, so that one task's buffers
+    /// cannot fail another's small ones; same units. Default: an eighth of the budget.
+    #[arg(long, value_parser = parse_size)]
+    pub memory_reserve: Option<u64>,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
     /// A directory tasks may read files below (repeatable). Without one, every file is

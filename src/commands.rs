@@ -114,6 +114,15 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a worker's task thread calls when its pipeline has ended: mimalloc (this binary's
+/// allocator) gives the pages it freed back to the OS. Without it, a worker whose task filled a
+/// 1 GiB budget and failed stayed at 1 GiB resident; the allocator's own delayed purging, made
+/// immediate for every free instead, cost large elements two thirds of their throughput.
+fn release_freed_memory() {
+    // SAFETY: mi_collect takes no pointers; `true` also purges what other threads freed.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let defaults = WorkerConfig::default();
     let config = WorkerConfig {
@@ -125,6 +134,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         memory_budget_bytes: args
             .memory_budget
             .unwrap_or_else(sluice_worker::config::default_memory_budget),
+        memory_reserve_bytes: args.memory_reserve,
+        release_memory: Some(release_freed_memory),
         data_roots: args.data_roots,
         security: args.security.load()?,
         python: args.python.map(|python| {

@@ -122,6 +122,20 @@ pub enum DatasetError {
         setting: String,
     },
 
+    /// An op of one of several holders of a shared memory budget (a worker's tasks) was refused
+    /// for fairness: its holder would pass its fair share while the budget's reserve is needed
+    /// by others, or it was past its share when another holder found the budget full (or it
+    /// found the budget full because another was past its share). `reason` says which, with
+    /// the figures. gRPC's `RESOURCE_EXHAUSTED`.
+    #[error("{op} of {holder} needs {needed} more bytes (it holds {held}): {reason}")]
+    MemoryShareExceeded {
+        op: String,
+        holder: String,
+        held: u64,
+        needed: u64,
+        reason: String,
+    },
+
     /// FILE auto-sharding found a source that is not a list of files; tf.data's `NotFound`
     /// text, naming the source.
     #[error("Found an unshardable source dataset: {0}")]
@@ -155,6 +169,9 @@ impl DatasetError {
             DatasetError::Cancelled => false,
             // The same definition asks for the same bytes again.
             DatasetError::ResourceExhausted { .. } => false,
+            // A holder that found the budget full because of another may succeed once that one
+            // gave back; the one past its share asks for the same bytes again.
+            DatasetError::MemoryShareExceeded { .. } => false,
             DatasetError::UnshardableSource(_) => false,
             DatasetError::UnresolvedShardHint => false,
         }

@@ -37,7 +37,7 @@ use sluice_pipeline::image_spec;
 use sluice_pipeline::source_rules::has_file_list;
 use sluice_pipeline::{validate, FunctionRegistry, MapFn, PredicateFn};
 
-use crate::memory_budget::{MemoryBudget, Reservation};
+use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -61,7 +61,7 @@ pub struct ExecOptions {
     pub python: Option<Arc<dyn PythonRunner>>,
     /// The bytes the pipeline's buffers (batch, shuffle, prefetch) may hold, shared with the
     /// owner's other pipelines; `None` (local execution): unlimited.
-    pub memory: Option<Arc<MemoryBudget>>,
+    pub memory: Option<Arc<MemoryShare>>,
     /// Stops the pipeline inside its ops when set (a worker's deleted task); the default is
     /// never set.
     pub cancel: Cancellation,
@@ -236,7 +236,7 @@ pub fn apply_ops(
 /// budget and the cancellation flag.
 struct Stage {
     kind: StageKind,
-    memory: Option<Arc<MemoryBudget>>,
+    memory: Option<Arc<MemoryShare>>,
     cancel: Cancellation,
 }
 
@@ -413,7 +413,7 @@ impl StageKind {
     fn apply(
         &self,
         input: ElementIter,
-        memory: &Option<Arc<MemoryBudget>>,
+        memory: &Option<Arc<MemoryShare>>,
         cancel: &Cancellation,
     ) -> Result<ElementIter, DatasetError> {
         Ok(match self {

@@ -10,7 +10,7 @@ use sluice_element::ElementSpec;
 use sluice_pipeline::parse;
 
 use super::*;
-use crate::memory_budget::ELEMENT_OVERHEAD_BYTES;
+use crate::memory_budget::{MemoryBudget, ELEMENT_OVERHEAD_BYTES};
 use sluice_testwait::{wait_until_blocking, HANG};
 
 /// Far more elements than any test pulls.
@@ -39,7 +39,7 @@ fn counting(
     );
     let opts = ExecOptions {
         registry: Arc::new(registry),
-        memory,
+        memory: memory.map(|budget| budget.share("the test's pipeline")),
         cancel,
         ..ExecOptions::default()
     };

@@ -21,5 +21,5 @@ mod sources;
 mod splits;
 
 pub use executor::{apply_ops, iterate, ExecOptions};
-pub use memory_budget::{MemoryBudget, Reservation};
+pub use memory_budget::{MemoryBudget, MemoryShare, Reservation};
 pub use splits::SplitSupplier;

@@ -133,6 +133,10 @@ class WorkerConfig:
       (batches being built, shuffle buffers, prefetch queues, cross-trainer caches), as
       ``sluice worker --memory-budget``; an op past it fails its task with
       ``ResourceExhaustedError``. ``None``: half the machine's memory.
+    - ``memory_reserve_bytes``: the part of the budget that only a task within its fair share
+      (the budget less the reserve, divided among the tasks holding memory) may take, so that
+      one job's buffers cannot fail another's small ones, as ``sluice worker
+      --memory-reserve``. ``None``: an eighth of the budget.
 
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
@@ -154,6 +158,7 @@ class WorkerConfig:
     insecure: bool = False
     python_executors: Optional[int] = None
     memory_budget_bytes: Optional[int] = None
+    memory_reserve_bytes: Optional[int] = None
 
 
 class _Server:
@@ -302,6 +307,7 @@ class WorkerServer(_Server):
             python_executors=_executors(c.python_executors),
             worker_address=c.worker_address,
             memory_budget=c.memory_budget_bytes,
+            memory_reserve=c.memory_reserve_bytes,
         )
 
     @property

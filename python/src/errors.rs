@@ -48,7 +48,9 @@ fn dataset_class(e: &DatasetError) -> &'static str {
         } => "UnavailableError",
         DatasetError::Splits { .. } => "FailedPreconditionError",
         DatasetError::Cancelled => "CancelledError",
-        DatasetError::ResourceExhausted { .. } => "ResourceExhaustedError",
+        DatasetError::ResourceExhausted { .. } | DatasetError::MemoryShareExceeded { .. } => {
+            "ResourceExhaustedError"
+        }
     }
 }
 

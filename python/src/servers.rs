@@ -276,12 +276,13 @@ impl WorkerServer {
     /// Python executors (`None`: no executors, Python functions refused), `python_executors`
     /// how many (`None`: one per core). `worker_address`: the address to register under
     /// (`%port%`: the bound port; `None`: the bound address). `memory_budget`: bytes all tasks'
-    /// buffers may hold (`None`: half the machine's memory).
+    /// buffers may hold (`None`: half the machine's memory); `memory_reserve`: the part of it
+    /// only a task within its fair share may take (`None`: an eighth).
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
         insecure=false, python=None, python_executors=None, worker_address=None,
-        memory_budget=None))]
+        memory_budget=None, memory_reserve=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -300,6 +301,7 @@ impl WorkerServer {
         python_executors: Option<usize>,
         worker_address: Option<String>,
         memory_budget: Option<u64>,
+        memory_reserve: Option<u64>,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -326,6 +328,7 @@ impl WorkerServer {
             }),
             advertise_address: worker_address,
             memory_budget_bytes: memory_budget.unwrap_or(defaults.memory_budget_bytes),
+            memory_reserve_bytes: memory_reserve,
             ..defaults
         };
         let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;

@@ -66,6 +66,15 @@ pub struct WorkerConfig {
     /// Bytes the buffers of all this worker's pipelines may hold together (`--memory-budget`);
     /// an op that would hold more fails its task with `ResourceExhausted`.
     pub memory_budget_bytes: u64,
+    /// Bytes of the memory budget that only a task within its fair share may take
+    /// (`--memory-reserve`), so that one task's buffers cannot fail another's small ones.
+    /// `None`: an eighth of the budget (`memory_reserve`).
+    pub memory_reserve_bytes: Option<u64>,
+    /// Called on a task's pipeline thread once its pipeline has ended, to give what it freed
+    /// back to the operating system (the `sluice` binary's allocator keeps freed pages for
+    /// reuse: after a task that filled the budget and failed, the worker stayed at its peak
+    /// resident size). `None`: nothing is called.
+    pub release_memory: Option<fn()>,
     /// The address the worker registers under and clients dial (`--advertise-address`):
     /// `HOST:PORT`, where `%port%` stands for the bound port (tf.data's `worker_address`).
     /// `None`: the bound address, refused if it is unspecified (0.0.0.0 or [::]).
@@ -104,6 +113,8 @@ impl Default for WorkerConfig {
             lease_observer: None,
             cross_trainer_cache_size_bytes: None,
             memory_budget_bytes: default_memory_budget(),
+            memory_reserve_bytes: None,
+            release_memory: None,
             advertise_address: None,
             local: true,
             security: ServerSecurity::default(),
@@ -123,6 +134,13 @@ impl WorkerConfig {
                 .min(self.memory_budget_bytes / 2)
                 .max(1)
         })
+    }
+
+    /// The bytes of the memory budget kept for tasks within their fair share: as configured,
+    /// or an eighth of the budget.
+    pub fn memory_reserve(&self) -> u64 {
+        self.memory_reserve_bytes
+            .unwrap_or(self.memory_budget_bytes / 8)
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -148,6 +166,14 @@ impl WorkerConfig {
         }
         if self.memory_budget_bytes == 0 {
             return Err("the memory budget (--memory-budget) must be positive".into());
+        }
+        if self.memory_reserve() >= self.memory_budget_bytes {
+            return Err(format!(
+                "the memory reserve ({} bytes, --memory-reserve) must be less than the memory \
+                 budget ({} bytes, --memory-budget)",
+                self.memory_reserve(),
+                self.memory_budget_bytes
+            ));
         }
         let cache = self.cross_trainer_cache_size();
         if cache == 0 {

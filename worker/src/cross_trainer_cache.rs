@@ -352,7 +352,7 @@ mod tests {
         let cache = CrossTrainerCache::new(
             35,
             rx,
-            Reservation::new(Some(budget.clone()), "cross-trainer cache"),
+            Reservation::new(Some(budget.share("task 1")), "cross-trainer cache"),
         );
         assert_eq!(read(&cache, "a", 2).await, vec![0, 1]);
         assert_eq!(

@@ -35,7 +35,7 @@ use crate::task_failure::TaskFailure;
 use crate::worker_stats::WorkerStats;
 use bytes::BytesMut;
 use sluice_element::{pb as dpb, Cancellation, Compression, DatasetError, PythonRunner};
-use sluice_executor::{ExecOptions, MemoryBudget, Reservation, SplitSupplier};
+use sluice_executor::{ExecOptions, MemoryBudget, MemoryShare, Reservation, SplitSupplier};
 use sluice_formats::{DataRoots, FileAccess};
 use sluice_pipeline::AutoShardPolicy;
 use sluice_proto::dispatcher::TaskDef;
@@ -75,12 +75,16 @@ pub struct TaskRunner {
     round_robin: OnceLock<Arc<RoundRobin>>,
     /// Cross-trainer cache jobs: the window over the buffer, created on first use.
     cache: OnceLock<Arc<CrossTrainerCache>>,
+    /// This task's share of the worker's memory budget, for its pipeline's buffers and its
+    /// cross-trainer cache.
+    memory: Arc<MemoryShare>,
     /// Set when the task is deleted: every op of the pipeline checks it (`Cancellation`).
     cancelled: Arc<AtomicBool>,
     /// Disconnected once the pipeline thread has ended (its sender lives in the thread).
     ended: Mutex<Option<Receiver<()>>>,
-    /// The pipeline's error, once seen by a reader, for every later reader.
-    error: Mutex<Option<TaskFailure>>,
+    /// The pipeline's error, once seen by a reader, for every later reader; shared with the
+    /// memory share's give-back call, which fails the task from another task's thread.
+    error: Arc<Mutex<Option<TaskFailure>>>,
 }
 
 impl TaskRunner {
@@ -92,7 +96,12 @@ impl TaskRunner {
         worker: String,
         resources: TaskResources,
     ) -> Self {
+        let memory = resources.memory.share(format!(
+            "task {} (iteration {})",
+            def.task_id, def.iteration_id
+        ));
         TaskRunner {
+            memory,
             def,
             client,
             runtime,
@@ -104,7 +113,7 @@ impl TaskRunner {
             cache: OnceLock::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
             ended: Mutex::new(None),
-            error: Mutex::new(None),
+            error: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -141,10 +150,7 @@ impl TaskRunner {
             self.cache
                 .get_or_init(|| {
                     let max_bytes = self.config.cross_trainer_cache_size();
-                    let held = Reservation::new(
-                        Some(self.resources.memory.clone()),
-                        "cross-trainer cache",
-                    );
+                    let held = Reservation::new(Some(self.memory.clone()), "cross-trainer cache");
                     Arc::new(CrossTrainerCache::new(max_bytes, self.buffer(), held))
                 })
                 .clone(),
@@ -188,6 +194,19 @@ impl TaskRunner {
     fn start(&self) -> Arc<TaskBuffer> {
         let (tx, buffer) =
             TaskBuffer::channel(self.config.task_buffer, self.config.task_buffer_bytes);
+        // Past its fair share of the memory budget when another task found it full: the task
+        // fails with that reason, and its pipeline stops (also if it is waiting for its
+        // reader), dropping what it holds.
+        let (error, cancelled, stopped) =
+            (self.error.clone(), self.cancelled.clone(), buffer.clone());
+        self.memory.on_give_back(move |reason| {
+            error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(reason.into());
+            cancelled.store(true, Ordering::Relaxed);
+            stopped.close();
+        });
         let def = self.def.clone();
         // A policy this worker does not know fails the task when its pipeline starts.
         let policy = ShardingPolicy::from_proto(def.sharding_policy);
@@ -210,7 +229,7 @@ impl TaskRunner {
             splits,
             file_access: FileAccess::Roots(self.resources.data_roots.clone()),
             python: self.resources.python.clone(),
-            memory: Some(self.resources.memory.clone()),
+            memory: Some(self.memory.clone()),
             cancel: Cancellation::from_flag(cancelled.clone()),
             ..ExecOptions::default()
         };
@@ -223,11 +242,15 @@ impl TaskRunner {
             stats: self.resources.stats.clone(),
         };
         let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
+        let release_memory = self.config.release_memory;
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-task-{}", self.def.task_id))
             .spawn(move || {
                 let _ended = ended_tx;
-                produce(pipeline, tx, cancelled)
+                produce(pipeline, tx, cancelled);
+                if let Some(release) = release_memory {
+                    release();
+                }
             });
         match spawned {
             Ok(_) => *self.ended.lock().expect("pipeline end lock poisoned") = Some(ended_rx),

@@ -99,6 +99,11 @@ impl WorkerHandle {
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
         let state = Arc::new(WorkerState::new(advertised.clone(), completed_tx));
         let cancel = CancellationToken::new();
+        let memory = MemoryBudget::with_reserve(
+            config.memory_budget_bytes,
+            config.memory_reserve(),
+            "--memory-budget",
+        );
         // The metrics listener opens before registration: `/ready` says the worker waits.
         let registered = Arc::new(AtomicBool::new(false));
         let (ops, rpc) = match &config.metrics_listen {
@@ -107,7 +112,7 @@ impl WorkerHandle {
                 let listener = OpsServer::bind(listen)
                     .await
                     .map_err(|e| WorkerError::Config(e.to_string()))?;
-                let (node, rpc) = WorkerOps::new(state.clone(), registered.clone());
+                let (node, rpc) = WorkerOps::new(state.clone(), memory.clone(), registered.clone());
                 let server = OpsServer::serve(listener, Arc::new(node), cancel.clone())
                     .map_err(|e| WorkerError::Config(e.to_string()))?;
                 (Some(server), Some(rpc))
@@ -125,7 +130,7 @@ impl WorkerHandle {
             resources: TaskResources {
                 data_roots,
                 python,
-                memory: MemoryBudget::new(config.memory_budget_bytes, "--memory-budget"),
+                memory,
                 stats: state.stats.clone(),
             },
         };

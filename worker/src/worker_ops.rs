@@ -6,7 +6,7 @@
 //! waits for its dispatcher, and `/ready` says why it does not serve yet.
 //!
 //! The worker's values are read from its state when scraped (a collector): tasks held, the
-//! buffers' fill, and the running totals of `WorkerStats`. Nothing is kept per task, so no
+//! buffers' fill, the memory budget's use, and the running totals of `WorkerStats`. Nothing is kept per task, so no
 //! series outlives its task.
 
 use crate::worker_state::WorkerState;
@@ -15,6 +15,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use sluice_executor::MemoryBudget;
 use sluice_ops::{BoxFuture, OpsNode, RpcMetrics};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,12 +30,13 @@ impl WorkerOps {
     /// `registered` is set once the dispatcher answered the first heartbeat.
     pub fn new(
         state: Arc<WorkerState>,
+        memory: Arc<MemoryBudget>,
         registered: Arc<AtomicBool>,
     ) -> (WorkerOps, Arc<RpcMetrics>) {
         let mut registry = Registry::default();
         let rpc = RpcMetrics::register(&mut registry);
         state.stats.time_pipelines();
-        registry.register_collector(Box::new(WorkerCollector { state }));
+        registry.register_collector(Box::new(WorkerCollector { state, memory }));
         (
             WorkerOps {
                 registry,
@@ -67,6 +69,7 @@ impl OpsNode for WorkerOps {
 
 struct WorkerCollector {
     state: Arc<WorkerState>,
+    memory: Arc<MemoryBudget>,
 }
 
 impl std::fmt::Debug for WorkerCollector {
@@ -123,6 +126,12 @@ impl Collector for WorkerCollector {
             "sluice_worker_buffered_bytes",
             "Bytes ready in the tasks' buffers, summed over tasks",
             bytes as i64,
+        )?;
+        gauge(
+            e,
+            "sluice_worker_memory_budget_used_bytes",
+            "Bytes the tasks' buffers hold against the memory budget (--memory-budget)",
+            i64::try_from(self.memory.used()).unwrap_or(i64::MAX),
         )?;
         counter(
             e,
