@@ -18,10 +18,36 @@ def test_a_batch_past_the_memory_budget_fails_and_the_worker_keeps_serving():
             ds = huge.apply(sluice.distribute("parallel_epochs", dispatcher.target))
             with pytest.raises(errors.OpError) as e:
                 list(ds)
-            assert "batch needs 72 more bytes" in str(e.value)
+            # Alone on the worker, a task may hold the budget less its reserve (an eighth).
+            assert "batch of task " in str(e.value)
+            assert "needs 72 more bytes" in str(e.value)
+            assert "(917504: the budget less 131072 kept in reserve" in str(e.value)
             assert "raise --memory-budget" in str(e.value)
             ds = Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target))
             assert sorted(int(x) for x in ds) == [0, 1, 2]
+
+
+def test_without_a_reserve_a_task_alone_may_fill_the_whole_budget():
+    with sluice.DispatchServer() as dispatcher:
+        config = sluice.WorkerConfig(
+            dispatcher.target, memory_budget_bytes=1 << 20, memory_reserve_bytes=0
+        )
+        with sluice.WorkerServer(config):
+            huge = Dataset.range(10**12).batch(10**12)
+            ds = huge.apply(sluice.distribute("parallel_epochs", dispatcher.target))
+            with pytest.raises(errors.OpError) as e:
+                list(ds)
+            assert "more than the memory budget of 1048576 bytes has left" in str(e.value)
+
+
+def test_a_reserve_as_large_as_the_budget_is_refused():
+    with sluice.DispatchServer() as dispatcher:
+        config = sluice.WorkerConfig(
+            dispatcher.target, memory_budget_bytes=1 << 20, memory_reserve_bytes=1 << 20
+        )
+        with pytest.raises(errors.InvalidArgumentError) as e:
+            sluice.WorkerServer(config)
+        assert "--memory-reserve" in str(e.value)
 
 
 def test_a_worker_on_every_interface_needs_a_worker_address(no_credentials_in_env):
