@@ -23,6 +23,7 @@ __all__ = [
     "CancelledError",
     "UnknownError",
     "InvalidArgumentError",
+    "InvalidArgumentValueError",
     "DeadlineExceededError",
     "NotFoundError",
     "AlreadyExistsError",
@@ -68,6 +69,21 @@ class UnknownError(OpError):
 
 class InvalidArgumentError(OpError):
     """An argument was malformed: a bad option, an unknown function, a wrong dtype."""
+
+
+class InvalidArgumentValueError(InvalidArgumentError, ValueError):
+    """An argument of a Python call that tf.data rejects with ``ValueError`` (a ``job_name``
+    that is not a string, an unknown processing mode, a cross-trainer cache without a trainer
+    id): both an :class:`InvalidArgumentError` and a ``ValueError``, so code written for
+    tf.data catches it, with tf.data's text::
+
+        >>> import sluice
+        >>> try:
+        ...     sluice.CrossTrainerCache(trainer_id=None)
+        ... except ValueError as e:
+        ...     print(e)
+        tf.data service cross-trainer cache requires a non-empty trainer ID.
+    """
 
 
 class DeadlineExceededError(OpError):

@@ -12,7 +12,11 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 
 from sluice import _native
 from sluice.data import Dataset
-from sluice.errors import FailedPreconditionError, InvalidArgumentError
+from sluice.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    InvalidArgumentValueError,
+)
 
 __all__ = [
     "ShardingPolicy",
@@ -46,11 +50,22 @@ class CrossTrainerCache:
 
     >>> CrossTrainerCache(trainer_id="trainer 0")
     CrossTrainerCache(trainer_id='trainer 0')
+
+    An empty or missing ``trainer_id`` is refused, as tf.data refuses it (a ``ValueError``)::
+
+        >>> CrossTrainerCache(trainer_id=None)
+        Traceback (most recent call last):
+        ...
+        sluice.errors.InvalidArgumentValueError: tf.data service cross-trainer cache requires a non-empty trainer ID.
     """
 
     __slots__ = ("trainer_id",)
 
     def __init__(self, trainer_id: str) -> None:
+        if not trainer_id:
+            raise InvalidArgumentValueError(
+                "tf.data service cross-trainer cache requires a non-empty trainer ID."
+            )
         self.trainer_id = trainer_id
 
     def __repr__(self) -> str:
@@ -86,12 +101,15 @@ def distribute(
     The dataset is registered when the transformation is applied.
     """
     del data_transfer_protocol  # Sluice has one transport
+    _check_job(job_name, num_consumers)
+    mode = _mode(processing_mode)
+    address = _service(service)
 
     def _apply(dataset: Dataset) -> Dataset:
         native = _native.distribute(
             dataset._native,
-            _mode(processing_mode),
-            _service(service),
+            mode,
+            address,
             job_name=job_name,
             consumer_index=consumer_index,
             num_consumers=num_consumers,
@@ -144,6 +162,7 @@ def from_dataset_id(
         ds = sluice.from_dataset_id("parallel_epochs", dispatcher.target, dataset_id)
     """
     del data_transfer_protocol
+    _check_job(job_name, num_consumers)
     native = _native.from_dataset_id(
         _mode(processing_mode),
         _service(service),
@@ -172,16 +191,39 @@ def from_dataset_id(
     return dataset
 
 
+#: The processing modes tf.data takes as strings, and the names of `ShardingPolicy`.
+_MODES = frozenset(["parallel_epochs", "distributed_epoch"]) | frozenset(
+    p.name.lower() for p in ShardingPolicy
+)
+
+
 def _mode(mode: ProcessingMode) -> str:
     if isinstance(mode, ShardingPolicy):
         return mode.name.lower()
-    if isinstance(mode, str):
+    if isinstance(mode, str) and mode.lower() in _MODES:
         return mode
-    raise InvalidArgumentError(
+    raise InvalidArgumentValueError(
         "tf.data service processing mode should be a "
         '`tf.data.experimental.service.ShardingPolicy`, `"parallel_epochs"`, or '
-        f"`\"distributed_epoch\"`. Got '{mode}'."
+        f"`\"distributed_epoch\"`. Got {mode!r}."
     )
+
+
+def _check_job(job_name: Any, num_consumers: Optional[int]) -> None:
+    """tf.data's checks of a job's name, in its words."""
+    if job_name is not None:
+        if not isinstance(job_name, str):
+            raise InvalidArgumentValueError(
+                "`job_name` must be a string, but `job_name` was of type "
+                f"{type(job_name)}. job_name={job_name}"
+            )
+        if not job_name:
+            raise InvalidArgumentValueError("`job_name` must not be empty")
+    elif num_consumers is not None:
+        raise InvalidArgumentValueError(
+            "`job_name` must be set when setting `num_consumers`. num_consumers was set to "
+            f"{num_consumers}."
+        )
 
 
 def add_node(service: Service, node_id: int, peer_address: str) -> List[int]:
@@ -213,15 +255,20 @@ def remove_node(service: Service, node_id: int) -> List[int]:
 def _service(service: Service) -> str:
     if isinstance(service, tuple):
         if len(service) != 2:
-            raise InvalidArgumentError(
+            raise InvalidArgumentValueError(
                 f"service must be a string or a tuple of (protocol, address), got {service!r}"
             )
         protocol, address = service
         return f"{protocol}://{address}"
     if not isinstance(service, str):
-        raise InvalidArgumentError(
-            f"service must be a string or a tuple of (protocol, address), got {service!r}"
+        raise InvalidArgumentValueError(
+            "`service` must be a string, but `service` was of type "
+            f"{type(service)}. service={service}"
         )
+    if not service:
+        raise InvalidArgumentValueError("`service` must not be empty")
+    if service.count("://") > 1:
+        raise InvalidArgumentValueError(f"Malformed `service` string has multiple '://': {service}.")
     return service
 
 

@@ -178,3 +178,59 @@ def test_no_bare_exceptions_for_bad_arguments():
         Dataset.from_tensor_slices(({"a": [1]}, [1, 2]))  # slices of different lengths
     with pytest.raises(errors.OpError):
         sluice.DispatchServer(sluice.DispatcherConfig(protocol="http"))
+
+
+# tf.data rejects these arguments in Python with `ValueError`, and code written for it catches
+# that: Sluice's error is both a `ValueError` and an `InvalidArgumentError`, with tf.data's text.
+@pytest.mark.parametrize(
+    "call, text",
+    [
+        (
+            lambda: sluice.distribute("parallel_epochs", "127.0.0.1:1", job_name=3),
+            "`job_name` must be a string, but `job_name` was of type <class 'int'>. job_name=3",
+        ),
+        (
+            lambda: sluice.distribute("parallel_epochs", "127.0.0.1:1", job_name=""),
+            "`job_name` must not be empty",
+        ),
+        (
+            lambda: sluice.from_dataset_id("parallel_epochs", "127.0.0.1:1", "7", job_name=3),
+            "`job_name` must be a string, but `job_name` was of type <class 'int'>. job_name=3",
+        ),
+        (
+            lambda: sluice.distribute("parallel_epochs", "127.0.0.1:1", num_consumers=2),
+            "`job_name` must be set when setting `num_consumers`. num_consumers was set to 2.",
+        ),
+        (
+            lambda: sluice.distribute("invalid", "127.0.0.1:1"),
+            "tf.data service processing mode should be a "
+            '`tf.data.experimental.service.ShardingPolicy`, `"parallel_epochs"`, or '
+            "`\"distributed_epoch\"`. Got 'invalid'.",
+        ),
+        (
+            lambda: sluice.distribute("parallel_epochs", 5050),
+            "`service` must be a string, but `service` was of type <class 'int'>. service=5050",
+        ),
+        (
+            lambda: sluice.distribute("parallel_epochs", ""),
+            "`service` must not be empty",
+        ),
+        (
+            lambda: sluice.distribute("parallel_epochs", "grpc://grpc://h:1"),
+            "Malformed `service` string has multiple '://': grpc://grpc://h:1.",
+        ),
+        (
+            lambda: sluice.CrossTrainerCache(trainer_id=None),
+            "tf.data service cross-trainer cache requires a non-empty trainer ID.",
+        ),
+        (
+            lambda: sluice.CrossTrainerCache(trainer_id=""),
+            "tf.data service cross-trainer cache requires a non-empty trainer ID.",
+        ),
+    ],
+)
+def test_python_argument_errors_are_value_errors_with_tf_datas_text(call, text):  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError) as e:
+        call()
+    assert isinstance(e.value, errors.InvalidArgumentError)
+    assert str(e.value) == text
