@@ -122,9 +122,20 @@ impl ServiceDataset {
         self.options.job_name.as_deref()
     }
 
-    /// The dataset's cardinality as registered: `INFINITE`, `UNKNOWN` or a count.
-    pub fn cardinality(&self) -> i64 {
+    /// The dataset's cardinality as registered (what one worker's pipeline yields):
+    /// `INFINITE`, `UNKNOWN` or a count.
+    pub fn registered_cardinality(&self) -> i64 {
         self.cardinality
+    }
+
+    /// What an epoch read through the service yields, as tf.data reports it
+    /// (`reader_cardinality`).
+    pub fn cardinality(&self) -> i64 {
+        reader_cardinality(
+            self.cardinality,
+            self.mode,
+            self.options.num_consumers.is_some(),
+        )
     }
 
     /// Starts reading the next epoch.
@@ -348,4 +359,64 @@ fn absolutize_file_pattern(def: &mut dpb::DatasetDef) -> Result<(), ClientError>
         .map_err(|e| ClientError::InvalidArgument(format!("current directory: {e}")))?;
     files.pattern = cwd.join(&files.pattern).to_string_lossy().into_owned();
     Ok(())
+}
+
+/// The cardinality tf.data reports for a dataset read through the service, from the registered
+/// one: a coordinated read never ends (`INFINITE`); an empty dataset stays empty; an infinite one
+/// stays infinite where each worker runs it whole or a part of it (OFF, DYNAMIC, DATA); anything
+/// else is `UNKNOWN`, since how many workers contribute is not known up front (`range(10)` over
+/// two workers in parallel epochs yields 20).
+pub fn reader_cardinality(registered: i64, mode: ShardingPolicy, coordinated: bool) -> i64 {
+    use sluice_pipeline::{INFINITE, UNKNOWN};
+    if coordinated {
+        return INFINITE;
+    }
+    match registered {
+        0 => 0,
+        INFINITE
+            if matches!(
+                mode,
+                ShardingPolicy::Off | ShardingPolicy::Dynamic | ShardingPolicy::Data
+            ) =>
+        {
+            INFINITE
+        }
+        _ => UNKNOWN,
+    }
+}
+
+#[cfg(test)]
+mod cardinality_tests {
+    use super::*;
+    use sluice_pipeline::{INFINITE, UNKNOWN};
+
+    #[test]
+    fn a_reader_reports_tf_datas_cardinality() {
+        use ShardingPolicy::*;
+        let rows = [
+            // (registered, mode, coordinated, reported)
+            (10, Off, false, UNKNOWN),
+            (10, Dynamic, false, UNKNOWN),
+            (10, FileOrData, false, UNKNOWN),
+            (0, Off, false, 0),
+            (0, File, false, 0),
+            (INFINITE, Off, false, INFINITE),
+            (INFINITE, Dynamic, false, INFINITE),
+            (INFINITE, Data, false, INFINITE),
+            (INFINITE, File, false, UNKNOWN),
+            (INFINITE, FileOrData, false, UNKNOWN),
+            (INFINITE, Hint, false, UNKNOWN),
+            (UNKNOWN, Off, false, UNKNOWN),
+            (UNKNOWN, FileOrData, false, UNKNOWN),
+            (INFINITE, Off, true, INFINITE),
+            (10, Off, true, INFINITE),
+        ];
+        for (registered, mode, coordinated, reported) in rows {
+            assert_eq!(
+                reader_cardinality(registered, mode, coordinated),
+                reported,
+                "{registered} under {mode:?}, coordinated {coordinated}"
+            );
+        }
+    }
 }

@@ -46,7 +46,8 @@ def test_register_dataset_and_from_dataset_id_with_element_spec(cluster):
     spec = TensorSpec((None,), "int64")
     ds = sluice.from_dataset_id("distributed_epoch", cluster.target, dataset_id, element_spec=spec)
     assert ds.element_spec == spec
-    assert ds.cardinality() == 2
+    # As tf.data: how many workers contribute is not known up front.
+    assert ds.cardinality() == -2
     batches = sorted((b.tolist() for b in ds), key=len, reverse=True)
     assert batches == [[0, 1, 4, 9], [16, 25]]
 
@@ -89,3 +90,24 @@ def test_cross_trainer_cache_repr_and_validation():
             sluice.CrossTrainerCache(trainer_id)  # type: ignore[arg-type]
         assert isinstance(e.value, sluice.errors.InvalidArgumentError)
         assert str(e.value) == "tf.data service cross-trainer cache requires a non-empty trainer ID."
+
+
+def test_a_service_datasets_cardinality_is_tf_datas(cluster):
+    """What an epoch read through the service yields, as tf.data reports it: unknown for a
+    finite dataset (parallel epochs over two workers yield it twice), infinite where every
+    worker runs an infinite one, and infinite for a coordinated read."""
+    read = lambda ds, mode, **kw: ds.apply(sluice.distribute(mode, cluster.target, **kw))
+    assert read(Dataset.range(10), "parallel_epochs").cardinality() == -2
+    assert read(Dataset.range(10), "distributed_epoch").cardinality() == -2
+    assert read(Dataset.range(10).filter("is_even"), "parallel_epochs").cardinality() == -2
+    assert read(Dataset.range(0), "parallel_epochs").cardinality() == 0
+    assert read(Dataset.range(10).repeat(), "parallel_epochs").cardinality() == -1
+    assert read(Dataset.range(10).repeat(), "distributed_epoch").cardinality() == -1
+    coordinated = read(
+        Dataset.range(10).repeat(),
+        "parallel_epochs",
+        job_name="rounds",
+        consumer_index=0,
+        num_consumers=1,
+    )
+    assert coordinated.cardinality() == -1

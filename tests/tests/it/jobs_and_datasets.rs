@@ -141,7 +141,12 @@ async fn explicit_dataset_ids_and_their_metadata() -> anyhow::Result<()> {
         .to_proto(),
     )?;
     assert_eq!(service.service_element_spec(), &want);
-    assert_eq!(service.cardinality(), 2, "two batches");
+    assert_eq!(service.registered_cardinality(), 2, "two batches");
+    assert_eq!(
+        service.cardinality(),
+        sluice_pipeline::UNKNOWN,
+        "as tf.data reports it: the workers that contribute are not known up front"
+    );
     assert_eq!(service.compression(), Compression::None);
     let got: Vec<String> = read_epoch(&service, EPOCH)
         .await?
