@@ -8,8 +8,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBytes};
-use sluice_client::{ElementStream, ServiceDataset};
-use sluice_element::{pb, DType, Element, ElementIter, ElementSpec};
+use sluice_client::{ClientError, ElementStream, ServiceDataset};
+use sluice_element::{pb, Cancellation, DType, DatasetError, Element, ElementIter, ElementSpec};
 use sluice_executor::{iterate, ExecOptions};
 use sluice_formats::ExampleParser;
 use sluice_pipeline::{
@@ -18,6 +18,7 @@ use sluice_pipeline::{
 };
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use crate::convert::{columns_from_py, element_to_py, spec_from_py, spec_to_py, tensor_from_parts};
 use crate::errors::{client_error, dataset_error, error, invalid_argument};
@@ -368,11 +369,16 @@ impl Dataset {
         let spec = self.static_spec()?;
         let first_spec = (spec.has_unknown() && self.first_spec.get().is_none())
             .then(|| (spec, self.first_spec.clone()));
+        let closed = Closed::default();
         let source = match &self.pipeline {
             Pipeline::Local(d) => {
                 let def = d.def().clone();
+                let options = ExecOptions {
+                    cancel: closed.local.clone(),
+                    ..local_options()
+                };
                 let elements = py
-                    .detach(|| iterate(&def, &local_options()))
+                    .detach(|| iterate(&def, &options))
                     .map_err(dataset_error)?;
                 Source::Local(elements)
             }
@@ -386,6 +392,7 @@ impl Dataset {
         Ok(Iterator {
             source: Mutex::new(Some(source)),
             first_spec: Mutex::new(first_spec),
+            closed,
         })
     }
 }
@@ -410,10 +417,54 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// referenceable, so the Python layer can close the live ones when the interpreter exits.
 #[pyclass(frozen, weakref, module = "sluice._native")]
 pub struct Iterator {
+    /// Held by a `next` while it waits (without the GIL) for an element.
     source: Mutex<Option<Source>>,
     /// The dataset's static spec and where its first element's spec goes, until this epoch
     /// produced one (only when the static spec has parts known from elements alone).
     first_spec: Mutex<Option<(ElementSpec, Arc<OnceLock<ElementSpec>>)>>,
+    /// Set by `close` before it takes the lock: a `next` waiting in another thread ends at
+    /// once (as the end of the epoch) instead of holding the lock until an element comes.
+    closed: Closed,
+}
+
+/// An iterator's `close`, seen by a `next` that waits: the service stream's wait and the local
+/// pipeline's ops both watch it.
+struct Closed {
+    stream: CancellationToken,
+    local: Cancellation,
+}
+
+impl Default for Closed {
+    fn default() -> Closed {
+        Closed {
+            stream: CancellationToken::new(),
+            // `Cancellation::default()` is one that is never set.
+            local: Cancellation::new(),
+        }
+    }
+}
+
+impl Closed {
+    fn close(&self) {
+        self.stream.cancel();
+        self.local.cancel();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.stream.is_cancelled()
+    }
+}
+
+/// The stream's next element, or `None` once the iterator is closed.
+async fn next_or_closed(
+    stream: &mut ElementStream,
+    closed: &CancellationToken,
+) -> Option<Result<Element, ClientError>> {
+    tokio::select! {
+        biased;
+        _ = closed.cancelled() => None,
+        next = stream.next() => next,
+    }
 }
 
 #[pymethods]
@@ -428,8 +479,10 @@ impl Iterator {
     }
 
     /// Ends the epoch now, and waits until the service has released this client (at most
-    /// `RELEASE_WAIT`). Dropping the iterator releases it too, without waiting.
+    /// `RELEASE_WAIT`). Dropping the iterator releases it too, without waiting. A `next` that
+    /// another thread is waiting in ends as if the epoch had.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.closed.close();
         let source = lock(py, &self.source)?.take();
         match source {
             Some(Source::Service(stream)) => wait(py, stream.close(RELEASE_WAIT)),
@@ -447,13 +500,18 @@ impl Iterator {
         let Some(source) = guard.as_mut() else {
             return Ok(None);
         };
+        if self.closed.is_closed() {
+            return Ok(None);
+        }
+        let closed = &self.closed.stream;
         let result = match source {
             Source::Local(elements) => match py.detach(|| elements.next()) {
                 None => None,
+                Some(Err(DatasetError::Cancelled)) if self.closed.is_closed() => None,
                 Some(Ok(e)) => Some(Ok(e)),
                 Some(Err(e)) => Some(Err(dataset_error(e))),
             },
-            Source::Service(stream) => match wait_borrowed!(py, stream.next())? {
+            Source::Service(stream) => match wait_borrowed!(py, next_or_closed(stream, closed))? {
                 None => None,
                 Some(Ok(e)) => Some(Ok(e)),
                 Some(Err(e)) => Some(Err(client_error(e))),
@@ -478,13 +536,22 @@ impl Iterator {
     }
 }
 
+/// How long `lock` sleeps between tries while another thread holds the lock.
+const LOCK_RETRY: Duration = Duration::from_millis(2);
+
 /// Locks `mutex` without blocking while holding the GIL: another thread reading the same
 /// iterator holds the lock while it waits without the GIL, and needs the GIL back to finish.
+/// Between tries it sleeps without the GIL (it used to yield, which kept a core busy for as long
+/// as the other thread waited) and lets the interpreter's signal handlers run, so Ctrl-C stops
+/// it.
 pub(crate) fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
     loop {
         match mutex.try_lock() {
             Ok(guard) => return Ok(guard),
-            Err(TryLockError::WouldBlock) => py.detach(std::thread::yield_now),
+            Err(TryLockError::WouldBlock) => {
+                py.detach(|| std::thread::sleep(LOCK_RETRY));
+                py.check_signals()?;
+            }
             Err(TryLockError::Poisoned(_)) => {
                 return Err(invalid_argument(
                     "the iterator was poisoned by a panic in another thread",

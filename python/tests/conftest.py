@@ -59,7 +59,11 @@ def no_credentials_in_env(monkeypatch):  # type: ignore[no-untyped-def]
     return monkeypatch
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+#: Seconds only a hang would take: a test's time bound, never a timing goal.
+HANG = 30.0
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = HANG) -> None:
     """Polls `condition` until it holds; fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():

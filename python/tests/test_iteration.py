@@ -5,14 +5,16 @@ client at the dispatcher."""
 from __future__ import annotations
 
 import gc
+import queue
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
 import pytest
-from conftest import wait_until
+from conftest import HANG, wait_until
 
 import sluice
 from sluice.data import Dataset, TextLineDataset, TFRecordDataset
@@ -178,3 +180,65 @@ def test_a_reader_that_exits_mid_epoch_leaves_no_client_behind(cluster):
     assert done.stdout.strip() == "[True, True, True]"
     assert len(clients_of(cluster.dispatcher)) == 1
     wait_until(lambda: clients_of(cluster.dispatcher) == [0], "the exited reader's release", 10)
+
+
+# A pipeline that yields nothing for as long as anyone waits: even numbers, filtered for odd ones.
+NOTHING = Dataset.range(0, 2**50, 2).filter("is_odd")
+
+
+@pytest.mark.parametrize("where", ["local", "service"])
+def test_close_ends_a_next_another_thread_is_waiting_in(cluster, where):  # type: ignore[no-untyped-def]
+    ds = NOTHING if where == "local" else NOTHING.apply(
+        sluice.distribute("parallel_epochs", cluster.target)
+    )
+    it = iter(ds)
+    ended = queue.Queue()
+
+    def read() -> None:
+        try:
+            ended.put(("element", next(it)))
+        except StopIteration:
+            ended.put(("end", None))
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever ended it
+            ended.put(("error", e))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    # Running, with nothing to yield.
+    with pytest.raises(queue.Empty):
+        ended.get(timeout=0.2)
+    started = time.process_time()
+    it.close()
+    # The waiting `next` ends as the epoch's end, and `close` did not spin meanwhile.
+    assert ended.get(timeout=HANG) == ("end", None)
+    reader.join(HANG)
+    assert time.process_time() - started < HANG / 2
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_a_process_with_a_thread_waiting_in_next_exits(cluster):  # type: ignore[no-untyped-def]
+    """Open epochs are closed at exit; one a daemon thread waits in must not hold the exit."""
+    script = textwrap.dedent(
+        f"""
+        import threading
+        import sluice
+        from sluice.data import Dataset
+        ds = Dataset.range(0, 2**50, 2).filter("is_odd").apply(
+            sluice.distribute("parallel_epochs", {cluster.target!r})
+        )
+        it = iter(ds)
+        started = threading.Event()
+        def read():
+            started.set()
+            next(it, None)
+        threading.Thread(target=read, daemon=True).start()
+        started.wait()
+        print("waiting", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "waiting\n"
