@@ -177,10 +177,8 @@ fn files_outside_the_roots_are_refused_naming_the_path_and_the_roots() {
         (
             Dataset::files(&format!("{data}/l*.txt")).lines().into_def(),
             &roots,
-            format!(
-                "refused to read '{link}': it resolves to '{secret}', outside the data roots \
-                 ({data})"
-            ),
+            // Not where the link leads: that would answer a probe.
+            format!("refused to read '{link}': outside the data roots ({data})"),
         ),
         (
             files_def(&[format!("{data}/a.txt"), secret.clone()]),
