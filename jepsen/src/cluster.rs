@@ -138,12 +138,15 @@ impl Cluster {
                     state: NodeState::Down,
                 }),
             );
-            let channel = config
+            let endpoint = config
                 .status_security
-                .endpoint(&node_addrs.client.to_string())?
+                .endpoint(
+                    &node_addrs.client.to_string(),
+                    sluice_security::ServerRole::Dispatcher,
+                )?
                 .connect_timeout(Duration::from_millis(300))
-                .timeout(Duration::from_millis(700))
-                .connect_lazy();
+                .timeout(Duration::from_millis(700));
+            let channel = config.status_security.connect_lazy(&endpoint);
             channels.insert(id, config.status_security.authed(channel));
         }
         let cluster = Cluster {

@@ -31,7 +31,7 @@ use crate::leader_view::LeaderView;
 use crate::leader_watcher;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
-use sluice_security::{AuthChannel, ClientSecurity};
+use sluice_security::{AuthChannel, ClientSecurity, ServerRole};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -221,11 +221,11 @@ impl Quorum {
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = replica_endpoint(&self.security, addr)?
+        let endpoint = replica_endpoint(&self.security, addr)?
             .http2_keep_alive_interval(self.retry.keepalive_interval())
             .keep_alive_timeout(self.retry.keepalive_timeout())
-            .keep_alive_while_idle(false)
-            .connect_lazy();
+            .keep_alive_while_idle(false);
+        let channel = self.security.connect_lazy(&endpoint);
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
@@ -419,7 +419,7 @@ pub(crate) fn replica_endpoint(
     addr: &str,
 ) -> Result<Endpoint, RpcError> {
     Ok(security
-        .endpoint(addr)
+        .endpoint(addr, ServerRole::Dispatcher)
         .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
         .connect_timeout(Duration::from_millis(500))
         .tcp_nodelay(true))

@@ -6,7 +6,8 @@
 //! and the [`TokenInterceptor`] every stub goes through) and raw fetch connections
 //! ([`ClientSecurity::connect_raw`]), so the two transports can never disagree.
 
-use crate::role::Role;
+use crate::plain_connector::PlainConnector;
+use crate::role::{Role, ServerRole};
 use crate::security_error::SecurityError;
 use crate::tls::{ClientTls, KeyPairFiles};
 use crate::token_file::{Token, TokenFile};
@@ -133,8 +134,10 @@ impl ClientSecurity {
         self.token.as_ref()
     }
 
-    /// A gRPC endpoint for `addr` (`host:port`): `https` with the CA when TLS is on.
-    pub fn endpoint(&self, addr: &str) -> Result<Endpoint, SecurityError> {
+    /// A gRPC endpoint for `addr` (`host:port`) of a server of role `server`: `https` when TLS
+    /// is on, the server's certificate verified against the CA and required to carry that
+    /// role. Connect it with [`ClientSecurity::connect_lazy`] or [`ClientSecurity::connect`].
+    pub fn endpoint(&self, addr: &str, server: ServerRole) -> Result<Endpoint, SecurityError> {
         let invalid = |e: &dyn std::fmt::Display| {
             SecurityError::Tls(format!("invalid address '{addr}': {e}"))
         };
@@ -142,8 +145,26 @@ impl ClientSecurity {
             None => Endpoint::from_shared(format!("http://{addr}")).map_err(|e| invalid(&e)),
             Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
                 .map_err(|e| invalid(&e))?
-                .tls_config(tls.tonic_config())
+                .tls_config_with_verifier(tls.tonic_config(), tls.verifier(server)?)
                 .map_err(|e| invalid(&e)),
+        }
+    }
+
+    /// A channel over `endpoint` (made by [`ClientSecurity::endpoint`]) that connects on first
+    /// use. Without TLS its connections notice a server that answers in TLS
+    /// ([`PlainConnector`]), so the caller fails naming the missing flag instead of retrying.
+    pub fn connect_lazy(&self, endpoint: &Endpoint) -> Channel {
+        match &self.tls {
+            None => endpoint.connect_with_connector_lazy(PlainConnector),
+            Some(_) => endpoint.connect_lazy(),
+        }
+    }
+
+    /// A channel over `endpoint`, connected now.
+    pub async fn connect(&self, endpoint: &Endpoint) -> Result<Channel, tonic::transport::Error> {
+        match &self.tls {
+            None => endpoint.connect_with_connector(PlainConnector).await,
+            Some(_) => endpoint.connect().await,
         }
     }
 
@@ -161,7 +182,8 @@ impl ClientSecurity {
         InterceptedService::new(channel, self.interceptor())
     }
 
-    /// Opens a raw fetch connection to `addr` (`host:port`), in TLS when TLS is on.
+    /// Opens a raw fetch connection to the worker at `addr` (`host:port`), in TLS when TLS is
+    /// on (the worker's certificate must carry the worker role).
     pub async fn connect_raw(&self, addr: &str) -> io::Result<RawStream> {
         let socket = TcpStream::connect(addr).await?;
         socket.set_nodelay(true)?;

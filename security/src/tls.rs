@@ -6,7 +6,10 @@
 //! listener, where a replica must prove it is one. ALPN offers `h2` for gRPC and [`RAW_ALPN`]
 //! for the raw fetch stream.
 
+use crate::role::ServerRole;
 use crate::security_error::SecurityError;
+use crate::server_role_verifier::ServerRoleVerifier;
+use rustls::client::WebPkiServerVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -166,7 +169,6 @@ impl ServerTlsFiles {
 /// optionally a client certificate (mutual TLS).
 #[derive(Clone, Debug)]
 pub struct ClientTls {
-    ca_pem: Vec<u8>,
     roots: Arc<RootCertStore>,
     identity: Option<ClientIdentity>,
 }
@@ -193,16 +195,15 @@ impl ClientTls {
             })
             .transpose()?;
         Ok(ClientTls {
-            ca_pem: read(ca, "CA certificate")?,
             roots: Arc::new(roots(ca)?),
             identity,
         })
     }
 
-    /// tonic's TLS settings for a gRPC channel.
+    /// tonic's TLS settings for a gRPC channel, without the CA: servers' certificates are
+    /// checked by [`ClientTls::verifier`], which `Endpoint::tls_config_with_verifier` takes.
     pub fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
-        let config = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca_pem));
+        let config = tonic::transport::ClientTlsConfig::new();
         match &self.identity {
             Some(id) => config.identity(tonic::transport::Identity::from_pem(
                 &id.cert_pem,
@@ -212,12 +213,22 @@ impl ClientTls {
         }
     }
 
-    /// The rustls configuration of a raw fetch connection.
+    /// The check of a server's certificate: against the CA, then its role (`expected`).
+    pub fn verifier(&self, expected: ServerRole) -> Result<Arc<ServerRoleVerifier>, SecurityError> {
+        let webpki = WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
+            .build()
+            .map_err(|e| SecurityError::Tls(format!("server certificate verifier: {e}")))?;
+        Ok(Arc::new(ServerRoleVerifier::new(webpki, expected)))
+    }
+
+    /// The rustls configuration of a raw fetch connection (to a worker: raw streams are served
+    /// by workers alone).
     pub fn rustls_config(&self) -> Result<ClientConfig, SecurityError> {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| SecurityError::Tls(format!("TLS versions: {e}")))?
-            .with_root_certificates(self.roots.clone());
+            .dangerous()
+            .with_custom_certificate_verifier(self.verifier(ServerRole::Worker)?);
         let mut config = match &self.identity {
             Some(id) => builder
                 .with_client_auth_cert(id.chain.clone(), id.key.clone_key())

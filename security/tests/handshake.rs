@@ -16,6 +16,7 @@ fn make(dir: &Path) {
     generate(&CertsPlan {
         out: dir.to_path_buf(),
         hosts: vec![],
+        worker_hosts: vec![],
         workers: vec![],
         days: 1,
     })

@@ -200,10 +200,11 @@ pub(super) async fn grpc_client(
     security: &ClientSecurity,
     addr: SocketAddr,
 ) -> Result<WorkerClient<AuthChannel>, Status> {
+    let endpoint = security
+        .endpoint(&addr.to_string(), sluice_security::ServerRole::Worker)
+        .expect("a valid address");
     let channel = security
-        .endpoint(&addr.to_string())
-        .expect("a valid address")
-        .connect()
+        .connect(&endpoint)
         .await
         .map_err(|e| Status::unavailable(format!("connect: {e:?}")))?;
     Ok(WorkerClient::new(security.authed(channel)))

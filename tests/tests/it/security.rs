@@ -12,7 +12,7 @@ use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_rpc::{DispatcherClient, JobRequest, RetryConfig, RpcError, WorkerHeartbeat};
 use sluice_security::certs::{generate, CertsPlan};
 use sluice_security::{
-    ClientSecurity, ClientSecurityFiles, Role, ServerSecurity, ServerSecurityFiles,
+    ClientSecurity, ClientSecurityFiles, Role, ServerRole, ServerSecurity, ServerSecurityFiles,
 };
 use sluice_tests::TestCluster;
 use sluice_types::{DatasetId, LeaseRequest, ShardingPolicy, TargetWorkers, WorkerId};
@@ -37,6 +37,7 @@ impl Creds {
             generate(&CertsPlan {
                 out: dir.to_path_buf(),
                 hosts: vec![],
+                worker_hosts: vec![],
                 workers: vec!["a".into(), "b".into()],
                 days: 1,
             })
@@ -105,7 +106,10 @@ async fn call_everything(
     }
     let refused = |names: &[&'static str]| names.iter().map(|n| (*n, Code::Unavailable)).collect();
     let mut calls: Vec<(&'static str, Code)> =
-        match security.endpoint(addr).unwrap().connect().await {
+        match security
+            .connect(&security.endpoint(addr, ServerRole::Dispatcher).unwrap())
+            .await
+        {
             // A refused handshake: no call gets through.
             Err(_) => refused(&["dispatcher"]),
             Ok(channel) => {
@@ -195,7 +199,10 @@ async fn call_everything(
             }
         };
     let payload = || sluice_proto::raft::RaftPayload { payload: vec![] };
-    match security.endpoint(peer_addr).unwrap().connect().await {
+    match security
+        .connect(&security.endpoint(peer_addr, ServerRole::Dispatcher).unwrap())
+        .await
+    {
         Err(_) => calls.extend(refused(&["peer"])),
         Ok(channel) => {
             let mut r = RaftPeerClient::new(security.authed(channel));
@@ -418,12 +425,13 @@ async fn forged_raft_requests_from_a_non_peer_change_nothing() {
         last_log_id: None,
     };
     let admin = creds.caller(Some((creds.ours.path(), "admin")), None, Role::Admin);
-    let channel = admin
-        .endpoint(cluster.replica_peer_addr(leader).unwrap())
-        .unwrap()
-        .connect()
-        .await
+    let endpoint = admin
+        .endpoint(
+            cluster.replica_peer_addr(leader).unwrap(),
+            ServerRole::Dispatcher,
+        )
         .unwrap();
+    let channel = admin.connect(&endpoint).await.unwrap();
     let mut raft = RaftPeerClient::new(admin.authed(channel));
     let status = raft
         .vote(sluice_proto::raft::RaftPayload {
