@@ -180,11 +180,11 @@ impl Workers {
         }
         let security = self.client.security();
         let endpoint = security
-            .endpoint(address, ServerRole::Worker)
+            .endpoint(address)
             .map_err(|e| ClientError::InvalidArgument(format!("worker address {address}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true);
-        let channel = security.connect_lazy(&endpoint);
+        let channel = security.connect_lazy(&endpoint, ServerRole::Worker);
         self.channels.insert(address.to_string(), channel.clone());
         Ok(channel)
     }

@@ -38,16 +38,17 @@ fn denied(caller: &Identity, what: String) -> DispatcherError {
     )))
 }
 
-/// `caller` may act for the worker at `address` (a worker not registered yet is anyone's).
+/// `caller` may act for the worker at `address`: an address never registered is anyone's; one
+/// registered, or whose worker was removed, is its owner's (see `DispatcherState::address_owner`).
 pub(crate) fn check_worker(
     state: &DispatcherState,
     caller: &Identity,
     address: &str,
 ) -> Result<(), DispatcherError> {
-    match state.worker(address) {
-        Some(worker) if !acts_for(caller, &worker.owner) => Err(denied(
+    match state.address_owner(address) {
+        Some(owner) if !acts_for(caller, owner) => Err(denied(
             caller,
-            format!("worker {address}, registered by '{}'", worker.owner),
+            format!("worker {address}, registered by '{owner}'"),
         )),
         _ => Ok(()),
     }

@@ -89,11 +89,13 @@ impl PeerNetwork {
         }
         let endpoint = self
             .security
-            .endpoint(addr, ServerRole::Dispatcher)
+            .endpoint(addr)
             .map_err(|e| e.to_string())?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
-        let channel = self.security.connect_lazy(&endpoint);
+        let channel = self
+            .security
+            .connect_lazy(&endpoint, ServerRole::Dispatcher);
         channels.insert(addr.to_string(), channel.clone());
         Ok(self.security.authed(channel))
     }

@@ -225,7 +225,9 @@ impl Quorum {
             .http2_keep_alive_interval(self.retry.keepalive_interval())
             .keep_alive_timeout(self.retry.keepalive_timeout())
             .keep_alive_while_idle(false);
-        let channel = self.security.connect_lazy(&endpoint);
+        let channel = self
+            .security
+            .connect_lazy(&endpoint, ServerRole::Dispatcher);
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
@@ -315,6 +317,16 @@ impl Quorum {
                     continue;
                 }
             };
+            // Before the retry rule: a caller that cannot speak to the replica as it is
+            // configured (TLS on one side only, a certificate refused either way, a server of
+            // the wrong role) fails now, naming why, instead of retrying until its deadline.
+            let refused = sluice_security::permanent_failure(&status)
+                .or_else(|| self.security.refusal(&addr));
+            if let Some(why) = refused {
+                return Err(RpcError::FailedPrecondition(format!(
+                    "cannot call the dispatcher at {addr}: {why}"
+                )));
+            }
             if !is_retryable_status(&status) {
                 return Err(RpcError::from_status(&status));
             }
@@ -419,7 +431,7 @@ pub(crate) fn replica_endpoint(
     addr: &str,
 ) -> Result<Endpoint, RpcError> {
     Ok(security
-        .endpoint(addr, ServerRole::Dispatcher)
+        .endpoint(addr)
         .map_err(|e| RpcError::InvalidArgument(format!("dispatcher address '{addr}': {e}")))?
         .connect_timeout(Duration::from_millis(500))
         .tcp_nodelay(true))

@@ -196,7 +196,12 @@ pub fn generate(plan: &CertsPlan) -> Result<Vec<PathBuf>, SecurityError> {
         write(&format!("{file}.pem"), &cert.pem(), false)?;
         write(&format!("{file}.key"), &key.serialize_pem(), true)
     };
-    issue("dispatcher", Role::Peer, "dispatcher", Some(dispatcher_sans))?;
+    issue(
+        "dispatcher",
+        Role::Peer,
+        "dispatcher",
+        Some(dispatcher_sans),
+    )?;
     for (file, cn, hosts) in &workers {
         issue(file, Role::Worker, cn, Some(worker_sans(hosts)?))?;
     }

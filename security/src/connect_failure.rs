@@ -7,14 +7,56 @@
 //! these ends in a rustls error or in a [`Misconfigured`] error somewhere in the failed call's
 //! chain of sources; [`permanent_failure`] finds it and says what is wrong in words.
 
+use std::collections::HashMap;
 use std::error::Error;
 use std::io;
+use std::sync::Mutex;
 
 /// A connection that cannot succeed as the caller is configured (raised by the caller's own
 /// transport, e.g. plain TCP that hears a TLS server answer).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Misconfigured(pub String);
+
+/// The causes a caller's connections found, by server address, until a connection to that
+/// server reads something again: a failed call looks here, since the cause of a connection's
+/// failure in its background task does not reach the calls on it (see `grpc_connector`).
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// A std mutex: held to read or write the map only, never across an `.await`.
+    by_addr: Mutex<HashMap<String, String>>,
+}
+
+impl Refusals {
+    /// Records why the connection to `addr` failed with `error` if no retry can cure it;
+    /// returns the error, as the connection reports it.
+    pub fn note(&self, addr: &str, error: io::Error) -> io::Error {
+        if let Some(why) = permanent_failure(&error) {
+            self.by_addr
+                .lock()
+                .expect("refusals lock poisoned")
+                .insert(addr.to_string(), why);
+        }
+        error
+    }
+
+    /// A connection to `addr` read from its server: whatever was wrong is no more.
+    pub fn clear(&self, addr: &str) {
+        let mut by_addr = self.by_addr.lock().expect("refusals lock poisoned");
+        if !by_addr.is_empty() {
+            by_addr.remove(addr);
+        }
+    }
+
+    /// Why connections to `addr` fail, if a permanent cause was seen.
+    pub fn of(&self, addr: &str) -> Option<String> {
+        self.by_addr
+            .lock()
+            .expect("refusals lock poisoned")
+            .get(addr)
+            .cloned()
+    }
+}
 
 /// Why a failed call cannot succeed as configured, if that is why it failed; `None` for a
 /// failure that may pass (connection refused or reset, a timeout, a status a server sent).
@@ -28,7 +70,10 @@ pub fn permanent_failure(error: &(dyn Error + 'static)) -> Option<String> {
             return Some(tls_failure(tls));
         }
         // `io::Error::source` skips the error it wraps: look at that one too.
-        if let Some(inner) = error.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+        if let Some(inner) = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+        {
             if let Some(why) = permanent_failure(inner) {
                 return Some(why);
             }
@@ -62,11 +107,18 @@ fn tls_failure(error: &rustls::Error) -> String {
             | Alert::CertificateUnknown
             | Alert::UnknownCA
             | Alert::AccessDenied
-            | Alert::CertificateRequired),
+            | Alert::CertificateRequired
+            // A certificate whose issuer has the CA's name but not its key (another cluster's
+            // CA made by `sluice certs`): its signature does not verify.
+            | Alert::DecryptError),
         ) => format!(
             "the server refused this caller's certificate (TLS alert {alert:?}): give \
              --tls-cert and --tls-key a certificate signed by the cluster's CA, or none and a \
              token"
+        ),
+        rustls::Error::AlertReceived(alert) => format!(
+            "the server ended the TLS handshake (TLS alert {alert:?}); if this caller presents \
+             a certificate (--tls-cert), the server may not trust it"
         ),
         other => format!("the TLS handshake failed: {other}"),
     }
@@ -110,7 +162,10 @@ mod tests {
                 Box::new(io::Error::from(io::ErrorKind::ConnectionRefused)),
                 None,
             ),
-            (Box::new(io::Error::from(io::ErrorKind::UnexpectedEof)), None),
+            (
+                Box::new(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                None,
+            ),
         ];
         for (error, want) in cases {
             let got = permanent_failure(error.as_ref());

@@ -16,8 +16,8 @@ pub mod cert_identity;
 pub mod certs;
 pub mod client_security;
 pub mod connect_failure;
+pub mod grpc_connector;
 pub mod incoming;
-pub mod plain_connector;
 pub mod role;
 pub mod security_error;
 pub mod server_role_verifier;
@@ -29,8 +29,8 @@ pub use authenticator::{authorize, AuthFailure, AuthInterceptor, Authenticator};
 pub use client_security::{
     AuthChannel, ClientSecurity, ClientSecurityFiles, RawStream, TokenInterceptor,
 };
+pub use connect_failure::{permanent_failure, Misconfigured, Refusals};
 pub use incoming::{incoming, ConnInfo, SecureStream};
-pub use connect_failure::{permanent_failure, Misconfigured};
 pub use role::{Identity, Role, ServerRole};
 pub use security_error::SecurityError;
 pub use server_security::{ServerSecurity, ServerSecurityFiles};

@@ -175,8 +175,6 @@ pub struct ClientTls {
 
 #[derive(Clone, Debug)]
 struct ClientIdentity {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
     chain: Vec<CertificateDer<'static>>,
     key: Arc<PrivateKeyDer<'static>>,
 }
@@ -187,8 +185,6 @@ impl ClientTls {
         let identity = identity
             .map(|files| {
                 Ok::<_, SecurityError>(ClientIdentity {
-                    cert_pem: read(&files.cert, "client certificate")?,
-                    key_pem: read(&files.key, "private key")?,
                     chain: certs(&files.cert, "client certificate")?,
                     key: Arc::new(key(&files.key)?),
                 })
@@ -200,19 +196,6 @@ impl ClientTls {
         })
     }
 
-    /// tonic's TLS settings for a gRPC channel, without the CA: servers' certificates are
-    /// checked by [`ClientTls::verifier`], which `Endpoint::tls_config_with_verifier` takes.
-    pub fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
-        let config = tonic::transport::ClientTlsConfig::new();
-        match &self.identity {
-            Some(id) => config.identity(tonic::transport::Identity::from_pem(
-                &id.cert_pem,
-                &id.key_pem,
-            )),
-            None => config,
-        }
-    }
-
     /// The check of a server's certificate: against the CA, then its role (`expected`).
     pub fn verifier(&self, expected: ServerRole) -> Result<Arc<ServerRoleVerifier>, SecurityError> {
         let webpki = WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
@@ -221,21 +204,25 @@ impl ClientTls {
         Ok(Arc::new(ServerRoleVerifier::new(webpki, expected)))
     }
 
-    /// The rustls configuration of a raw fetch connection (to a worker: raw streams are served
-    /// by workers alone).
-    pub fn rustls_config(&self) -> Result<ClientConfig, SecurityError> {
+    /// The rustls configuration of a connection to a server of role `expected` that speaks
+    /// `alpn` (`h2` for gRPC, [`RAW_ALPN`] for a raw fetch stream, which workers alone serve).
+    pub fn rustls_config(
+        &self,
+        expected: ServerRole,
+        alpn: &[u8],
+    ) -> Result<ClientConfig, SecurityError> {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| SecurityError::Tls(format!("TLS versions: {e}")))?
             .dangerous()
-            .with_custom_certificate_verifier(self.verifier(ServerRole::Worker)?);
+            .with_custom_certificate_verifier(self.verifier(expected)?);
         let mut config = match &self.identity {
             Some(id) => builder
                 .with_client_auth_cert(id.chain.clone(), id.key.clone_key())
                 .map_err(|e| SecurityError::Tls(format!("client certificate: {e}")))?,
             None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![RAW_ALPN.to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(config)
     }
 }

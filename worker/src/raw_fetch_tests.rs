@@ -201,10 +201,10 @@ pub(super) async fn grpc_client(
     addr: SocketAddr,
 ) -> Result<WorkerClient<AuthChannel>, Status> {
     let endpoint = security
-        .endpoint(&addr.to_string(), sluice_security::ServerRole::Worker)
+        .endpoint(&addr.to_string())
         .expect("a valid address");
     let channel = security
-        .connect(&endpoint)
+        .connect(&endpoint, sluice_security::ServerRole::Worker)
         .await
         .map_err(|e| Status::unavailable(format!("connect: {e:?}")))?;
     Ok(WorkerClient::new(security.authed(channel)))

@@ -105,16 +105,15 @@ async fn call_everything(
         r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
     }
     let refused = |names: &[&'static str]| names.iter().map(|n| (*n, Code::Unavailable)).collect();
-    let mut calls: Vec<(&'static str, Code)> =
-        match security
-            .connect(&security.endpoint(addr, ServerRole::Dispatcher).unwrap())
-            .await
-        {
-            // A refused handshake: no call gets through.
-            Err(_) => refused(&["dispatcher"]),
-            Ok(channel) => {
-                let mut d = Stub::new(security.authed(channel));
-                vec![
+    let mut calls: Vec<(&'static str, Code)> = match security
+        .connect(&security.endpoint(addr).unwrap(), ServerRole::Dispatcher)
+        .await
+    {
+        // A refused handshake: no call gets through.
+        Err(_) => refused(&["dispatcher"]),
+        Ok(channel) => {
+            let mut d = Stub::new(security.authed(channel));
+            vec![
                 (
                     "RegisterDataset",
                     code(
@@ -196,11 +195,14 @@ async fn call_everything(
                     code(d.remove_node(pb::RemoveNodeRequest::default()).await),
                 ),
             ]
-            }
-        };
+        }
+    };
     let payload = || sluice_proto::raft::RaftPayload { payload: vec![] };
     match security
-        .connect(&security.endpoint(peer_addr, ServerRole::Dispatcher).unwrap())
+        .connect(
+            &security.endpoint(peer_addr).unwrap(),
+            ServerRole::Dispatcher,
+        )
         .await
     {
         Err(_) => calls.extend(refused(&["peer"])),
@@ -426,12 +428,12 @@ async fn forged_raft_requests_from_a_non_peer_change_nothing() {
     };
     let admin = creds.caller(Some((creds.ours.path(), "admin")), None, Role::Admin);
     let endpoint = admin
-        .endpoint(
-            cluster.replica_peer_addr(leader).unwrap(),
-            ServerRole::Dispatcher,
-        )
+        .endpoint(cluster.replica_peer_addr(leader).unwrap())
         .unwrap();
-    let channel = admin.connect(&endpoint).await.unwrap();
+    let channel = admin
+        .connect(&endpoint, ServerRole::Dispatcher)
+        .await
+        .unwrap();
     let mut raft = RaftPeerClient::new(admin.authed(channel));
     let status = raft
         .vote(sluice_proto::raft::RaftPayload {
