@@ -431,3 +431,32 @@ fn a_worker_cannot_take_the_address_of_another_while_it_is_down() {
     assert_eq!(workers_listed().len(), 2);
     assert!(workers_listed().contains(&w2_addr));
 }
+
+#[test]
+fn a_worker_registers_only_at_a_host_its_certificate_names() {
+    let creds = certs();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let flags = secure_dispatcher_flags(&creds);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = dispatcher(dir.path(), &flags);
+    // Worker a's certificate names the loopback hosts only: 127.0.0.2 is not one of them.
+    let mut args = vec![
+        "worker",
+        "--dispatcher",
+        server.addr.as_str(),
+        "--listen",
+        "127.0.0.1:0",
+        "--advertise-address",
+        "127.0.0.2:%port%",
+    ];
+    let flags = worker_flags(&creds, "a");
+    args.extend(flags.iter().map(String::as_str));
+    let err = fails_within(&args, Duration::from_secs(30));
+    assert!(
+        err.contains("worker 'a' may not act for worker 127.0.0.2:")
+            && err.contains(
+                "its certificate names the hosts localhost, 127.0.0.1, ::1, not 127.0.0.2"
+            ),
+        "{err}"
+    );
+}
