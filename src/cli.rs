@@ -122,12 +122,17 @@ pub struct CertsArgs {
     /// Directory to write into (created; existing files are never overwritten).
     #[arg(long)]
     pub out: PathBuf,
-    /// A host name or IP address servers are reached at (repeatable); localhost, 127.0.0.1 and
-    /// ::1 are always included.
+    /// A host name or IP address the dispatcher replicas are reached at (repeatable), on the
+    /// dispatcher's certificate only; localhost, 127.0.0.1 and ::1 are always included.
     #[arg(long = "host")]
     pub hosts: Vec<String>,
-    /// A worker that gets its own certificate and token (repeatable); without any, all workers
-    /// share one `worker` identity.
+    /// A host name (wildcards allowed) or IP address every worker certificate names
+    /// (repeatable), e.g. the workers' DNS zone.
+    #[arg(long = "worker-host")]
+    pub worker_hosts: Vec<String>,
+    /// A worker that gets its own certificate and token, as NAME or NAME=HOST[,HOST...] with
+    /// the hosts it is reached at (repeatable); without any, all workers share one `worker`
+    /// identity.
     #[arg(long = "worker")]
     pub workers: Vec<String>,
     /// Validity of the certificates, in days.

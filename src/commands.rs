@@ -378,6 +378,7 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
     let written = sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
         out: args.out,
         hosts: args.hosts,
+        worker_hosts: args.worker_hosts,
         workers: args.workers,
         days: args.days,
     })?;

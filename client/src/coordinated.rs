@@ -24,6 +24,7 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
 use sluice_rpc::{ClientHeartbeat, ClientHeartbeatReply, DispatcherClient};
+use sluice_security::ServerRole;
 use sluice_types::{ClientId, TaskId};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -177,14 +178,13 @@ impl Workers {
         if let Some(channel) = self.channels.get(address) {
             return Ok(channel.clone());
         }
-        let channel = self
-            .client
-            .security()
+        let security = self.client.security();
+        let endpoint = security
             .endpoint(address)
             .map_err(|e| ClientError::InvalidArgument(format!("worker address {address}: {e}")))?
             .connect_timeout(Duration::from_millis(500))
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = security.connect_lazy(&endpoint, ServerRole::Worker);
         self.channels.insert(address.to_string(), channel.clone());
         Ok(channel)
     }

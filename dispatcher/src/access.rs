@@ -10,7 +10,8 @@
 
 use crate::error::DispatcherError;
 use crate::state::{DispatcherState, Rejection};
-use sluice_security::{Identity, Role};
+use sluice_security::cert_identity::names_host;
+use sluice_security::{ConnInfo, Identity, Role};
 use sluice_types::TaskId;
 
 /// Trainers' RPCs: datasets, jobs, iterations, client heartbeats.
@@ -38,19 +39,55 @@ fn denied(caller: &Identity, what: String) -> DispatcherError {
     )))
 }
 
-/// `caller` may act for the worker at `address` (a worker not registered yet is anyone's).
+/// `caller` may act for the worker at `address`: an address never registered is anyone's; one
+/// registered, or whose worker was removed, is its owner's (see `DispatcherState::address_owner`).
 pub(crate) fn check_worker(
     state: &DispatcherState,
     caller: &Identity,
     address: &str,
 ) -> Result<(), DispatcherError> {
-    match state.worker(address) {
-        Some(worker) if !acts_for(caller, &worker.owner) => Err(denied(
+    match state.address_owner(address) {
+        Some(owner) if !acts_for(caller, owner) => Err(denied(
             caller,
-            format!("worker {address}, registered by '{}'", worker.owner),
+            format!("worker {address}, registered by '{owner}'"),
         )),
         _ => Ok(()),
     }
+}
+
+/// The hosts a worker's verified certificate names, when the connection presented one of the
+/// worker role that names any: the addresses that worker may register at are known.
+pub(crate) fn worker_cert_hosts(conn: Option<&ConnInfo>) -> Option<Vec<String>> {
+    let conn = conn?;
+    let worker = conn
+        .cert_identity
+        .as_ref()
+        .is_some_and(|identity| identity.role == Role::Worker);
+    (worker && !conn.cert_hosts.is_empty()).then(|| conn.cert_hosts.clone())
+}
+
+/// A worker whose certificate names the hosts it serves at (`hosts`) may register only at an
+/// address on one of them: the one readers will verify its certificate against. Checked
+/// before anything is recorded, so an address outside them is never registered.
+pub(crate) fn check_named_address(
+    caller: &Identity,
+    address: &str,
+    hosts: Option<&[String]>,
+) -> Result<(), DispatcherError> {
+    let Some(hosts) = hosts else {
+        return Ok(());
+    };
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    if names_host(hosts, host) {
+        return Ok(());
+    }
+    Err(denied(
+        caller,
+        format!(
+            "worker {address}: its certificate names the hosts {}, not {host}",
+            hosts.join(", ")
+        ),
+    ))
 }
 
 /// `caller` may act for the worker holding task `id` (an unknown task is left to the state

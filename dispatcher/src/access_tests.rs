@@ -144,3 +144,35 @@ fn a_worker_address_stays_with_the_name_that_registered_it() {
     );
     assert_eq!(state.worker("wa").map(|w| w.owner.as_str()), Some("a"));
 }
+
+#[test]
+fn a_worker_certificate_keeps_its_holder_to_the_hosts_it_names() {
+    let caller = Identity::new(Role::Worker, "a");
+    let hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "10.0.0.21", "*.w.example"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for (address, named) in [
+        ("10.0.0.21:6000", true),
+        ("127.0.0.1:41000", true),
+        ("[::1]:41000", true),
+        ("pod-1.w.example:6000", true),
+        ("10.0.0.22:6000", false),
+        ("dispatcher.example:6000", false),
+    ] {
+        let got = check_named_address(&caller, address, Some(&hosts));
+        match got {
+            Ok(()) => assert!(named, "{address}: allowed"),
+            Err(DispatcherError::Rejected(Rejection::PermissionDenied(message))) => {
+                assert!(!named, "{address}: refused with {message}");
+                assert!(
+                    message.starts_with(&format!("worker 'a' may not act for worker {address}: its certificate names the hosts localhost, 127.0.0.1")),
+                    "{message}"
+                );
+            }
+            Err(other) => panic!("{address}: {other}"),
+        }
+    }
+    // Without a certificate that names hosts, any address.
+    assert!(check_named_address(&caller, "10.0.0.22:6000", None).is_ok());
+}

@@ -100,6 +100,7 @@ impl Heartbeats {
         &self,
         req: pb::WorkerHeartbeatRequest,
         caller: &Identity,
+        cert_hosts: Option<&[String]>,
     ) -> Result<pb::WorkerHeartbeatResponse, DispatcherError> {
         if req.worker_address.is_empty() {
             return Err(DispatcherError::InvalidArgument(
@@ -109,6 +110,8 @@ impl Heartbeats {
         // Before anything is proposed: an address nobody can dial never registers.
         sluice_rpc::check_worker_address(&req.worker_address)
             .map_err(|e| DispatcherError::InvalidArgument(e.0))?;
+        // A worker whose certificate says where it serves registers nowhere else.
+        access::check_named_address(caller, &req.worker_address, cert_hosts)?;
         // Before the liveness record: another worker's heartbeat must not keep this one alive.
         self.reader
             .read(|s| access::check_worker(s, caller, &req.worker_address))?;

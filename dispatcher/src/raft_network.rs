@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_proto::raft::{AnnounceRequest, RaftPayload};
-use sluice_security::{AuthChannel, ClientSecurity};
+use sluice_security::{AuthChannel, ClientSecurity, ServerRole};
 use sluice_types::NodeId;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -87,13 +87,15 @@ impl PeerNetwork {
         if let Some(channel) = channels.get(addr) {
             return Ok(self.security.authed(channel.clone()));
         }
-        let channel = self
+        let endpoint = self
             .security
             .endpoint(addr)
             .map_err(|e| e.to_string())?
             .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = self
+            .security
+            .connect_lazy(&endpoint, ServerRole::Dispatcher);
         channels.insert(addr.to_string(), channel.clone());
         Ok(self.security.authed(channel))
     }

@@ -248,9 +248,10 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatResponse>, Status> {
         let caller = authorize(&request, "WorkerHeartbeat", access::WORKER)?;
+        let hosts = access::worker_cert_hosts(request.extensions().get());
         let response = self
             .heartbeats
-            .worker(request.into_inner(), &caller)
+            .worker(request.into_inner(), &caller, hosts.as_deref())
             .await?;
         Ok(Response::new(response))
     }

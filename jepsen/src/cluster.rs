@@ -138,12 +138,14 @@ impl Cluster {
                     state: NodeState::Down,
                 }),
             );
-            let channel = config
+            let endpoint = config
                 .status_security
                 .endpoint(&node_addrs.client.to_string())?
                 .connect_timeout(Duration::from_millis(300))
-                .timeout(Duration::from_millis(700))
-                .connect_lazy();
+                .timeout(Duration::from_millis(700));
+            let channel = config
+                .status_security
+                .connect_lazy(&endpoint, sluice_security::ServerRole::Dispatcher);
             channels.insert(id, config.status_security.authed(channel));
         }
         let cluster = Cluster {

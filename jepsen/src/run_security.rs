@@ -34,6 +34,7 @@ impl RunSecurity {
         generate(&CertsPlan {
             out: dir.to_path_buf(),
             hosts: vec![],
+            worker_hosts: vec![],
             workers: (1..=workers).map(|i| i.to_string()).collect(),
             days: 1,
         })

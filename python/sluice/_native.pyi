@@ -192,7 +192,11 @@ class DistributedIterator:
     def close(self) -> None: ...
 
 def make_credentials(
-    out: str, hosts: Sequence[str] = (), workers: Sequence[str] = (), days: int = 365
+    out: str,
+    hosts: Sequence[str] = (),
+    workers: Sequence[str] = (),
+    days: int = 365,
+    worker_hosts: Sequence[str] = (),
 ) -> List[str]: ...
 
 def client_metrics_text() -> str: ...

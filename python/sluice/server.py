@@ -350,12 +350,17 @@ def _peers(peers: Optional[Peers]) -> List[tuple]:
 
 
 def make_credentials(
-    out: Any, hosts: Sequence[str] = (), workers: Sequence[str] = (), days: int = 365
+    out: Any,
+    hosts: Sequence[str] = (),
+    workers: Sequence[str] = (),
+    days: int = 365,
+    worker_hosts: Sequence[str] = (),
 ) -> List[str]:
     """Writes a cluster's credentials into the new directory ``out``, offline, as ``sluice
     certs`` does: a CA (``ca.pem``), a certificate per role (``dispatcher``, ``worker`` or one
-    per name in ``workers``, ``client``, ``admin``; servers' certificates name ``hosts`` besides
-    the loopback names), and token files (``tokens`` for dispatchers, ``worker.tokens`` for
+    per entry of ``workers``, ``NAME`` or ``NAME=HOST,...``, ``client``, ``admin``; the
+    dispatcher's certificate names ``hosts``, each worker's ``worker_hosts`` and its own hosts,
+    besides the loopback names), and token files (``tokens`` for dispatchers, ``worker.tokens`` for
     workers, ``client.token`` and ``admin.token``). Nothing existing is overwritten. Returns the
     paths written::
 
@@ -365,4 +370,9 @@ def make_credentials(
         ...     sorted(pathlib.Path(f).name for f in files)[:4]
         ['admin.key', 'admin.pem', 'admin.token', 'ca.key']
     """
-    return [str(p) for p in _native.make_credentials(str(out), list(hosts), list(workers), days)]
+    return [
+        str(p)
+        for p in _native.make_credentials(
+            str(out), list(hosts), list(workers), days, list(worker_hosts)
+        )
+    ]

@@ -363,16 +363,18 @@ impl WorkerServer {
 /// Writes a cluster's CA, certificates and tokens into `out` (as `sluice certs`); returns the
 /// files written.
 #[pyfunction]
-#[pyo3(signature = (out, hosts=Vec::new(), workers=Vec::new(), days=365))]
+#[pyo3(signature = (out, hosts=Vec::new(), workers=Vec::new(), days=365, worker_hosts=Vec::new()))]
 pub fn make_credentials(
     out: PathBuf,
     hosts: Vec<String>,
     workers: Vec<String>,
     days: u32,
+    worker_hosts: Vec<String>,
 ) -> PyResult<Vec<PathBuf>> {
     sluice_security::certs::generate(&sluice_security::certs::CertsPlan {
         out,
         hosts,
+        worker_hosts,
         workers,
         days,
     })

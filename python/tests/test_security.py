@@ -67,6 +67,35 @@ def test_a_trainers_token_may_not_change_the_quorum(secure, no_credentials_in_en
     assert sluice.remove_node(dispatcher.target, 7) == [1]
 
 
+def test_a_trainer_without_the_ca_is_told_the_dispatcher_speaks_tls(secure, no_credentials_in_env):  # type: ignore[no-untyped-def]
+    certs, dispatcher = secure
+    no_credentials_in_env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "client.token"))
+    with pytest.raises(errors.FailedPreconditionError) as e:
+        list(Dataset.range(3).apply(sluice.distribute("parallel_epochs", dispatcher.target)))
+    assert "speaks TLS" in str(e.value) and "SLUICE_TLS_CA" in str(e.value)
+
+
+def test_a_trainer_refuses_a_dispatcher_with_a_worker_certificate(tmp_path, no_credentials_in_env):  # type: ignore[no-untyped-def]
+    certs = tmp_path / "certs"
+    sluice.make_credentials(certs)
+    impostor = sluice.DispatchServer(
+        sluice.DispatcherConfig(
+            tls_cert=certs / "worker.pem",
+            tls_key=certs / "worker.key",
+            tls_ca=certs / "ca.pem",
+            auth_token_file=certs / "tokens",
+        )
+    )
+    try:
+        no_credentials_in_env.setenv("SLUICE_TLS_CA", str(certs / "ca.pem"))
+        no_credentials_in_env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "client.token"))
+        with pytest.raises(errors.FailedPreconditionError) as e:
+            list(Dataset.range(3).apply(sluice.distribute("parallel_epochs", impostor.target)))
+        assert "not a dispatcher's" in str(e.value)
+    finally:
+        impostor.stop()
+
+
 def test_a_replica_beyond_loopback_needs_tls_and_a_token_or_insecure(no_credentials_in_env):  # type: ignore[no-untyped-def]
     with pytest.raises(errors.FailedPreconditionError) as e:
         sluice.DispatchServer(sluice.DispatcherConfig(host="0.0.0.0"))

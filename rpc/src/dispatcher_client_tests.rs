@@ -309,3 +309,52 @@ async fn callers_sharing_a_client_hold_one_leader_stream_per_replica() {
     streams_reach(&follower, 1).await;
     assert_eq!(leader.calls("get_status"), 20);
 }
+
+/// A listener that answers every connection as a TLS server answers plain HTTP/2: once the
+/// caller has written, with a fatal TLS alert (decode error); it closes when the caller does.
+async fn tls_speaker() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 1024];
+                if !matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {
+                    return;
+                }
+                let _ = socket
+                    .write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])
+                    .await;
+                while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_replica_a_caller_cannot_speak_to_is_skipped_and_named_when_no_other_answers() {
+    let tls = tls_speaker().await;
+    let leader = FakeDispatcher::leader(0).await;
+
+    // Another replica answers: the call goes there.
+    let client = patient(&format!("{tls},{}", leader.addr()));
+    assert_eq!(client.get_status().await, Ok("{}".to_string()));
+    assert_eq!(leader.calls("get_status"), 1);
+
+    // None does: the call fails at once with the cause, not after the retry deadline as an
+    // unavailable dispatcher would.
+    let client = patient(&tls);
+    let error = client.get_status().await.unwrap_err();
+    match &error {
+        RpcError::FailedPrecondition(message) => assert!(
+            message.contains(&format!(
+                "the server at {tls} speaks TLS and this caller does not"
+            )),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(!error.is_retryable());
+}

@@ -31,7 +31,7 @@ use crate::leader_view::LeaderView;
 use crate::leader_watcher;
 use sluice_proto::dispatcher::dispatcher_client::DispatcherClient as RpcClient;
 use sluice_proto::LEADER_METADATA_KEY;
-use sluice_security::{AuthChannel, ClientSecurity};
+use sluice_security::{AuthChannel, ClientSecurity, ServerRole};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -221,11 +221,13 @@ impl Quorum {
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = replica_endpoint(&self.security, addr)?
+        let endpoint = replica_endpoint(&self.security, addr)?
             .http2_keep_alive_interval(self.retry.keepalive_interval())
             .keep_alive_timeout(self.retry.keepalive_timeout())
-            .keep_alive_while_idle(false)
-            .connect_lazy();
+            .keep_alive_while_idle(false);
+        let channel = self
+            .security
+            .connect_lazy(&endpoint, ServerRole::Dispatcher);
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
@@ -272,6 +274,8 @@ impl Quorum {
         let mut attempts = 0u32;
         let mut hints_in_a_row = 0u32;
         let mut timeouts_in_a_row = 0u32;
+        // Replicas this caller cannot speak to as configured, and why (see below).
+        let mut refused: HashMap<String, String> = HashMap::new();
         loop {
             attempts += 1;
             let addr = self.current();
@@ -315,6 +319,27 @@ impl Quorum {
                     continue;
                 }
             };
+            // Before the retry rule: a replica this caller cannot speak to as it is configured
+            // (TLS on one side only, a certificate refused either way, a server of the wrong
+            // role) is not retried. The others are tried at once; when every replica refused,
+            // the call fails, naming why, instead of retrying until its deadline.
+            let cause = sluice_security::permanent_failure(&status)
+                .or_else(|| self.security.refusal(&addr));
+            if let Some(why) = cause {
+                refused.insert(addr.clone(), why);
+                match self.addrs.iter().find(|a| !refused.contains_key(*a)) {
+                    Some(next) => {
+                        self.set_current(next.clone());
+                        continue;
+                    }
+                    None => {
+                        let why = &refused[&addr];
+                        return Err(RpcError::FailedPrecondition(format!(
+                            "cannot call the dispatcher at {addr}: {why}"
+                        )));
+                    }
+                }
+            }
             if !is_retryable_status(&status) {
                 return Err(RpcError::from_status(&status));
             }
@@ -331,6 +356,13 @@ impl Quorum {
                 });
             }
             match hint {
+                // The leader is a replica this caller cannot speak to: no retry will reach it.
+                Some(leader) if refused.contains_key(&leader) => {
+                    let why = &refused[&leader];
+                    return Err(RpcError::FailedPrecondition(format!(
+                        "cannot call the dispatcher at {leader}, the leader: {why}"
+                    )));
+                }
                 Some(leader) => {
                     debug!(rpc = name, from = %addr, to = %leader, "following the leader");
                     self.set_current(leader);

@@ -6,9 +6,11 @@
 //! and the [`TokenInterceptor`] every stub goes through) and raw fetch connections
 //! ([`ClientSecurity::connect_raw`]), so the two transports can never disagree.
 
-use crate::role::Role;
+use crate::connect_failure::Refusals;
+use crate::grpc_connector::GrpcConnector;
+use crate::role::{Role, ServerRole};
 use crate::security_error::SecurityError;
-use crate::tls::{ClientTls, KeyPairFiles};
+use crate::tls::{ClientTls, KeyPairFiles, RAW_ALPN};
 use crate::token_file::{Token, TokenFile};
 use std::io;
 use std::path::PathBuf;
@@ -27,6 +29,9 @@ pub const TLS_CA_ENV: &str = "SLUICE_TLS_CA";
 pub const TLS_CERT_ENV: &str = "SLUICE_TLS_CERT";
 pub const TLS_KEY_ENV: &str = "SLUICE_TLS_KEY";
 pub const TOKEN_FILE_ENV: &str = "SLUICE_AUTH_TOKEN_FILE";
+
+/// The ALPN protocol of gRPC.
+const H2_ALPN: &[u8] = b"h2";
 
 /// Bytes read from the socket at once under a raw stream's TLS. rustls asks for 4 KiB at a time;
 /// at gigabytes a second, a system call per 4 KiB costs more than the decryption.
@@ -63,7 +68,12 @@ impl ClientSecurityFiles {
 pub struct ClientSecurity {
     tls: Option<Arc<ClientTls>>,
     raw_tls: Option<tokio_rustls::TlsConnector>,
+    /// gRPC over TLS to a dispatcher and to a worker: each checks the server's role.
+    dispatcher_tls: Option<tokio_rustls::TlsConnector>,
+    worker_tls: Option<tokio_rustls::TlsConnector>,
     token: Option<Token>,
+    /// Why connections to a server fail, when no retry can cure it (shared by clones).
+    refusals: Arc<Refusals>,
 }
 
 impl ClientSecurity {
@@ -71,17 +81,21 @@ impl ClientSecurity {
         tls: Option<ClientTls>,
         token: Option<Token>,
     ) -> Result<ClientSecurity, SecurityError> {
-        let raw_tls = tls
-            .as_ref()
-            .map(|tls| {
-                tls.rustls_config()
-                    .map(|c| tokio_rustls::TlsConnector::from(Arc::new(c)))
-            })
-            .transpose()?;
+        let connector = |server: ServerRole, alpn: &[u8]| {
+            tls.as_ref()
+                .map(|tls| {
+                    tls.rustls_config(server, alpn)
+                        .map(|c| tokio_rustls::TlsConnector::from(Arc::new(c)))
+                })
+                .transpose()
+        };
         Ok(ClientSecurity {
+            raw_tls: connector(ServerRole::Worker, RAW_ALPN)?,
+            dispatcher_tls: connector(ServerRole::Dispatcher, H2_ALPN)?,
+            worker_tls: connector(ServerRole::Worker, H2_ALPN)?,
             tls: tls.map(Arc::new),
-            raw_tls,
             token,
+            refusals: Arc::default(),
         })
     }
 
@@ -133,18 +147,49 @@ impl ClientSecurity {
         self.token.as_ref()
     }
 
-    /// A gRPC endpoint for `addr` (`host:port`): `https` with the CA when TLS is on.
+    /// A gRPC endpoint for `addr` (`host:port`), to be connected by
+    /// [`ClientSecurity::connect_lazy`] or [`ClientSecurity::connect`], which do the TLS.
     pub fn endpoint(&self, addr: &str) -> Result<Endpoint, SecurityError> {
-        let invalid = |e: &dyn std::fmt::Display| {
-            SecurityError::Tls(format!("invalid address '{addr}': {e}"))
-        };
-        match &self.tls {
-            None => Endpoint::from_shared(format!("http://{addr}")).map_err(|e| invalid(&e)),
-            Some(tls) => Endpoint::from_shared(format!("https://{addr}"))
-                .map_err(|e| invalid(&e))?
-                .tls_config(tls.tonic_config())
-                .map_err(|e| invalid(&e)),
+        Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| SecurityError::Tls(format!("invalid address '{addr}': {e}")))
+    }
+
+    /// The connector of channels to a server of role `server`: TLS when TLS is on, the server's
+    /// certificate verified against the CA and required to carry that role before anything is
+    /// sent; a connection that cannot succeed as configured is recorded in
+    /// [`ClientSecurity::refusal`].
+    fn connector(&self, server: ServerRole) -> GrpcConnector {
+        GrpcConnector {
+            tls: match server {
+                ServerRole::Dispatcher => self.dispatcher_tls.clone(),
+                ServerRole::Worker => self.worker_tls.clone(),
+            },
+            refusals: self.refusals.clone(),
         }
+    }
+
+    /// A channel over `endpoint` (made by [`ClientSecurity::endpoint`]) to a server of role
+    /// `server`, connected on first use.
+    pub fn connect_lazy(&self, endpoint: &Endpoint, server: ServerRole) -> Channel {
+        endpoint.connect_with_connector_lazy(self.connector(server))
+    }
+
+    /// A channel over `endpoint` to a server of role `server`, connected now.
+    pub async fn connect(
+        &self,
+        endpoint: &Endpoint,
+        server: ServerRole,
+    ) -> Result<Channel, tonic::transport::Error> {
+        endpoint
+            .connect_with_connector(self.connector(server))
+            .await
+    }
+
+    /// Why this caller's connections to `addr` fail, if they do for a reason no retry cures:
+    /// TLS on one side only, a certificate refused either way, a server of the wrong role.
+    /// A call that failed on `addr` asks, since a connection's own failure does not reach it.
+    pub fn refusal(&self, addr: &str) -> Option<String> {
+        self.refusals.of(addr)
     }
 
     /// Adds this caller's token to every request of a stub.
@@ -161,7 +206,8 @@ impl ClientSecurity {
         InterceptedService::new(channel, self.interceptor())
     }
 
-    /// Opens a raw fetch connection to `addr` (`host:port`), in TLS when TLS is on.
+    /// Opens a raw fetch connection to the worker at `addr` (`host:port`), in TLS when TLS is
+    /// on (the worker's certificate must carry the worker role).
     pub async fn connect_raw(&self, addr: &str) -> io::Result<RawStream> {
         let socket = TcpStream::connect(addr).await?;
         socket.set_nodelay(true)?;

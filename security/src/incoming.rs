@@ -7,7 +7,7 @@
 //! read once, into the connection's [`ConnInfo`], which tonic hands every request on the
 //! connection (`request.extensions()`).
 
-use crate::cert_identity::cert_identity;
+use crate::cert_identity::{cert_hosts, cert_identity};
 use crate::role::Identity;
 use futures::Stream;
 use std::future::Future;
@@ -37,6 +37,9 @@ pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
     /// The identity of a verified client certificate with a role, if one was presented.
     pub cert_identity: Option<Identity>,
+    /// The hosts that certificate names (its subject alternative names): where its holder may
+    /// serve, as the CA decided.
+    pub cert_hosts: Vec<String>,
     /// Whether the connection is TLS.
     pub tls: bool,
     /// The ALPN protocol agreed on, if any.
@@ -156,6 +159,7 @@ async fn handshake(
             Ok(identity) => info.cert_identity = Some(identity),
             Err(why) => warn!(?remote, "{why}"),
         }
+        info.cert_hosts = cert_hosts(leaf);
     }
     let io = Either::Right(Box::new(stream));
     // The stream may be gone (the server stopped): the connection is dropped with it.

@@ -6,16 +6,21 @@
 //!   [`incoming`] connections, and its services an [`Authenticator`] whose interceptor leaves
 //!   the caller's [`Identity`] in each request for [`authorize`].
 //! - Callers: [`ClientSecurity`] makes gRPC endpoints and raw fetch connections with the same
-//!   CA, client certificate and token.
+//!   CA, client certificate and token, and checks that a server's certificate carries the role
+//!   of the server it calls ([`ServerRole`]) before sending anything; [`permanent_failure`]
+//!   tells a connection that cannot succeed as configured from one that may pass.
 //! - `sluice certs`: [`certs::generate`].
 
 pub mod authenticator;
 pub mod cert_identity;
 pub mod certs;
 pub mod client_security;
+pub mod connect_failure;
+pub mod grpc_connector;
 pub mod incoming;
 pub mod role;
 pub mod security_error;
+pub mod server_role_verifier;
 pub mod server_security;
 pub mod tls;
 pub mod token_file;
@@ -24,8 +29,9 @@ pub use authenticator::{authorize, AuthFailure, AuthInterceptor, Authenticator};
 pub use client_security::{
     AuthChannel, ClientSecurity, ClientSecurityFiles, RawStream, TokenInterceptor,
 };
+pub use connect_failure::{permanent_failure, Misconfigured, Refusals};
 pub use incoming::{incoming, ConnInfo, SecureStream};
-pub use role::{Identity, Role};
+pub use role::{Identity, Role, ServerRole};
 pub use security_error::SecurityError;
 pub use server_security::{ServerSecurity, ServerSecurityFiles};
 pub use tls::{ClientCerts, ClientTls, KeyPairFiles, ServerTlsFiles, RAW_ALPN};

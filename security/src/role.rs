@@ -60,6 +60,38 @@ impl FromStr for Role {
     }
 }
 
+/// What a caller expects at the other end of a connection, checked against the server's
+/// certificate before any credential is sent: a dispatcher replica presents a certificate of the
+/// `peer` role (`sluice certs`' `dispatcher.pem`), a worker one of the `worker` role. A worker's
+/// certificate at a dispatcher's address would otherwise receive the readers' client tokens and
+/// `sluice admin`'s admin token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerRole {
+    /// A dispatcher replica: its client API or its Raft peer listener.
+    Dispatcher,
+    /// A worker's port (gRPC and the raw fetch stream).
+    Worker,
+}
+
+impl ServerRole {
+    /// The role the server's certificate must carry (its organization, O).
+    pub fn cert_role(self) -> Role {
+        match self {
+            ServerRole::Dispatcher => Role::Peer,
+            ServerRole::Worker => Role::Worker,
+        }
+    }
+}
+
+impl fmt::Display for ServerRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ServerRole::Dispatcher => "dispatcher",
+            ServerRole::Worker => "worker",
+        })
+    }
+}
+
 /// An authenticated caller.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Identity {

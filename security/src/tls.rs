@@ -6,7 +6,10 @@
 //! listener, where a replica must prove it is one. ALPN offers `h2` for gRPC and [`RAW_ALPN`]
 //! for the raw fetch stream.
 
+use crate::role::ServerRole;
 use crate::security_error::SecurityError;
+use crate::server_role_verifier::ServerRoleVerifier;
+use rustls::client::WebPkiServerVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
@@ -166,15 +169,12 @@ impl ServerTlsFiles {
 /// optionally a client certificate (mutual TLS).
 #[derive(Clone, Debug)]
 pub struct ClientTls {
-    ca_pem: Vec<u8>,
     roots: Arc<RootCertStore>,
     identity: Option<ClientIdentity>,
 }
 
 #[derive(Clone, Debug)]
 struct ClientIdentity {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
     chain: Vec<CertificateDer<'static>>,
     key: Arc<PrivateKeyDer<'static>>,
 }
@@ -185,46 +185,44 @@ impl ClientTls {
         let identity = identity
             .map(|files| {
                 Ok::<_, SecurityError>(ClientIdentity {
-                    cert_pem: read(&files.cert, "client certificate")?,
-                    key_pem: read(&files.key, "private key")?,
                     chain: certs(&files.cert, "client certificate")?,
                     key: Arc::new(key(&files.key)?),
                 })
             })
             .transpose()?;
         Ok(ClientTls {
-            ca_pem: read(ca, "CA certificate")?,
             roots: Arc::new(roots(ca)?),
             identity,
         })
     }
 
-    /// tonic's TLS settings for a gRPC channel.
-    pub fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
-        let config = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca_pem));
-        match &self.identity {
-            Some(id) => config.identity(tonic::transport::Identity::from_pem(
-                &id.cert_pem,
-                &id.key_pem,
-            )),
-            None => config,
-        }
+    /// The check of a server's certificate: against the CA, then its role (`expected`).
+    pub fn verifier(&self, expected: ServerRole) -> Result<Arc<ServerRoleVerifier>, SecurityError> {
+        let webpki = WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
+            .build()
+            .map_err(|e| SecurityError::Tls(format!("server certificate verifier: {e}")))?;
+        Ok(Arc::new(ServerRoleVerifier::new(webpki, expected)))
     }
 
-    /// The rustls configuration of a raw fetch connection.
-    pub fn rustls_config(&self) -> Result<ClientConfig, SecurityError> {
+    /// The rustls configuration of a connection to a server of role `expected` that speaks
+    /// `alpn` (`h2` for gRPC, [`RAW_ALPN`] for a raw fetch stream, which workers alone serve).
+    pub fn rustls_config(
+        &self,
+        expected: ServerRole,
+        alpn: &[u8],
+    ) -> Result<ClientConfig, SecurityError> {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| SecurityError::Tls(format!("TLS versions: {e}")))?
-            .with_root_certificates(self.roots.clone());
+            .dangerous()
+            .with_custom_certificate_verifier(self.verifier(expected)?);
         let mut config = match &self.identity {
             Some(id) => builder
                 .with_client_auth_cert(id.chain.clone(), id.key.clone_key())
                 .map_err(|e| SecurityError::Tls(format!("client certificate: {e}")))?,
             None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![RAW_ALPN.to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(config)
     }
 }

@@ -16,16 +16,18 @@ fn make(dir: &Path) {
     generate(&CertsPlan {
         out: dir.to_path_buf(),
         hosts: vec![],
+        worker_hosts: vec![],
         workers: vec![],
         days: 1,
     })
     .unwrap();
 }
 
-fn server(dir: &Path) -> ServerSecurity {
+/// A server presenting `cert` (`dispatcher` or `worker`).
+fn server(dir: &Path, cert: &str) -> ServerSecurity {
     ServerSecurity::load(&ServerSecurityFiles {
-        tls_cert: Some(dir.join("dispatcher.pem")),
-        tls_key: Some(dir.join("dispatcher.key")),
+        tls_cert: Some(dir.join(format!("{cert}.pem"))),
+        tls_key: Some(dir.join(format!("{cert}.key"))),
         tls_ca: Some(dir.join("ca.pem")),
         token_file: Some(dir.join("tokens")),
         insecure: false,
@@ -61,7 +63,8 @@ async fn certificates_identify_callers_and_strangers_are_refused() {
     let theirs = tempfile::tempdir().unwrap();
     make(ours.path());
     make(theirs.path());
-    let security = server(ours.path());
+    // A worker's port: raw fetch streams are served by workers alone.
+    let security = server(ours.path(), "worker");
     assert!(security.is_tls() && security.is_authenticated());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -116,12 +119,41 @@ async fn certificates_identify_callers_and_strangers_are_refused() {
 fn callers_present_the_token_of_their_role() {
     let dir = tempfile::tempdir().unwrap();
     make(dir.path());
-    let security = server(dir.path());
+    let security = server(dir.path(), "dispatcher");
     let authenticator = security.authenticator();
     let peer = security.caller(Role::Peer).unwrap();
     let token = peer.token().unwrap().expose().as_bytes().to_vec();
     assert_eq!(
         authenticator.authenticate(Some(&token), None),
         Ok(Identity::new(Role::Peer, "dispatcher"))
+    );
+}
+
+#[tokio::test]
+async fn a_raw_stream_is_refused_by_its_caller_when_the_server_is_not_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    make(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let tls = server(dir.path(), "dispatcher")
+        .tls_config(ClientCerts::Optional)
+        .unwrap();
+    tokio::spawn(async move {
+        let mut incoming = Box::pin(incoming(listener, tls));
+        // Held, so that the connections stay open while the caller decides.
+        let mut accepted = Vec::new();
+        while let Some(connection) = incoming.next().await {
+            accepted.push(connection);
+        }
+    });
+    let error = match caller(dir.path(), None).connect_raw(&addr).await {
+        Ok(_) => panic!("a raw stream to the dispatcher's certificate was opened"),
+        Err(e) => e,
+    };
+    let why = sluice_security::permanent_failure(&error).expect("a permanent failure");
+    assert!(
+        why.contains("presents the certificate of peer 'dispatcher'")
+            && why.contains("not a worker's"),
+        "{why}"
     );
 }

@@ -22,6 +22,7 @@ impl Credentials {
         generate(&CertsPlan {
             out: dir.path().to_path_buf(),
             hosts: vec![],
+            worker_hosts: vec![],
             workers: vec![],
             days: 1,
         })?;

@@ -20,6 +20,7 @@ fn credentials(dir: &Path) -> PathBuf {
     generate(&CertsPlan {
         out: dir.to_path_buf(),
         hosts: Vec::new(),
+        worker_hosts: vec![],
         workers: Vec::new(),
         days: 1,
     })

@@ -200,10 +200,11 @@ pub(super) async fn grpc_client(
     security: &ClientSecurity,
     addr: SocketAddr,
 ) -> Result<WorkerClient<AuthChannel>, Status> {
-    let channel = security
+    let endpoint = security
         .endpoint(&addr.to_string())
-        .expect("a valid address")
-        .connect()
+        .expect("a valid address");
+    let channel = security
+        .connect(&endpoint, sluice_security::ServerRole::Worker)
         .await
         .map_err(|e| Status::unavailable(format!("connect: {e:?}")))?;
     Ok(WorkerClient::new(security.authed(channel)))

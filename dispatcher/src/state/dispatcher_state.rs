@@ -86,9 +86,31 @@ pub struct DispatcherState {
     next_iteration_id: u64,
     next_client_id: u64,
     next_task_id: u64,
+    /// The owner (authenticated name) of each address whose worker was removed: the address
+    /// stays that identity's, so another worker's credential cannot register there while it is
+    /// down, until the same identity registers again (there or elsewhere). Names only, no
+    /// anonymous owner (""). Last of the encoded fields, and read as empty from a snapshot
+    /// made before it existed (see `departed_workers_codec`).
+    #[serde(default, deserialize_with = "departed_workers_codec::deserialize")]
+    departed_workers: BTreeMap<String, String>,
     /// What the entries applied since the last take touched (not replicated, never encoded).
     #[serde(skip)]
     changes: Changes,
+}
+
+/// A snapshot is `AppliedState { .., state }` encoded alone, so the state's last field is the
+/// last thing in it: a snapshot of a build before `departed_workers` ends where that field
+/// would start. Decoding it there finds no bytes and reads it as empty; anything else in the
+/// field decodes as usual (and bytes left over fail the codec's check that all were read).
+mod departed_workers_codec {
+    use serde::{Deserialize, Deserializer};
+    use std::collections::BTreeMap;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        Ok(BTreeMap::deserialize(deserializer).unwrap_or_default())
+    }
 }
 
 impl Default for DispatcherState {
@@ -111,6 +133,7 @@ impl Default for DispatcherState {
             next_iteration_id: 2000,
             next_client_id: 3000,
             next_task_id: FIRST_TASK_ID,
+            departed_workers: BTreeMap::new(),
             changes: Changes::default(),
         }
     }

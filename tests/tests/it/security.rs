@@ -12,7 +12,7 @@ use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_rpc::{DispatcherClient, JobRequest, RetryConfig, RpcError, WorkerHeartbeat};
 use sluice_security::certs::{generate, CertsPlan};
 use sluice_security::{
-    ClientSecurity, ClientSecurityFiles, Role, ServerSecurity, ServerSecurityFiles,
+    ClientSecurity, ClientSecurityFiles, Role, ServerRole, ServerSecurity, ServerSecurityFiles,
 };
 use sluice_tests::TestCluster;
 use sluice_types::{DatasetId, LeaseRequest, ShardingPolicy, TargetWorkers, WorkerId};
@@ -37,6 +37,7 @@ impl Creds {
             generate(&CertsPlan {
                 out: dir.to_path_buf(),
                 hosts: vec![],
+                worker_hosts: vec![],
                 workers: vec!["a".into(), "b".into()],
                 days: 1,
             })
@@ -104,13 +105,15 @@ async fn call_everything(
         r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
     }
     let refused = |names: &[&'static str]| names.iter().map(|n| (*n, Code::Unavailable)).collect();
-    let mut calls: Vec<(&'static str, Code)> =
-        match security.endpoint(addr).unwrap().connect().await {
-            // A refused handshake: no call gets through.
-            Err(_) => refused(&["dispatcher"]),
-            Ok(channel) => {
-                let mut d = Stub::new(security.authed(channel));
-                vec![
+    let mut calls: Vec<(&'static str, Code)> = match security
+        .connect(&security.endpoint(addr).unwrap(), ServerRole::Dispatcher)
+        .await
+    {
+        // A refused handshake: no call gets through.
+        Err(_) => refused(&["dispatcher"]),
+        Ok(channel) => {
+            let mut d = Stub::new(security.authed(channel));
+            vec![
                 (
                     "RegisterDataset",
                     code(
@@ -192,10 +195,16 @@ async fn call_everything(
                     code(d.remove_node(pb::RemoveNodeRequest::default()).await),
                 ),
             ]
-            }
-        };
+        }
+    };
     let payload = || sluice_proto::raft::RaftPayload { payload: vec![] };
-    match security.endpoint(peer_addr).unwrap().connect().await {
+    match security
+        .connect(
+            &security.endpoint(peer_addr).unwrap(),
+            ServerRole::Dispatcher,
+        )
+        .await
+    {
         Err(_) => calls.extend(refused(&["peer"])),
         Ok(channel) => {
             let mut r = RaftPeerClient::new(security.authed(channel));
@@ -418,10 +427,11 @@ async fn forged_raft_requests_from_a_non_peer_change_nothing() {
         last_log_id: None,
     };
     let admin = creds.caller(Some((creds.ours.path(), "admin")), None, Role::Admin);
-    let channel = admin
+    let endpoint = admin
         .endpoint(cluster.replica_peer_addr(leader).unwrap())
-        .unwrap()
-        .connect()
+        .unwrap();
+    let channel = admin
+        .connect(&endpoint, ServerRole::Dispatcher)
         .await
         .unwrap();
     let mut raft = RaftPeerClient::new(admin.authed(channel));

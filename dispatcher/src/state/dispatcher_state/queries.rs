@@ -72,6 +72,15 @@ impl DispatcherState {
         self.workers.get(address)
     }
 
+    /// The identity `address` belongs to: its registered worker's owner, or the owner of the
+    /// worker last registered there if it was removed and its identity has not come back.
+    pub fn address_owner(&self, address: &str) -> Option<&str> {
+        self.workers
+            .get(address)
+            .map(|w| w.owner.as_str())
+            .or_else(|| self.departed_workers.get(address).map(String::as_str))
+    }
+
     pub fn workers(&self) -> impl Iterator<Item = &Worker> {
         self.workers.values()
     }

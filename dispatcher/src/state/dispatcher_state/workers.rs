@@ -1,5 +1,10 @@
 //! Registering and removing workers: a (re)registered worker gets a task in every unfinished
 //! iteration it lacks one in; a removed worker's unfinished tasks are dropped.
+//!
+//! An address belongs to the identity that registered it (the name it authenticated as), while
+//! it is registered and after its worker was removed, so that another worker's credential
+//! cannot take it while its worker is down; the identity's next registration, at that address
+//! or another, releases its departed addresses.
 
 use super::DispatcherState;
 use crate::state::changes::Watched;
@@ -23,8 +28,22 @@ impl DispatcherState {
                 )));
             }
         }
+        if let Some(departed) = self.departed_workers.get(address) {
+            if departed != owner {
+                return Err(Rejection::PermissionDenied(format!(
+                    "worker address {address} belongs to worker '{departed}', which registered \
+                     it and is down; '{owner}' may not take it"
+                )));
+            }
+        }
         self.worker_indices.record_config(worker_addresses)?;
         self.worker_indices.add_worker(address)?;
+        // The identity is back: the addresses its departed registrations held are its no more
+        // (a re-registration replaces the old one, wherever it was).
+        if !owner.is_empty() {
+            self.departed_workers
+                .retain(|_, departed| departed != owner);
+        }
         self.changes.touch(Watched::Worker(address.to_string()));
         self.workers.insert(
             address.to_string(),
@@ -69,8 +88,12 @@ impl DispatcherState {
     }
 
     pub(super) fn remove_worker(&mut self, address: &str) {
-        if self.workers.remove(address).is_none() {
+        let Some(removed) = self.workers.remove(address) else {
             return;
+        };
+        if !removed.owner.is_empty() {
+            self.departed_workers
+                .insert(address.to_string(), removed.owner);
         }
         self.changes.touch(Watched::Worker(address.to_string()));
         let dropped: Vec<TaskId> = self

@@ -189,3 +189,142 @@ fn worker_indices_survive_worker_removal_and_snapshots() {
         sluice_journal::codec::decode(&sluice_journal::codec::encode(&state)).unwrap();
     assert_eq!(restored.static_workers(), state.static_workers());
 }
+
+/// `address` registered by the identity `owner`.
+fn owned_worker(address: &str, owner: &str) -> Update {
+    Update::RegisterWorker {
+        address: address.into(),
+        tags: vec![],
+        worker_addresses: vec![],
+        owner: owner.into(),
+    }
+}
+
+fn remove(address: &str) -> Update {
+    Update::RemoveWorker {
+        address: address.into(),
+    }
+}
+
+#[test]
+fn worker_address_ownership_table() {
+    // (case, steps: an update and the refusal it gets, if any; then each address's owner)
+    type Case = (
+        &'static str,
+        Vec<(Update, Option<&'static str>)>,
+        Vec<(&'static str, Option<&'static str>)>,
+    );
+    let squat = "worker address a:2 belongs to worker 'w2', which registered it and is down; \
+                 'w1' may not take it";
+    let cases: Vec<Case> = vec![
+        (
+            "another identity may not take a registered address",
+            vec![
+                (owned_worker("a:2", "w2"), None),
+                (
+                    owned_worker("a:2", "w1"),
+                    Some("worker address a:2 is registered by 'w2', not 'w1'"),
+                ),
+            ],
+            vec![("a:2", Some("w2"))],
+        ),
+        (
+            "nor the address of a removed worker: it stays its identity's",
+            vec![
+                (owned_worker("a:1", "w1"), None),
+                (owned_worker("a:2", "w2"), None),
+                (remove("a:2"), None),
+                (owned_worker("a:2", "w1"), Some(squat)),
+                (owned_worker("a:2", "w1"), Some(squat)),
+            ],
+            vec![("a:1", Some("w1")), ("a:2", Some("w2"))],
+        ),
+        (
+            "the identity comes back at its address",
+            vec![
+                (owned_worker("a:2", "w2"), None),
+                (remove("a:2"), None),
+                (owned_worker("a:2", "w1"), Some(squat)),
+                (owned_worker("a:2", "w2"), None),
+            ],
+            vec![("a:2", Some("w2"))],
+        ),
+        (
+            "the identity registers elsewhere: its old address is released",
+            vec![
+                (owned_worker("a:2", "w2"), None),
+                (remove("a:2"), None),
+                (owned_worker("a:3", "w2"), None),
+                (owned_worker("a:2", "w1"), None),
+            ],
+            vec![("a:2", Some("w1")), ("a:3", Some("w2"))],
+        ),
+        (
+            "without authentication (no name) an address is anyone's once removed",
+            vec![
+                (owned_worker("a:2", ""), None),
+                (remove("a:2"), None),
+                (owned_worker("a:2", ""), None),
+                (remove("a:2"), None),
+            ],
+            vec![("a:2", None)],
+        ),
+        (
+            "workers sharing one identity keep each their own address",
+            vec![
+                (owned_worker("a:1", "worker"), None),
+                (owned_worker("a:2", "worker"), None),
+                (remove("a:1"), None),
+                (owned_worker("a:3", "worker"), None),
+            ],
+            vec![
+                ("a:1", None),
+                ("a:2", Some("worker")),
+                ("a:3", Some("worker")),
+            ],
+        ),
+    ];
+    for (name, steps, owners) in cases {
+        let mut state = DispatcherState::default();
+        for (i, (update, refusal)) in steps.into_iter().enumerate() {
+            let outcome = state.apply(ApplyContext::default(), &Request { id: None, update });
+            match (refusal, outcome) {
+                (None, Outcome::Rejected(r)) => panic!("{name}: step {i} refused: {r:?}"),
+                (None, _) => {}
+                (Some(want), Outcome::Rejected(Rejection::PermissionDenied(got))) => {
+                    assert_eq!(got, want, "{name}: step {i}")
+                }
+                (Some(want), other) => panic!("{name}: step {i}: {other:?}, not {want}"),
+            }
+        }
+        for (address, owner) in owners {
+            assert_eq!(state.address_owner(address), owner, "{name}: {address}");
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_from_before_departed_workers_decodes_with_none() {
+    use sluice_journal::codec::{decode, encode};
+    // The state as a build without `departed_workers` encoded it: the same fields, less the
+    // last one (an empty map is one byte, its length). A snapshot ends with the state.
+    let mut state = DispatcherState::default();
+    let register = Request {
+        id: None,
+        update: owned_worker("a:1", "w1"),
+    };
+    state.apply(ApplyContext::default(), &register);
+    let now = encode(&state);
+    let before = &now[..now.len() - 1];
+    let decoded: DispatcherState = decode(before).expect("decodes");
+    assert_eq!(decoded.address_owner("a:1"), Some("w1"));
+
+    let removal = Request {
+        id: None,
+        update: remove("a:1"),
+    };
+    state.apply(ApplyContext::default(), &removal);
+    let decoded: DispatcherState = decode(&encode(&state)).expect("decodes");
+    assert_eq!(decoded.address_owner("a:1"), Some("w1"));
+    assert_eq!(decoded.worker("a:1"), None);
+}
