@@ -344,7 +344,7 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 &args.security,
                 Role::Admin,
             )?
-            .add_node(args.id, &args.peer_addr)
+            .add_node_within(args.id, &args.peer_addr, Some(args.catch_up_timeout))
             .await?
         }
         AdminCommand::RemoveNode(args) => {
@@ -354,7 +354,7 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 &args.security,
                 Role::Admin,
             )?
-            .remove_node(args.id)
+            .remove_node_with(args.id, args.force)
             .await?
         }
     };

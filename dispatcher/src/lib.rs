@@ -31,7 +31,9 @@
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
 //! - `leader_watch`: who this replica believes leads, changing only with the leader or term
 //!   (the `WatchLeader` streams).
-//! - `membership`: adding and removing replicas.
+//! - `membership`: adding and removing replicas without losing the quorum.
+//! - `peer_contacts`: when each other replica last answered (which voters are live).
+//! - `init_check`: a replica started with `--init` asks its peers before it takes part in Raft.
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
@@ -56,11 +58,13 @@ mod dispatcher_ops;
 mod error;
 mod grpc_servers;
 mod heartbeats;
+mod init_check;
 mod leader_watch;
 mod liveness;
 mod membership;
 mod metered_log;
 mod network_faults;
+mod peer_contacts;
 mod proposer;
 mod raft_error;
 mod raft_network;

@@ -17,6 +17,7 @@
 //! definition of the largest size and a margin), so that stays hypothetical.
 
 use crate::network_faults::NetworkFaults;
+use crate::peer_contacts::PeerContacts;
 use crate::raft_types::{NodeInfo, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
@@ -30,7 +31,7 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
-use sluice_proto::raft::{AnnounceRequest, RaftPayload};
+use sluice_proto::raft::{AnnounceRequest, ProbeRequest, ProbeResponse, RaftPayload};
 use sluice_security::{AuthChannel, ClientSecurity};
 use sluice_types::NodeId;
 use std::collections::{BTreeMap, HashMap};
@@ -59,6 +60,8 @@ pub struct PeerNetwork {
     security: ClientSecurity,
     /// The largest message a peer decodes (its peer listener's bound).
     max_payload_bytes: usize,
+    /// When each peer last answered a Raft call.
+    contacts: PeerContacts,
 }
 
 impl PeerNetwork {
@@ -68,6 +71,7 @@ impl PeerNetwork {
         routes: BTreeMap<NodeId, String>,
         security: ClientSecurity,
         max_payload_bytes: usize,
+        contacts: PeerContacts,
     ) -> Self {
         PeerNetwork {
             local,
@@ -76,6 +80,7 @@ impl PeerNetwork {
             routes: Arc::new(routes),
             security,
             max_payload_bytes,
+            contacts,
         }
     }
 
@@ -134,6 +139,37 @@ impl PeerNetwork {
     }
 }
 
+impl PeerNetwork {
+    /// Asks `peer` (at `peer_addr`, or its harness route) what it knows of its cluster and of
+    /// this replica, within `timeout`.
+    pub async fn probe(
+        &self,
+        peer: NodeId,
+        peer_addr: &str,
+        timeout: Duration,
+    ) -> Result<ProbeResponse, String> {
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.is_cut(self.local, peer))
+        {
+            return Err(format!("link {} -> {peer} is cut", self.local));
+        }
+        let addr = self.routes.get(&peer).map_or(peer_addr, String::as_str);
+        let channel = self.channel(addr)?;
+        let mut request = tonic::Request::new(ProbeRequest {
+            node_id: self.local,
+        });
+        request.set_timeout(timeout);
+        let mut client = RaftPeerClient::new(channel);
+        match tokio::time::timeout(timeout, client.probe(request)).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner()),
+            Ok(Err(status)) => Err(format!("{}: {}", status.code(), status.message())),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
+        }
+    }
+}
+
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
@@ -148,6 +184,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             client,
             faults: self.faults.clone(),
             max_payload_bytes: max,
+            contacts: self.contacts.clone(),
         }
     }
 }
@@ -161,6 +198,8 @@ pub struct PeerClient {
     client: Result<RaftPeerClient<AuthChannel>, String>,
     /// The largest message the peer decodes.
     max_payload_bytes: usize,
+    /// Where an answer from the peer is recorded.
+    contacts: PeerContacts,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -234,7 +273,10 @@ impl PeerClient {
                     _ => RPCError::Network(NetworkError::new(&err)),
                 });
             }
-            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Ok(reply)) => {
+                self.contacts.answered(self.target);
+                reply.into_inner()
+            }
         };
         let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&reply.payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;

@@ -17,6 +17,7 @@ use crate::heartbeats::Heartbeats;
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::membership;
+use crate::peer_contacts::PeerContacts;
 use crate::proposer::ProposerHandle;
 use crate::raft_types::{Raft, StateHandle};
 use crate::registration::{check_definition_size, Registration};
@@ -36,6 +37,7 @@ use sluice_types::{
 };
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_stream::wrappers::WatchStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status};
@@ -56,6 +58,8 @@ pub struct DispatcherService {
     max_definition_bytes: usize,
     /// Who this replica believes leads, for `WatchLeader`.
     leaders: LeaderWatch,
+    /// When each other replica last answered (`RemoveNode`'s quorum check).
+    contacts: PeerContacts,
 }
 
 impl DispatcherService {
@@ -70,6 +74,7 @@ impl DispatcherService {
         liveness: Arc<Liveness>,
         data_roots: DataRoots,
         leaders: LeaderWatch,
+        contacts: PeerContacts,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout);
         DispatcherService {
@@ -81,6 +86,7 @@ impl DispatcherService {
             task_remover: TaskRemover::default(),
             max_definition_bytes: config.max_definition_bytes(),
             leaders,
+            contacts,
         }
     }
 
@@ -332,7 +338,12 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::AddNodeResponse>, Status> {
         authorize(&request, "AddNode", access::ADMIN)?;
         let req = request.into_inner();
-        let voters = membership::add_voter(&self.raft, req.node_id, req.peer_addr).await?;
+        let catch_up = match req.catch_up_timeout_ms {
+            0 => membership::DEFAULT_CATCH_UP_TIMEOUT,
+            ms => Duration::from_millis(ms),
+        };
+        let voters =
+            membership::add_voter(&self.raft, req.node_id, req.peer_addr, catch_up).await?;
         Ok(Response::new(pb::AddNodeResponse { voters }))
     }
 
@@ -341,7 +352,9 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
         authorize(&request, "RemoveNode", access::ADMIN)?;
-        let voters = membership::remove_voter(&self.raft, request.into_inner().node_id).await?;
+        let req = request.into_inner();
+        let voters =
+            membership::remove_voter(&self.raft, &self.contacts, req.node_id, req.force).await?;
         Ok(Response::new(pb::RemoveNodeResponse { voters }))
     }
 
