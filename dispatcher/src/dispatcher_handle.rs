@@ -24,7 +24,6 @@ use crate::grpc_servers::{self, ServerTask};
 use crate::init_check::{InitCheck, PeerGate, Verdict};
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
-use crate::peer_contacts::PeerContacts;
 use crate::raft_error::raft_error;
 use crate::raft_network::PeerNetwork;
 use crate::raft_runtime::RaftRuntime;
@@ -153,16 +152,12 @@ impl DispatcherHandle {
         }
         .validate()
         .map_err(|e| DispatcherError::Startup(format!("raft config: {e}")))?;
-        // A voter counts as live for `remove-node` while it answered within two election
-        // timeouts: a live follower answers a leader's heartbeats many times in that span.
-        let contacts = PeerContacts::new(config.election_timeout.1 * 2);
         let network = PeerNetwork::new(
             config.id,
             config.faults.clone(),
             config.raft_routes.clone(),
             peer_caller,
             config.peer_message_limit(),
-            contacts.clone(),
         );
         let raft_runtime = RaftRuntime::new(config.id)?;
         let peer_listener = raft_runtime.adopt(peer_listener)?;
@@ -207,7 +202,7 @@ impl DispatcherHandle {
             liveness.clone(),
             data_roots,
             LeaderWatch::spawn(&raft, shutdown.clone()),
-            contacts,
+            network.clone(),
         );
         let timers = TimerLoop {
             id: config.id,

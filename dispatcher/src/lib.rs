@@ -32,7 +32,6 @@
 //! - `leader_watch`: who this replica believes leads, changing only with the leader or term
 //!   (the `WatchLeader` streams).
 //! - `membership`: adding and removing replicas without losing the quorum.
-//! - `peer_contacts`: when each other replica last answered (which voters are live).
 //! - `init_check`: a replica started with `--init` asks its peers before it takes part in Raft.
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
@@ -64,7 +63,6 @@ mod liveness;
 mod membership;
 mod metered_log;
 mod network_faults;
-mod peer_contacts;
 mod proposer;
 mod raft_error;
 mod raft_network;

@@ -23,8 +23,8 @@
 //! (briefly) instead of failing.
 
 use crate::error::DispatcherError;
-use crate::peer_contacts::PeerContacts;
 use crate::raft_error::raft_error;
+use crate::raft_network::PeerNetwork;
 use crate::raft_types::{NodeInfo, Raft, TypeConfig};
 use crate::state::Rejection;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
@@ -49,6 +49,9 @@ pub const CATCH_UP_LAG: u64 = 64;
 
 /// How long `add-node` waits for a new replica to catch up when the caller names no deadline.
 pub const DEFAULT_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a voter may take to answer `remove-node`'s probe and count as live.
+const LIVE_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The longest catch-up deadline a caller may ask for.
 pub const MAX_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -133,7 +136,7 @@ pub async fn add_voter(
 /// refused unless `force`.
 pub async fn remove_voter(
     raft: &Raft,
-    contacts: &PeerContacts,
+    peers: &PeerNetwork,
     node_id: NodeId,
     force: bool,
 ) -> Result<Vec<NodeId>, DispatcherError> {
@@ -149,12 +152,7 @@ pub async fn remove_voter(
         ))
         .into());
     }
-    let live: BTreeSet<NodeId> = members
-        .voters
-        .iter()
-        .copied()
-        .filter(|v| *v == raft_id(raft) || contacts.is_live(*v))
-        .collect();
+    let live = live_voters(raft, peers, &members).await;
     if let Some(refusal) = removal_refusal(node_id, &members.voters, &live) {
         if !force || members.voters.len() == 1 {
             return Err(Rejection::FailedPrecondition(refusal).into());
@@ -302,6 +300,27 @@ fn current_members(raft: &Raft) -> Members {
 
 fn raft_id(raft: &Raft) -> NodeId {
     raft.metrics().borrow().id
+}
+
+/// The voters that answer a probe from this leader now (this leader among them). Asked, not
+/// remembered: a replica stopped a moment ago must not count as live.
+async fn live_voters(raft: &Raft, peers: &PeerNetwork, members: &Members) -> BTreeSet<NodeId> {
+    let me = raft_id(raft);
+    let probes = members.voters.iter().filter(|v| **v != me).map(|voter| async move {
+        let addr = members.peer_addrs.get(voter).map_or("", String::as_str);
+        let answer = peers.probe(*voter, addr, LIVE_PROBE_TIMEOUT).await;
+        if let Err(e) = &answer {
+            debug!(node = voter, error = %e, "voter did not answer the live probe");
+        }
+        answer.is_ok().then_some(*voter)
+    });
+    let mut live: BTreeSet<NodeId> = futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    live.insert(me);
+    live
 }
 
 /// Node ids start at 1 (`--id`, and `--id from-hostname` adds one to the pod's ordinal).

@@ -17,7 +17,6 @@
 //! definition of the largest size and a margin), so that stays hypothetical.
 
 use crate::network_faults::NetworkFaults;
-use crate::peer_contacts::PeerContacts;
 use crate::raft_types::{NodeInfo, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
@@ -60,8 +59,6 @@ pub struct PeerNetwork {
     security: ClientSecurity,
     /// The largest message a peer decodes (its peer listener's bound).
     max_payload_bytes: usize,
-    /// When each peer last answered a Raft call.
-    contacts: PeerContacts,
 }
 
 impl PeerNetwork {
@@ -71,7 +68,6 @@ impl PeerNetwork {
         routes: BTreeMap<NodeId, String>,
         security: ClientSecurity,
         max_payload_bytes: usize,
-        contacts: PeerContacts,
     ) -> Self {
         PeerNetwork {
             local,
@@ -80,7 +76,6 @@ impl PeerNetwork {
             routes: Arc::new(routes),
             security,
             max_payload_bytes,
-            contacts,
         }
     }
 
@@ -184,7 +179,6 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             client,
             faults: self.faults.clone(),
             max_payload_bytes: max,
-            contacts: self.contacts.clone(),
         }
     }
 }
@@ -198,8 +192,6 @@ pub struct PeerClient {
     client: Result<RaftPeerClient<AuthChannel>, String>,
     /// The largest message the peer decodes.
     max_payload_bytes: usize,
-    /// Where an answer from the peer is recorded.
-    contacts: PeerContacts,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -273,10 +265,7 @@ impl PeerClient {
                     _ => RPCError::Network(NetworkError::new(&err)),
                 });
             }
-            Ok(Ok(reply)) => {
-                self.contacts.answered(self.target);
-                reply.into_inner()
-            }
+            Ok(Ok(reply)) => reply.into_inner(),
         };
         let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&reply.payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;

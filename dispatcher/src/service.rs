@@ -17,7 +17,7 @@ use crate::heartbeats::Heartbeats;
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::membership;
-use crate::peer_contacts::PeerContacts;
+use crate::raft_network::PeerNetwork;
 use crate::proposer::ProposerHandle;
 use crate::raft_types::{Raft, StateHandle};
 use crate::registration::{check_definition_size, Registration};
@@ -58,8 +58,8 @@ pub struct DispatcherService {
     max_definition_bytes: usize,
     /// Who this replica believes leads, for `WatchLeader`.
     leaders: LeaderWatch,
-    /// When each other replica last answered (`RemoveNode`'s quorum check).
-    contacts: PeerContacts,
+    /// Raft's connections to the other replicas (`RemoveNode` asks which voters answer).
+    peers: PeerNetwork,
 }
 
 impl DispatcherService {
@@ -74,7 +74,7 @@ impl DispatcherService {
         liveness: Arc<Liveness>,
         data_roots: DataRoots,
         leaders: LeaderWatch,
-        contacts: PeerContacts,
+        peers: PeerNetwork,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout);
         DispatcherService {
@@ -86,7 +86,7 @@ impl DispatcherService {
             task_remover: TaskRemover::default(),
             max_definition_bytes: config.max_definition_bytes(),
             leaders,
-            contacts,
+            peers,
         }
     }
 
@@ -354,7 +354,7 @@ impl Dispatcher for DispatcherService {
         authorize(&request, "RemoveNode", access::ADMIN)?;
         let req = request.into_inner();
         let voters =
-            membership::remove_voter(&self.raft, &self.contacts, req.node_id, req.force).await?;
+            membership::remove_voter(&self.raft, &self.peers, req.node_id, req.force).await?;
         Ok(Response::new(pb::RemoveNodeResponse { voters }))
     }
 
