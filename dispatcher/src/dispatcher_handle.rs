@@ -124,12 +124,42 @@ impl DispatcherHandle {
         let identity = config
             .journal_identity()
             .map_err(DispatcherError::Startup)?;
-        let if_missing = match config.init || config.join {
-            true => IfMissing::Create,
-            false => IfMissing::Refuse,
+        let network = PeerNetwork::new(
+            config.id,
+            config.faults.clone(),
+            config.raft_routes.clone(),
+            peer_caller,
+            config.peer_message_limit(),
+        );
+        let others: BTreeMap<NodeId, String> = config
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != config.id)
+            .map(|(id, addr)| (*id, addr.clone()))
+            .collect();
+        let init_check = InitCheck {
+            me: config.id,
+            peers: others,
+            network: network.clone(),
         };
-        let journal =
-            Journal::open(&config.data_dir, &identity, if_missing).map_err(data_dir_refused)?;
+        let checks_peers = config.init && !init_check.peers.is_empty();
+        // With `init`, the peers are asked before a journal is created, so a refusal leaves
+        // the data dir as it was; the answer waits at most `init_check_wait` here.
+        let mut first_verdict = None;
+        let journal = match Journal::open(&config.data_dir, &identity, IfMissing::Refuse) {
+            Err(JournalError::NoJournal { .. }) if config.init || config.join => {
+                if checks_peers {
+                    let deadline = tokio::time::Instant::now() + config.init_check_wait;
+                    match init_check.until(deadline).await {
+                        Verdict::Refuse(why) => return Err(DispatcherError::Startup(why)),
+                        verdict => first_verdict = Some(verdict),
+                    }
+                }
+                Journal::open(&config.data_dir, &identity, IfMissing::Create)
+            }
+            opened => opened,
+        }
+        .map_err(data_dir_refused)?;
         let log_store = journal.log_store::<TypeConfig>();
         let ops_log = log_store.clone();
         let ops = OpsSetup::bind(config.metrics_listen.as_deref())
@@ -152,13 +182,6 @@ impl DispatcherHandle {
         }
         .validate()
         .map_err(|e| DispatcherError::Startup(format!("raft config: {e}")))?;
-        let network = PeerNetwork::new(
-            config.id,
-            config.faults.clone(),
-            config.raft_routes.clone(),
-            peer_caller,
-            config.peer_message_limit(),
-        );
         let raft_runtime = RaftRuntime::new(config.id)?;
         let peer_listener = raft_runtime.adopt(peer_listener)?;
         let raft = raft_runtime
@@ -171,25 +194,13 @@ impl DispatcherHandle {
             ))
             .await?
             .map_err(raft_error)?;
-        let others: BTreeMap<NodeId, String> = config
-            .peers
-            .iter()
-            .filter(|(id, _)| **id != config.id)
-            .map(|(id, addr)| (*id, addr.clone()))
-            .collect();
-        // Only a new, empty journal is checked: `init` on a restart changes nothing.
-        let check = match config.init
-            && !others.is_empty()
-            && !raft.is_initialized().await.map_err(raft_error)?
-        {
-            true => Some(InitCheck {
-                me: config.id,
-                peers: others,
-                network: network.clone(),
-            }),
+        // Only a new, empty journal is checked (one just created, or one that never got an
+        // entry or a vote): `init` on a restart changes nothing.
+        let check = match checks_peers && !raft.is_initialized().await.map_err(raft_error)? {
+            true => Some(init_check),
             false => None,
         };
-        let gate = PeerGate::new(check.is_none());
+        let gate = PeerGate::new(check.is_none() || first_verdict == Some(Verdict::Proceed));
 
         let proposer = ops.proposer(&raft, config.commit_timeout);
         let liveness = Arc::new(Liveness::default());
@@ -285,7 +296,14 @@ impl DispatcherHandle {
         };
         // A refusal the peers give at once is reported before this replica says it serves; when
         // they do not answer yet (a new cluster starting), the check goes on in the background.
-        match check.until(tokio::time::Instant::now() + config.init_check_wait).await {
+        let verdict = match first_verdict {
+            Some(verdict) => verdict,
+            None => {
+                let deadline = tokio::time::Instant::now() + config.init_check_wait;
+                check.until(deadline).await
+            }
+        };
+        match verdict {
             Verdict::Refuse(why) => {
                 handle.shutdown().await;
                 return Err(DispatcherError::Startup(why));
@@ -316,7 +334,10 @@ impl DispatcherHandle {
                         Verdict::Refuse(why) => why,
                         _ => {
                             gate.open();
-                            info!(node = id, "peers answered the --init check: taking part in raft");
+                            info!(
+                                node = id,
+                                "peers answered the --init check: taking part in raft"
+                            );
                             match bootstrap(&raft, id, &client_addr, &peers).await {
                                 Ok(()) => return,
                                 Err(e) => e.to_string(),

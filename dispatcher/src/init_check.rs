@@ -202,21 +202,76 @@ mod tests {
     #[test]
     fn verdicts_table() {
         // (me, replicas, answers, the verdict or the refusal's words)
-        type Case = (u64, usize, Vec<(u64, Result<ProbeResponse, String>)>, Result<Verdict, &'static str>);
+        type Case = (
+            u64,
+            usize,
+            Vec<(u64, Result<ProbeResponse, String>)>,
+            Result<Verdict, &'static str>,
+        );
         let cases: Vec<Case> = vec![
             // A new cluster: the peers are pristine too, or not up yet.
-            (2, 3, vec![(1, pristine()), (3, silent())], Ok(Verdict::Proceed)),
-            (1, 3, vec![(2, silent()), (3, silent())], Ok(Verdict::Wait(vec![2, 3]))),
-            (1, 5, vec![(2, pristine()), (3, silent()), (4, silent()), (5, silent())], Ok(Verdict::Wait(vec![3, 4, 5]))),
-            (1, 5, vec![(2, pristine()), (3, pristine()), (4, silent()), (5, silent())], Ok(Verdict::Proceed)),
+            (
+                2,
+                3,
+                vec![(1, pristine()), (3, silent())],
+                Ok(Verdict::Proceed),
+            ),
+            (
+                1,
+                3,
+                vec![(2, silent()), (3, silent())],
+                Ok(Verdict::Wait(vec![2, 3])),
+            ),
+            (
+                1,
+                5,
+                vec![(2, pristine()), (3, silent()), (4, silent()), (5, silent())],
+                Ok(Verdict::Wait(vec![3, 4, 5])),
+            ),
+            (
+                1,
+                5,
+                vec![
+                    (2, pristine()),
+                    (3, pristine()),
+                    (4, silent()),
+                    (5, silent()),
+                ],
+                Ok(Verdict::Proceed),
+            ),
             // The lowest id initialized already; this replica never served: its address is empty.
-            (3, 3, vec![(1, view(&[1, 2, 3], true, "")), (2, silent())], Ok(Verdict::Proceed)),
+            (
+                3,
+                3,
+                vec![(1, view(&[1, 2, 3], true, "")), (2, silent())],
+                Ok(Verdict::Proceed),
+            ),
             // A replica that lost its disk: a peer knows it served.
-            (3, 3, vec![(1, silent()), (2, view(&[1, 2, 3], true, "127.0.0.1:5053"))], Err("in which node 3 has served (at 127.0.0.1:5053)")),
+            (
+                3,
+                3,
+                vec![(1, silent()), (2, view(&[1, 2, 3], true, "127.0.0.1:5053"))],
+                Err("in which node 3 has served (at 127.0.0.1:5053)"),
+            ),
             // Refused even before enough answers: one is proof enough.
-            (1, 5, vec![(2, view(&[1, 2, 3, 4, 5], true, "h1:5051")), (3, silent()), (4, silent()), (5, silent())], Err("sluice admin remove-node --id 1")),
+            (
+                1,
+                5,
+                vec![
+                    (2, view(&[1, 2, 3, 4, 5], true, "h1:5051")),
+                    (3, silent()),
+                    (4, silent()),
+                    (5, silent()),
+                ],
+                Err("sluice admin remove-node --id 1"),
+            ),
             // A cluster without this id: --join, not --init.
-            (4, 3, vec![(1, view(&[1, 2, 3], false, "")), (2, silent())], Err("of which node 4 is not a member; start this replica with --join")),
+            (
+                4,
+                3,
+                vec![(1, view(&[1, 2, 3], false, "")), (2, silent())],
+                Err("of which node 4 is not a member; start this replica with --join"),
+            ),
         ];
         for (me, replicas, answers, want) in cases {
             let answers: BTreeMap<_, _> = answers.into_iter().collect();
@@ -227,7 +282,9 @@ mod tests {
                     assert!(why.contains(words), "{why}");
                     assert!(why.starts_with("--init refused: "), "{why}");
                 }
-                (Err(words), got) => panic!("node {me}: wanted a refusal with {words:?}, got {got:?}"),
+                (Err(words), got) => {
+                    panic!("node {me}: wanted a refusal with {words:?}, got {got:?}")
+                }
             }
         }
     }

@@ -104,11 +104,7 @@ pub async fn add_voter(
                     last.unwrap_or_default()
                 ),
             };
-            let removed = change(
-                raft,
-                ChangeMembers::RemoveNodes(BTreeSet::from([node_id])),
-            )
-            .await;
+            let removed = change(raft, ChangeMembers::RemoveNodes(BTreeSet::from([node_id]))).await;
             let outcome = match removed {
                 Ok(_) => "it was removed as a learner".to_string(),
                 Err(e) => {
@@ -306,14 +302,18 @@ fn raft_id(raft: &Raft) -> NodeId {
 /// remembered: a replica stopped a moment ago must not count as live.
 async fn live_voters(raft: &Raft, peers: &PeerNetwork, members: &Members) -> BTreeSet<NodeId> {
     let me = raft_id(raft);
-    let probes = members.voters.iter().filter(|v| **v != me).map(|voter| async move {
-        let addr = members.peer_addrs.get(voter).map_or("", String::as_str);
-        let answer = peers.probe(*voter, addr, LIVE_PROBE_TIMEOUT).await;
-        if let Err(e) = &answer {
-            debug!(node = voter, error = %e, "voter did not answer the live probe");
-        }
-        answer.is_ok().then_some(*voter)
-    });
+    let probes = members
+        .voters
+        .iter()
+        .filter(|v| **v != me)
+        .map(|voter| async move {
+            let addr = members.peer_addrs.get(voter).map_or("", String::as_str);
+            let answer = peers.probe(*voter, addr, LIVE_PROBE_TIMEOUT).await;
+            if let Err(e) = &answer {
+                debug!(node = voter, error = %e, "voter did not answer the live probe");
+            }
+            answer.is_ok().then_some(*voter)
+        });
     let mut live: BTreeSet<NodeId> = futures::future::join_all(probes)
         .await
         .into_iter()
@@ -435,7 +435,9 @@ enum CatchUp {
 fn caught_up(matched: Option<u64>, last: Option<u64>, added: u64) -> bool {
     match matched {
         None => false,
-        Some(matched) => matched >= added && last.unwrap_or(0).saturating_sub(matched) <= CATCH_UP_LAG,
+        Some(matched) => {
+            matched >= added && last.unwrap_or(0).saturating_sub(matched) <= CATCH_UP_LAG
+        }
     }
 }
 

@@ -35,7 +35,10 @@ fn peer_addresses_table() {
             (None, Ok(())) => {}
             (Some(words), Err(DispatcherError::InvalidArgument(message))) => {
                 assert!(message.contains(words), "{addr:?}: {message}");
-                assert!(message.contains("expected host:port"), "{addr:?}: {message}");
+                assert!(
+                    message.contains("expected host:port"),
+                    "{addr:?}: {message}"
+                );
             }
             (want, got) => panic!("{addr:?}: wanted {want:?}, got {got:?}"),
         }
@@ -65,7 +68,11 @@ fn additions_table() {
     };
     let cases: &[(NodeId, &str, Option<&str>)] = &[
         (5, "h5:1", None),
-        (2, "h5:1", Some("node 2 is already a voter (voters {1, 2, 3})")),
+        (
+            2,
+            "h5:1",
+            Some("node 2 is already a voter (voters {1, 2, 3})"),
+        ),
         (4, "h5:1", Some("node 4 is already a learner")),
         (5, "h3:1", Some("peer address h3:1 is already node 3's")),
     ];
@@ -105,7 +112,12 @@ fn removals_table() {
         ),
         // Four voters, one dead (the unreachable one an add-node made a voter): removing it.
         (4, &[1, 2, 3, 4], &[1, 2, 3], None),
-        (3, &[1, 2, 3, 4, 5], &[1, 2, 3], Some("of which only {1, 2} answer")),
+        (
+            3,
+            &[1, 2, 3, 4, 5],
+            &[1, 2, 3],
+            Some("of which only {1, 2} answer"),
+        ),
         (5, &[1, 2, 3, 4, 5], &[1, 2, 3], None),
     ];
     for (node, voters, live, want) in cases {
@@ -113,7 +125,9 @@ fn removals_table() {
         match (want, &got) {
             (None, None) => {}
             (Some(words), Some(message)) => assert!(message.contains(words), "{message}"),
-            _ => panic!("remove {node} of {voters:?} (live {live:?}): wanted {want:?}, got {got:?}"),
+            _ => {
+                panic!("remove {node} of {voters:?} (live {live:?}): wanted {want:?}, got {got:?}")
+            }
         }
     }
 }

@@ -69,11 +69,7 @@ impl RaftPeer for RaftPeerService {
     ) -> Result<Response<RaftPayload>, Status> {
         let request = decode(request, "AppendEntries")?;
         self.check_gate()?;
-        reply(
-            self.raft
-                .append_entries(request)
-                .await,
-        )
+        reply(self.raft.append_entries(request).await)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
@@ -88,11 +84,7 @@ impl RaftPeer for RaftPeerService {
     ) -> Result<Response<RaftPayload>, Status> {
         let request = decode(request, "InstallSnapshot")?;
         self.check_gate()?;
-        reply(
-            self.raft
-                .install_snapshot(request)
-                .await,
-        )
+        reply(self.raft.install_snapshot(request).await)
     }
 
     async fn announce(

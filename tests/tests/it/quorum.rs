@@ -143,7 +143,10 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
     let new = cluster.start_joining_replica().await?;
     let peer_addr = cluster.replica_peer_addr(new).expect("started").to_string();
     assert_eq!(client.add_node(new, &peer_addr).await?, vec![1, 2, 3, 4]);
-    let again = client.add_node(new, &peer_addr).await.map_err(ClientError::from);
+    let again = client
+        .add_node(new, &peer_addr)
+        .await
+        .map_err(ClientError::from);
     assert!(
         matches!(&again, Err(ClientError::InvalidArgument(m)) if m.contains("node 4 is already a voter (voters {1, 2, 3, 4})")),
         "adding a voter again is refused and changes nothing: {again:?}"
@@ -232,8 +235,9 @@ async fn an_unreachable_replica_stays_out_of_the_voters_and_the_quorum_keeps_wri
         panic!("expected a refusal, got {err:?}");
     };
     assert!(
-        message.contains(&format!("node 4 at peer address {nowhere} did not catch up within 2s"))
-            && message.contains("the voters are unchanged ({1, 2, 3})")
+        message.contains(&format!(
+            "node 4 at peer address {nowhere} did not catch up within 2s"
+        )) && message.contains("the voters are unchanged ({1, 2, 3})")
             && message.contains("it was removed as a learner"),
         "{message}"
     );
@@ -257,8 +261,12 @@ async fn an_unreachable_replica_stays_out_of_the_voters_and_the_quorum_keeps_wri
         .register_dataset(&Dataset::range(4), &RegisterOptions::default())
         .await?;
 
-    info!("--- removing a live voter would leave the live ones no majority: refused, unless forced");
-    let live_follower = (1..=3).find(|id| *id != leader && *id != stopped).expect("a third");
+    info!(
+        "--- removing a live voter would leave the live ones no majority: refused, unless forced"
+    );
+    let live_follower = (1..=3)
+        .find(|id| *id != leader && *id != stopped)
+        .expect("a third");
     let err = client
         .remove_node(live_follower)
         .await
