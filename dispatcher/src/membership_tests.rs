@@ -86,10 +86,17 @@ fn additions_table() {
     }
 }
 
+/// (removed, voters, live voters, the refusal's words or None)
+type Removal = (
+    NodeId,
+    &'static [NodeId],
+    &'static [NodeId],
+    Option<&'static str>,
+);
+
 #[test]
 fn removals_table() {
-    // (removed, voters, live voters, the refusal's words or None)
-    let cases: &[(NodeId, &[NodeId], &[NodeId], Option<&str>)] = &[
+    let cases: &[Removal] = &[
         // A dead voter of three: two live remain of two.
         (3, &[1, 2, 3], &[1, 2], None),
         // A live voter while another is dead: {1, 3} with 3 dead is no majority.

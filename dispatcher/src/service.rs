@@ -65,7 +65,9 @@ pub struct DispatcherService {
 impl DispatcherService {
     /// A service for the replica configured by `config`: its id, the worker long-poll bound
     /// (from the worker timeout), the quorum lease (the election timeout's upper bound) and the
-    /// static-sharding worker list.
+    /// static-sharding worker list. `peers` are Raft's connections, which `RemoveNode` uses to
+    /// ask the voters whether they answer.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: &DispatcherConfig,
         raft: Raft,
