@@ -130,7 +130,7 @@ pub async fn add_voter(
 /// Removes member `node_id` (a voter, or a learner left by an `add-node` that did not finish);
 /// returns the voters afterwards. A removal that would leave the live voters no majority is
 /// refused unless `force`.
-pub async fn remove_voter(
+pub async fn remove_member(
     raft: &Raft,
     peers: &PeerNetwork,
     node_id: NodeId,

@@ -356,7 +356,7 @@ impl Dispatcher for DispatcherService {
         authorize(&request, "RemoveNode", access::ADMIN)?;
         let req = request.into_inner();
         let voters =
-            membership::remove_voter(&self.raft, &self.peers, req.node_id, req.force).await?;
+            membership::remove_member(&self.raft, &self.peers, req.node_id, req.force).await?;
         Ok(Response::new(pb::RemoveNodeResponse { voters }))
     }
 
