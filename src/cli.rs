@@ -226,6 +226,11 @@ pub struct DispatcherArgs {
     /// journal. Also SLUICE_JOIN=true.
     #[arg(long, env = "SLUICE_JOIN", value_parser = FalseyValueParser::new())]
     pub join: bool,
+    /// With --init, an empty data dir and other --peers: how long the start waits for the
+    /// peers' answers before it says it serves (READY). A refusal within it comes before READY;
+    /// past it the check goes on, and the replica votes for nobody until enough peers answer.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+    pub init_check_wait: Duration,
     /// Raft heartbeat period.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
     pub heartbeat_interval: Duration,

@@ -88,6 +88,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         init: args.init,
         peers,
         join: args.join,
+        init_check_wait: args.init_check_wait,
         raft_routes: DispatcherConfig::parse_peers(&args.raft_routes)
             .map_err(anyhow::Error::msg)?,
         heartbeat_interval: args.heartbeat_interval,

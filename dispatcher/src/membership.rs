@@ -50,8 +50,9 @@ pub const CATCH_UP_LAG: u64 = 64;
 /// How long `add-node` waits for a new replica to catch up when the caller names no deadline.
 pub const DEFAULT_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a voter may take to answer `remove-node`'s probe and count as live.
-const LIVE_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a voter may take to answer `remove-node`'s probe and count as live: generous, since a
+/// live voter taken for a dead one makes the removal refused; a stopped one refuses at once.
+const LIVE_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The longest catch-up deadline a caller may ask for.
 pub const MAX_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -170,7 +170,14 @@ fn init_against_a_live_cluster_that_knows_the_node_is_refused() {
     let dir3 = data.path().join("n3");
     std::fs::remove_dir_all(&dir3).expect("wipe replica 3");
     let mut args = replica_args(3, &dir3, Some("--init"), &addr3, &peer3, &flags);
-    args.extend(["--peers".to_string(), peers]);
+    // Replicas 1 and 2 answer at once; the long wait only bounds a hang, so the refusal comes
+    // before READY however loaded the machine is.
+    args.extend([
+        "--peers".to_string(),
+        peers,
+        "--init-check-wait".into(),
+        "60s".into(),
+    ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (ok, out, err) = sluice(&args);
     assert!(!ok, "--init on a known node started: {out}");
@@ -228,7 +235,13 @@ fn a_replica_that_lost_its_disk_rejoins_by_the_documented_path_and_no_write_is_l
         nodes[2].peer_addr.clone().expect("peer"),
     );
     let mut init_args = replica_args(3, &dir3, Some("--init"), &addr3, &peer3, &flags);
-    init_args.extend(["--peers".to_string(), peers]);
+    // No peer runs: it says it serves after a short wait, and keeps asking.
+    init_args.extend([
+        "--peers".to_string(),
+        peers,
+        "--init-check-wait".into(),
+        "1s".into(),
+    ]);
     let mut init3 = std::process::Command::new(bin())
         .args(&init_args)
         .stdout(std::process::Stdio::piped())
