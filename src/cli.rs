@@ -142,9 +142,11 @@ pub struct CertsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum AdminCommand {
-    /// Add a replica started with `sluice dispatcher --join` (learner, then voter).
+    /// Add a replica started with `sluice dispatcher --join`: a learner until it has caught up,
+    /// then a voter. One that does not catch up in time is removed again, voters unchanged.
     AddNode(AddNodeArgs),
-    /// Remove a replica from the quorum.
+    /// Remove a replica (voter or learner) from the quorum; refused if the voters answering the
+    /// leader would be no majority, unless --force.
     RemoveNode(RemoveNodeArgs),
 }
 
@@ -160,16 +162,26 @@ pub struct AddNodeArgs {
     /// the membership once it has caught up and recorded it.
     #[arg(long)]
     pub peer_addr: String,
+    /// How long the new replica may take to catch up with the leader's log before it is
+    /// removed again (the voters stay as they were).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub catch_up_timeout: std::time::Duration,
     #[command(flatten)]
     pub security: ClientSecurityArgs,
 }
 
 #[derive(Args, Debug)]
 pub struct RemoveNodeArgs {
+    /// Dispatcher replicas, comma-separated.
     #[arg(long)]
     pub dispatcher: String,
+    /// The replica's id.
     #[arg(long)]
     pub id: u64,
+    /// Remove a voter even when the voters answering the leader would then be no majority
+    /// (the cluster accepts no write until enough of them are back).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub security: ClientSecurityArgs,
 }
@@ -200,8 +212,10 @@ pub struct DispatcherArgs {
     #[arg(long, value_name = "NAME", default_value = sluice_dispatcher::DEFAULT_CLUSTER_ID)]
     pub cluster_id: String,
     /// First start of a new quorum: create the journal in a missing or empty --data-dir, and
-    /// (on the replica with the lowest id in --peers) initialize the quorum. Harmless on a
-    /// replica that has its journal; never needed on a restart. Also SLUICE_INIT=true.
+    /// (on the replica with the lowest id in --peers) initialize the quorum. With an empty
+    /// journal and other --peers, it first asks them, and refuses to start if they already form
+    /// a cluster in which this id has served (or one without it). Harmless on a replica that
+    /// has its journal; never needed on a restart. Also SLUICE_INIT=true.
     #[arg(long, conflicts_with = "join", env = "SLUICE_INIT", value_parser = FalseyValueParser::new())]
     pub init: bool,
     /// Every replica's peer address: `1=HOST:PEERPORT,2=HOST:PEERPORT,3=HOST:PEERPORT`, the
@@ -217,6 +231,11 @@ pub struct DispatcherArgs {
     /// journal. Also SLUICE_JOIN=true.
     #[arg(long, env = "SLUICE_JOIN", value_parser = FalseyValueParser::new())]
     pub join: bool,
+    /// With --init, an empty data dir and other --peers: how long the start waits for the
+    /// peers' answers before it says it serves (READY). A refusal within it comes before READY;
+    /// past it the check goes on, and the replica votes for nobody until enough peers answer.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+    pub init_check_wait: Duration,
     /// Raft heartbeat period.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
     pub heartbeat_interval: Duration,

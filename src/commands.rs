@@ -88,6 +88,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         init: args.init,
         peers,
         join: args.join,
+        init_check_wait: args.init_check_wait,
         raft_routes: DispatcherConfig::parse_peers(&args.raft_routes)
             .map_err(anyhow::Error::msg)?,
         heartbeat_interval: args.heartbeat_interval,
@@ -355,7 +356,7 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 &args.security,
                 Role::Admin,
             )?
-            .add_node(args.id, &args.peer_addr)
+            .add_node_within(args.id, &args.peer_addr, Some(args.catch_up_timeout))
             .await?
         }
         AdminCommand::RemoveNode(args) => {
@@ -365,7 +366,7 @@ pub async fn admin(command: AdminCommand) -> anyhow::Result<()> {
                 &args.security,
                 Role::Admin,
             )?
-            .remove_node(args.id)
+            .remove_node_with(args.id, args.force)
             .await?
         }
     };

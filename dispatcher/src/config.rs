@@ -42,6 +42,12 @@ pub struct DispatcherConfig {
     /// Join an existing cluster (`sluice admin add-node`) instead of initializing one: create
     /// an empty journal in a missing or empty `data_dir`, and wait until a leader adds it.
     pub join: bool,
+    /// With `init` on an empty journal and other `peers`: how long the start waits for the
+    /// peers' answers to its check that they form no cluster that knows this replica (see
+    /// `sluice admin` and the recovery path in the operations guide), so that a refusal comes
+    /// before the replica says it serves. Past it the check goes on in the background, and the
+    /// replica takes part in Raft only once enough peers have answered.
+    pub init_check_wait: Duration,
     /// Raft leader heartbeat period.
     pub heartbeat_interval: Duration,
     /// Raft election timeout range; a follower that hears no leader for a random time in it
@@ -122,6 +128,7 @@ impl Default for DispatcherConfig {
             init: false,
             peers: BTreeMap::new(),
             join: false,
+            init_check_wait: Duration::from_secs(3),
             heartbeat_interval: Duration::from_millis(50),
             election_timeout: (Duration::from_millis(200), Duration::from_millis(400)),
             snapshot_logs_since_last: 50_000,

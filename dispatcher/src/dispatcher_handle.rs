@@ -12,13 +12,16 @@
 //! Data-dir identity: only `init` and `join` may create a journal; a plain start needs this
 //! replica's own (same cluster id, same node id). A voter that lost its disk therefore cannot
 //! come back with an empty log and no vote, where it could help elect a leader that lacks
-//! committed entries: it refuses to start and says what to do.
+//! committed entries: it refuses to start and says what to do. With `init` and an empty
+//! journal, a replica first asks its peers whether they already form a cluster that knows it
+//! (see `init_check`), and refuses to start if they do.
 
 use crate::client_addr_announcer::ClientAddrAnnouncer;
 use crate::config::DispatcherConfig;
 use crate::dispatcher_ops::OpsSetup;
 use crate::error::DispatcherError;
 use crate::grpc_servers::{self, ServerTask};
+use crate::init_check::{InitCheck, PeerGate, Verdict};
 use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::raft_error::raft_error;
@@ -37,11 +40,11 @@ use sluice_security::{ClientCerts, Role};
 use sluice_types::NodeId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// A running dispatcher replica.
 pub struct DispatcherHandle {
@@ -56,6 +59,9 @@ pub struct DispatcherHandle {
     ops: Option<sluice_ops::OpsServer>,
     /// Where Raft and the peer listener run (see `raft_runtime`).
     raft_runtime: RaftRuntime,
+    /// Why this replica stopped on its own after it started (its `--init` check refused once
+    /// its peers answered). A std mutex: set once, read at the end, never across `.await`.
+    failure: Arc<Mutex<Option<String>>>,
 }
 
 /// Binds `addr`, naming what it is for when that fails.
@@ -118,12 +124,42 @@ impl DispatcherHandle {
         let identity = config
             .journal_identity()
             .map_err(DispatcherError::Startup)?;
-        let if_missing = match config.init || config.join {
-            true => IfMissing::Create,
-            false => IfMissing::Refuse,
+        let network = PeerNetwork::new(
+            config.id,
+            config.faults.clone(),
+            config.raft_routes.clone(),
+            peer_caller,
+            config.peer_message_limit(),
+        );
+        let others: BTreeMap<NodeId, String> = config
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != config.id)
+            .map(|(id, addr)| (*id, addr.clone()))
+            .collect();
+        let init_check = InitCheck {
+            me: config.id,
+            peers: others,
+            network: network.clone(),
         };
-        let journal =
-            Journal::open(&config.data_dir, &identity, if_missing).map_err(data_dir_refused)?;
+        let checks_peers = config.init && !init_check.peers.is_empty();
+        // With `init`, the peers are asked before a journal is created, so a refusal leaves
+        // the data dir as it was; the answer waits at most `init_check_wait` here.
+        let mut first_verdict = None;
+        let journal = match Journal::open(&config.data_dir, &identity, IfMissing::Refuse) {
+            Err(JournalError::NoJournal { .. }) if config.init || config.join => {
+                if checks_peers {
+                    let deadline = tokio::time::Instant::now() + config.init_check_wait;
+                    match init_check.until(deadline).await {
+                        Verdict::Refuse(why) => return Err(DispatcherError::Startup(why)),
+                        verdict => first_verdict = Some(verdict),
+                    }
+                }
+                Journal::open(&config.data_dir, &identity, IfMissing::Create)
+            }
+            opened => opened,
+        }
+        .map_err(data_dir_refused)?;
         let log_store = journal.log_store::<TypeConfig>();
         let ops_log = log_store.clone();
         let ops = OpsSetup::bind(config.metrics_listen.as_deref())
@@ -146,13 +182,6 @@ impl DispatcherHandle {
         }
         .validate()
         .map_err(|e| DispatcherError::Startup(format!("raft config: {e}")))?;
-        let network = PeerNetwork::new(
-            config.id,
-            config.faults.clone(),
-            config.raft_routes.clone(),
-            peer_caller,
-            config.peer_message_limit(),
-        );
         let raft_runtime = RaftRuntime::new(config.id)?;
         let peer_listener = raft_runtime.adopt(peer_listener)?;
         let raft = raft_runtime
@@ -165,6 +194,13 @@ impl DispatcherHandle {
             ))
             .await?
             .map_err(raft_error)?;
+        // Only a new, empty journal is checked (one just created, or one that never got an
+        // entry or a vote): `init` on a restart changes nothing.
+        let check = match checks_peers && !raft.is_initialized().await.map_err(raft_error)? {
+            true => Some(init_check),
+            false => None,
+        };
+        let gate = PeerGate::new(check.is_none() || first_verdict == Some(Verdict::Proceed));
 
         let proposer = ops.proposer(&raft, config.commit_timeout);
         let liveness = Arc::new(Liveness::default());
@@ -177,6 +213,7 @@ impl DispatcherHandle {
             liveness.clone(),
             data_roots,
             LeaderWatch::spawn(&raft, shutdown.clone()),
+            network.clone(),
         );
         let timers = TimerLoop {
             id: config.id,
@@ -207,7 +244,7 @@ impl DispatcherHandle {
             raft_runtime.enter(|| {
                 grpc_servers::serve_peers(
                     peer_listener,
-                    RaftPeerService::new(raft.clone()),
+                    RaftPeerService::new(raft.clone(), gate.clone()),
                     config.peer_message_limit(),
                     peer_tls,
                     authenticator,
@@ -232,20 +269,7 @@ impl DispatcherHandle {
         } else {
             config.peers.clone()
         };
-        // Only a first start initializes: a restart's journal has the membership, and one
-        // whose log is still empty (added by `join`, or a replica whose quorum was never
-        // initialized) must not make up a cluster of its own.
-        if config.init {
-            bootstrap(&raft, config.id, &client_addr, &peers).await?;
-        }
-        info!(
-            node = config.id,
-            %addr,
-            %peer_addr,
-            data_dir = %config.data_dir.display(),
-            "dispatcher serving"
-        );
-        Ok(DispatcherHandle {
+        let handle = DispatcherHandle {
             id: config.id,
             addr,
             peer_addr,
@@ -255,7 +279,89 @@ impl DispatcherHandle {
             servers,
             ops,
             raft_runtime,
-        })
+            failure: Arc::default(),
+        };
+        let Some(check) = check else {
+            // Only a first start initializes: a restart's journal has the membership, and one
+            // whose log is still empty (added by `join`, or a replica whose quorum was never
+            // initialized) must not make up a cluster of its own.
+            if config.init {
+                if let Err(e) = bootstrap(&handle.raft, config.id, &client_addr, &peers).await {
+                    handle.shutdown().await;
+                    return Err(e);
+                }
+            }
+            handle.log_serving(&config);
+            return Ok(handle);
+        };
+        // A refusal the peers give at once is reported before this replica says it serves; when
+        // they do not answer yet (a new cluster starting), the check goes on in the background.
+        let verdict = match first_verdict {
+            Some(verdict) => verdict,
+            None => {
+                let deadline = tokio::time::Instant::now() + config.init_check_wait;
+                check.until(deadline).await
+            }
+        };
+        match verdict {
+            Verdict::Refuse(why) => {
+                handle.shutdown().await;
+                return Err(DispatcherError::Startup(why));
+            }
+            Verdict::Proceed => {
+                gate.open();
+                if let Err(e) = bootstrap(&handle.raft, config.id, &client_addr, &peers).await {
+                    handle.shutdown().await;
+                    return Err(e);
+                }
+            }
+            Verdict::Wait(silent) => {
+                info!(
+                    node = config.id,
+                    ?silent,
+                    "waiting for peers to answer the --init check before taking part in raft"
+                );
+                let raft = handle.raft.clone();
+                let shutdown = handle.shutdown.clone();
+                let failure = handle.failure.clone();
+                let id = config.id;
+                tokio::spawn(async move {
+                    let verdict = tokio::select! {
+                        verdict = check.decide() => verdict,
+                        _ = shutdown.cancelled() => return,
+                    };
+                    let refusal = match verdict {
+                        Verdict::Refuse(why) => why,
+                        _ => {
+                            gate.open();
+                            info!(
+                                node = id,
+                                "peers answered the --init check: taking part in raft"
+                            );
+                            match bootstrap(&raft, id, &client_addr, &peers).await {
+                                Ok(()) => return,
+                                Err(e) => e.to_string(),
+                            }
+                        }
+                    };
+                    error!(node = id, %refusal, "stopping");
+                    *failure.lock().expect("failure lock poisoned") = Some(refusal);
+                    shutdown.cancel();
+                });
+            }
+        }
+        handle.log_serving(&config);
+        Ok(handle)
+    }
+
+    fn log_serving(&self, config: &DispatcherConfig) {
+        info!(
+            node = self.id,
+            addr = %self.addr,
+            peer_addr = %self.peer_addr,
+            data_dir = %config.data_dir.display(),
+            "dispatcher serving"
+        );
     }
 
     pub fn id(&self) -> NodeId {
@@ -322,8 +428,13 @@ impl DispatcherHandle {
             _ = stop.cancelled() => {}
             _ = self.shutdown.cancelled() => {}
         }
+        let failure = self.failure.clone();
         self.shutdown().await;
-        Ok(())
+        let failure = failure.lock().expect("failure lock poisoned").take();
+        match failure {
+            Some(why) => Err(DispatcherError::Startup(why)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -31,7 +31,8 @@
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
 //! - `leader_watch`: who this replica believes leads, changing only with the leader or term
 //!   (the `WatchLeader` streams).
-//! - `membership`: adding and removing replicas.
+//! - `membership`: adding and removing replicas without losing the quorum.
+//! - `init_check`: a replica started with `--init` asks its peers before it takes part in Raft.
 //! - `raft_error`: the one map from openraft's errors to `DispatcherError`.
 //! - `convert`: protobuf ↔ domain conversions.
 //! - `raft_network`, `raft_service`: Raft traffic between replicas over tonic.
@@ -56,6 +57,7 @@ mod dispatcher_ops;
 mod error;
 mod grpc_servers;
 mod heartbeats;
+mod init_check;
 mod leader_watch;
 mod liveness;
 mod membership;

@@ -30,7 +30,7 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
-use sluice_proto::raft::{AnnounceRequest, RaftPayload};
+use sluice_proto::raft::{AnnounceRequest, ProbeRequest, ProbeResponse, RaftPayload};
 use sluice_security::{AuthChannel, ClientSecurity, ServerRole};
 use sluice_types::NodeId;
 use std::collections::{BTreeMap, HashMap};
@@ -132,6 +132,37 @@ impl PeerNetwork {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(status)) => Err(format!("{}: {}", status.code(), status.message())),
             Err(_) => Err(format!("no answer within {ANNOUNCE_TIMEOUT:?}")),
+        }
+    }
+}
+
+impl PeerNetwork {
+    /// Asks `peer` (at `peer_addr`, or its harness route) what it knows of its cluster and of
+    /// this replica, within `timeout`.
+    pub async fn probe(
+        &self,
+        peer: NodeId,
+        peer_addr: &str,
+        timeout: Duration,
+    ) -> Result<ProbeResponse, String> {
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.is_cut(self.local, peer))
+        {
+            return Err(format!("link {} -> {peer} is cut", self.local));
+        }
+        let addr = self.routes.get(&peer).map_or(peer_addr, String::as_str);
+        let channel = self.channel(addr)?;
+        let mut request = tonic::Request::new(ProbeRequest {
+            node_id: self.local,
+        });
+        request.set_timeout(timeout);
+        let mut client = RaftPeerClient::new(channel);
+        match tokio::time::timeout(timeout, client.probe(request)).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner()),
+            Ok(Err(status)) => Err(format!("{}: {}", status.code(), status.message())),
+            Err(_) => Err(format!("no answer within {timeout:?}")),
         }
     }
 }

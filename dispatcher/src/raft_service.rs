@@ -5,26 +5,45 @@
 //! Only peers may call it: a forged `Vote` could depose the leader and a forged append or
 //! snapshot move split cursors back. Every request is authorized as `Role::Peer` before it is
 //! decoded (the caller was authenticated by the interceptor in front of the service).
-//! `Announce` is the one request of Sluice's own: a replica's client address, recorded in the
-//! membership by the leader.
+//! `Announce` and `Probe` are Sluice's own: a replica's client address, recorded in the
+//! membership by the leader, and what this replica knows of its cluster, for a replica started
+//! with `--init` (see `init_check`). While this replica checks its own peers (its
+//! [`PeerGate`] is closed), it answers `Probe` only: Raft's calls are refused, so it votes for
+//! nobody and accepts no entries.
 
 use crate::error::DispatcherError;
+use crate::init_check::PeerGate;
 use crate::membership;
 use crate::raft_types::Raft;
 use serde::de::DeserializeOwned;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_server::RaftPeer;
-use sluice_proto::raft::{AnnounceRequest, AnnounceResponse, RaftPayload};
+use sluice_proto::raft::{
+    AnnounceRequest, AnnounceResponse, ProbeRequest, ProbeResponse, RaftPayload,
+};
 use sluice_security::{authorize, Role};
 use tonic::{Request, Response, Status};
 
 pub struct RaftPeerService {
     raft: Raft,
+    gate: PeerGate,
 }
 
 impl RaftPeerService {
-    pub fn new(raft: Raft) -> Self {
-        RaftPeerService { raft }
+    pub fn new(raft: Raft, gate: PeerGate) -> Self {
+        RaftPeerService { raft, gate }
+    }
+
+    /// Refuses Raft's calls while this replica checks its peers (`--init`).
+    fn check_gate(&self) -> Result<(), Status> {
+        match self.gate.is_open() {
+            true => Ok(()),
+            false => Err(DispatcherError::QuorumUnavailable(format!(
+                "replica {} takes no part in Raft until its peers have answered its --init check",
+                self.raft.metrics().borrow().id
+            ))
+            .into()),
+        }
     }
 }
 
@@ -48,26 +67,24 @@ impl RaftPeer for RaftPeerService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        reply(
-            self.raft
-                .append_entries(decode(request, "AppendEntries")?)
-                .await,
-        )
+        let request = decode(request, "AppendEntries")?;
+        self.check_gate()?;
+        reply(self.raft.append_entries(request).await)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        reply(self.raft.vote(decode(request, "Vote")?).await)
+        let request = decode(request, "Vote")?;
+        self.check_gate()?;
+        reply(self.raft.vote(request).await)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        reply(
-            self.raft
-                .install_snapshot(decode(request, "InstallSnapshot")?)
-                .await,
-        )
+        let request = decode(request, "InstallSnapshot")?;
+        self.check_gate()?;
+        reply(self.raft.install_snapshot(request).await)
     }
 
     async fn announce(
@@ -78,5 +95,27 @@ impl RaftPeer for RaftPeerService {
         let req = request.into_inner();
         membership::set_client_addr(&self.raft, req.node_id, req.addr).await?;
         Ok(Response::new(AnnounceResponse {}))
+    }
+
+    async fn probe(
+        &self,
+        request: Request<ProbeRequest>,
+    ) -> Result<Response<ProbeResponse>, Status> {
+        authorize(&request, "Probe", &[Role::Peer])?;
+        let asker = request.into_inner().node_id;
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let member = membership.get_node(&asker);
+        Ok(Response::new(ProbeResponse {
+            initialized: metrics.last_log_index.is_some()
+                || metrics.vote != openraft::Vote::default(),
+            voters: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            leader: metrics.current_leader.unwrap_or(0),
+            member: member.is_some(),
+            member_addr: member.map(|n| n.addr.clone()).unwrap_or_default(),
+            has_log: metrics.last_log_index.is_some(),
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+        }))
     }
 }

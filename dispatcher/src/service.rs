@@ -18,6 +18,7 @@ use crate::leader_watch::LeaderWatch;
 use crate::liveness::Liveness;
 use crate::membership;
 use crate::proposer::ProposerHandle;
+use crate::raft_network::PeerNetwork;
 use crate::raft_types::{Raft, StateHandle};
 use crate::registration::{check_definition_size, Registration};
 use crate::state::{DispatcherState, JobOptions, Rejection};
@@ -36,6 +37,7 @@ use sluice_types::{
 };
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_stream::wrappers::WatchStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status};
@@ -56,12 +58,16 @@ pub struct DispatcherService {
     max_definition_bytes: usize,
     /// Who this replica believes leads, for `WatchLeader`.
     leaders: LeaderWatch,
+    /// Raft's connections to the other replicas (`RemoveNode` asks which voters answer).
+    peers: PeerNetwork,
 }
 
 impl DispatcherService {
     /// A service for the replica configured by `config`: its id, the worker long-poll bound
     /// (from the worker timeout), the quorum lease (the election timeout's upper bound) and the
-    /// static-sharding worker list.
+    /// static-sharding worker list. `peers` are Raft's connections, which `RemoveNode` uses to
+    /// ask the voters whether they answer.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: &DispatcherConfig,
         raft: Raft,
@@ -70,6 +76,7 @@ impl DispatcherService {
         liveness: Arc<Liveness>,
         data_roots: DataRoots,
         leaders: LeaderWatch,
+        peers: PeerNetwork,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout);
         DispatcherService {
@@ -81,6 +88,7 @@ impl DispatcherService {
             task_remover: TaskRemover::default(),
             max_definition_bytes: config.max_definition_bytes(),
             leaders,
+            peers,
         }
     }
 
@@ -333,7 +341,12 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::AddNodeResponse>, Status> {
         authorize(&request, "AddNode", access::ADMIN)?;
         let req = request.into_inner();
-        let voters = membership::add_voter(&self.raft, req.node_id, req.peer_addr).await?;
+        let catch_up = match req.catch_up_timeout_ms {
+            0 => membership::DEFAULT_CATCH_UP_TIMEOUT,
+            ms => Duration::from_millis(ms),
+        };
+        let voters =
+            membership::add_voter(&self.raft, req.node_id, req.peer_addr, catch_up).await?;
         Ok(Response::new(pb::AddNodeResponse { voters }))
     }
 
@@ -342,7 +355,9 @@ impl Dispatcher for DispatcherService {
         request: GrpcRequest<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
         authorize(&request, "RemoveNode", access::ADMIN)?;
-        let voters = membership::remove_voter(&self.raft, request.into_inner().node_id).await?;
+        let req = request.into_inner();
+        let voters =
+            membership::remove_member(&self.raft, &self.peers, req.node_id, req.force).await?;
         Ok(Response::new(pb::RemoveNodeResponse { voters }))
     }
 

@@ -210,11 +210,88 @@ async fn each_bad_request_gets_the_code_of_its_error() {
                 c.add_node(pb::AddNodeRequest {
                     node_id: 2,
                     peer_addr: String::new(),
+                    ..Default::default()
                 })
                 .await,
             ),
             Code::InvalidArgument,
-            "`peer_addr` is required",
+            "peer address \"\" is empty",
+        ),
+        (
+            "add_node at a peer address with a NUL",
+            failure(
+                c.add_node(pb::AddNodeRequest {
+                    node_id: 2,
+                    peer_addr: "\0junk".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "peer address \"\\0junk\" holds the control character '\\0'",
+        ),
+        (
+            "add_node of node 0",
+            failure(
+                c.add_node(pb::AddNodeRequest {
+                    node_id: 0,
+                    peer_addr: "127.0.0.1:1".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "node id 0 is not valid",
+        ),
+        (
+            "add_node of a voter",
+            failure(
+                c.add_node(pb::AddNodeRequest {
+                    node_id: 1,
+                    peer_addr: "127.0.0.1:1".into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "node 1 is already a voter (voters {1})",
+        ),
+        (
+            "add_node at the peer address of a member",
+            failure(
+                c.add_node(pb::AddNodeRequest {
+                    node_id: 2,
+                    peer_addr: handle.peer_addr().to_string(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::InvalidArgument,
+            "is already node 1's",
+        ),
+        (
+            "remove_node of a node that is no member",
+            failure(
+                c.remove_node(pb::RemoveNodeRequest {
+                    node_id: 7,
+                    ..Default::default()
+                })
+                .await,
+            ),
+            Code::NotFound,
+            "node 7 is not a member (voters {1}, learners {})",
+        ),
+        (
+            "remove_node of the last voter, even forced",
+            failure(
+                c.remove_node(pb::RemoveNodeRequest {
+                    node_id: 1,
+                    force: true,
+                })
+                .await,
+            ),
+            Code::FailedPrecondition,
+            "node 1 is the last voter; removing it would leave no quorum",
         ),
     ];
     for (name, (code, message), expected_code, expected_message) in cases {
@@ -285,6 +362,7 @@ async fn raft_is_served_only_on_the_peer_port_and_the_client_api_only_on_the_cli
                 .add_node(pb::AddNodeRequest {
                     node_id: 9,
                     peer_addr: "127.0.0.1:1".into(),
+                    ..Default::default()
                 })
                 .await
                 .map(drop),

@@ -230,7 +230,10 @@ def add_node(service: Service, node_id: int, peer_address: str) -> List[int]:
     """Adds replica ``node_id``, started with ``DispatcherConfig(join=True)`` and serving Raft
     at ``peer_address`` (its :attr:`DispatchServer.peer_address`), to the quorum at
     ``service``: it joins as a learner, catches up, then votes; it records its client address
-    itself. Returns the voters after the change. The same as ``sluice admin add-node``; replicas
+    itself. Returns the voters after the change. A replica that has not caught up within 30
+    seconds is removed again and ``FailedPreconditionError`` names it (the voters stay as they
+    were); an id that is already a member, id 0, or a peer address that is not ``host:port``
+    raises ``InvalidArgumentError``. The same as ``sluice admin add-node``; replicas
     started this way need no peer list agreed in advance, so every one can take port 0::
 
         >>> import sluice
@@ -248,7 +251,9 @@ def add_node(service: Service, node_id: int, peer_address: str) -> List[int]:
 
 def remove_node(service: Service, node_id: int) -> List[int]:
     """Removes replica ``node_id`` from the quorum at ``service`` (even the leader: the others
-    elect a new one). Returns the voters after the change."""
+    elect a new one). Returns the voters after the change. A removal after which the voters
+    answering the leader would be no majority raises ``FailedPreconditionError``; a node that is
+    no member raises ``NotFoundError``."""
     return list(_native.remove_node(_service(service), int(node_id)))
 
 

@@ -62,9 +62,11 @@ def test_a_trainers_token_may_not_change_the_quorum(secure, no_credentials_in_en
         sluice.remove_node(dispatcher.target, 7)
     assert "needs the admin role" in str(e.value)
     # The cluster's token file presents its admin line for membership changes (node 7 is no
-    # member: the voters stay as they are).
+    # member, which is the answer: the voters stay as they are).
     no_credentials_in_env.setenv("SLUICE_AUTH_TOKEN_FILE", str(certs / "tokens"))
-    assert sluice.remove_node(dispatcher.target, 7) == [1]
+    with pytest.raises(errors.NotFoundError) as e:
+        sluice.remove_node(dispatcher.target, 7)
+    assert "node 7 is not a member (voters {1}" in str(e.value)
 
 
 def test_a_trainer_without_the_ca_is_told_the_dispatcher_speaks_tls(secure, no_credentials_in_env):  # type: ignore[no-untyped-def]

@@ -35,6 +35,8 @@ use std::time::Duration;
 const REMOVAL_WAIT: Duration = Duration::from_secs(11);
 /// Membership changes wait for the new replica to catch up.
 const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
+/// The dispatcher's catch-up deadline of `add_node` when the caller names none.
+const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);
 
 /// A clone-able client of the dispatcher quorum.
 #[derive(Clone)]
@@ -481,22 +483,36 @@ impl DispatcherClient {
     }
 
     /// Adds replica `node_id`, whose Raft peer listener is at `peer_addr`, to the quorum (as a
-    /// learner, then a voter). The replica must be running with `join` set; its client address
-    /// enters the membership once it has caught up and recorded it. Returns the voters after the
-    /// change.
+    /// learner, then a voter once it has caught up). The replica must be running with `join`
+    /// set; its client address enters the membership once it has caught up and recorded it.
+    /// Returns the voters after the change. Waits the dispatcher's default catch-up deadline.
     pub async fn add_node(
         &self,
         node_id: NodeId,
         peer_addr: &str,
     ) -> Result<Vec<NodeId>, RpcError> {
+        self.add_node_within(node_id, peer_addr, None).await
+    }
+
+    /// [`DispatcherClient::add_node`], with a catch-up deadline (`None`: the dispatcher's
+    /// default, 30 s). A replica that has not caught up by then is refused
+    /// (`FailedPrecondition`, naming it) and the voters stay as they were.
+    pub async fn add_node_within(
+        &self,
+        node_id: NodeId,
+        peer_addr: &str,
+        catch_up: Option<Duration>,
+    ) -> Result<Vec<NodeId>, RpcError> {
         let request = pb::AddNodeRequest {
             node_id,
             peer_addr: peer_addr.to_string(),
+            catch_up_timeout_ms: catch_up.map_or(0, |d| d.as_millis().max(1) as u64),
         };
+        let poll = catch_up.unwrap_or(DEFAULT_CATCH_UP) + MEMBERSHIP_WAIT;
         let response = self
             .inner
             .quorum
-            .call("add_node", Wait::Poll(MEMBERSHIP_WAIT), |mut c, timeout| {
+            .call("add_node", Wait::Poll(poll), |mut c, timeout| {
                 let request = timed(request.clone(), timeout);
                 async move { c.add_node(request).await }
             })
@@ -504,8 +520,19 @@ impl DispatcherClient {
         Ok(response.voters)
     }
 
-    /// Removes replica `node_id` from the quorum. Returns the voters after the change.
+    /// Removes replica `node_id` from the quorum. Returns the voters after the change. A
+    /// removal that would leave the voters answering the leader no majority is refused
+    /// (`FailedPrecondition`) unless `force`.
     pub async fn remove_node(&self, node_id: NodeId) -> Result<Vec<NodeId>, RpcError> {
+        self.remove_node_with(node_id, false).await
+    }
+
+    /// [`DispatcherClient::remove_node`], forced or not.
+    pub async fn remove_node_with(
+        &self,
+        node_id: NodeId,
+        force: bool,
+    ) -> Result<Vec<NodeId>, RpcError> {
         let response = self
             .inner
             .quorum
@@ -513,7 +540,7 @@ impl DispatcherClient {
                 "remove_node",
                 Wait::Poll(MEMBERSHIP_WAIT),
                 |mut c, timeout| {
-                    let request = timed(pb::RemoveNodeRequest { node_id }, timeout);
+                    let request = timed(pb::RemoveNodeRequest { node_id, force }, timeout);
                     async move { c.remove_node(request).await }
                 },
             )

@@ -38,6 +38,9 @@ pub fn local_dispatcher_config(
         heartbeat_interval: Duration::from_millis(50),
         election_timeout: (Duration::from_millis(150), Duration::from_millis(300)),
         worker_timeout: Duration::from_secs(2),
+        // Replicas start one after another in one process, so the first one's peers cannot
+        // answer its `init` check yet: it goes on in the background at once.
+        init_check_wait: Duration::ZERO,
         ..DispatcherConfig::default()
     }
 }

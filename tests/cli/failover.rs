@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 /// cluster, credentials on a secure one.
 #[derive(Default)]
 pub(crate) struct Flags {
-    dispatcher: Vec<String>,
+    pub(crate) dispatcher: Vec<String>,
     /// One list per worker.
     workers: Vec<Vec<String>>,
     /// `sluice read` and `sluice status`.
-    client: Vec<String>,
+    pub(crate) client: Vec<String>,
     /// `sluice admin`.
-    admin: Vec<String>,
+    pub(crate) admin: Vec<String>,
 }
 
 impl Flags {
@@ -30,7 +30,7 @@ impl Flags {
 
     /// TLS and tokens everywhere, from the files of `sluice certs` in `creds` (workers `a`
     /// and `b`, each with its own certificate and token).
-    fn secure(creds: &tempfile::TempDir) -> Flags {
+    pub(crate) fn secure(creds: &tempfile::TempDir) -> Flags {
         let caller = |token: &str| {
             vec![
                 "--tls-ca".into(),
@@ -91,7 +91,7 @@ pub(crate) fn wait_leader(addrs: &str, flags: &Flags) -> u64 {
 
 /// A replica's arguments, serving clients at `listen` and Raft at `peer_listen`; `start` is
 /// `--init` or `--join` on a first start, empty on a restart.
-fn replica_args(
+pub(crate) fn replica_args(
     id: u64,
     dir: &std::path::Path,
     start: Option<&str>,
@@ -117,7 +117,7 @@ fn replica_args(
     args
 }
 
-fn spawn(args: &[String]) -> SluiceProcess {
+pub(crate) fn spawn(args: &[String]) -> SluiceProcess {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     SluiceProcess::spawn(bin(), &args, STARTUP).expect("dispatcher started")
 }

@@ -6,6 +6,7 @@ mod data_dir_identity;
 mod data_roots;
 mod deploy_manifests;
 mod failover;
+mod membership;
 mod memory;
 mod observability;
 mod parse_example;

@@ -143,10 +143,13 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
     let new = cluster.start_joining_replica().await?;
     let peer_addr = cluster.replica_peer_addr(new).expect("started").to_string();
     assert_eq!(client.add_node(new, &peer_addr).await?, vec![1, 2, 3, 4]);
-    assert_eq!(
-        client.add_node(new, &peer_addr).await?,
-        vec![1, 2, 3, 4],
-        "adding a voter again changes nothing"
+    let again = client
+        .add_node(new, &peer_addr)
+        .await
+        .map_err(ClientError::from);
+    assert!(
+        matches!(&again, Err(ClientError::InvalidArgument(m)) if m.contains("node 4 is already a voter (voters {1, 2, 3, 4})")),
+        "adding a voter again is refused and changes nothing: {again:?}"
     );
     cluster.wait_caught_up(new, Duration::from_secs(20)).await?;
     info!("--- the new replica's client address enters the membership");
@@ -200,9 +203,89 @@ async fn replicas_are_added_and_removed_through_joint_consensus() -> anyhow::Res
         .await
         .map_err(ClientError::from);
     assert!(
-        err.is_ok() || matches!(err, Err(ClientError::FailedPrecondition(_))),
+        matches!(&err, Err(ClientError::NotFound(m)) if m.contains("node 99 is not a member")),
         "{err:?}"
     );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// A peer address where nothing listens: a port bound, then released.
+async fn unreachable_peer_addr() -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_replica_stays_out_of_the_voters_and_the_quorum_keeps_writing(
+) -> anyhow::Result<()> {
+    let mut cluster = sluice_tests::start_cluster(3, 0).await?;
+    let client = cluster.client();
+    client
+        .register_dataset(&Dataset::range(3), &RegisterOptions::default())
+        .await?;
+
+    info!("--- node 4 at an address where nothing listens does not catch up, and is removed");
+    let nowhere = unreachable_peer_addr().await?;
+    let err = client
+        .add_node_within(4, &nowhere, Some(Duration::from_secs(2)))
+        .await
+        .map_err(ClientError::from);
+    let Err(ClientError::FailedPrecondition(message)) = &err else {
+        panic!("expected a refusal, got {err:?}");
+    };
+    assert!(
+        message.contains(&format!(
+            "node 4 at peer address {nowhere} did not catch up within 2s"
+        )) && message.contains("the voters are unchanged ({1, 2, 3})")
+            && message.contains("it was removed as a learner"),
+        "{message}"
+    );
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    let membership = cluster
+        .replica(leader)
+        .expect("running")
+        .raft()
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .clone();
+    assert_eq!(membership.voter_ids().collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(membership.learner_ids().count(), 0, "{membership:?}");
+
+    info!("--- with one replica stopped, two of three voters still commit writes");
+    let stopped = if leader == 3 { 2 } else { 3 };
+    cluster.kill(stopped).await?;
+    client
+        .register_dataset(&Dataset::range(4), &RegisterOptions::default())
+        .await?;
+
+    info!(
+        "--- removing a live voter would leave the live ones no majority: refused, unless forced"
+    );
+    let live_follower = (1..=3)
+        .find(|id| *id != leader && *id != stopped)
+        .expect("a third");
+    let err = client
+        .remove_node(live_follower)
+        .await
+        .map_err(ClientError::from);
+    assert!(
+        matches!(&err, Err(ClientError::FailedPrecondition(m))
+            if m.contains(&format!("removing node {live_follower} would leave voters"))
+                && m.contains("pass --force")),
+        "{err:?}"
+    );
+    info!("--- the stopped voter may be removed: the two live ones remain a majority");
+    let mut voters = client.remove_node(stopped).await?;
+    voters.sort_unstable();
+    let mut want = vec![leader, live_follower];
+    want.sort_unstable();
+    assert_eq!(voters, want);
+    client
+        .register_dataset(&Dataset::range(5), &RegisterOptions::default())
+        .await?;
     cluster.shutdown().await;
     Ok(())
 }

@@ -219,6 +219,10 @@ async fn call_everything(
                             .await,
                     ),
                 ),
+                (
+                    "Probe",
+                    code(r.probe(sluice_proto::raft::ProbeRequest::default()).await),
+                ),
             ]);
         }
     }
@@ -264,7 +268,13 @@ const DISPATCHER_RPCS: [&str; 14] = [
     "WorkerHeartbeat",
     "WorkerUpdate",
 ];
-const PEER_RPCS: [&str; 4] = ["Announce", "AppendEntries", "InstallSnapshot", "Vote"];
+const PEER_RPCS: [&str; 5] = [
+    "Announce",
+    "AppendEntries",
+    "InstallSnapshot",
+    "Probe",
+    "Vote",
+];
 const ADMIN_RPCS: [&str; 2] = ["AddNode", "RemoveNode"];
 const WORKER_RPCS: [&str; 4] = [
     "LeaseSplits",
