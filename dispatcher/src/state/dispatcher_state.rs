@@ -224,6 +224,11 @@ impl DispatcherState {
                 num_splits,
                 ctx.time_micros,
             ),
+            Update::FailCrashedTasks {
+                worker,
+                task_ids,
+                signal,
+            } => Ok(self.fail_crashed_tasks(worker, task_ids, signal)),
         }
     }
 }

@@ -93,6 +93,9 @@ pub struct Iteration {
     pub pending_tasks: VecDeque<PendingTask>,
     /// Coordinated reads: the highest round a consumer reported.
     pub round_estimate: u64,
+    /// Why the iteration was failed (one of its tasks crashed its worker); `None` while it was
+    /// not. A failed iteration gets no new tasks and its readers get this error.
+    pub failure: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -46,6 +46,7 @@ impl DispatcherState {
                         garbage_collected: false,
                         pending_tasks: Default::default(),
                         round_estimate: 0,
+                        failure: None,
                     },
                 );
                 self.iteration_keys.insert(key, id);

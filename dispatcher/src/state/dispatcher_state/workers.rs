@@ -63,6 +63,7 @@ impl DispatcherState {
             .map(|p| p.task_id)
             .chain(iteration.tasks.iter().copied());
         !iteration.finished
+            && iteration.failure.is_none()
             && !pending
                 .map(|t| &self.tasks[&t])
                 .any(|t| t.worker == worker && !t.dropped)
