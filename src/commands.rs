@@ -224,6 +224,7 @@ fn dispatcher_client(
 }
 
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
+    register_test_functions();
     let client = dispatcher_client(
         &args.dispatcher,
         RetryConfig::default(),
@@ -295,6 +296,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
 }
 
 pub async fn register(args: RegisterArgs) -> anyhow::Result<()> {
+    register_test_functions();
     let client = dispatcher_client(
         &args.dispatcher,
         RetryConfig::default(),

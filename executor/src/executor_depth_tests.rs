@@ -64,7 +64,10 @@ fn a_chain_at_the_op_limit_runs_to_its_end_on_a_small_stack() {
 fn a_chain_dropped_mid_stream_and_client_side_ops_fit_a_small_stack() {
     on_small_stack(|| {
         let mut it = iterate(&chain(DEFAULT_MAX_PIPELINE_OPS), &options()).unwrap();
-        assert_eq!(it.next().map(|e| e.unwrap().to_json()), Some(serde_json::json!(0)));
+        assert_eq!(
+            it.next().map(|e| e.unwrap().to_json()),
+            Some(serde_json::json!(0))
+        );
         drop(it);
         let ops = maps(DEFAULT_MAX_PIPELINE_OPS);
         let input = iterate(&Dataset::range(3).into_def(), &ExecOptions::default()).unwrap();

@@ -73,7 +73,10 @@ impl Drop for FactoryCell {
 pub(crate) fn guard_factory(upstream: Factory) -> Factory {
     let cell = FactoryCell(Some(upstream));
     Arc::new(move || {
-        let upstream = cell.0.as_ref().expect("a factory cell is emptied only when dropped");
+        let upstream = cell
+            .0
+            .as_ref()
+            .expect("a factory cell is emptied only when dropped");
         stacker::maybe_grow(RED_ZONE, SEGMENT, || upstream()).map(guard_iter)
     })
 }

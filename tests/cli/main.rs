@@ -9,6 +9,7 @@ mod failover;
 mod memory;
 mod observability;
 mod parse_example;
+mod pipeline_limits;
 mod python_workers;
 mod reading;
 mod security;

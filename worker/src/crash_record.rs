@@ -153,7 +153,11 @@ fn install_handlers() {
     }
 }
 
-extern "C" fn on_fatal(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+extern "C" fn on_fatal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
     if !WRITTEN.swap(true, Ordering::SeqCst) {
         write_record(signal);
     }
@@ -194,11 +198,27 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_
     }
 }
 
+/// The bytes of one record: 256 tasks of 20 digits, the address and the signal fit.
+const RECORD_BYTES: usize = 8192;
+
 /// A fixed buffer the record is formatted into, without allocating.
 struct Record {
-    bytes: [u8; 8192],
+    bytes: [u8; RECORD_BYTES],
     len: usize,
 }
+
+/// The one record a process writes. Static, not on the stack: the handler runs on the small
+/// alternate signal stack (a stack overflow leaves no other), which a buffer this size would
+/// overflow.
+struct RecordCell(std::cell::UnsafeCell<Record>);
+
+// SAFETY: only the handler that set `WRITTEN` first touches it, once.
+unsafe impl Sync for RecordCell {}
+
+static RECORD: RecordCell = RecordCell(std::cell::UnsafeCell::new(Record {
+    bytes: [0; RECORD_BYTES],
+    len: 0,
+}));
 
 impl Record {
     fn push(&mut self, text: &[u8]) {
@@ -236,10 +256,8 @@ fn write_record(signal: libc::c_int) {
     let (Some(path), Some(address)) = (PATH.get(), ADDRESS.get()) else {
         return;
     };
-    let mut record = Record {
-        bytes: [0; 8192],
-        len: 0,
-    };
+    // SAFETY: the caller set `WRITTEN` first; no other code touches `RECORD`.
+    let record = unsafe { &mut *RECORD.0.get() };
     record.push(b"signal ");
     record.push(signal_name(signal));
     record.push(b"\naddress ");
@@ -313,7 +331,7 @@ mod tests {
     #[test]
     fn a_record_formats_numbers_without_allocating() {
         let mut record = Record {
-            bytes: [0; 8192],
+            bytes: [0; RECORD_BYTES],
             len: 0,
         };
         for v in [0, 7, 4001, u64::MAX] {

@@ -16,8 +16,8 @@ use sluice_element::PythonRunner;
 use sluice_executor::MemoryBudget;
 use sluice_formats::DataRoots;
 use sluice_ops::{OpsServer, RpcMetricsLayer};
-use sluice_pyexec::ExecutorPool;
 use sluice_proto::dispatcher::CrashReport;
+use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, WorkerHeartbeat,
 };
