@@ -27,7 +27,7 @@ const SEGMENT: usize = 4 * 1024 * 1024;
 
 /// Whether the chain gets a guard after its `index`-th op (0-based).
 pub(crate) fn guard_after(index: usize) -> bool {
-    (index + 1) % GUARD_EVERY == 0
+    (index + 1).is_multiple_of(GUARD_EVERY)
 }
 
 struct GuardedIter {
