@@ -265,6 +265,8 @@ pub struct DispatcherArgs {
     /// every replica); larger ones are refused before they reach the Raft log.
     #[arg(long, value_parser = parse_size, default_value = "16MiB")]
     pub max_definition_size: u64,
+    #[command(flatten)]
+    pub pipeline_limits: PipelineLimitArgs,
     /// Fixed worker list for static sharding (file, data, file_or_data, hint), the same on every
     /// replica: `HOST:PORT`, `HOST` or `HOST:%port%` (any port) entries, comma-separated. A
     /// worker's index is the position of its entry.
@@ -301,6 +303,19 @@ fn parse_optional_duration(text: &str) -> Result<Option<Duration>, humantime::Du
     }
 }
 
+/// How large a definition a server builds (dispatcher and worker alike).
+#[derive(Args, Debug)]
+pub struct PipelineLimitArgs {
+    /// The most ops a dataset definition may have; a larger one is refused with
+    /// INVALID_ARGUMENT (at registration on a dispatcher, before its task runs on a worker).
+    #[arg(long, value_name = "N", default_value_t = sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS)]
+    pub max_pipeline_ops: usize,
+    /// The deepest nesting of tuples and dicts a definition may hold (in a from_slices
+    /// source, or a Python op's output spec).
+    #[arg(long, value_name = "N", default_value_t = sluice_pipeline::DEFAULT_MAX_PIPELINE_DEPTH)]
+    pub max_pipeline_depth: usize,
+}
+
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
     /// Dispatcher replicas, comma-separated.
@@ -330,6 +345,14 @@ pub struct WorkerArgs {
     /// cannot fail another's small ones; same units. Default: an eighth of the budget.
     #[arg(long, value_parser = parse_size)]
     pub memory_reserve: Option<u64>,
+    #[command(flatten)]
+    pub pipeline_limits: PipelineLimitArgs,
+    /// A directory kept across restarts (created if missing): a fatal signal (abort, stack
+    /// overflow, segfault) records there the tasks it interrupted, and the next start reports
+    /// them, so their iterations fail instead of crashing other workers. Give each worker its
+    /// own. Without it, no records are kept.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
     /// A directory tasks may read files below (repeatable). Without one, every file is

@@ -70,6 +70,7 @@ fn stop_on_signal() -> CancellationToken {
 }
 
 pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
+    register_test_functions();
     let id = args.id.resolve()?;
     let peers = DispatcherConfig::parse_peers(&args.peers).map_err(anyhow::Error::msg)?;
     // With a peer list and no --peer-listen, take Raft traffic at this node's entry in it.
@@ -102,6 +103,8 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         security: args.security.load()?,
         data_roots: args.data_roots,
         max_definition_size: args.max_definition_size,
+        max_pipeline_ops: args.pipeline_limits.max_pipeline_ops,
+        max_pipeline_depth: args.pipeline_limits.max_pipeline_depth,
         metrics_listen: args.metrics_listen,
         ..DispatcherConfig::default()
     };
@@ -125,6 +128,7 @@ fn release_freed_memory() {
 }
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    register_test_functions();
     let defaults = WorkerConfig::default();
     let config = WorkerConfig {
         dispatcher: args.dispatcher,
@@ -147,6 +151,9 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         split_lease: args.split_lease.unwrap_or(defaults.split_lease),
         lease_observer: args.print_leases.then(lease_printer),
         metrics_listen: args.metrics_listen,
+        max_pipeline_ops: args.pipeline_limits.max_pipeline_ops,
+        max_pipeline_depth: args.pipeline_limits.max_pipeline_depth,
+        state_dir: args.state_dir,
         ..defaults
     };
     let handle = WorkerHandle::start(config).await?;
@@ -154,6 +161,20 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     ready("worker", handle.addr(), extra)?;
     handle.run_until(stop_on_signal()).await;
     Ok(())
+}
+
+/// Debug builds only, and only with `SLUICE_TEST_ABORT_FUNCTION=1` in the environment: the map
+/// function `abort_worker`, which aborts the process running it. The tests use it to crash a
+/// worker from inside a task; no release build has it.
+fn register_test_functions() {
+    #[cfg(debug_assertions)]
+    if std::env::var_os("SLUICE_TEST_ABORT_FUNCTION").is_some_and(|v| v == "1") {
+        sluice_pipeline::FunctionRegistry::global().register_map(
+            "abort_worker",
+            Arc::new(|spec: &sluice_element::ElementSpec| Ok(spec.clone())),
+            Arc::new(|_| std::process::abort()),
+        );
+    }
 }
 
 /// `--print-leases`: every split lease as one `LEASE <json>` line on stdout, written whole and
@@ -204,6 +225,7 @@ fn dispatcher_client(
 }
 
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
+    register_test_functions();
     let client = dispatcher_client(
         &args.dispatcher,
         RetryConfig::default(),
@@ -275,6 +297,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
 }
 
 pub async fn register(args: RegisterArgs) -> anyhow::Result<()> {
+    register_test_functions();
     let client = dispatcher_client(
         &args.dispatcher,
         RetryConfig::default(),

@@ -155,6 +155,7 @@ pub fn status_json(
                 "iteration_id": it.id.0, "job_id": it.job_id.0, "repetition": it.repetition,
                 "tasks": it.tasks.iter().map(|t| t.0).collect::<Vec<_>>(),
                 "num_clients": it.num_clients, "finished": it.finished, "split_cursors": cursors,
+                "failure": state.iteration_failure(it.id),
                 "pending_tasks": it.pending_tasks.iter()
                     .map(|p| json!({"task_id": p.task_id.0, "target_round": p.target_round}))
                     .collect::<Vec<_>>(),

@@ -97,6 +97,12 @@ pub struct DispatcherConfig {
     /// needs a longer heartbeat. Every replica must run with the same value: it also sets how
     /// large a Raft message the peers accept.
     pub max_definition_size: u64,
+    /// The most ops a registered definition may have (`--max-pipeline-ops`); more is refused
+    /// with `InvalidArgument` before anything else is done with it.
+    pub max_pipeline_ops: usize,
+    /// The deepest nesting of tuples and dicts a registered definition may hold
+    /// (`--max-pipeline-depth`).
+    pub max_pipeline_depth: usize,
     /// Where the operations listener serves `/metrics`, `/live`, `/ready` and the status page
     /// (plain HTTP, read-only); port 0 binds a free port. `None`: no such listener.
     pub metrics_listen: Option<String>,
@@ -145,6 +151,8 @@ impl Default for DispatcherConfig {
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
             max_definition_size: DEFAULT_MAX_DEFINITION_SIZE,
+            max_pipeline_ops: sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS,
+            max_pipeline_depth: sluice_pipeline::DEFAULT_MAX_PIPELINE_DEPTH,
             metrics_listen: None,
         }
     }
@@ -209,7 +217,21 @@ impl DispatcherConfig {
                 self.max_definition_size
             ));
         }
+        if self.max_pipeline_ops == 0 || self.max_pipeline_depth == 0 {
+            return Err(format!(
+                "--max-pipeline-ops {} and --max-pipeline-depth {} must be positive",
+                self.max_pipeline_ops, self.max_pipeline_depth
+            ));
+        }
         Ok(())
+    }
+
+    /// The pipeline limits registrations are checked against.
+    pub fn pipeline_limits(&self) -> sluice_pipeline::PipelineLimits {
+        sluice_pipeline::PipelineLimits {
+            max_ops: self.max_pipeline_ops,
+            max_depth: self.max_pipeline_depth,
+        }
     }
 
     /// The identity this replica's journal must have: its cluster id and node id.

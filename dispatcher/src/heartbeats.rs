@@ -116,6 +116,9 @@ impl Heartbeats {
         self.reader
             .read(|s| access::check_worker(s, caller, &req.worker_address))?;
         self.liveness.worker_seen(&req.worker_address);
+        if let Some(crash) = &req.crash {
+            self.report_crash(crash, caller).await?;
+        }
         let poll = Duration::from_millis(req.poll_timeout_ms).min(self.max_worker_poll);
         let deadline = poll_deadline(poll);
         self.reader.linearizable().await?;
@@ -155,6 +158,41 @@ impl Heartbeats {
                 },
             )
             .await
+    }
+}
+
+impl Heartbeats {
+    /// A worker's previous run crashed while running `crash.task_ids`: their iterations are
+    /// failed (through the log) before the worker registers again, so neither it nor any
+    /// other worker is given those tasks again. The caller must be allowed to act for the
+    /// crashed run's address and its tasks, as for finishing them.
+    async fn report_crash(
+        &self,
+        crash: &pb::CrashReport,
+        caller: &Identity,
+    ) -> Result<(), DispatcherError> {
+        let tasks: Vec<TaskId> = crash.task_ids.iter().map(|t| TaskId(*t)).collect();
+        if crash.worker_address.is_empty() || crash.signal.is_empty() || tasks.is_empty() {
+            return Err(DispatcherError::InvalidArgument(
+                "a crash report needs the crashed worker's address, its signal and its tasks"
+                    .into(),
+            ));
+        }
+        self.reader
+            .read(|s| access::check_finish(s, caller, &crash.worker_address, &tasks))?;
+        self.reader.check_quorum()?;
+        let failed = self
+            .proposer
+            .fail_crashed_tasks(crash.worker_address.clone(), tasks, crash.signal.clone())
+            .await?;
+        tracing::warn!(
+            worker = %crash.worker_address,
+            signal = %crash.signal,
+            tasks = ?crash.task_ids,
+            iterations = ?failed,
+            "a worker's previous run crashed running these tasks; their iterations are failed"
+        );
+        Ok(())
     }
 }
 
@@ -210,7 +248,10 @@ fn client_changed(
     known: &KnownTasks,
 ) -> Result<bool, DispatcherError> {
     let iteration = iteration_of(state, client_id)?;
-    Ok(iteration.finished || !iteration.pending_tasks.is_empty() || !known.current(iteration))
+    Ok(iteration.finished
+        || state.iteration_failure(iteration.id).is_some()
+        || !iteration.pending_tasks.is_empty()
+        || !known.current(iteration))
 }
 
 /// A client's tasks (left out when the client's list is current and it asked for that) and
@@ -236,6 +277,10 @@ fn client_view(
         block_round: iteration.pending_tasks.front().map(|p| p.target_round),
         tasks,
         tasks_unchanged,
+        iteration_failure: state
+            .iteration_failure(iteration.id)
+            .unwrap_or_default()
+            .to_string(),
     };
     Ok(response)
 }

@@ -323,6 +323,25 @@ impl ProposerHandle {
         }
     }
 
+    /// Fails the iterations of tasks a crashed run of `worker` was running; returns those
+    /// failed now.
+    pub async fn fail_crashed_tasks(
+        &self,
+        worker: String,
+        task_ids: Vec<TaskId>,
+        signal: String,
+    ) -> Result<Vec<IterationId>, DispatcherError> {
+        let update = Update::FailCrashedTasks {
+            worker,
+            task_ids,
+            signal,
+        };
+        match self.accepted(None, update).await? {
+            (_, Outcome::IterationsFailed { iterations }) => Ok(iterations),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
     /// The pending task's target round after the update (`None`: no task is pending).
     pub async fn client_rounds(
         &self,
@@ -442,6 +461,11 @@ fn approx_bytes(update: &Update) -> usize {
             } => address.len() + strings(tags) + strings(worker_addresses) + owner.len(),
             Update::GetOrCreateJob { job_name, .. } => job_name.as_ref().map_or(0, String::len),
             Update::FinishTasks { worker, task_ids } => worker.len() + 8 * task_ids.len(),
+            Update::FailCrashedTasks {
+                worker,
+                task_ids,
+                signal,
+            } => worker.len() + 8 * task_ids.len() + signal.len(),
             Update::RemoveWorker { address } => address.len(),
             Update::RemoveIdle {
                 iterations,

@@ -27,6 +27,7 @@ use crate::task_remover::TaskRemover;
 use futures::future::join_all;
 use prost::Message;
 use sluice_formats::DataRoots;
+use sluice_pipeline::PipelineLimits;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;
@@ -56,6 +57,8 @@ pub struct DispatcherService {
     task_remover: TaskRemover,
     /// The largest definition a registration may carry, in encoded bytes.
     max_definition_bytes: usize,
+    /// The most ops and the deepest structures a registered definition may have.
+    pipeline_limits: PipelineLimits,
     /// Who this replica believes leads, for `WatchLeader`.
     leaders: LeaderWatch,
     /// Raft's connections to the other replicas (`RemoveNode` asks which voters answer).
@@ -87,6 +90,7 @@ impl DispatcherService {
             reader,
             task_remover: TaskRemover::default(),
             max_definition_bytes: config.max_definition_bytes(),
+            pipeline_limits: config.pipeline_limits(),
             leaders,
             peers,
         }
@@ -133,6 +137,11 @@ impl Dispatcher for DispatcherService {
         let limit = self.max_definition_bytes;
         let sent = req.dataset.as_ref().map_or(0, Message::encoded_len);
         check_definition_size(sent, limit, "as sent")?;
+        if let Some(def) = &req.dataset {
+            self.pipeline_limits
+                .check(def)
+                .map_err(|e| DispatcherError::InvalidArgument(e.to_string()))?;
+        }
         let id = request_id(req.request_id.take());
         // Globbing and resolving paths block on the file system: off the runtime.
         let roots = self.data_roots.clone();

@@ -35,7 +35,7 @@ use sluice_element::{
 use sluice_formats::{expand_files, image_ops, ExampleParser, FileAccess};
 use sluice_pipeline::image_spec;
 use sluice_pipeline::source_rules::has_file_list;
-use sluice_pipeline::{validate, FunctionRegistry, MapFn, PredicateFn};
+use sluice_pipeline::{validate, FunctionRegistry, MapFn, PipelineLimits, PredicateFn};
 
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
@@ -46,6 +46,7 @@ use crate::ops::Factory;
 use crate::python_fn::{self, PythonStage};
 use crate::sources::{Source, SplitIter};
 use crate::splits::SplitSupplier;
+use crate::stack_guard::{guard_after, guard_factory, guard_iter};
 
 /// How to execute: which registry resolves function names, where splits come from, and which
 /// files may be read.
@@ -65,6 +66,10 @@ pub struct ExecOptions {
     /// Stops the pipeline inside its ops when set (a worker's deleted task); the default is
     /// never set.
     pub cancel: Cancellation,
+    /// The most ops and the deepest structures a definition may have; a larger one is refused
+    /// before anything is built (`DatasetError::InvalidArgument`). A worker passes its own
+    /// `--max-pipeline-ops` and `--max-pipeline-depth`; the default is the servers' default.
+    pub limits: PipelineLimits,
 }
 
 impl Default for ExecOptions {
@@ -76,6 +81,7 @@ impl Default for ExecOptions {
             python: None,
             memory: None,
             cancel: Cancellation::default(),
+            limits: PipelineLimits::default(),
         }
     }
 }
@@ -89,6 +95,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("python", &self.python)
             .field("memory", &self.memory)
             .field("cancel", &self.cancel)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -98,6 +105,7 @@ impl std::fmt::Debug for ExecOptions {
 /// whole: each file is checked as it is opened, so a file refused or missing here fails only the
 /// split that names it.
 pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, DatasetError> {
+    opts.limits.check(def)?;
     let mut def = def.clone();
     if !has_file_list(&def) {
         expand_files(&mut def, &opts.file_access)?;
@@ -155,6 +163,9 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
                 Arc::new(move || stage.apply(upstream()?))
             }
         };
+        if guard_after(i) {
+            factory = guard_factory(factory);
+        }
     }
     factory()
 }
@@ -220,14 +231,18 @@ pub fn apply_ops(
     ops: &[pb::Op],
     opts: &ExecOptions,
 ) -> Result<ElementIter, DatasetError> {
+    opts.limits.check_op_count(ops.len())?;
     let mut it = input;
-    for op in ops {
+    for (i, op) in ops.iter().enumerate() {
         if let Some(OpKind::Repeat(_)) = op.kind {
             return Err(DatasetError::invalid(
                 "repeat cannot be applied to a distributed dataset on the client; put it in the dataset before distribute",
             ));
         }
         it = Stage::new(op, opts)?.apply(it)?;
+        if guard_after(i) {
+            it = guard_iter(it);
+        }
     }
     Ok(it)
 }
@@ -592,3 +607,7 @@ mod image_tests;
 #[cfg(test)]
 #[path = "executor_origin_tests.rs"]
 mod origin_tests;
+
+#[cfg(test)]
+#[path = "executor_depth_tests.rs"]
+mod depth_tests;

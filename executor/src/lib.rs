@@ -8,6 +8,8 @@
 //! - `ops`: the stateful op iterators (batch, shuffle, repeat, prefetch).
 //! - `sources`: range, slices and files sources, whole or split by split.
 //! - `splits`: `SplitSupplier`, where split indices come from (the worker implements it).
+//! - `stack_guard`: guards in long op chains, so building, running and dropping them fits any
+//!   thread's stack.
 //! - `memory_budget`: `MemoryBudget`, the bytes pipelines may hold in buffers, and the
 //!   `Reservation` each buffering op takes on it.
 //! - `python_fn`: the stage that runs users' Python ops with a `PythonRunner` (the traits are
@@ -19,6 +21,7 @@ mod ops;
 mod python_fn;
 mod sources;
 mod splits;
+mod stack_guard;
 
 pub use executor::{apply_ops, iterate, ExecOptions};
 pub use memory_budget::{MemoryBudget, MemoryShare, Reservation};

@@ -13,6 +13,7 @@
 //!   `parser_features` (`parse_example` and `tfrecord` arguments) and `parser_image` (image op
 //!   arguments).
 //! - `analysis`: `element_spec`, `cardinality` and `validate` of a definition.
+//! - `limits`: `PipelineLimits`, the most ops and the deepest structures a server builds.
 //! - `autoshard`: `auto_shard`, tf.data's auto-shard rewrite for static sharding policies.
 //! - `splits`: `num_split_providers` and `num_splits`, for distributed_epoch.
 //! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
@@ -30,6 +31,7 @@ mod dataset;
 pub mod example_spec;
 pub mod image_spec;
 mod lexer;
+mod limits;
 mod parser;
 pub mod python_op;
 mod registry;
@@ -46,6 +48,9 @@ pub use autoshard::{auto_shard, AutoShardPolicy};
 pub use dataset::{Dataset, FilesBuilder, Transform};
 pub use example_spec::{fixed_len_feature, var_len_feature, ExampleSpec};
 pub use image_spec::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
+pub use limits::{
+    nesting_depth, PipelineLimits, DEFAULT_MAX_PIPELINE_DEPTH, DEFAULT_MAX_PIPELINE_OPS,
+};
 pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use render::{render_def, render_ops};

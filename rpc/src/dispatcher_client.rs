@@ -259,6 +259,10 @@ impl DispatcherClient {
                 async move { c.client_heartbeat(request).await }
             })
             .await?;
+        // A failed iteration (a task crashed its worker) ends every read of it with the reason.
+        if !response.iteration_failure.is_empty() {
+            return Err(RpcError::FailedPrecondition(response.iteration_failure));
+        }
         Ok(ClientHeartbeatReply {
             tasks: (!response.tasks_unchanged).then_some(response.tasks),
             iteration_finished: response.iteration_finished,
@@ -290,6 +294,17 @@ impl DispatcherClient {
         heartbeat: &WorkerHeartbeat,
         poll: Duration,
     ) -> Result<pb::WorkerHeartbeatResponse, RpcError> {
+        self.worker_heartbeat_reporting(heartbeat, None, poll).await
+    }
+
+    /// [`DispatcherClient::worker_heartbeat`] that also reports how the worker's previous run
+    /// crashed (`crash`), so the dispatcher fails the iterations of the tasks it was running.
+    pub async fn worker_heartbeat_reporting(
+        &self,
+        heartbeat: &WorkerHeartbeat,
+        crash: Option<&pb::CrashReport>,
+        poll: Duration,
+    ) -> Result<pb::WorkerHeartbeatResponse, RpcError> {
         let in_flight = self.begin_request();
         let request = pb::WorkerHeartbeatRequest {
             worker_address: heartbeat.worker.0.clone(),
@@ -297,6 +312,7 @@ impl DispatcherClient {
             request_id: Some(in_flight.id),
             tags: heartbeat.tags.clone(),
             poll_timeout_ms: poll.as_millis() as u64,
+            crash: crash.cloned(),
         };
         self.inner
             .quorum

@@ -69,7 +69,8 @@ pub struct ClientHeartbeatReply {
     pub block_round: Option<u64>,
 }
 
-/// A worker's heartbeat: the tasks it holds; the first one registers it.
+/// A worker's heartbeat: the tasks it holds; the first one registers it. A crashed run's report
+/// travels beside it (`DispatcherClient::worker_heartbeat_reporting`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerHeartbeat {
     pub worker: WorkerId,

@@ -50,6 +50,14 @@ impl SluiceProcess {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// How the process ended, once it has (reaped here); `None` while it runs or after
+    /// [`SluiceProcess::kill`].
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// SIGSTOP: the process stops answering, its ports still accept connections (a long GC
     /// or swap pause, a stalled VM).
     pub fn pause(&self) -> anyhow::Result<()> {

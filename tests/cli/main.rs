@@ -10,6 +10,7 @@ mod membership;
 mod memory;
 mod observability;
 mod parse_example;
+mod pipeline_limits;
 mod python_workers;
 mod reading;
 mod security;

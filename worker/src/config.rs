@@ -97,6 +97,16 @@ pub struct WorkerConfig {
     /// Where the operations listener serves `/metrics`, `/live` and `/ready` (plain HTTP,
     /// read-only); port 0 binds a free port. `None`: no such listener.
     pub metrics_listen: Option<String>,
+    /// The most ops a task's definition may have (`--max-pipeline-ops`), checked before its
+    /// pipeline is built; more fails the task with the count and the limit.
+    pub max_pipeline_ops: usize,
+    /// The deepest nesting of tuples and dicts a task's definition may hold
+    /// (`--max-pipeline-depth`).
+    pub max_pipeline_depth: usize,
+    /// Where the worker keeps what must outlive it (`--state-dir`): the record of the tasks a
+    /// fatal signal interrupted, reported by the next run so their iterations fail rather than
+    /// crash another worker. `None`: no records.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for WorkerConfig {
@@ -121,6 +131,9 @@ impl Default for WorkerConfig {
             data_roots: Vec::new(),
             python: None,
             metrics_listen: None,
+            max_pipeline_ops: sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS,
+            max_pipeline_depth: sluice_pipeline::DEFAULT_MAX_PIPELINE_DEPTH,
+            state_dir: None,
         }
     }
 }
@@ -143,9 +156,23 @@ impl WorkerConfig {
             .unwrap_or(self.memory_budget_bytes / 8)
     }
 
+    /// The pipeline limits each task's definition is checked against.
+    pub fn pipeline_limits(&self) -> sluice_pipeline::PipelineLimits {
+        sluice_pipeline::PipelineLimits {
+            max_ops: self.max_pipeline_ops,
+            max_depth: self.max_pipeline_depth,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.dispatcher.trim().is_empty() {
             return Err("a dispatcher address is required".into());
+        }
+        if self.max_pipeline_ops == 0 || self.max_pipeline_depth == 0 {
+            return Err(format!(
+                "--max-pipeline-ops {} and --max-pipeline-depth {} must be positive",
+                self.max_pipeline_ops, self.max_pipeline_depth
+            ));
         }
         if let Some(listen) = &self.metrics_listen {
             let valid = listen

@@ -3,6 +3,8 @@
 //!
 //! Layout:
 //! - `config`: `WorkerConfig`.
+//! - `crash_record`: the running tasks, written to the state directory by a fatal signal and
+//!   reported by the next run.
 //! - `worker_handle`: start (bind, register), heartbeat loop, completion reports, shutdown.
 //! - `worker_state`: the tasks held, shared by the heartbeat loop and the service.
 //! - `task_runner`: one task's pipeline thread and its shared buffer (first-come-first-served).
@@ -25,6 +27,7 @@
 //! - `worker_ops`: what the metrics listener serves: the worker's metrics and readiness.
 
 pub mod config;
+pub mod crash_record;
 pub mod cross_trainer_cache;
 mod definition_fetch;
 pub mod error;

@@ -231,6 +231,7 @@ impl TaskRunner {
             python: self.resources.python.clone(),
             memory: Some(self.memory.clone()),
             cancel: Cancellation::from_flag(cancelled.clone()),
+            limits: self.config.pipeline_limits(),
             ..ExecOptions::default()
         };
         let pipeline = Pipeline {
@@ -287,6 +288,7 @@ struct Pipeline {
 
 /// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
 fn produce(pipeline: Pipeline, mut tx: Producer, cancelled: Arc<AtomicBool>) {
+    let _running = crate::crash_record::running(pipeline.def.task_id);
     let end = run_pipeline(pipeline, &mut tx, &cancelled);
     tx.finish(end);
 }

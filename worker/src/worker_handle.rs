@@ -6,6 +6,7 @@
 //! shuts down, so clients in the process read it as a local worker.
 
 use crate::config::WorkerConfig;
+use crate::crash_record;
 use crate::error::WorkerError;
 use crate::raw_fetch;
 use crate::task_runner::{TaskResources, TaskRunner};
@@ -15,6 +16,7 @@ use sluice_element::PythonRunner;
 use sluice_executor::MemoryBudget;
 use sluice_formats::DataRoots;
 use sluice_ops::{OpsServer, RpcMetricsLayer};
+use sluice_proto::dispatcher::CrashReport;
 use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, WorkerHeartbeat,
@@ -91,6 +93,18 @@ impl WorkerHandle {
                 Some(Arc::new(started) as Arc<dyn PythonRunner>)
             }
         };
+        // Before registering: a previous run's crash is reported with the first heartbeat.
+        let crash = match &config.state_dir {
+            None => None,
+            Some(dir) => crash_record::arm(dir, &advertised).map_err(WorkerError::Config)?,
+        };
+        if let Some(crash) = &crash {
+            warn!(
+                signal = %crash.signal,
+                tasks = ?crash.task_ids,
+                "the previous run of this worker crashed; reporting it to the dispatcher"
+            );
+        }
         let client = DispatcherClient::connect(
             &config.dispatcher,
             retry,
@@ -133,6 +147,7 @@ impl WorkerHandle {
                 memory,
                 stats: state.stats.clone(),
             },
+            crash: std::sync::Mutex::new(crash),
         };
         heartbeat.beat(Duration::ZERO).await.map_err(|e| match e {
             WorkerError::Dispatcher(RpcError::FailedPrecondition(message)) => {
@@ -250,6 +265,8 @@ struct Heartbeat {
     config: WorkerConfig,
     /// What every task shares: data roots, Python executors, the memory budget.
     resources: TaskResources,
+    /// A previous run's crash, sent with every heartbeat until one is answered.
+    crash: std::sync::Mutex<Option<CrashReport>>,
 }
 
 impl Heartbeat {
@@ -260,7 +277,17 @@ impl Heartbeat {
             current_tasks: self.state.task_ids().into_iter().map(TaskId).collect(),
             tags: self.config.tags.clone(),
         };
-        let response = self.client.worker_heartbeat(&heartbeat, poll).await?;
+        let crash = self.crash.lock().expect("crash lock poisoned").clone();
+        let response = self
+            .client
+            .worker_heartbeat_reporting(&heartbeat, crash.as_ref(), poll)
+            .await?;
+        if let Some(crash) = crash {
+            if let Some(dir) = &self.config.state_dir {
+                crash_record::forget(dir, &crash);
+            }
+            *self.crash.lock().expect("crash lock poisoned") = None;
+        }
         for task in response.new_tasks {
             debug!(
                 task = task.task_id,

@@ -91,25 +91,31 @@ pub struct DispatcherState {
     /// down, until the same identity registers again (there or elsewhere). Names only, no
     /// anonymous owner (""). Last of the encoded fields, and read as empty from a snapshot
     /// made before it existed (see `departed_workers_codec`).
-    #[serde(default, deserialize_with = "departed_workers_codec::deserialize")]
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
     departed_workers: BTreeMap<String, String>,
+    /// Why each failed iteration was failed (one of its tasks crashed its worker): a failed
+    /// iteration gets no new tasks and its readers get this error. Kept beside the iterations
+    /// rather than in them so that snapshots of builds before it still decode (read as empty,
+    /// as `departed_workers`). Removed with its iteration.
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
+    iteration_failures: BTreeMap<IterationId, String>,
     /// What the entries applied since the last take touched (not replicated, never encoded).
     #[serde(skip)]
     changes: Changes,
 }
 
-/// A snapshot is `AppliedState { .., state }` encoded alone, so the state's last field is the
-/// last thing in it: a snapshot of a build before `departed_workers` ends where that field
-/// would start. Decoding it there finds no bytes and reads it as empty; anything else in the
-/// field decodes as usual (and bytes left over fail the codec's check that all were read).
-mod departed_workers_codec {
+/// A snapshot is `AppliedState { .., state }` encoded alone, so the state's last fields are the
+/// last things in it: a snapshot of a build before `departed_workers` (and
+/// `iteration_failures`) ends where those fields would start. Decoding one there finds no bytes
+/// and reads it as empty; anything else in the field decodes as usual (and bytes left over fail
+/// the codec's check that all were read).
+mod trailing_field {
     use serde::{Deserialize, Deserializer};
-    use std::collections::BTreeMap;
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
         deserializer: D,
-    ) -> Result<BTreeMap<String, String>, D::Error> {
-        Ok(BTreeMap::deserialize(deserializer).unwrap_or_default())
+    ) -> Result<T, D::Error> {
+        Ok(T::deserialize(deserializer).unwrap_or_default())
     }
 }
 
@@ -134,6 +140,7 @@ impl Default for DispatcherState {
             next_client_id: 3000,
             next_task_id: FIRST_TASK_ID,
             departed_workers: BTreeMap::new(),
+            iteration_failures: BTreeMap::new(),
             changes: Changes::default(),
         }
     }
@@ -247,6 +254,11 @@ impl DispatcherState {
                 num_splits,
                 ctx.time_micros,
             ),
+            Update::FailCrashedTasks {
+                worker,
+                task_ids,
+                signal,
+            } => Ok(self.fail_crashed_tasks(worker, task_ids, signal)),
         }
     }
 }

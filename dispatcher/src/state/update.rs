@@ -164,6 +164,14 @@ pub enum Update {
         metadata: DatasetMetadata,
         num_splits: Vec<u64>,
     },
+    /// A worker's previous run died of `signal` (its name, e.g. `SIGABRT`) while running these
+    /// tasks at address `worker`: each task's iteration, unless it finished, is failed and its
+    /// tasks are dropped, so no other worker runs it again. Tasks not of `worker` are ignored.
+    FailCrashedTasks {
+        worker: String,
+        task_ids: Vec<TaskId>,
+        signal: String,
+    },
 }
 
 impl Update {
@@ -184,6 +192,7 @@ impl Update {
             Update::RemoveIdle { .. } => "remove_idle",
             Update::StageDefinition { .. } => "stage_definition",
             Update::RegisterStagedDataset { .. } => "register_staged_dataset",
+            Update::FailCrashedTasks { .. } => "fail_crashed_tasks",
         }
     }
 }
@@ -225,6 +234,11 @@ pub enum Outcome {
     /// A `StageDefinition` part is in place: `staged` bytes of the definition are stored.
     DefinitionStaged {
         staged: u64,
+    },
+    /// The iterations a `FailCrashedTasks` failed (those already failed or finished are not
+    /// listed).
+    IterationsFailed {
+        iterations: Vec<IterationId>,
     },
 }
 

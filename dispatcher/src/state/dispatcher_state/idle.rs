@@ -79,6 +79,7 @@ impl DispatcherState {
             return;
         };
         self.changes.touch(Watched::Iteration(id));
+        self.iteration_failures.remove(&id);
         let pending = iteration.pending_tasks.iter().map(|p| p.task_id);
         for task_id in iteration.tasks.iter().copied().chain(pending) {
             self.mark_finished(task_id, true);

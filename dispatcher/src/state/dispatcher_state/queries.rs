@@ -108,6 +108,12 @@ impl DispatcherState {
         self.iterations.get(&id)
     }
 
+    /// Why iteration `id` was failed (one of its tasks crashed its worker); `None` while it
+    /// was not.
+    pub fn iteration_failure(&self, id: IterationId) -> Option<&str> {
+        self.iteration_failures.get(&id).map(String::as_str)
+    }
+
     pub fn iterations(&self) -> impl Iterator<Item = &Iteration> {
         self.iterations.values()
     }

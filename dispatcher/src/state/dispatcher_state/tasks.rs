@@ -4,6 +4,7 @@
 use super::DispatcherState;
 use crate::state::changes::Watched;
 use crate::state::entities::Task;
+use crate::state::Outcome;
 use sluice_types::{IterationId, TaskId};
 
 impl DispatcherState {
@@ -21,6 +22,53 @@ impl DispatcherState {
             self.mark_finished(*task_id, false);
             self.update_finished(iteration_id);
         }
+    }
+
+    /// Fails the iteration of each of `worker`'s `task_ids` that is neither finished nor failed
+    /// already: it records why, and drops the iteration's unfinished tasks (their workers stop
+    /// them; `lacks_task` gives no worker a new one).
+    pub(super) fn fail_crashed_tasks(
+        &mut self,
+        worker: &str,
+        task_ids: &[TaskId],
+        signal: &str,
+    ) -> Outcome {
+        let mut failed = Vec::new();
+        for task_id in task_ids {
+            let Some(task) = self.tasks.get(task_id) else {
+                continue;
+            };
+            if task.worker != worker {
+                continue;
+            }
+            let iteration_id = task.iteration_id;
+            let Some(iteration) = self.iterations.get_mut(&iteration_id) else {
+                continue;
+            };
+            if iteration.finished || self.iteration_failures.contains_key(&iteration_id) {
+                continue;
+            }
+            self.iteration_failures.insert(
+                iteration_id,
+                format!(
+                    "task {task_id} of iteration {iteration_id} crashed worker {worker} (signal \
+                     {signal}); the iteration is failed rather than run on another worker"
+                ),
+            );
+            let unfinished: Vec<TaskId> = iteration
+                .tasks
+                .iter()
+                .chain(iteration.pending_tasks.iter().map(|p| &p.task_id))
+                .copied()
+                .filter(|t| self.tasks.get(t).is_some_and(|t| !t.finished))
+                .collect();
+            self.changes.touch(Watched::Iteration(iteration_id));
+            for task in unfinished {
+                self.drop_task(task);
+            }
+            failed.push(iteration_id);
+        }
+        Outcome::IterationsFailed { iterations: failed }
     }
 
     /// Ends a task that did not reach its end: it leaves its iteration's pending queue, and its

@@ -82,6 +82,7 @@ impl DispatcherState {
             .map(|p| p.task_id)
             .chain(iteration.tasks.iter().copied());
         !iteration.finished
+            && !self.iteration_failures.contains_key(&iteration.id)
             && !pending
                 .map(|t| &self.tasks[&t])
                 .any(|t| t.worker == worker && !t.dropped)

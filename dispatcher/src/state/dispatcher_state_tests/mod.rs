@@ -10,6 +10,7 @@ use sluice_types::{
 };
 
 mod coordinated_reads;
+mod crashes;
 mod datasets;
 mod expiry_and_removal;
 mod jobs_and_splits;

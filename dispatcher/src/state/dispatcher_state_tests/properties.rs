@@ -53,6 +53,15 @@ fn any_update() -> impl Strategy<Value = Update> {
         (3000..3006u64, any_round(), prop::option::of(any_round()))
             .prop_map(|(c, r, b)| rounds(c, r, b)),
         (4000..4008u64).prop_map(remove_task),
+        (
+            worker_name.clone(),
+            prop::collection::vec(4000..4008u64, 0..3)
+        )
+            .prop_map(|(w, t)| Update::FailCrashedTasks {
+                worker: w.into(),
+                task_ids: t.into_iter().map(TaskId).collect(),
+                signal: "SIGSEGV".into(),
+            }),
         worker_name.prop_map(remove_worker),
         (2000..2004u64).prop_map(gc),
         // Parts of the definitions "ab" and "ba" in any order, and their registrations

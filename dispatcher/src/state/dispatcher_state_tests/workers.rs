@@ -304,10 +304,11 @@ fn worker_address_ownership_table() {
 }
 
 #[test]
-fn a_snapshot_from_before_departed_workers_decodes_with_none() {
+fn a_snapshot_from_before_the_trailing_fields_decodes_with_them_empty() {
     use sluice_journal::codec::{decode, encode};
-    // The state as a build without `departed_workers` encoded it: the same fields, less the
-    // last one (an empty map is one byte, its length). A snapshot ends with the state.
+    // The state as a build without `departed_workers` and `iteration_failures` encoded it: the
+    // same fields, less the last two (an empty map is one byte, its length). A snapshot ends
+    // with the state.
     let mut state = DispatcherState::default();
     let register = Request {
         id: None,
@@ -315,9 +316,12 @@ fn a_snapshot_from_before_departed_workers_decodes_with_none() {
     };
     state.apply(ApplyContext::default(), &register);
     let now = encode(&state);
-    let before = &now[..now.len() - 1];
-    let decoded: DispatcherState = decode(before).expect("decodes");
-    assert_eq!(decoded.address_owner("a:1"), Some("w1"));
+    for missing in [1, 2] {
+        let before = &now[..now.len() - missing];
+        let decoded: DispatcherState = decode(before).expect("decodes");
+        assert_eq!(decoded.address_owner("a:1"), Some("w1"));
+        assert_eq!(decoded.iteration_failure(IterationId(2000)), None);
+    }
 
     let removal = Request {
         id: None,
