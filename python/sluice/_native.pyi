@@ -90,6 +90,8 @@ class DispatchServer:
         auth_token_file: Optional[str] = None,
         insecure: bool = False,
         max_definition_size: Optional[int] = None,
+        max_pipeline_ops: Optional[int] = None,
+        max_pipeline_depth: Optional[int] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -119,6 +121,9 @@ class WorkerServer:
         python_executors: Optional[int] = None,
         worker_address: Optional[str] = None,
         memory_budget: Optional[int] = None,
+        memory_reserve: Optional[int] = None,
+        max_pipeline_ops: Optional[int] = None,
+        max_pipeline_depth: Optional[int] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

@@ -48,6 +48,10 @@ class DispatcherConfig:
     - ``max_definition_size``: the largest dataset definition a registration may carry, in
       bytes (``None``: 16 MiB), the same on every replica; larger ones are refused with
       ``InvalidArgumentError``. Keep large constant data in files.
+    - ``max_pipeline_ops``, ``max_pipeline_depth``: the most ops a dataset definition may have
+      (``None``: 10,000) and how deep tuples and dicts may nest in it (``None``: 64), as
+      ``sluice dispatcher --max-pipeline-ops``/``--max-pipeline-depth``; larger ones are
+      refused with ``InvalidArgumentError`` naming the count and the limit.
     - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
       ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths
       come from whoever can reach the dispatcher. Symlinks are resolved before the check.
@@ -75,6 +79,8 @@ class DispatcherConfig:
     worker_timeout_ms: Optional[int] = None
     client_timeout_ms: Optional[int] = None
     max_definition_size: Optional[int] = None
+    max_pipeline_ops: Optional[int] = None
+    max_pipeline_depth: Optional[int] = None
     host: str = "127.0.0.1"
     join: bool = False
     data_roots: Optional[List[str]] = None
@@ -137,6 +143,9 @@ class WorkerConfig:
       (the budget less the reserve, divided among the tasks holding memory) may take, so that
       one job's buffers cannot fail another's small ones, as ``sluice worker
       --memory-reserve``. ``None``: an eighth of the budget.
+    - ``max_pipeline_ops``, ``max_pipeline_depth``: the limits this worker checks again before
+      it builds a task's pipeline (``None``: 10,000 ops, 64 levels), as ``sluice worker
+      --max-pipeline-ops``/``--max-pipeline-depth``; a task over them fails naming the limit.
 
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
@@ -159,6 +168,8 @@ class WorkerConfig:
     python_executors: Optional[int] = None
     memory_budget_bytes: Optional[int] = None
     memory_reserve_bytes: Optional[int] = None
+    max_pipeline_ops: Optional[int] = None
+    max_pipeline_depth: Optional[int] = None
 
 
 class _Server:
@@ -240,6 +251,8 @@ class DispatchServer(_Server):
             auth_token_file=_path(c.auth_token_file),
             insecure=bool(c.insecure),
             max_definition_size=c.max_definition_size,
+            max_pipeline_ops=c.max_pipeline_ops,
+            max_pipeline_depth=c.max_pipeline_depth,
         )
 
     @property
@@ -308,6 +321,8 @@ class WorkerServer(_Server):
             worker_address=c.worker_address,
             memory_budget=c.memory_budget_bytes,
             memory_reserve=c.memory_reserve_bytes,
+            max_pipeline_ops=c.max_pipeline_ops,
+            max_pipeline_depth=c.max_pipeline_depth,
         )
 
     @property

@@ -121,7 +121,8 @@ impl DispatchServer {
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
         data_roots=Vec::new(), peer_listen=None, tls_cert=None, tls_key=None, tls_ca=None,
-        auth_token_file=None, insecure=false, max_definition_size=None))]
+        auth_token_file=None, insecure=false, max_definition_size=None, max_pipeline_ops=None,
+        max_pipeline_depth=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -143,6 +144,8 @@ impl DispatchServer {
         auth_token_file: Option<PathBuf>,
         insecure: bool,
         max_definition_size: Option<u64>,
+        max_pipeline_ops: Option<usize>,
+        max_pipeline_depth: Option<usize>,
     ) -> PyResult<DispatchServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -196,6 +199,8 @@ impl DispatchServer {
                 Some(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
             },
             max_definition_size: max_definition_size.unwrap_or(defaults.max_definition_size),
+            max_pipeline_ops: max_pipeline_ops.unwrap_or(defaults.max_pipeline_ops),
+            max_pipeline_depth: max_pipeline_depth.unwrap_or(defaults.max_pipeline_depth),
             ..defaults
         };
         let handle = wait(py, async move {
@@ -282,7 +287,7 @@ impl WorkerServer {
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
         insecure=false, python=None, python_executors=None, worker_address=None,
-        memory_budget=None, memory_reserve=None))]
+        memory_budget=None, memory_reserve=None, max_pipeline_ops=None, max_pipeline_depth=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -302,6 +307,8 @@ impl WorkerServer {
         worker_address: Option<String>,
         memory_budget: Option<u64>,
         memory_reserve: Option<u64>,
+        max_pipeline_ops: Option<usize>,
+        max_pipeline_depth: Option<usize>,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -329,6 +336,8 @@ impl WorkerServer {
             advertise_address: worker_address,
             memory_budget_bytes: memory_budget.unwrap_or(defaults.memory_budget_bytes),
             memory_reserve_bytes: memory_reserve,
+            max_pipeline_ops: max_pipeline_ops.unwrap_or(defaults.max_pipeline_ops),
+            max_pipeline_depth: max_pipeline_depth.unwrap_or(defaults.max_pipeline_depth),
             ..defaults
         };
         let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;

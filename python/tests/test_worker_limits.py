@@ -57,3 +57,30 @@ def test_a_worker_on_every_interface_needs_a_worker_address(no_credentials_in_en
             sluice.WorkerServer(config)
         assert "--advertise-address" in str(e.value)
         assert "worker_address" in str(e.value)
+
+
+def test_a_pipeline_past_the_dispatchers_op_limit_is_refused_naming_it():
+    config = sluice.DispatcherConfig(max_pipeline_ops=10)
+    with sluice.DispatchServer(config) as dispatcher:
+        with sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target)):
+            ten = Dataset.range(100)
+            for _ in range(10):
+                ten = ten.skip(0)
+            ds = ten.apply(sluice.distribute("parallel_epochs", dispatcher.target))
+            assert sorted(int(x) for x in ds) == list(range(100))
+            with pytest.raises(errors.InvalidArgumentError) as e:
+                ten.skip(0).apply(sluice.distribute("parallel_epochs", dispatcher.target))
+            assert str(e.value) == (
+                "the dataset definition has 11 ops, more than the limit of 10 "
+                "(--max-pipeline-ops)"
+            )
+
+
+def test_a_worker_checks_its_own_op_limit_before_it_builds_a_task():
+    with sluice.DispatchServer() as dispatcher:
+        config = sluice.WorkerConfig(dispatcher.target, max_pipeline_ops=2)
+        with sluice.WorkerServer(config):
+            ds = Dataset.range(3).skip(0).skip(0).skip(0)
+            with pytest.raises(errors.OpError) as e:
+                list(ds.apply(sluice.distribute("parallel_epochs", dispatcher.target)))
+            assert "the dataset definition has 3 ops, more than the limit of 2" in str(e.value)

@@ -154,6 +154,18 @@ impl Drop for Reader {
     }
 }
 
+/// A memory figure of a process from /proc/PID/status, in MiB: `VmRSS` (resident now) or
+/// `VmHWM` (resident at its peak).
+pub fn proc_status_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
+    kib / 1024.0
+}
+
 /// Counts of each integer line, for exactly-once checks.
 pub fn counts(lines: &[String]) -> BTreeMap<i64, u32> {
     let mut counts = BTreeMap::new();

@@ -7,17 +7,6 @@ use sluice_formats::tfrecord::TfRecordWriter;
 
 const RECORD: usize = 2 << 20;
 
-/// Peak resident memory of a process, in MiB (`VmHWM` in /proc).
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
-    kib / 1024.0
-}
-
 /// Reads with at most `outstanding` elements requested or buffered while the caller consumes
 /// two per second; returns the reader's peak RSS once it has printed three elements.
 fn peak_with(addr: &str, pattern: &str, outstanding: u32) -> f64 {
@@ -41,7 +30,7 @@ fn peak_with(addr: &str, pattern: &str, outstanding: u32) -> f64 {
             .recv_timeout(STARTUP)
             .expect("the reader prints elements");
     }
-    peak_rss_mib(reader.pid())
+    proc_status_mib(reader.pid(), "VmHWM")
 }
 
 #[test]

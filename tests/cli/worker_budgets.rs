@@ -120,17 +120,6 @@ fn a_small_jobs_batch_succeeds_while_another_job_holds_all_its_share() {
     drop(holder);
 }
 
-/// Resident memory of a process, in MiB (`VmRSS` in /proc).
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/<pid>/status");
-    kib / 1024.0
-}
-
 /// A task that filled the budget and failed gives its memory back to the system, not only to
 /// the budget: the worker's resident size falls back near where it started.
 #[test]
@@ -140,7 +129,7 @@ fn a_worker_gives_back_the_memory_of_a_failed_task() {
     let addr = dispatcher.addr.as_str();
     let workers = workers_with(addr, 1, &["--memory-budget", "256MiB"]);
     let pid = workers[0].pid().expect("a running worker");
-    let before = rss_mib(pid);
+    let before = proc_status_mib(pid, "VmRSS");
     let (ok, out, err) = sluice(&[
         "read",
         "--dispatcher",
@@ -150,7 +139,7 @@ fn a_worker_gives_back_the_memory_of_a_failed_task() {
     ]);
     assert!(!ok, "{out}");
     assert!(err.contains("raise --memory-budget"), "{err}");
-    let peak = peak_rss_mib(pid);
+    let peak = proc_status_mib(pid, "VmHWM");
     assert!(
         peak > before + 150.0,
         "the batch held {peak:.0} MiB at most"
@@ -158,20 +147,14 @@ fn a_worker_gives_back_the_memory_of_a_failed_task() {
     sluice_tests::wait_until_blocking(
         "the worker to give the batch back",
         sluice_tests::HANG,
-        || rss_mib(pid) < before + 50.0,
+        || proc_status_mib(pid, "VmRSS") < before + 50.0,
     )
-    .unwrap_or_else(|e| panic!("{e}: {:.0} MiB resident, {before:.0} before", rss_mib(pid)));
-}
-
-/// Peak resident memory of a process, in MiB (`VmHWM` in /proc).
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
-    kib / 1024.0
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: {:.0} MiB resident, {before:.0} before",
+            proc_status_mib(pid, "VmRSS")
+        )
+    });
 }
 
 #[test]

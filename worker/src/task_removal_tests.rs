@@ -104,9 +104,8 @@ async fn a_task_past_the_memory_budget_fails_alone_and_the_others_keep_serving()
         panic!("not a failure")
     };
     assert!(
-        failure
-            .message
-            .starts_with("batch of task 1 (iteration 0) needs 72 more bytes"),
+        // The other task may or may not hold memory yet: either error names the batch.
+        failure.message.starts_with("batch ") && failure.message.contains("needs 72 more bytes"),
         "{failure}"
     );
     assert!(
