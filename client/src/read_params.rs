@@ -23,7 +23,23 @@ pub(crate) struct ReadParams<'a> {
 impl ReadParams<'_> {
     pub fn validate(&self) -> Result<(), ClientError> {
         self.validate_local_workers()?;
-        self.validate_cross_trainer_cache()
+        self.validate_cross_trainer_cache()?;
+        self.validate_coordinated()
+    }
+
+    /// A coordinated read serves rounds for ever: a dataset known to be finite is refused up
+    /// front (tf.data refuses it when the worker creates the task, before any element); one of
+    /// unknown cardinality is read until it ends, which fails the round-robin read then.
+    fn validate_coordinated(&self) -> Result<(), ClientError> {
+        if self.num_consumers.is_none() || self.cardinality < 0 {
+            return Ok(());
+        }
+        Err(ClientError::FailedPrecondition(format!(
+            "Round robin reads require that the input dataset has infinite cardinality, but the \
+             dataset has cardinality {}. Consider adding a `.repeat()` transformation to the \
+             dataset.",
+            self.cardinality
+        )))
     }
 
     fn validate_local_workers(&self) -> Result<(), ClientError> {
@@ -178,5 +194,36 @@ mod tests {
                  section in the module doc for details."
             )
         );
+    }
+
+    #[test]
+    fn a_coordinated_read_of_a_dataset_known_to_be_finite_is_refused_up_front() {
+        for (cardinality, refused) in [
+            (INFINITE, false),
+            (sluice_pipeline::UNKNOWN, false),
+            (0, true),
+            (3, true),
+        ] {
+            let params = ReadParams {
+                cross_trainer_cache: false,
+                num_consumers: Some(2),
+                cardinality,
+                ..cache_params()
+            };
+            match params.validate() {
+                Ok(()) => assert!(!refused, "{cardinality}"),
+                Err(ClientError::FailedPrecondition(m)) => {
+                    assert!(refused, "{cardinality}: {m}");
+                    assert!(m.contains(&format!("but the dataset has cardinality {cardinality}.")));
+                }
+                Err(other) => panic!("{cardinality}: {other:?}"),
+            }
+        }
+        let uncoordinated = ReadParams {
+            cross_trainer_cache: false,
+            cardinality: 3,
+            ..cache_params()
+        };
+        assert!(uncoordinated.validate().is_ok());
     }
 }

@@ -212,8 +212,24 @@ async fn round_errors_have_tf_data_texts() -> anyhow::Result<()> {
         "{error}"
     );
 
-    info!("--- a finite dataset ends a round-robin task");
-    let mut epoch = open(&cluster, &Dataset::range(3), consumer("finite", 0, 1)).await?;
+    info!("--- a dataset known to be finite is refused up front");
+    let refused = open(&cluster, &Dataset::range(3), consumer("finite", 0, 1))
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "Round robin reads require that the input dataset has infinite cardinality, but the \
+         dataset has cardinality 3. Consider adding a `.repeat()` transformation to the dataset.",
+    );
+    assert!(
+        matches!(refused, ClientError::FailedPrecondition(_)),
+        "{refused:?}"
+    );
+
+    info!("--- a finite dataset of unknown cardinality ends a round-robin task");
+    let unknown = Dataset::range(3).filter("is_even");
+    let mut epoch = open(&cluster, &unknown, consumer("finite", 0, 1)).await?;
     let error = loop {
         match epoch
             .next()
