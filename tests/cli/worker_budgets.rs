@@ -86,15 +86,19 @@ fn a_small_jobs_batch_succeeds_while_another_job_holds_all_its_share() {
     assert!(ok, "the small job failed: {err}");
     assert_eq!(json_lines(&out).len(), 5, "{out}");
 
-    let (ok, out, err) = sluice(&[
-        "read",
-        "--dispatcher",
-        addr,
-        "--dataset",
-        big,
-        "--take",
-        "1",
-    ]);
+    // A second big job: its first element, once its shuffle buffer is full.
+    let read_big = || {
+        sluice(&[
+            "read",
+            "--dispatcher",
+            addr,
+            "--dataset",
+            big,
+            "--take",
+            "1",
+        ])
+    };
+    let (ok, out, err) = read_big();
     assert!(!ok, "a second big job fit beside the first: {out}");
     assert!(
         err.contains("the memory budget of 8388608 bytes is full, and task ")
@@ -105,16 +109,7 @@ fn a_small_jobs_batch_succeeds_while_another_job_holds_all_its_share() {
     // reads once that has happened (its reader, slowed to an element a second, still prints
     // what it had received before).
     sluice_tests::wait_until_blocking("the second big job to read", sluice_tests::HANG, || {
-        sluice(&[
-            "read",
-            "--dispatcher",
-            addr,
-            "--dataset",
-            big,
-            "--take",
-            "1",
-        ])
-        .0
+        read_big().0
     })
     .expect("the first job gave its memory back");
     drop(holder);
