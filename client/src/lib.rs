@@ -74,6 +74,6 @@ pub use service_dataset::{DispatcherClientExt, ServiceDataset};
 pub use sluice_element::Compression;
 pub use sluice_rpc::{DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError};
 pub use sluice_types::{
-    ClientId, DatasetId, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers, TaskId,
+    ClientId, Delivery, DatasetId, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers, TaskId,
     WorkerId,
 };

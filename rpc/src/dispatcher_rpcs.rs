@@ -4,7 +4,8 @@
 
 use sluice_proto::dispatcher as pb;
 use sluice_types::{
-    ClientId, DatasetId, IterationId, ShardingPolicy, TargetWorkers, TaskId, WorkerId,
+    ClientId, DatasetId, Delivery, IndexRuns, IterationId, ShardingPolicy, TargetWorkers, TaskId,
+    WorkerId,
 };
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ pub struct JobRequest {
     pub num_consumers: Option<u32>,
     pub use_cross_trainer_cache: bool,
     pub target_workers: TargetWorkers,
+    /// Exactly once (where it applies) or at most once.
+    pub delivery: Delivery,
 }
 
 /// The iteration a client was attached to, and its id as a client of it.
@@ -67,6 +70,17 @@ pub struct ClientHeartbeatReply {
     pub iteration_finished: bool,
     /// Coordinated reads: a pending task joins at this round.
     pub block_round: Option<u64>,
+    /// Exactly-once jobs: tasks to stop reading for good and report as released.
+    pub release_tasks: Vec<TaskId>,
+}
+
+/// What a client received from one exactly-once task since its last report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskDelivery {
+    pub task_id: TaskId,
+    pub runs: IndexRuns,
+    /// The client stopped reading the task for good.
+    pub released: bool,
 }
 
 /// A worker's heartbeat: the tasks it holds; the first one registers it. A crashed run's report
@@ -76,6 +90,8 @@ pub struct WorkerHeartbeat {
     pub worker: WorkerId,
     pub current_tasks: Vec<TaskId>,
     pub tags: Vec<String>,
+    /// This worker process's id (random per start; 0: not told).
+    pub incarnation: u64,
 }
 
 /// The longest a lease asked for ahead of need waits for company (see [`lease_slack`]).

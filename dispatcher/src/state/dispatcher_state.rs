@@ -24,6 +24,7 @@
 //! - `queries`: the read-only accessors the services use.
 
 mod datasets;
+mod exactly_once;
 pub use datasets::{definition_key, MAX_DEFINITION_BYTES};
 mod idle;
 #[cfg(test)]
@@ -41,6 +42,7 @@ mod tasks;
 mod workers;
 
 use crate::state::changes::Changes;
+use crate::state::lineage::ExactlyOnce;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
 use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
@@ -99,6 +101,10 @@ pub struct DispatcherState {
     /// as `departed_workers`). Removed with its iteration.
     #[serde(default, deserialize_with = "trailing_field::deserialize")]
     iteration_failures: BTreeMap<IterationId, String>,
+    /// Exactly-once delivery: which jobs promise it, their lineages, and the workers' processes
+    /// (see `state::lineage`). Trailing, read as empty from snapshots before it.
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
+    exactly_once: ExactlyOnce,
     /// What the entries applied since the last take touched (not replicated, never encoded).
     #[serde(skip)]
     changes: Changes,
@@ -141,6 +147,7 @@ impl Default for DispatcherState {
             next_task_id: FIRST_TASK_ID,
             departed_workers: BTreeMap::new(),
             iteration_failures: BTreeMap::new(),
+            exactly_once: ExactlyOnce::default(),
             changes: Changes::default(),
         }
     }
@@ -259,6 +266,29 @@ impl DispatcherState {
                 task_ids,
                 signal,
             } => Ok(self.fail_crashed_tasks(worker, task_ids, signal)),
+            Update::GetOrCreateJobWithDelivery {
+                dataset_id,
+                sharding,
+                job_name,
+                anonymous_suffix,
+                options,
+                delivery,
+            } => self.get_or_create_job_with_delivery(
+                dataset_id,
+                *sharding,
+                job_name.as_deref(),
+                *anonymous_suffix,
+                *options,
+                *delivery,
+                ctx.time_micros,
+            ),
+            Update::ReportDelivered { client_id, reports } => {
+                self.report_delivered(*client_id, reports)
+            }
+            Update::WorkerIncarnation {
+                address,
+                incarnation,
+            } => Ok(self.worker_incarnation(address, *incarnation)),
         }
     }
 }

@@ -10,8 +10,9 @@
 use crate::state::entities::DefinitionKey;
 use serde::{Deserialize, Serialize};
 use sluice_element::Compression;
+use crate::state::lineage::DeliveryReport;
 use sluice_types::{
-    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    ClientId, DatasetId, Delivery, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
     TargetWorkers, TaskId,
 };
 
@@ -172,6 +173,26 @@ pub enum Update {
         task_ids: Vec<TaskId>,
         signal: String,
     },
+    /// `GetOrCreateJob` that says how the job delivers: a new job records it (exactly once
+    /// only where it applies, see `set_job_delivery`); a named job requested again must ask
+    /// for the same. (`GetOrCreateJob` entries of earlier builds create at-most-once jobs.)
+    GetOrCreateJobWithDelivery {
+        dataset_id: DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<String>,
+        anonymous_suffix: u64,
+        options: JobOptions,
+        delivery: Delivery,
+    },
+    /// What a client received from the tasks of exactly-once lineages since its last report,
+    /// and the moving tasks it let go of.
+    ReportDelivered {
+        client_id: ClientId,
+        reports: Vec<DeliveryReport>,
+    },
+    /// A worker's heartbeat named the process it runs in; another one than recorded restarted
+    /// at the address, and the lineages of its tasks move.
+    WorkerIncarnation { address: String, incarnation: u64 },
 }
 
 impl Update {
@@ -193,6 +214,9 @@ impl Update {
             Update::StageDefinition { .. } => "stage_definition",
             Update::RegisterStagedDataset { .. } => "register_staged_dataset",
             Update::FailCrashedTasks { .. } => "fail_crashed_tasks",
+            Update::GetOrCreateJobWithDelivery { .. } => "get_or_create_job",
+            Update::ReportDelivered { .. } => "report_delivered",
+            Update::WorkerIncarnation { .. } => "worker_incarnation",
         }
     }
 }
@@ -239,6 +263,13 @@ pub enum Outcome {
     /// listed).
     IterationsFailed {
         iterations: Vec<IterationId>,
+    },
+    /// A `ReportDelivered` was recorded.
+    DeliveryRecorded,
+    /// A `WorkerIncarnation` was recorded: the tasks whose lineages moved because the worker
+    /// restarted (empty when it did not).
+    WorkerRestarted {
+        moved: Vec<TaskId>,
     },
 }
 

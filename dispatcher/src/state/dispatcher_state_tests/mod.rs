@@ -11,6 +11,7 @@ use sluice_types::{
 
 mod coordinated_reads;
 mod crashes;
+mod exactly_once;
 mod datasets;
 mod expiry_and_removal;
 mod jobs_and_splits;
