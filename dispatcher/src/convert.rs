@@ -48,12 +48,7 @@ pub fn decode_def(state: &DispatcherState, dataset: &Dataset) -> Option<dpb::Dat
 /// The definition itself stays out (the worker fetches it by id when the task starts).
 /// `worker_index` and `static_workers` place the task's worker in the static-sharding worker
 /// list (an empty list: no index, and static policies fail on the worker).
-pub fn task_def(
-    state: &DispatcherState,
-    task: &Task,
-    job: &Job,
-    dataset: &Dataset,
-) -> pb::TaskDef {
+pub fn task_def(state: &DispatcherState, task: &Task, job: &Job, dataset: &Dataset) -> pb::TaskDef {
     // A static shard is its lineage's first worker's, wherever the lineage runs now.
     let shard_worker = state.shard_worker_of(task.id, &task.worker);
     let worker_index = state.worker_index(shard_worker);
@@ -88,7 +83,9 @@ pub fn task_def(
 }
 
 /// A client's delivery reports: runs as flattened `start, end` pairs, which must pair up.
-pub fn delivery_reports(tasks: &[pb::TaskDelivery]) -> Result<Vec<DeliveryReport>, DispatcherError> {
+pub fn delivery_reports(
+    tasks: &[pb::TaskDelivery],
+) -> Result<Vec<DeliveryReport>, DispatcherError> {
     tasks
         .iter()
         .map(|t| {
@@ -120,5 +117,6 @@ pub fn task_info(state: &DispatcherState, task: &Task) -> pb::TaskInfo {
             .worker(&task.worker)
             .map(|w| w.tags.clone())
             .unwrap_or_default(),
+        moved: state.task_moved(task.id),
     }
 }

@@ -9,7 +9,8 @@
 use crate::error::RpcError;
 use sluice_proto::dispatcher as pb;
 use sluice_types::{
-    Delivery, InvalidValue, IterationId, LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers, TaskId,
+    Delivery, InvalidValue, IterationId, LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers,
+    TaskId,
 };
 
 /// A shared type read from its protobuf form `P`: `TryFrom<P>`.

@@ -138,14 +138,21 @@ mod tests {
             (&[(0, 5), (5, 8)], &[(0, 8)]),
             (&[(5, 8), (0, 5)], &[(0, 8)]),
             (&[(0, 2), (4, 6), (1, 5)], &[(0, 6)]),
-            (&[(10, 20), (0, 2), (2, 3), (30, 31)], &[(0, 3), (10, 20), (30, 31)]),
+            (
+                &[(10, 20), (0, 2), (2, 3), (30, 31)],
+                &[(0, 3), (10, 20), (30, 31)],
+            ),
             (&[(0, 10), (2, 3)], &[(0, 10)]),
             (&[(2, 3), (0, 10)], &[(0, 10)]),
             (&[(u64::MAX - 1, u64::MAX)], &[(u64::MAX - 1, u64::MAX)]),
         ];
         for (inserted, want) in cases {
             let set = IndexRuns::from_runs(inserted.iter().copied());
-            assert_eq!(set.iter().collect::<Vec<_>>(), want.to_vec(), "{inserted:?}");
+            assert_eq!(
+                set.iter().collect::<Vec<_>>(),
+                want.to_vec(),
+                "{inserted:?}"
+            );
             let count: u64 = want.iter().map(|(s, e)| e - s).sum();
             assert_eq!(set.count(), count);
         }

@@ -42,8 +42,8 @@ mod tasks;
 mod workers;
 
 use crate::state::changes::Changes;
-use crate::state::lineage::ExactlyOnce;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
+use crate::state::lineage::ExactlyOnce;
 use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;

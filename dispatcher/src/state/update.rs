@@ -8,9 +8,9 @@
 //! `apply` stays pure.
 
 use crate::state::entities::DefinitionKey;
+use crate::state::lineage::DeliveryReport;
 use serde::{Deserialize, Serialize};
 use sluice_element::Compression;
-use crate::state::lineage::DeliveryReport;
 use sluice_types::{
     ClientId, DatasetId, Delivery, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
     TargetWorkers, TaskId,

@@ -42,7 +42,12 @@ impl DispatcherState {
 
     /// A task just created in `iteration_id` for `worker` starts a lineage when its job
     /// delivers exactly once.
-    pub(super) fn start_lineage(&mut self, iteration_id: IterationId, task_id: TaskId, worker: &str) {
+    pub(super) fn start_lineage(
+        &mut self,
+        iteration_id: IterationId,
+        task_id: TaskId,
+        worker: &str,
+    ) {
         let Some(iteration) = self.iterations.get(&iteration_id) else {
             return;
         };
@@ -84,6 +89,15 @@ impl DispatcherState {
             .filter(|lineage| lineage.task == task_id)
     }
 
+    /// Whether `task_id`'s stream moved (or is moving) to another task: nobody is to read it.
+    pub fn task_moved(&self, task_id: TaskId) -> bool {
+        self.exactly_once
+            .tasks
+            .get(&task_id)
+            .and_then(|key| self.exactly_once.lineages.get(key))
+            .is_some_and(|l| l.task != task_id || !l.running)
+    }
+
     /// The worker whose static shard `task_id` reads: its lineage's first worker, else its own.
     pub fn shard_worker_of<'a>(&'a self, task_id: TaskId, worker: &'a str) -> &'a str {
         self.lineage_of_task(task_id)
@@ -102,7 +116,10 @@ impl DispatcherState {
             .any(|(_, l)| l.origin_worker == worker)
     }
 
-    fn lineages_of(&self, iteration_id: IterationId) -> impl Iterator<Item = (&LineageKey, &Lineage)> {
+    fn lineages_of(
+        &self,
+        iteration_id: IterationId,
+    ) -> impl Iterator<Item = (&LineageKey, &Lineage)> {
         self.exactly_once
             .lineages
             .range((iteration_id, TaskId(0))..=(iteration_id, TaskId(u64::MAX)))
@@ -254,7 +271,9 @@ impl DispatcherState {
             .collect();
         for key in ready {
             let live = self.iterations.get(&key.0).is_some_and(|it| {
-                !it.finished && !it.garbage_collected && !self.iteration_failures.contains_key(&it.id)
+                !it.finished
+                    && !it.garbage_collected
+                    && !self.iteration_failures.contains_key(&it.id)
             });
             if !live {
                 continue;
@@ -316,7 +335,9 @@ impl DispatcherState {
         for key in keys {
             self.exactly_once.lineages.remove(&key);
         }
-        self.exactly_once.tasks.retain(|_, key| key.0 != iteration_id);
+        self.exactly_once
+            .tasks
+            .retain(|_, key| key.0 != iteration_id);
     }
 
     /// What a worker taking `task_id` over needs: the leases to consume first, and the indices

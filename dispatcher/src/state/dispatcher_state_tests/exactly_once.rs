@@ -219,7 +219,12 @@ fn lineage_table() {
                     return None;
                 }
                 let (leases, skip) = state.replay_of(*t)?;
-                Some((t.0, task.worker.clone(), leases.to_vec(), skip.iter().collect()))
+                Some((
+                    t.0,
+                    task.worker.clone(),
+                    leases.to_vec(),
+                    skip.iter().collect(),
+                ))
             })
             .collect();
         let want: Vec<(u64, String, Vec<RecordedLease>, Vec<(u64, u64)>)> = expect
@@ -247,17 +252,36 @@ fn reports_from_another_iteration_are_refused() {
         ),
     ]);
     let state = run("another iteration", steps);
-    assert_eq!(state.replay_of(TaskId(4000)).map(|(_, s)| s.clone()), Some(IndexRuns::new()));
+    assert_eq!(
+        state.replay_of(TaskId(4000)).map(|(_, s)| s.clone()),
+        Some(IndexRuns::new())
+    );
 }
 
 #[test]
 fn delivery_applies_where_it_means_something_and_a_named_job_keeps_its_own() {
     // (sharding, delivery asked) -> whether the job delivers exactly once
     let cases = [
-        (ShardingPolicy::Dynamic, Delivery::ExactlyOnce, Delivery::ExactlyOnce),
-        (ShardingPolicy::Dynamic, Delivery::AtMostOnce, Delivery::AtMostOnce),
-        (ShardingPolicy::File, Delivery::ExactlyOnce, Delivery::ExactlyOnce),
-        (ShardingPolicy::Off, Delivery::ExactlyOnce, Delivery::AtMostOnce),
+        (
+            ShardingPolicy::Dynamic,
+            Delivery::ExactlyOnce,
+            Delivery::ExactlyOnce,
+        ),
+        (
+            ShardingPolicy::Dynamic,
+            Delivery::AtMostOnce,
+            Delivery::AtMostOnce,
+        ),
+        (
+            ShardingPolicy::File,
+            Delivery::ExactlyOnce,
+            Delivery::ExactlyOnce,
+        ),
+        (
+            ShardingPolicy::Off,
+            Delivery::ExactlyOnce,
+            Delivery::AtMostOnce,
+        ),
     ];
     for (sharding, asked, want) in cases {
         let state = run(
@@ -267,7 +291,11 @@ fn delivery_applies_where_it_means_something_and_a_named_job_keeps_its_own() {
                 (job_delivering(sharding, Some("j"), asked), job_id(5000)),
             ],
         );
-        assert_eq!(state.job_delivery(JobId(5000)), want, "{sharding:?} {asked:?}");
+        assert_eq!(
+            state.job_delivery(JobId(5000)),
+            want,
+            "{sharding:?} {asked:?}"
+        );
     }
     run(
         "a named job asked for with another delivery",
@@ -333,5 +361,8 @@ fn a_static_shard_moves_and_its_worker_coming_back_does_not_read_it_again() {
     let moved = state.task(TaskId(4002)).expect("the moved task");
     assert_eq!(moved.worker, "w2");
     assert_eq!(state.shard_worker_of(TaskId(4002), "w2"), "w1");
-    assert_eq!(state.worker_index(state.shard_worker_of(TaskId(4002), "w2")), Some(0));
+    assert_eq!(
+        state.worker_index(state.shard_worker_of(TaskId(4002), "w2")),
+        Some(0)
+    );
 }

@@ -11,8 +11,8 @@ use sluice_types::{
 
 mod coordinated_reads;
 mod crashes;
-mod exactly_once;
 mod datasets;
+mod exactly_once;
 mod expiry_and_removal;
 mod jobs_and_splits;
 mod properties;
