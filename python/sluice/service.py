@@ -110,6 +110,7 @@ def distribute(
     _check_job(job_name, num_consumers)
     mode = _mode(processing_mode)
     address = _service(service)
+    delivery = _delivery(delivery)
 
     def _apply(dataset: Dataset) -> Dataset:
         native = _native.distribute(
@@ -123,7 +124,7 @@ def distribute(
             compression=_compression(compression),
             cross_trainer_cache=_trainer_id(cross_trainer_cache),
             target_workers=_target_workers(target_workers),
-            delivery=_delivery(delivery),
+            delivery=delivery,
         )
         return Dataset(native)
 
