@@ -338,7 +338,6 @@ fn dynamic_source_yields_only_supplied_splits() {
     );
     assert!(s.calls.lock().unwrap().contains(&(0, 1)));
 
-
     let s = FakeSupplier::new(&[&[0, 12]]);
     let got = split_ints("range(10)", s);
     assert_eq!(
@@ -364,12 +363,27 @@ fn dynamic_repeat_goes_on_past_passes_without_splits() {
     let rows: Vec<Row> = vec![
         // (pipeline, splits per repetition, elements, last repetition asked for)
         // Repetitions 1 and 2 went to other workers.
-        ("range(10).repeat().take(2)", &[&[1], &[], &[], &[2]], vec![1, 2], 3),
-        ("range(10).repeat(4)", &[&[1], &[], &[], &[2]], vec![1, 2], 3),
+        (
+            "range(10).repeat().take(2)",
+            &[&[1], &[], &[], &[2]],
+            vec![1, 2],
+            3,
+        ),
+        (
+            "range(10).repeat(4)",
+            &[&[1], &[], &[], &[2]],
+            vec![1, 2],
+            3,
+        ),
         // Repetition 0 went to others, and nothing this worker got yields anything after.
         ("range(10).repeat(3)", &[&[], &[], &[]], vec![], 2),
         // Split 3 is filtered out: a pass that read a split and yielded nothing.
-        ("range(10).filter(is_even).repeat()", &[&[2], &[3], &[4]], vec![2], 1),
+        (
+            "range(10).filter(is_even).repeat()",
+            &[&[2], &[3], &[4]],
+            vec![2],
+            1,
+        ),
         // No split at all: the input is empty.
         ("range(0).repeat()", &[], vec![], 0),
         // Without a repeat, an empty pass is simply the end.

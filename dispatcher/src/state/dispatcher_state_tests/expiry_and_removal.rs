@@ -203,7 +203,9 @@ fn infinite_iterations_outlive_their_workers_table() {
             let mut script = start(*cardinality, sharding);
             script.extend(steps.iter().cloned());
             let state = run(&name, script);
-            let it = state.iteration(IterationId(2000)).expect("iteration exists");
+            let it = state
+                .iteration(IterationId(2000))
+                .expect("iteration exists");
             assert_eq!(it.finished, *want, "case {name:?}");
         }
     }

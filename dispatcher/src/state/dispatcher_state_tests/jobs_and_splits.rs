@@ -224,8 +224,8 @@ fn a_lease_of_a_past_repetition_is_answered_without_applying_it() {
         // (request id, repetition, answered from the state)
         (None, 0, true),
         (None, 1, true),
-        (None, 2, false), // the provider's repetition: splits may be left
-        (None, 3, false), // the next: the provider moves to it
+        (None, 2, false),           // the provider's repetition: splits may be left
+        (None, 3, false),           // the next: the provider moves to it
         (Some(recorded), 1, false), // a retry gets its recorded outcome
     ];
     for (id, repetition, past) in rows {
@@ -243,7 +243,10 @@ fn a_lease_of_a_past_repetition_is_answered_without_applying_it() {
                 },
             );
             assert_eq!(Outcome::Splits(got), outcome, "{repetition}");
-            assert_eq!(applied.iteration(IterationId(2000)), state.iteration(IterationId(2000)));
+            assert_eq!(
+                applied.iteration(IterationId(2000)),
+                state.iteration(IterationId(2000))
+            );
         }
     }
 }
