@@ -1,11 +1,13 @@
 //! An epoch of an infinite dataset outlives its workers, as in tf.data: `range(1).repeat()` read
 //! by five worker processes goes on while one of them lives, past the dispatcher's removal of the
 //! others; with none left the reader waits (no end, no error) and goes on once a new worker
-//! registers. Read through the Rust client, so that a wait shows as a pending element.
+//! registers. Read through the Rust client, so that a wait shows as a pending element; in
+//! distributed_epoch mode with either delivery guarantee.
 
 use crate::{dispatcher, sluice, workers};
 use sluice_client::{
-    DispatcherClient, DispatcherClientExt, DistributeOptions, ElementStream, ShardingPolicy,
+    Delivery, DispatcherClient, DispatcherClientExt, DistributeOptions, ElementStream,
+    ShardingPolicy,
 };
 use sluice_pipeline::{Dataset, Transform};
 use sluice_tests::HANG;
@@ -18,15 +20,20 @@ const WORKER_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[test]
 fn an_infinite_distributed_epoch_reads_on_while_a_worker_lives_and_waits_for_a_new_one() {
-    outlives_its_workers(ShardingPolicy::Dynamic);
+    outlives_its_workers(ShardingPolicy::Dynamic, Delivery::ExactlyOnce);
+}
+
+#[test]
+fn at_most_once_an_infinite_distributed_epoch_reads_on_while_a_worker_lives_and_waits() {
+    outlives_its_workers(ShardingPolicy::Dynamic, Delivery::AtMostOnce);
 }
 
 #[test]
 fn an_infinite_parallel_epochs_read_reads_on_while_a_worker_lives_and_waits_for_a_new_one() {
-    outlives_its_workers(ShardingPolicy::Off);
+    outlives_its_workers(ShardingPolicy::Off, Delivery::default());
 }
 
-fn outlives_its_workers(mode: ShardingPolicy) {
+fn outlives_its_workers(mode: ShardingPolicy, delivery: Delivery) {
     let data = tempfile::tempdir().expect("temp dir");
     let timeout = format!("{}ms", WORKER_TIMEOUT.as_millis());
     let dispatcher = dispatcher(data.path(), &["--worker-timeout", &timeout]);
@@ -37,7 +44,14 @@ fn outlives_its_workers(mode: ShardingPolicy) {
         let client = DispatcherClient::new(&addr).expect("a client");
         let dataset = Dataset::range(1).repeat_forever();
         let service = client
-            .distribute(&dataset, mode, DistributeOptions::default())
+            .distribute(
+                &dataset,
+                mode,
+                DistributeOptions {
+                    delivery,
+                    ..DistributeOptions::default()
+                },
+            )
             .await
             .expect("distribute");
         let mut epoch = service.iter().await.expect("an epoch");
@@ -65,7 +79,7 @@ fn outlives_its_workers(mode: ShardingPolicy) {
             match tokio::time::timeout(quiet, epoch.next()).await {
                 Err(_) => break, // nothing for a while, and no end: it waits
                 Ok(Some(element)) => assert_zero(element.expect("an element")),
-                Ok(None) => panic!("{mode:?}: the epoch ended with every worker gone"),
+                Ok(None) => panic!("{mode:?} {delivery:?}: the epoch ended with every worker gone"),
             }
         }
 
