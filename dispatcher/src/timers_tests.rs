@@ -30,9 +30,8 @@ fn apply(state: &mut DispatcherState, time_micros: u64, update: Update) -> Outco
     outcome
 }
 
-/// One worker `w1`, and one job of `sharding` with two iterations: 2000 has client 3000
-/// attached, 2001 lost its only client (3001) at `RELEASED_AT`.
-fn state(sharding: ShardingPolicy) -> DispatcherState {
+/// Dataset "d" (10 splits) and `workers` registered.
+fn dataset_and_workers(workers: &[&str]) -> DispatcherState {
     let mut state = DispatcherState::default();
     let metadata = DatasetMetadata {
         element_spec: vec![],
@@ -49,16 +48,25 @@ fn state(sharding: ShardingPolicy) -> DispatcherState {
             num_splits: vec![10],
         },
     );
-    apply(
-        &mut state,
-        0,
-        Update::RegisterWorker {
-            address: "w1".into(),
-            tags: vec![],
-            worker_addresses: vec![],
-            owner: String::new(),
-        },
-    );
+    for worker in workers {
+        apply(
+            &mut state,
+            0,
+            Update::RegisterWorker {
+                address: worker.to_string(),
+                tags: vec![],
+                worker_addresses: vec![],
+                owner: String::new(),
+            },
+        );
+    }
+    state
+}
+
+/// One worker `w1`, and one job of `sharding` with two iterations: 2000 has client 3000
+/// attached, 2001 lost its only client (3001) at `RELEASED_AT`.
+fn state(sharding: ShardingPolicy) -> DispatcherState {
+    let mut state = dataset_and_workers(&["w1"]);
     apply(
         &mut state,
         0,
@@ -326,33 +334,7 @@ fn what_stayed_idle_for_its_timeout_is_removed() {
 fn a_client_that_a_moving_stream_waits_on_is_released_after_the_release_wait() {
     // An exactly-once distributed_epoch job on workers w1 and w2, read by client 3000; w1 was
     // removed, so its task's stream waits for the client to let go of it.
-    let mut state = DispatcherState::default();
-    apply(
-        &mut state,
-        0,
-        Update::RegisterDataset {
-            dataset_id: Some(DatasetId("d".into())),
-            def: vec![1],
-            metadata: DatasetMetadata {
-                element_spec: vec![],
-                cardinality: 10,
-                compression: Compression::Auto,
-            },
-            num_splits: vec![10],
-        },
-    );
-    for worker in ["w1", "w2"] {
-        apply(
-            &mut state,
-            0,
-            Update::RegisterWorker {
-                address: worker.into(),
-                tags: vec![],
-                worker_addresses: vec![],
-                owner: String::new(),
-            },
-        );
-    }
+    let mut state = dataset_and_workers(&["w1", "w2"]);
     apply(
         &mut state,
         0,
