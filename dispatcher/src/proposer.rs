@@ -25,6 +25,7 @@ use crate::state::{
     DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
+use sluice_security::FetchKey;
 use sluice_types::{
     ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease, TaskId,
 };
@@ -366,6 +367,15 @@ impl ProposerHandle {
             (update, other) => Err(unexpected(update, other)),
         }
     }
+
+    /// Proposes `key` as the cluster's fetch key; whether it became it (`false`: a key was
+    /// set already, and stays).
+    pub async fn set_fetch_key(&self, key: FetchKey) -> Result<bool, DispatcherError> {
+        match self.accepted(None, Update::SetFetchKey { key }).await? {
+            (_, Outcome::FetchKeySet { set }) => Ok(set),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
 }
 
 /// An outcome of another kind than the update's: a bug in `apply`, reported as such.
@@ -488,7 +498,8 @@ fn approx_bytes(update: &Update) -> usize {
             | Update::ReleaseIterationClient { .. }
             | Update::GarbageCollectIteration { .. }
             | Update::ClientRounds { .. }
-            | Update::RemoveTask { .. } => 0,
+            | Update::RemoveTask { .. }
+            | Update::SetFetchKey { .. } => 0,
         }
 }
 

@@ -21,9 +21,11 @@
 //! - `idle`: removal of what nobody uses any more;
 //! - `splits`: split leases of distributed_epoch iterations;
 //! - `rounds`: pending tasks and task removal of coordinated reads;
+//! - `fetch_key`: the cluster's secret for readers' admissions;
 //! - `queries`: the read-only accessors the services use.
 
 mod datasets;
+mod fetch_key;
 pub use datasets::{definition_key, MAX_DEFINITION_BYTES};
 mod idle;
 #[cfg(test)]
@@ -46,6 +48,7 @@ use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;
 use serde::{Deserialize, Serialize};
+use sluice_security::FetchKey;
 use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -99,6 +102,12 @@ pub struct DispatcherState {
     /// as `departed_workers`). Removed with its iteration.
     #[serde(default, deserialize_with = "trailing_field::deserialize")]
     iteration_failures: BTreeMap<IterationId, String>,
+    /// The cluster's secret for readers' admissions (see `sluice_security::fetch_admission`):
+    /// chosen by a leader that found none and set by the first `SetFetchKey`, never changed
+    /// after. Never shown: not on the status page, in metrics or in logs (its `Debug` prints
+    /// no byte). `None` in a snapshot made before it existed; the next leader sets one.
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
+    fetch_key: Option<FetchKey>,
     /// What the entries applied since the last take touched (not replicated, never encoded).
     #[serde(skip)]
     changes: Changes,
@@ -106,7 +115,7 @@ pub struct DispatcherState {
 
 /// A snapshot is `AppliedState { .., state }` encoded alone, so the state's last fields are the
 /// last things in it: a snapshot of a build before `departed_workers` (and
-/// `iteration_failures`) ends where those fields would start. Decoding one there finds no bytes
+/// `iteration_failures`, `fetch_key`) ends where those fields would start. Decoding one there finds no bytes
 /// and reads it as empty; anything else in the field decodes as usual (and bytes left over fail
 /// the codec's check that all were read).
 mod trailing_field {
@@ -141,6 +150,7 @@ impl Default for DispatcherState {
             next_task_id: FIRST_TASK_ID,
             departed_workers: BTreeMap::new(),
             iteration_failures: BTreeMap::new(),
+            fetch_key: None,
             changes: Changes::default(),
         }
     }
@@ -259,6 +269,7 @@ impl DispatcherState {
                 task_ids,
                 signal,
             } => Ok(self.fail_crashed_tasks(worker, task_ids, signal)),
+            Update::SetFetchKey { key } => Ok(self.set_fetch_key(key)),
         }
     }
 }

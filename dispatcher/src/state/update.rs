@@ -10,6 +10,7 @@
 use crate::state::entities::DefinitionKey;
 use serde::{Deserialize, Serialize};
 use sluice_element::Compression;
+use sluice_security::FetchKey;
 use sluice_types::{
     ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
     TargetWorkers, TaskId,
@@ -172,6 +173,10 @@ pub enum Update {
         task_ids: Vec<TaskId>,
         signal: String,
     },
+    /// The cluster's fetch key, chosen at random by a leader whose state had none. Only the
+    /// first one counts: once a key is set, a later `SetFetchKey` (another leader's, proposed
+    /// before it saw the first applied) changes nothing, so admissions stay valid.
+    SetFetchKey { key: FetchKey },
 }
 
 impl Update {
@@ -193,6 +198,7 @@ impl Update {
             Update::StageDefinition { .. } => "stage_definition",
             Update::RegisterStagedDataset { .. } => "register_staged_dataset",
             Update::FailCrashedTasks { .. } => "fail_crashed_tasks",
+            Update::SetFetchKey { .. } => "set_fetch_key",
         }
     }
 }
@@ -240,6 +246,8 @@ pub enum Outcome {
     IterationsFailed {
         iterations: Vec<IterationId>,
     },
+    /// After a `SetFetchKey`: whether it set the key (`false`: one was set already).
+    FetchKeySet { set: bool },
 }
 
 /// Why a request changed nothing. Messages follow tf.data service's texts where it has one.

@@ -13,6 +13,7 @@ mod coordinated_reads;
 mod crashes;
 mod datasets;
 mod expiry_and_removal;
+mod fetch_key;
 mod jobs_and_splits;
 mod properties;
 mod requests;
