@@ -38,6 +38,10 @@ pub(crate) fn key_of(state: &DispatcherState) -> Option<FetchKey> {
 }
 
 /// What a client admitted to an iteration presents to the workers.
-pub(crate) fn admission(key: &FetchKey, iteration_id: IterationId, client_id: ClientId) -> Admission {
+pub(crate) fn admission(
+    key: &FetchKey,
+    iteration_id: IterationId,
+    client_id: ClientId,
+) -> Admission {
     key.admit(iteration_id.0, client_id.0)
 }

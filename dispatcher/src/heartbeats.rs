@@ -140,8 +140,8 @@ impl Heartbeats {
                 .await?;
         }
         // The worker checks readers' admissions with it; a cluster without one gets one now.
-        let key = admissions::fetch_key(|| self.reader.read(admissions::key_of), &self.proposer)
-            .await?;
+        let key =
+            admissions::fetch_key(|| self.reader.read(admissions::key_of), &self.proposer).await?;
         let current: BTreeSet<TaskId> = req.current_tasks.iter().map(|t| TaskId(*t)).collect();
         let worker = req.worker_address.as_str();
         let mut response = self

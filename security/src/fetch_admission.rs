@@ -136,7 +136,10 @@ mod tests {
             ("another client", key.verify(2000, 3001, &admission)),
             ("another iteration", key.verify(2001, 3000, &admission)),
             ("ids swapped", key.verify(3000, 2000, &admission)),
-            ("another key", FetchKey::random().verify(2000, 3000, &admission)),
+            (
+                "another key",
+                FetchKey::random().verify(2000, 3000, &admission),
+            ),
             ("truncated", key.verify(2000, 3000, &admission[..31])),
             ("one bit off", {
                 let mut forged = admission.clone();
@@ -148,10 +151,7 @@ mod tests {
         for (case, outcome) in refused {
             assert_eq!(outcome, Err(AdmissionRefusal::Invalid), "{case}");
         }
-        assert_eq!(
-            key.verify(2000, 3000, &[]),
-            Err(AdmissionRefusal::Missing)
-        );
+        assert_eq!(key.verify(2000, 3000, &[]), Err(AdmissionRefusal::Missing));
     }
 
     #[test]

@@ -8,10 +8,10 @@ use super::tests::{
     decode, ints, read_grpc_with, read_raw_with, request, start, start_keyed, task, test_key,
     Worker, DEADLINE,
 };
-use sluice_rpc::raw_fetch;
 use sluice_pipeline::{Dataset, Transform};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::{FetchRequest, GetElementRequest};
+use sluice_rpc::raw_fetch;
 use sluice_security::{ClientSecurity, FetchKey, ServerSecurity};
 use tonic::{Code, Status};
 use tracing::info;
@@ -105,7 +105,11 @@ async fn a_reader_without_the_dispatchers_admission_is_refused_and_takes_nothing
         let wrong = read_raw_with(
             &open,
             worker.addr,
-            presenting(task_id, 4000, test_key().admit(ITERATION, READER).to_bytes()),
+            presenting(
+                task_id,
+                4000,
+                test_key().admit(ITERATION, READER).to_bytes(),
+            ),
         )
         .await
         .expect_err("refused");
@@ -118,7 +122,6 @@ async fn a_reader_without_the_dispatchers_admission_is_refused_and_takes_nothing
                  tasks"
             )
         );
-
     }
 
     info!("--- the admitted reader gets every element, from the first");
@@ -217,9 +220,13 @@ async fn a_worker_that_has_no_fetch_key_yet_answers_unavailable_until_it_has() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_the_worker_does_not_hold_is_not_here_yet_whatever_the_admission() {
     let worker = start(vec![]).await;
-    let status = read_raw_with(&ClientSecurity::default(), worker.addr, presenting(9, 1, vec![]))
-        .await
-        .expect_err("not here");
+    let status = read_raw_with(
+        &ClientSecurity::default(),
+        worker.addr,
+        presenting(9, 1, vec![]),
+    )
+    .await
+    .expect_err("not here");
     assert_eq!(
         (status.code(), status.message()),
         (Code::Unavailable, "Task 9 not found")

@@ -194,10 +194,9 @@ pub(super) async fn read_raw_with(
         .await
         .map_err(|e| Status::unavailable(format!("connect: {e}")))?;
     let token = security.token().map(|t| t.expose().as_bytes());
-    let (requests, mut batches) =
-        raw_fetch::open(socket, token, first, credits)
-            .await
-            .map_err(|e| Status::unavailable(format!("open: {e}")))?;
+    let (requests, mut batches) = raw_fetch::open(socket, token, first, credits)
+        .await
+        .map_err(|e| Status::unavailable(format!("open: {e}")))?;
     let mut elements = Vec::new();
     loop {
         let batch = tokio::time::timeout(DEADLINE, batches.message())

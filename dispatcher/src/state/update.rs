@@ -247,7 +247,9 @@ pub enum Outcome {
         iterations: Vec<IterationId>,
     },
     /// After a `SetFetchKey`: whether it set the key (`false`: one was set already).
-    FetchKeySet { set: bool },
+    FetchKeySet {
+        set: bool,
+    },
 }
 
 /// Why a request changed nothing. Messages follow tf.data service's texts where it has one.

@@ -94,7 +94,9 @@ async fn own_admission(attacker: &DispatcherClient) -> anyhow::Result<(u64, Vec<
 fn assert_refused(status: &Status, what: &str) {
     assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}");
     assert!(
-        status.message().contains("only readers the dispatcher admitted"),
+        status
+            .message()
+            .contains("only readers the dispatcher admitted"),
         "{what}: {}",
         status.message()
     );
@@ -165,7 +167,10 @@ async fn a_reader_keeps_its_elements(
         ("a forged admission of the reader", victim, forged),
     ];
     for (what, client_id, admission) in attempts {
-        info!(what, "--- a fetch stream of the job's task, both transports");
+        info!(
+            what,
+            "--- a fetch stream of the job's task, both transports"
+        );
         let first = FetchRequest {
             task_id,
             credits: 1 << 16,

@@ -22,7 +22,11 @@ fn fetch_key_table() {
     type Case = (&'static str, Vec<(Update, Outcome)>, Option<u8>);
     let cases: Vec<Case> = vec![
         ("a fresh state has no key", vec![], None),
-        ("the first key is set", vec![(set(1), outcome(true))], Some(1)),
+        (
+            "the first key is set",
+            vec![(set(1), outcome(true))],
+            Some(1),
+        ),
         (
             "a second key (another leader's) changes nothing",
             vec![(set(1), outcome(true)), (set(2), outcome(false))],
@@ -68,20 +72,8 @@ fn a_retried_set_fetch_key_is_answered_as_the_first_time() {
         seq: 1,
         watermark: 1,
     });
-    let first = state.apply(
-        ApplyContext::default(),
-        &Request {
-            id,
-            update: set(1),
-        },
-    );
-    let retry = state.apply(
-        ApplyContext::default(),
-        &Request {
-            id,
-            update: set(2),
-        },
-    );
+    let first = state.apply(ApplyContext::default(), &Request { id, update: set(1) });
+    let retry = state.apply(ApplyContext::default(), &Request { id, update: set(2) });
     assert_eq!((first, retry), (outcome(true), outcome(true)));
     assert_eq!(state.fetch_key(), Some(&key(1)));
 }
