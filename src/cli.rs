@@ -248,7 +248,8 @@ pub struct DispatcherArgs {
     /// its time on them.
     #[arg(long, default_value_t = 50_000)]
     pub snapshot_every: u64,
-    /// A worker silent this long is removed and its unfinished tasks dropped.
+    /// A worker silent this long is removed: its exactly-once tasks move to other workers, its
+    /// other unfinished tasks are dropped.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub worker_timeout: Duration,
     /// A client silent this long is released from its iteration.
@@ -445,6 +446,11 @@ pub struct ReadArgs {
     /// process only).
     #[arg(long, default_value = "auto")]
     pub target_workers: String,
+    /// exactly-once (every element of a finite epoch reaches the job's readers once, also when
+    /// workers fail; distributed_epoch and the static sharding modes) or at-most-once
+    /// (tf.data's: what a failed worker held is lost).
+    #[arg(long, default_value = "exactly-once")]
+    pub delivery: String,
     /// Cross-trainer cache: read the named job's shared elements as this trainer (needs
     /// --job-name and an infinite dataset).
     #[arg(long)]

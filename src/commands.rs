@@ -241,6 +241,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     options.consumer_index = args.consumer_index;
     options.num_consumers = args.num_consumers;
     options.target_workers = args.target_workers.parse()?;
+    options.delivery = args.delivery.parse()?;
     if args.cross_trainer_cache || args.trainer_id.is_some() {
         // An empty trainer id is refused by `distribute`, with tf.data's message.
         let trainer_id = args.trainer_id.clone().unwrap_or_default();

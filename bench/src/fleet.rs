@@ -59,6 +59,8 @@ impl SimWorker {
                 worker: WorkerId(me.address.clone()),
                 current_tasks: held.keys().map(|t| TaskId(*t)).collect(),
                 tags: Vec::new(),
+                // One process for the whole run, as a real worker's.
+                incarnation: 1,
             };
             let started = Instant::now();
             let reply = tokio::select! {

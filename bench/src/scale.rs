@@ -278,6 +278,7 @@ pub(crate) fn job_request(dataset: &DatasetId, name: Option<String>) -> JobReque
         num_consumers: None,
         use_cross_trainer_cache: false,
         target_workers: TargetWorkers::Auto,
+        delivery: Default::default(),
     }
 }
 

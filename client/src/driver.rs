@@ -14,14 +14,16 @@ use crate::delivery::Delivery;
 use crate::epoch::{Decision, Epoch, Event, Listed};
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, HeartbeatWaits};
+use crate::received::{Received, REPORT_EVERY};
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
     ClientHeartbeat, ClientHeartbeatReply, DispatcherClient, IterationClient, KnownTasks,
-    LocalWorkers,
+    LocalWorkers, TaskDelivery,
 };
 use sluice_security::Admission;
 use sluice_types::{ClientId, TargetWorkers, TaskId};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,7 +48,13 @@ pub(crate) struct Driver {
     permits: Arc<Semaphore>,
     out: flume::Sender<Delivery>,
     cancel: CancellationToken,
+    /// What arrived from exactly-once tasks and was not reported yet.
+    received: Received,
 }
+
+/// The open task streams: each one's stop and its task.
+#[derive(Default)]
+struct Streams(HashMap<u64, (CancellationToken, tokio::task::JoinHandle<()>)>);
 
 type HeartbeatFuture =
     Pin<Box<dyn Future<Output = Result<ClientHeartbeatReply, ClientError>> + Send>>;
@@ -77,6 +85,7 @@ impl Driver {
             permits: Arc::new(Semaphore::new(options.outstanding() as usize)),
             out,
             cancel,
+            received: Received::default(),
         }
     }
 
@@ -119,12 +128,16 @@ impl Driver {
         let mut epoch = Epoch::new(self.target_workers, self.outstanding);
         let mut waits = HeartbeatWaits::new(self.heartbeat_poll);
         let mut pending: Option<HeartbeatFuture> = None;
+        let mut streams = Streams::default();
+        let mut report_every = tokio::time::interval(REPORT_EVERY);
+        report_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut decisions = epoch.start();
-        loop {
+        let result = loop {
+            let mut ended = None;
             for decision in decisions {
                 match decision {
                     Decision::Open { task, max_credits } => {
-                        self.open(task, max_credits, &finished_rx, &done_tx)
+                        self.open(task, max_credits, &finished_rx, &done_tx, &mut streams)
                     }
                     Decision::Skip { task_id, worker } => {
                         debug!(task = task_id, worker = %worker, "not a target worker: skipping its task");
@@ -145,25 +158,45 @@ impl Driver {
                     Decision::End {
                         error,
                         delete_local,
-                    } => return (error, delete_local),
+                    } => ended = Some((error, delete_local)),
                 }
             }
-            let event = tokio::select! {
-                _ = self.cancel.cancelled() => Event::Cancelled,
+            if let Some(ended) = ended {
+                break ended;
+            }
+            decisions = tokio::select! {
+                _ = self.cancel.cancelled() => epoch.handle(Event::Cancelled),
                 response = async { pending.as_mut().expect("guarded").await }, if pending.is_some() => {
                     pending = None;
                     match response {
-                        Ok(reply) => Event::Heartbeat {
-                            tasks: reply.tasks.map(|tasks| tasks.into_iter().map(listed).collect()),
-                            iteration_finished: reply.iteration_finished,
-                        },
-                        Err(e) => Event::HeartbeatFailed(e),
+                        Ok(reply) => {
+                            let mut decisions = epoch.handle(Event::Heartbeat {
+                                tasks: reply.tasks.map(|tasks| tasks.into_iter().map(listed).collect()),
+                                iteration_finished: reply.iteration_finished,
+                            });
+                            // Tasks whose streams move to other workers: stop reading them,
+                            // then say so with what arrived from them.
+                            for task_id in reply.release_tasks {
+                                if self.release_task(task_id.0, &mut streams).await {
+                                    decisions.extend(epoch.handle(Event::Released { task_id: task_id.0 }));
+                                }
+                            }
+                            decisions
+                        }
+                        Err(e) => epoch.handle(Event::HeartbeatFailed(e)),
                     }
                 }
-                Some((task_id, result)) = done_rx.recv() => Event::TaskEnded { task_id, result },
+                Some((task_id, result)) = done_rx.recv() => epoch.handle(Event::TaskEnded { task_id, result }),
+                _ = report_every.tick() => {
+                    self.report().await;
+                    Vec::new()
+                }
             };
-            decisions = epoch.handle(event);
-        }
+        };
+        // What arrived since the last report: the dispatcher must know it, should a worker fail
+        // after this reader is gone.
+        self.report().await;
+        result
     }
 
     /// Starts reading `task`, reporting its end on `done`.
@@ -173,6 +206,7 @@ impl Driver {
         max_credits: u32,
         finished: &watch::Receiver<bool>,
         done: &mpsc::UnboundedSender<(u64, Result<(), ClientError>)>,
+        streams: &mut Streams,
     ) {
         let config = TaskStreamConfig {
             task_id: task.task_id,
@@ -183,6 +217,7 @@ impl Driver {
             max_credits,
             // What the reader presents to the dispatcher, it presents to workers.
             security: self.client.security().clone(),
+            received: self.received.clone(),
         };
         debug!(task = config.task_id, worker = %config.address, "reading task");
         let done = done.clone();
@@ -192,11 +227,67 @@ impl Driver {
             finished.clone(),
             self.cancel.child_token(),
         );
-        tokio::spawn(async move {
-            let task_id = config.task_id;
+        let task_id = config.task_id;
+        let stop = cancel.clone();
+        let handle = tokio::spawn(async move {
             let result = task_stream::run(config, permits, out, finished, cancel).await;
             let _ = done.send((task_id, result));
         });
+        streams.0.insert(task_id, (stop, handle));
+    }
+
+    /// Stops reading `task_id` for good and reports it released, with what arrived from it.
+    /// `false` when the report failed (the next heartbeat asks again).
+    async fn release_task(&self, task_id: u64, streams: &mut Streams) -> bool {
+        if let Some((stop, handle)) = streams.0.remove(&task_id) {
+            stop.cancel();
+            // Nothing of the task arrives after its stream returned.
+            let _ = handle.await;
+        }
+        let runs = self.received.take_task(task_id);
+        let report = TaskDelivery {
+            task_id: TaskId(task_id),
+            runs: runs.clone(),
+            released: true,
+        };
+        match self
+            .client
+            .report_delivered(self.client_id, &[report])
+            .await
+        {
+            Ok(()) => {
+                debug!(task = task_id, "released a task whose stream moved");
+                true
+            }
+            Err(e) => {
+                debug!(task = task_id, error = %e, "reporting a released task failed");
+                self.received.put_back(task_id, &runs);
+                false
+            }
+        }
+    }
+
+    /// Reports what arrived from exactly-once tasks since the last report; what a failed report
+    /// carried is kept for the next.
+    async fn report(&self) {
+        let received = self.received.take_all();
+        if received.is_empty() {
+            return;
+        }
+        let reports: Vec<TaskDelivery> = received
+            .iter()
+            .map(|(task_id, runs)| TaskDelivery {
+                task_id: TaskId(*task_id),
+                runs: runs.clone(),
+                released: false,
+            })
+            .collect();
+        if let Err(e) = self.client.report_delivered(self.client_id, &reports).await {
+            debug!(error = %e, "reporting what arrived failed; it goes with the next report");
+            for (task_id, runs) in &received {
+                self.received.put_back(*task_id, runs);
+            }
+        }
     }
 
     /// Deletes, from workers in this process, the tasks nobody but this client reads, so they

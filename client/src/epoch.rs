@@ -57,6 +57,9 @@ pub(crate) enum Event {
     },
     /// The caller dropped or closed the stream.
     Cancelled,
+    /// This reader let go of a task for good (the dispatcher moved its stream to another
+    /// worker, where it appears as a new task): it is done with it, without its end.
+    Released { task_id: u64 },
 }
 
 /// What to do, in order.
@@ -96,6 +99,8 @@ pub(crate) struct Epoch {
     opened: Vec<pb::TaskInfo>,
     /// Tasks of workers this reader does not target.
     skipped: HashSet<u64>,
+    /// Tasks released before they were opened (their stream moved on).
+    skipped_for_good: HashSet<u64>,
     ended: bool,
 }
 
@@ -109,6 +114,7 @@ impl Epoch {
             streams: HashMap::new(),
             opened: Vec::new(),
             skipped: HashSet::new(),
+            skipped_for_good: HashSet::new(),
             ended: false,
         }
     }
@@ -140,6 +146,15 @@ impl Epoch {
                 self.end_if_done().into_iter().collect()
             }
             Event::Cancelled => vec![self.end(None)],
+            Event::Released { task_id } => {
+                if let Some(done) = self.streams.get_mut(&task_id) {
+                    *done = true;
+                } else {
+                    // Never opened: it is not to be opened any more.
+                    self.skipped_for_good.insert(task_id);
+                }
+                self.end_if_done().into_iter().collect()
+            }
         }
     }
 
@@ -164,7 +179,13 @@ impl Epoch {
             if self.iteration_finished
                 || self.streams.contains_key(&task.task_id)
                 || self.skipped.contains(&task.task_id)
+                || self.skipped_for_good.contains(&task.task_id)
             {
+                continue;
+            }
+            if task.moved {
+                // Its stream moved to another task, which the list has or will have.
+                self.skipped_for_good.insert(task.task_id);
                 continue;
             }
             if reads_task(self.target_workers, &task, local) {

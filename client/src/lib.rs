@@ -56,6 +56,7 @@ mod local_ops;
 mod options;
 mod read_metrics;
 mod read_params;
+mod received;
 mod rounds;
 mod service_dataset;
 mod task_stream;
@@ -74,6 +75,6 @@ pub use service_dataset::{DispatcherClientExt, ServiceDataset};
 pub use sluice_element::Compression;
 pub use sluice_rpc::{DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError};
 pub use sluice_types::{
-    ClientId, DatasetId, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers, TaskId,
-    WorkerId,
+    ClientId, DatasetId, Delivery, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers,
+    TaskId, WorkerId,
 };

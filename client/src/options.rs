@@ -6,7 +6,7 @@ use crate::error::ClientError;
 use rand::Rng;
 use sluice_element::Compression;
 use sluice_proto::dispatcher as pb;
-use sluice_types::TargetWorkers;
+use sluice_types::{Delivery, TargetWorkers};
 use std::time::Duration;
 
 /// Whether a reader that is not coordinated reads `task` (tf.data's `ShouldReadFromTask`;
@@ -83,6 +83,9 @@ pub struct DistributeOptions {
     /// reader calls the dispatcher. Each heartbeat waits a time drawn below this
     /// ([`HeartbeatWaits`]). At most 10 s, and half the dispatcher's client timeout.
     pub heartbeat_poll: Duration,
+    /// Exactly once (the default; for distributed_epoch and the static sharding policies) or
+    /// tf.data's at most once: see [`Delivery`].
+    pub delivery: Delivery,
 }
 
 impl Default for DistributeOptions {
@@ -96,6 +99,7 @@ impl Default for DistributeOptions {
             max_outstanding_requests: None,
             compression: Compression::Auto,
             heartbeat_poll: HEARTBEAT_POLL,
+            delivery: Delivery::ExactlyOnce,
         }
     }
 }

@@ -160,6 +160,7 @@ impl ServiceDataset {
                 num_consumers: self.options.num_consumers,
                 use_cross_trainer_cache: self.options.cross_trainer_cache.is_some(),
                 target_workers: self.options.target_workers,
+                delivery: self.options.delivery,
             })
             .await?;
         let iteration = self

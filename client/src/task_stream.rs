@@ -22,6 +22,7 @@
 
 use crate::delivery::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
+use crate::received::Received;
 use sluice_element::{DatasetError, PythonException};
 use sluice_proto::worker::{ElementBatch, FetchRequest};
 use sluice_rpc::raw_fetch;
@@ -44,6 +45,9 @@ pub(crate) struct TaskStreamConfig {
     pub max_credits: u32,
     /// TLS settings and token presented to the worker.
     pub security: ClientSecurity,
+    /// Where the indices of what arrives are recorded (exactly-once tasks number their
+    /// elements; other tasks' messages carry no indices).
+    pub received: Received,
 }
 
 /// After the iteration finished, how long a worker that cannot be reached (no answer, as in a
@@ -344,6 +348,15 @@ async fn fetch(
                     message,
                 })
             })?;
+        config
+            .received
+            .record_message(config.task_id, &batch.index_runs, elements.len(), skip)
+            .map_err(|message| {
+                FetchError::Fatal(ClientError::Worker {
+                    address: config.address.clone(),
+                    message,
+                })
+            })?;
         if !elements.is_empty() {
             let mut permit = held.take(elements.len()).ok_or_else(|| {
                 FetchError::Fatal(ClientError::Worker {
@@ -445,6 +458,7 @@ mod tests {
             trainer_id: String::new(),
             max_credits: 16,
             security: ClientSecurity::default(),
+            received: Received::default(),
         }
     }
 

@@ -1,7 +1,9 @@
 //! Conversions between protobuf messages and the dispatcher's domain types, in one place.
 
 use crate::error::DispatcherError;
-use crate::state::{Dataset, DatasetMetadata, DispatcherState, Job, RequestId, Task};
+use crate::state::{
+    Dataset, DatasetMetadata, DeliveryReport, DispatcherState, Job, RequestId, Task,
+};
 use prost::Message;
 use sluice_element::Compression;
 use sluice_proto::dataset as dpb;
@@ -46,13 +48,22 @@ pub fn decode_def(state: &DispatcherState, dataset: &Dataset) -> Option<dpb::Dat
 /// The definition itself stays out (the worker fetches it by id when the task starts).
 /// `worker_index` and `static_workers` place the task's worker in the static-sharding worker
 /// list (an empty list: no index, and static policies fail on the worker).
-pub fn task_def(
-    task: &Task,
-    job: &Job,
-    dataset: &Dataset,
-    worker_index: Option<u64>,
-    static_workers: &[String],
-) -> pb::TaskDef {
+pub fn task_def(state: &DispatcherState, task: &Task, job: &Job, dataset: &Dataset) -> pb::TaskDef {
+    // A static shard is its lineage's first worker's, wherever the lineage runs now.
+    let shard_worker = state.shard_worker_of(task.id, &task.worker);
+    let worker_index = state.worker_index(shard_worker);
+    let static_workers = state.static_workers();
+    let (exactly_once, replay_leases, skip_runs) = match state.replay_of(task.id) {
+        Some((leases, delivered)) => (
+            true,
+            leases
+                .iter()
+                .flat_map(|l| [l.repetition, l.start, l.end])
+                .collect(),
+            delivered.iter().flat_map(|(s, e)| [s, e]).collect(),
+        ),
+        None => (false, Vec::new(), Vec::new()),
+    };
     pb::TaskDef {
         task_id: task.id.0,
         iteration_id: task.iteration_id.0,
@@ -65,7 +76,33 @@ pub fn task_def(
         use_cross_trainer_cache: job.options.use_cross_trainer_cache,
         worker_index,
         num_workers: static_workers.len() as u64,
+        exactly_once,
+        replay_leases,
+        skip_runs,
     }
+}
+
+/// A client's delivery reports: runs as flattened `start, end` pairs, which must pair up.
+pub fn delivery_reports(
+    tasks: &[pb::TaskDelivery],
+) -> Result<Vec<DeliveryReport>, DispatcherError> {
+    tasks
+        .iter()
+        .map(|t| {
+            if t.runs.len() % 2 != 0 {
+                return Err(DispatcherError::InvalidArgument(format!(
+                    "the delivery report of task {} has {} run bounds, not pairs of start and end",
+                    t.task_id,
+                    t.runs.len()
+                )));
+            }
+            Ok(DeliveryReport {
+                task_id: sluice_types::TaskId(t.task_id),
+                runs: t.runs.chunks_exact(2).map(|r| (r[0], r[1])).collect(),
+                released: t.released,
+            })
+        })
+        .collect()
 }
 
 /// What a client learns of a task: where it runs, its worker's tags, and (coordinated reads)
@@ -80,5 +117,6 @@ pub fn task_info(state: &DispatcherState, task: &Task) -> pb::TaskInfo {
             .worker(&task.worker)
             .map(|w| w.tags.clone())
             .unwrap_or_default(),
+        moved: state.task_moved(task.id),
     }
 }

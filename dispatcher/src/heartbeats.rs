@@ -139,6 +139,23 @@ impl Heartbeats {
                 )
                 .await?;
         }
+        // A process other than the one recorded at this address restarted there: its
+        // exactly-once lineages move before it is told what to run.
+        let restarted = req.incarnation != 0
+            && self.reader.read(|s| {
+                s.worker(&req.worker_address).is_some()
+                    && s.worker_incarnation_of(&req.worker_address) != Some(req.incarnation)
+            });
+        if restarted {
+            self.reader.check_quorum()?;
+            let moved = self
+                .proposer
+                .worker_incarnation(req.worker_address.clone(), req.incarnation)
+                .await?;
+            if !moved.is_empty() {
+                tracing::info!(worker = %req.worker_address, tasks = ?moved, "the worker restarted: its exactly-once tasks move");
+            }
+        }
         // The worker checks readers' admissions with it; a cluster without one gets one now.
         let key =
             admissions::fetch_key(|| self.reader.read(admissions::key_of), &self.proposer).await?;
@@ -159,7 +176,7 @@ impl Heartbeats {
                 },
                 |_, s| {
                     let active = s.active_tasks_of_worker(worker);
-                    Ok(worker_view(s, worker, active, &current))
+                    Ok(worker_view(s, active, &current))
                 },
             )
             .await?;
@@ -258,7 +275,8 @@ fn client_changed(
     Ok(iteration.finished
         || state.iteration_failure(iteration.id).is_some()
         || !iteration.pending_tasks.is_empty()
-        || !known.current(iteration))
+        || !known.current(iteration)
+        || !state.tasks_to_release(client_id).is_empty())
 }
 
 /// A client's tasks (left out when the client's list is current and it asked for that) and
@@ -288,6 +306,11 @@ fn client_view(
             .iteration_failure(iteration.id)
             .unwrap_or_default()
             .to_string(),
+        release_tasks: state
+            .tasks_to_release(client_id)
+            .into_iter()
+            .map(|t| t.0)
+            .collect(),
     };
     Ok(response)
 }
@@ -318,22 +341,13 @@ fn definition_of(state: &DispatcherState, id: TaskId) -> Option<(&Task, &Job, &D
 /// assigned or finished), given its `active` tasks.
 fn worker_view(
     state: &DispatcherState,
-    worker: &str,
     active: &BTreeSet<TaskId>,
     current: &BTreeSet<TaskId>,
 ) -> pb::WorkerHeartbeatResponse {
     let new_tasks = active
         .difference(current)
         .filter_map(|id| definition_of(state, *id))
-        .map(|(task, job, dataset)| {
-            task_def(
-                task,
-                job,
-                dataset,
-                state.worker_index(worker),
-                state.static_workers(),
-            )
-        })
+        .map(|(task, job, dataset)| task_def(state, task, job, dataset))
         .collect();
     let tasks_to_delete = current.difference(active).map(|t| t.0).collect();
     pb::WorkerHeartbeatResponse {

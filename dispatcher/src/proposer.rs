@@ -22,12 +22,14 @@ use crate::raft_error::{raft_error, RaftFailure};
 use crate::raft_types::{Raft, TypeConfig};
 use crate::registration::Registration;
 use crate::state::{
-    DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId, Update,
+    DatasetMetadata, DeliveryReport, JobOptions, Outcome, Outcomes, Proposal, Request, RequestId,
+    Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
 use sluice_security::FetchKey;
 use sluice_types::{
-    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease, TaskId,
+    ClientId, DatasetId, Delivery, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    TaskId,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -253,16 +255,50 @@ impl ProposerHandle {
         job_name: Option<String>,
         anonymous_suffix: u64,
         options: JobOptions,
+        delivery: Delivery,
     ) -> Result<JobId, DispatcherError> {
-        let update = Update::GetOrCreateJob {
+        let update = Update::GetOrCreateJobWithDelivery {
             dataset_id,
             sharding,
             job_name,
             anonymous_suffix,
             options,
+            delivery,
         };
         match self.accepted(id, update).await? {
             (_, Outcome::Job { job_id }) => Ok(job_id),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    /// Records what a client received from exactly-once tasks and which moving tasks it let
+    /// go of.
+    pub async fn report_delivered(
+        &self,
+        id: Option<RequestId>,
+        client_id: ClientId,
+        reports: Vec<DeliveryReport>,
+    ) -> Result<(), DispatcherError> {
+        let update = Update::ReportDelivered { client_id, reports };
+        match self.accepted(id, update).await? {
+            (_, Outcome::DeliveryRecorded) => Ok(()),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    /// Records the process a worker runs in; the tasks whose lineages moved because it
+    /// restarted.
+    pub async fn worker_incarnation(
+        &self,
+        address: String,
+        incarnation: u64,
+    ) -> Result<Vec<TaskId>, DispatcherError> {
+        let update = Update::WorkerIncarnation {
+            address,
+            incarnation,
+        };
+        match self.accepted(None, update).await? {
+            (_, Outcome::WorkerRestarted { moved }) => Ok(moved),
             (update, other) => Err(unexpected(update, other)),
         }
     }
@@ -469,7 +505,15 @@ fn approx_bytes(update: &Update) -> usize {
                 worker_addresses,
                 owner,
             } => address.len() + strings(tags) + strings(worker_addresses) + owner.len(),
-            Update::GetOrCreateJob { job_name, .. } => job_name.as_ref().map_or(0, String::len),
+            Update::GetOrCreateJob { job_name, .. }
+            | Update::GetOrCreateJobWithDelivery { job_name, .. } => {
+                job_name.as_ref().map_or(0, String::len)
+            }
+            Update::ReportDelivered { reports, .. } => reports
+                .iter()
+                .map(|r| 16 + 16 * r.runs.len())
+                .sum::<usize>(),
+            Update::WorkerIncarnation { address, .. } => address.len(),
             Update::FinishTasks { worker, task_ids } => worker.len() + 8 * task_ids.len(),
             Update::FailCrashedTasks {
                 worker,

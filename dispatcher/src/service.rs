@@ -35,7 +35,7 @@ use sluice_proto::MAX_LEASES_PER_CALL;
 use sluice_rpc::{is_retryable_code, lease_splits_result, FromProto, ToProto};
 use sluice_security::{authorize, Identity};
 use sluice_types::{
-    ClientId, DatasetId, JobId, LeaseRequest, ShardingPolicy, TargetWorkers, TaskId,
+    ClientId, DatasetId, Delivery, JobId, LeaseRequest, ShardingPolicy, TargetWorkers, TaskId,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -210,6 +210,7 @@ impl Dispatcher for DispatcherService {
                 req.job_name,
                 rand::random(),
                 options,
+                Delivery::from_proto(req.delivery).map_err(DispatcherError::from)?,
             )
             .await?;
         Ok(Response::new(pb::GetOrCreateJobResponse {
@@ -261,6 +262,23 @@ impl Dispatcher for DispatcherService {
             )
             .await?;
         Ok(Response::new(pb::ReleaseIterationClientResponse {}))
+    }
+
+    async fn report_delivered(
+        &self,
+        request: GrpcRequest<pb::ReportDeliveredRequest>,
+    ) -> Result<Response<pb::ReportDeliveredResponse>, Status> {
+        authorize(&request, "ReportDelivered", access::CLIENT)?;
+        let req = request.into_inner();
+        let reports = crate::convert::delivery_reports(&req.tasks)?;
+        self.writer()?
+            .report_delivered(
+                request_id(req.request_id),
+                ClientId(req.iteration_client_id),
+                reports,
+            )
+            .await?;
+        Ok(Response::new(pb::ReportDeliveredResponse {}))
     }
 
     async fn worker_heartbeat(

@@ -9,7 +9,8 @@
 use crate::error::RpcError;
 use sluice_proto::dispatcher as pb;
 use sluice_types::{
-    InvalidValue, IterationId, LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers, TaskId,
+    Delivery, InvalidValue, IterationId, LeaseRequest, ShardingPolicy, SplitLease, TargetWorkers,
+    TaskId,
 };
 
 /// A shared type read from its protobuf form `P`: `TryFrom<P>`.
@@ -85,6 +86,28 @@ impl FromProto<i32> for TargetWorkers {
             Err(_) => Err(InvalidValue(format!(
                 "Unrecognized target workers: {value}"
             ))),
+        }
+    }
+}
+
+impl ToProto for Delivery {
+    type Proto = pb::Delivery;
+
+    fn to_proto(&self) -> pb::Delivery {
+        match self {
+            Delivery::ExactlyOnce => pb::Delivery::ExactlyOnce,
+            Delivery::AtMostOnce => pb::Delivery::AtMostOnce,
+        }
+    }
+}
+
+impl FromProto<i32> for Delivery {
+    /// A message's `delivery` field (unspecified is exactly once).
+    fn from_proto(value: i32) -> Result<Self, InvalidValue> {
+        match pb::Delivery::try_from(value) {
+            Ok(pb::Delivery::Unspecified | pb::Delivery::ExactlyOnce) => Ok(Delivery::ExactlyOnce),
+            Ok(pb::Delivery::AtMostOnce) => Ok(Delivery::AtMostOnce),
+            Err(_) => Err(InvalidValue(format!("Unrecognized delivery: {value}"))),
         }
     }
 }

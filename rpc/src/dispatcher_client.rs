@@ -16,7 +16,8 @@
 
 use crate::convert::{lease_result, FromProto, ToProto};
 use crate::dispatcher_rpcs::{
-    ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, WorkerHeartbeat,
+    ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, TaskDelivery,
+    WorkerHeartbeat,
 };
 use crate::error::RpcError;
 use crate::lease_batcher::LeaseBatcher;
@@ -198,6 +199,7 @@ impl DispatcherClient {
             num_consumers: job.num_consumers,
             use_cross_trainer_cache: job.use_cross_trainer_cache,
             target_workers: job.target_workers.to_proto() as i32,
+            delivery: job.delivery.to_proto() as i32,
         };
         let response = self
             .inner
@@ -279,7 +281,39 @@ impl DispatcherClient {
             tasks: (!response.tasks_unchanged).then_some(response.tasks),
             iteration_finished: response.iteration_finished,
             block_round: response.block_round,
+            release_tasks: response.release_tasks.into_iter().map(TaskId).collect(),
         })
+    }
+
+    /// Reports what this client received from exactly-once tasks (runs `[start, end)` of each
+    /// task stream's element indices) and which tasks it let go of for good. Retries carry one
+    /// request id, and merging what was received is idempotent.
+    pub async fn report_delivered(
+        &self,
+        client_id: ClientId,
+        reports: &[TaskDelivery],
+    ) -> Result<(), RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::ReportDeliveredRequest {
+            iteration_client_id: client_id.0,
+            tasks: reports
+                .iter()
+                .map(|r| pb::TaskDelivery {
+                    task_id: r.task_id.0,
+                    runs: r.runs.iter().flat_map(|(s, e)| [s, e]).collect(),
+                    released: r.released,
+                })
+                .collect(),
+            request_id: Some(in_flight.id),
+        };
+        self.inner
+            .quorum
+            .call("report_delivered", Wait::Brief, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.report_delivered(request).await }
+            })
+            .await?;
+        Ok(())
     }
 
     /// Detaches a client from its iteration.
@@ -325,6 +359,7 @@ impl DispatcherClient {
             tags: heartbeat.tags.clone(),
             poll_timeout_ms: poll.as_millis() as u64,
             crash: crash.cloned(),
+            incarnation: heartbeat.incarnation,
         };
         self.inner
             .quorum

@@ -5,7 +5,8 @@
 use sluice_proto::dispatcher as pb;
 use sluice_security::Admission;
 use sluice_types::{
-    ClientId, DatasetId, IterationId, ShardingPolicy, TargetWorkers, TaskId, WorkerId,
+    ClientId, DatasetId, Delivery, IndexRuns, IterationId, ShardingPolicy, TargetWorkers, TaskId,
+    WorkerId,
 };
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ pub struct JobRequest {
     pub num_consumers: Option<u32>,
     pub use_cross_trainer_cache: bool,
     pub target_workers: TargetWorkers,
+    /// Exactly once (where it applies) or at most once.
+    pub delivery: Delivery,
 }
 
 /// The iteration a client was attached to, its id as a client of it, and its admission: what
@@ -70,6 +73,17 @@ pub struct ClientHeartbeatReply {
     pub iteration_finished: bool,
     /// Coordinated reads: a pending task joins at this round.
     pub block_round: Option<u64>,
+    /// Exactly-once jobs: tasks to stop reading for good and report as released.
+    pub release_tasks: Vec<TaskId>,
+}
+
+/// What a client received from one exactly-once task since its last report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskDelivery {
+    pub task_id: TaskId,
+    pub runs: IndexRuns,
+    /// The client stopped reading the task for good.
+    pub released: bool,
 }
 
 /// A worker's heartbeat: the tasks it holds; the first one registers it. A crashed run's report
@@ -79,6 +93,8 @@ pub struct WorkerHeartbeat {
     pub worker: WorkerId,
     pub current_tasks: Vec<TaskId>,
     pub tags: Vec<String>,
+    /// This worker process's id (random per start; 0: not told).
+    pub incarnation: u64,
 }
 
 /// The longest a lease asked for ahead of need waits for company (see [`lease_slack`]).

@@ -376,6 +376,13 @@ impl Dispatcher for Service {
         unimplemented(&self.0, "release_iteration_client").await
     }
 
+    async fn report_delivered(
+        &self,
+        _: Request<pb::ReportDeliveredRequest>,
+    ) -> Result<Response<pb::ReportDeliveredResponse>, Status> {
+        unimplemented(&self.0, "report_delivered").await
+    }
+
     async fn worker_heartbeat(
         &self,
         _: Request<pb::WorkerHeartbeatRequest>,

@@ -46,7 +46,7 @@ pub use convert::{lease_splits_result, FromProto, ToProto};
 pub use dispatcher_client::DispatcherClient;
 pub use dispatcher_rpcs::{
     lease_slack, ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks,
-    WorkerHeartbeat, MAX_LEASE_SLACK,
+    TaskDelivery, WorkerHeartbeat, MAX_LEASE_SLACK,
 };
 pub use error::{is_retryable_code, is_retryable_status, RpcError};
 pub use local_workers::{LocalWorker, LocalWorkers};

@@ -5,6 +5,7 @@ mod bad_input;
 mod data_dir_identity;
 mod data_roots;
 mod deploy_manifests;
+mod exactly_once;
 mod failover;
 mod membership;
 mod memory;

@@ -14,14 +14,20 @@
 //! - `target_workers`: `TargetWorkers`, which workers a job's clients read from.
 //! - `invalid_value`: `InvalidValue`, a value one of those enums does not have.
 //! - `lease`: `LeaseRequest` and `SplitLease`, a split lease asked for and granted.
+//! - `delivery`: `Delivery`, exactly once or at most once.
+//! - `index_runs`: `IndexRuns`, the element indices of a stream that readers received.
 
+mod delivery;
 mod ids;
+mod index_runs;
 mod invalid_value;
 mod lease;
 mod sharding_policy;
 mod target_workers;
 
+pub use delivery::Delivery;
 pub use ids::{ClientId, DatasetId, IterationId, JobId, NodeId, TaskId, WorkerId};
+pub use index_runs::IndexRuns;
 pub use invalid_value::InvalidValue;
 pub use lease::{LeaseRequest, SplitLease};
 pub use sharding_policy::ShardingPolicy;

@@ -54,7 +54,7 @@ pub type CacheResult = Result<Bytes, CacheError>;
 /// or why there is none.
 fn next_of(taken: Taken) -> Result<Bytes, CacheError> {
     match taken {
-        Taken::Elements(elements) => Ok(contiguous(
+        Taken::Elements(elements, _) => Ok(contiguous(
             elements
                 .encoded()
                 .next()

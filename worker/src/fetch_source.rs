@@ -11,6 +11,7 @@
 //! into one growing message buffer.
 
 use crate::cross_trainer_cache::{CacheError, CrossTrainerCache};
+use crate::index_list::IndexList;
 use crate::task_buffer::{Taken, TaskBuffer};
 use crate::task_failure::TaskFailure;
 use crate::task_runner::TaskRunner;
@@ -38,8 +39,8 @@ pub(crate) trait Message: Default + Send {
     fn is_empty(&self) -> bool;
     /// Encoded bytes so far, payloads included.
     fn byte_len(&self) -> usize;
-    /// The elements, in one buffer.
-    fn finish(self) -> Packed;
+    /// The elements, in one buffer, and their task-stream indices (exactly-once tasks).
+    fn finish(self) -> (Packed, IndexList);
 }
 
 pub(crate) trait FetchSource: Send + Sync + 'static {
@@ -63,6 +64,7 @@ pub(crate) trait FetchSource: Send + Sync + 'static {
 pub(crate) struct Chunks {
     chunks: Vec<Packed>,
     bytes: usize,
+    indices: IndexList,
 }
 
 impl Message for Chunks {
@@ -74,8 +76,8 @@ impl Message for Chunks {
         self.bytes
     }
 
-    fn finish(self) -> Packed {
-        Packed::concat(self.chunks)
+    fn finish(self) -> (Packed, IndexList) {
+        (Packed::concat(self.chunks), self.indices)
     }
 }
 
@@ -88,8 +90,8 @@ impl Message for PackedBuilder {
         PackedBuilder::byte_len(self)
     }
 
-    fn finish(mut self) -> Packed {
-        PackedBuilder::finish(&mut self)
+    fn finish(mut self) -> (Packed, IndexList) {
+        (PackedBuilder::finish(&mut self), IndexList::default())
     }
 }
 
@@ -113,10 +115,11 @@ impl BufferSource {
 
     fn took(&self, taken: Taken, message: &mut Chunks) -> Took {
         match taken {
-            Taken::Elements(chunk) => {
+            Taken::Elements(chunk, first) => {
                 let n = chunk.len() as u64;
                 message.bytes += chunk.byte_len();
                 message.chunks.push(chunk);
+                message.indices.extend(self.runner.stream_indices(first, n));
                 Took::Elements(n)
             }
             Taken::Error(e) => {

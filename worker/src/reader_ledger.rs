@@ -18,6 +18,7 @@
 //! The ledger is per message, never per element: one lock and one clone of a message's lengths
 //! per message sent. Where ledgers live, and when they go, is `WorkerState`'s business.
 
+use crate::index_list::IndexList;
 use sluice_element::Packed;
 use std::collections::VecDeque;
 
@@ -35,8 +36,9 @@ pub struct ReaderLedger {
     acked: u64,
     /// The sequence number the next element taken gets.
     next: u64,
-    /// The elements `acked..next`, as taken.
-    held: VecDeque<Packed>,
+    /// The elements `acked..next`, as taken, with their task-stream indices (exactly-once
+    /// tasks; empty otherwise).
+    held: VecDeque<(Packed, IndexList)>,
     /// The stream serving this reader now: a stream opened again for the same reader makes an
     /// older one (on a connection that may not have noticed its break yet) stop.
     generation: u64,
@@ -72,11 +74,11 @@ impl ReaderLedger {
 
     /// Holds `elements`, taken from the source just now; returns the sequence number of the
     /// first.
-    pub fn record(&mut self, elements: Packed) -> u64 {
+    pub fn record(&mut self, elements: Packed, indices: IndexList) -> u64 {
         let first = self.next;
         if !elements.is_empty() {
             self.next += elements.len() as u64;
-            self.held.push_back(elements);
+            self.held.push_back((elements, indices));
         }
         first
     }
@@ -94,50 +96,62 @@ impl ReaderLedger {
         #[cfg(feature = "planted-resend-bug")]
         let again = self.planted_resend(received);
         while self.acked < received {
-            let front = self.held.front_mut().expect("held covers acked..next");
+            let (front, indices) = self.held.front_mut().expect("held covers acked..next");
             let n = (received - self.acked) as usize;
             if front.len() <= n {
                 self.acked += front.len() as u64;
                 self.held.pop_front();
             } else {
                 front.split_to(n);
+                indices.split_to(n as u64);
                 self.acked += n as u64;
             }
         }
         #[cfg(feature = "planted-resend-bug")]
-        if let Some(again) = again {
-            self.record(again);
+        if let Some((again, indices)) = again {
+            self.record(again, indices);
         }
         Ok(())
     }
 
     /// Up to `max_elements` held elements from sequence number `from` on (at least `acked`),
-    /// and about `max_bytes` at most (one message taken at least): the first's sequence number
-    /// and the elements. `None` when nothing from `from` on is held.
-    pub fn unsent(&self, from: u64, max_elements: u64, max_bytes: usize) -> Option<(u64, Packed)> {
+    /// and about `max_bytes` at most (one message taken at least): the first's sequence number,
+    /// the elements and their indices. `None` when nothing from `from` on is held.
+    pub fn unsent(
+        &self,
+        from: u64,
+        max_elements: u64,
+        max_bytes: usize,
+    ) -> Option<(u64, Packed, IndexList)> {
         let from = from.max(self.acked);
         if from >= self.next || max_elements == 0 {
             return None;
         }
         let mut start = self.acked;
         let mut parts = Vec::new();
+        let mut all_indices = IndexList::default();
         let (mut elements, mut bytes) = (0u64, 0usize);
-        for message in &self.held {
+        for (message, indices) in &self.held {
             let end = start + message.len() as u64;
             if end > from {
                 let mut part = message.clone();
+                let mut indices = indices.clone();
                 // Skip what precedes `from`, then keep what the bounds allow (no split, and no
                 // allocation, in the common case of a whole message).
                 let skip = from.saturating_sub(start) as usize;
                 if skip > 0 {
                     part.split_to(skip);
+                    indices.split_to(skip as u64);
                 }
-                let mut part = part.split_to((max_elements - elements) as usize);
+                let keep = (max_elements - elements) as usize;
+                let mut part = part.split_to(keep);
+                let indices = indices.split_to(keep as u64);
                 if !parts.is_empty() && bytes + part.byte_len() > max_bytes {
                     break;
                 }
                 elements += part.len() as u64;
                 bytes += part.byte_len();
+                all_indices.extend(indices);
                 parts.push(std::mem::take(&mut part));
                 if elements == max_elements || bytes >= max_bytes {
                     break;
@@ -145,14 +159,14 @@ impl ReaderLedger {
             }
             start = end;
         }
-        Some((from, Packed::concat(parts)))
+        Some((from, Packed::concat(parts), all_indices))
     }
 
     /// The planted bug of the chaos harness's self-test: once per 500 acknowledged elements,
     /// the last element an acknowledgement up to `received` covers is held again as if it were
     /// new, so the reader receives it twice.
     #[cfg(feature = "planted-resend-bug")]
-    fn planted_resend(&mut self, received: u64) -> Option<Packed> {
+    fn planted_resend(&mut self, received: u64) -> Option<(Packed, IndexList)> {
         if received <= self.acked {
             return None;
         }
@@ -162,7 +176,7 @@ impl ReaderLedger {
             return None;
         }
         self.unsent(received - 1, 1, usize::MAX)
-            .map(|(_, again)| again)
+            .map(|(_, again, indices)| (again, indices))
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::index_list::IndexList;
 use bytes::Bytes;
 use sluice_element::PackedBuilder;
 
@@ -19,12 +20,18 @@ fn seqs(elements: &Packed) -> Vec<u64> {
         .collect()
 }
 
+/// The stream indices the elements of `run(first, n)` are recorded with: `1000 + seq`, so a
+/// test sees that indices travel with their elements.
+fn indices(first: u64, n: u64) -> IndexList {
+    IndexList::from_runs([(1000 + first, 1000 + first + n)])
+}
+
 /// A ledger that was given `messages` (sizes, in order) and acknowledged up to `acked`.
 fn ledger(messages: &[u64], acked: u64) -> ReaderLedger {
     let mut ledger = ReaderLedger::default();
     for &n in messages {
         let first = ledger.next();
-        assert_eq!(ledger.record(run(first, n)), first);
+        assert_eq!(ledger.record(run(first, n), indices(first, n)), first);
     }
     ledger.ack(acked).expect("acknowledged what was sent");
     ledger
@@ -59,12 +66,17 @@ fn unsent_resends_exactly_what_follows_the_reader_count() {
     for (messages, acked, (from, max, bytes), want) in rows {
         let ledger = ledger(messages, acked);
         let got = ledger.unsent(from, max, bytes);
-        let got_seqs = got.as_ref().map(|(_, elements)| seqs(elements));
+        let got_seqs = got.as_ref().map(|(_, elements, _)| seqs(elements));
         assert_eq!(got_seqs, want, "{messages:?} acked {acked}, from {from}");
-        if let (Some((first, _)), Some(want)) = (got, &want) {
+        if let (Some((first, _, got_indices)), Some(want)) = (got, &want) {
             assert_eq!(
                 first, want[0],
                 "the first sequence number is the first element's"
+            );
+            assert_eq!(
+                got_indices,
+                indices(want[0], want.len() as u64),
+                "the indices are the elements' own"
             );
         }
     }
@@ -111,7 +123,7 @@ fn acknowledgements_only_move_forward_and_never_past_what_was_sent() {
         // What is held is exactly acked..next, in order.
         let held = ledger
             .unsent(0, u64::MAX, usize::MAX)
-            .map(|(_, e)| seqs(&e))
+            .map(|(_, e, _)| seqs(&e))
             .unwrap_or_default();
         assert_eq!(held, (ledger.acked()..ledger.next()).collect::<Vec<_>>());
         assert_eq!(ledger.unacked(), ledger.next() - ledger.acked());

@@ -153,7 +153,7 @@ async fn a_reader_reconnecting_after_the_end_gets_the_rest_and_the_end() {
     ledger
         .lock()
         .expect("ledger")
-        .record(packed(&encoded_range(30)));
+        .record(packed(&encoded_range(30)), Default::default());
 
     info!("--- the task is finished: the rest, then the end");
     let lost = Resume { received: 10, ..at };

@@ -18,6 +18,7 @@
 //! next looks at the ledger (its next take, request, or the task's end).
 
 use crate::error::WorkerError;
+use crate::index_list::IndexList;
 use crate::reader_ledger::ReaderLedger;
 use crate::worker_state::{LedgerKey, SharedLedger, WorkerState};
 use crate::worker_stats::WorkerStats;
@@ -134,16 +135,17 @@ impl ReaderStream {
         Ok(())
     }
 
-    /// Holds elements just taken from the source.
-    pub(crate) fn record(&self, elements: Packed) {
-        self.lock().record(elements);
+    /// Holds elements just taken from the source, with their task-stream indices (empty but
+    /// for exactly-once tasks).
+    pub(crate) fn record(&self, (elements, indices): (Packed, IndexList)) {
+        self.lock().record(elements, indices);
     }
 
     /// The next message of held elements this stream has not sent (as many as its credits and
     /// a message's byte bound allow), counted as sent; `None` when there are none or no
     /// credits.
     pub(crate) fn next_unsent(&mut self, max_bytes: usize) -> Option<(ElementBatch, Packed)> {
-        let (first, elements) = {
+        let (first, elements, indices) = {
             let mut held = self.lock();
             let unsent = held.unsent(self.cursor, self.credits, max_bytes)?;
             if !self.acknowledges {
@@ -157,7 +159,11 @@ impl ReaderStream {
         self.stats.record_served(n, elements.byte_len() as u64);
         self.cursor = first + n;
         self.credits -= n;
-        Some((self.header(first), elements))
+        let header = ElementBatch {
+            index_runs: indices.flattened(),
+            ..self.header(first)
+        };
+        Some((header, elements))
     }
 
     /// A message's fields that say where it stands in the sequence (set for readers that

@@ -239,7 +239,7 @@ impl RoundRobin {
             let mut rounds = self.rounds();
             match next {
                 // A round serves one buffer per element (a large tensor's two parts are joined).
-                Taken::Elements(elements) => {
+                Taken::Elements(elements, _) => {
                     rounds.buffer.extend(elements.encoded().map(contiguous))
                 }
                 Taken::Error(error) => {

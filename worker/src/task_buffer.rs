@@ -117,8 +117,10 @@ pub fn contiguous((head, payload): (Bytes, Bytes)) -> Bytes {
 /// What a reader gets.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Taken {
-    /// One or more elements, in pipeline order, packed in one buffer.
-    Elements(Packed),
+    /// One or more elements, in pipeline order, packed in one buffer, and the number of
+    /// elements taken from the buffer before them (by any reader): the first one's position in
+    /// the task's output.
+    Elements(Packed, u64),
     /// The pipeline reached its end and every element was taken.
     End,
     /// The task was stopped (deleted, or its worker shutting down) and every element was taken:
@@ -176,6 +178,8 @@ struct Inner {
     open_since: Option<Instant>,
     /// `Some` once the pipeline ended: `Ok` at its end, `Err` with its error.
     end: Option<Result<(), TaskFailure>>,
+    /// Elements taken so far, by every reader.
+    taken: u64,
     /// Pipelines waiting for room, so tests see a push block without guessing how long to wait.
     #[cfg(test)]
     waiting_pushers: usize,
@@ -269,8 +273,9 @@ impl TaskBuffer {
         inner.open_since = None;
     }
 
-    /// Takes up to `max` elements of the oldest sealed chunk (the rest stays in front).
-    fn take_sealed(&self, inner: &mut Inner, max: usize) -> Option<Packed> {
+    /// Takes up to `max` elements of the oldest sealed chunk (the rest stays in front), with
+    /// the number of elements taken before them.
+    fn take_sealed(&self, inner: &mut Inner, max: usize) -> Option<(Packed, u64)> {
         let chunk = inner.sealed.front_mut()?;
         let taken = if chunk.len() <= max {
             inner.sealed.pop_front().expect("a front chunk")
@@ -281,7 +286,9 @@ impl TaskBuffer {
             .fetch_sub(taken.len(), Ordering::Relaxed);
         self.sealed_bytes
             .fetch_sub(taken.byte_len(), Ordering::Relaxed);
-        Some(taken)
+        let first = inner.taken;
+        inner.taken += taken.len() as u64;
+        Some((taken, first))
     }
 
     /// A reader takes the open chunk back from the pipeline (the handshake in the module
@@ -332,18 +339,18 @@ impl TaskBuffer {
         max: usize,
         open_too: bool,
     ) -> Option<Taken> {
-        if let Some(elements) = self.take_sealed(guard, max) {
+        if let Some((elements, first)) = self.take_sealed(guard, max) {
             self.room.notify_one();
-            return Some(Taken::Elements(elements));
+            return Some(Taken::Elements(elements, first));
         }
         // The pipeline seals what is open before it records its end, so an open chunk means
         // the pipeline is still going.
         if open_too && guard.open_since.is_some() {
             let (inner, open) = self.revoke(guard);
             self.seal(inner, open);
-            let elements = self.take_sealed(inner, max).expect("just sealed");
+            let (elements, first) = self.take_sealed(inner, max).expect("just sealed");
             self.room.notify_one();
-            return Some(Taken::Elements(elements));
+            return Some(Taken::Elements(elements, first));
         }
         match &guard.end {
             Some(Ok(())) if self.closed.load(Ordering::Relaxed) => Some(Taken::Stopped),

@@ -8,7 +8,7 @@ fn push(tx: &mut Producer, v: u8) -> bool {
 
 fn values(taken: Taken) -> Vec<u8> {
     match taken {
-        Taken::Elements(e) => e.encoded().map(|(head, _)| head[0]).collect(),
+        Taken::Elements(e, _) => e.encoded().map(|(head, _)| head[0]).collect(),
         other => panic!("expected elements, got {other:?}"),
     }
 }
@@ -50,7 +50,7 @@ async fn chunks_hold_at_most_chunk_elements_in_pipeline_order() {
     let mut chunks = Vec::new();
     loop {
         match buffer.take(usize::MAX).await {
-            Taken::Elements(elements) => {
+            Taken::Elements(elements, _) => {
                 for number in numbers(&elements) {
                     assert_eq!(number, next);
                     next += 1;
@@ -112,7 +112,7 @@ async fn an_element_left_open_is_taken_after_the_linger() {
     let mut rest = Vec::new();
     loop {
         match buffer.take(10).await {
-            Taken::Elements(e) => rest.extend(values(Taken::Elements(e))),
+            Taken::Elements(e, _) => rest.extend(values(Taken::Elements(e, 0))),
             Taken::End => break,
             other => panic!("{other:?}"),
         }
@@ -190,7 +190,7 @@ async fn elements_small_and_large_come_out_as_they_went_in() {
         tx.finish(Ok(()));
         // A slow push (compressing the large one) may seal a chunk early.
         let mut decoded = Vec::new();
-        while let Taken::Elements(packed) = buffer.take(100).await {
+        while let Taken::Elements(packed, _) = buffer.take(100).await {
             decoded.extend(packed.into_decoder().map(Result::unwrap));
         }
         assert_eq!(decoded.len(), elements.len());
@@ -212,7 +212,7 @@ async fn a_closed_buffer_reports_stopped_after_its_elements_not_end() {
     buffer.close();
     assert!(!push(&mut tx, b'y'), "closed: the pipeline stops");
     tx.finish(Ok(()));
-    assert!(matches!(buffer.take(16).await, Taken::Elements(e) if e.len() == 1));
+    assert!(matches!(buffer.take(16).await, Taken::Elements(e, _) if e.len() == 1));
     assert_eq!(buffer.take(16).await, Taken::Stopped);
 }
 
@@ -271,7 +271,7 @@ fn the_byte_bound_holds_but_a_large_element_still_goes_alone() {
         "over the byte bound: the pipeline waits"
     );
     match current_thread().block_on(buffer.take(10)) {
-        Taken::Elements(e) => assert_eq!(e.byte_len(), 64),
+        Taken::Elements(e, _) => assert_eq!(e.byte_len(), 64),
         other => panic!("{other:?}"),
     }
     assert!(pusher.join().unwrap());
@@ -309,7 +309,7 @@ fn one_round_of_readers_taking_open_chunks(max_elements: usize) -> usize {
                 let (mut seen, mut partial) = (Vec::new(), 0usize);
                 loop {
                     match buffer.try_take(usize::MAX) {
-                        Some(Taken::Elements(elements)) => {
+                        Some(Taken::Elements(elements, _)) => {
                             partial += usize::from(elements.len() < CHUNK_ELEMENTS);
                             seen.extend(numbers(&elements));
                         }

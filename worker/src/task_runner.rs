@@ -28,6 +28,8 @@
 use crate::config::WorkerConfig;
 use crate::cross_trainer_cache::CrossTrainerCache;
 use crate::definition_fetch::fetch_definition;
+use crate::index_list::IndexList;
+use crate::replay::ReplaySupplier;
 use crate::round_robin::RoundRobin;
 use crate::split_leaser::SplitLeaser;
 use crate::task_buffer::{Producer, TaskBuffer};
@@ -40,7 +42,7 @@ use sluice_formats::{DataRoots, FileAccess};
 use sluice_pipeline::AutoShardPolicy;
 use sluice_proto::dispatcher::TaskDef;
 use sluice_rpc::{DispatcherClient, FromProto};
-use sluice_types::{InvalidValue, IterationId, ShardingPolicy, TaskId};
+use sluice_types::{IndexRuns, InvalidValue, IterationId, ShardingPolicy, TaskId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,6 +87,9 @@ pub struct TaskRunner {
     /// The pipeline's error, once seen by a reader, for every later reader; shared with the
     /// memory share's give-back call, which fails the task from another task's thread.
     error: Arc<Mutex<Option<TaskFailure>>>,
+    /// Exactly-once tasks: the indices of the stream's elements that its readers received
+    /// from earlier tasks of the stream (skipped here); `None` for other tasks.
+    skip: Option<Arc<IndexRuns>>,
 }
 
 impl TaskRunner {
@@ -100,8 +105,14 @@ impl TaskRunner {
             "task {} (iteration {})",
             def.task_id, def.iteration_id
         ));
+        let skip = def.exactly_once.then(|| {
+            Arc::new(IndexRuns::from_runs(
+                def.skip_runs.chunks_exact(2).map(|r| (r[0], r[1])),
+            ))
+        });
         TaskRunner {
             memory,
+            skip,
             def,
             client,
             runtime,
@@ -119,6 +130,15 @@ impl TaskRunner {
 
     pub fn task_id(&self) -> u64 {
         self.def.task_id
+    }
+
+    /// The stream indices of `n` elements taken from the buffer after `first` others: empty for
+    /// a task that does not number its elements.
+    pub fn stream_indices(&self, first: u64, n: u64) -> IndexList {
+        match &self.skip {
+            Some(skip) => IndexList::from_runs(skip.complement_runs(first, n)),
+            None => IndexList::default(),
+        }
     }
 
     /// The iteration the task belongs to: the one its readers must be admitted to.
@@ -217,7 +237,7 @@ impl TaskRunner {
         let policy = ShardingPolicy::from_proto(def.sharding_policy);
         let dynamic = policy == Ok(ShardingPolicy::Dynamic);
         let splits: Option<Arc<dyn SplitSupplier>> = dynamic.then(|| {
-            Arc::new(SplitLeaser::new(
+            let leaser = Arc::new(SplitLeaser::new(
                 self.client.clone(),
                 IterationId(def.iteration_id),
                 TaskId(def.task_id),
@@ -227,7 +247,12 @@ impl TaskRunner {
                     .lease_observer
                     .clone()
                     .map(|o| (o, self.worker.clone())),
-            )) as Arc<dyn SplitSupplier>
+            )) as Arc<dyn SplitSupplier>;
+            if def.replay_leases.is_empty() {
+                leaser
+            } else {
+                Arc::new(ReplaySupplier::new(&def.replay_leases, leaser)) as Arc<dyn SplitSupplier>
+            }
         });
         let cancelled = self.cancelled.clone();
         let options = ExecOptions {
@@ -246,6 +271,7 @@ impl TaskRunner {
             runtime: self.runtime.clone(),
             options,
             stats: self.resources.stats.clone(),
+            skip: self.skip.clone(),
         };
         let (ended_tx, ended_rx) = std::sync::mpsc::channel::<()>();
         let release_memory = self.config.release_memory;
@@ -289,6 +315,8 @@ struct Pipeline {
     runtime: Handle,
     options: ExecOptions,
     stats: Arc<WorkerStats>,
+    /// Output indices not to push (see `TaskRunner::skip`).
+    skip: Option<Arc<IndexRuns>>,
 }
 
 /// Runs the pipeline into `tx`; its end (or error) is recorded there however it returns.
@@ -328,6 +356,14 @@ fn run_pipeline(
     };
     let dataset = sharded_definition(&def, policy, &dataset)?;
     let options = pipeline.options;
+    // Exactly-once: readers received these outputs from an earlier task of the stream. Past
+    // the last of them, nothing is skipped any more.
+    let skip = pipeline.skip.filter(|s| !s.is_empty());
+    let skip_below = skip
+        .as_ref()
+        .and_then(|s| s.iter().last())
+        .map_or(0, |(_, end)| end);
+    let mut index = 0u64;
     let mut elements = sluice_executor::iterate(&dataset, &options)?;
     let mut clock = pipeline.stats.pipeline_clock();
     let mut produced = 0u64;
@@ -355,6 +391,12 @@ fn run_pipeline(
         if cancelled.load(Ordering::Relaxed) {
             debug!(task = task_id, produced, "task cancelled");
             return Ok(());
+        }
+        if index < skip_below {
+            index += 1;
+            if skip.as_ref().is_some_and(|s| s.contains(index - 1)) {
+                continue;
+            }
         }
         if !tx.push_element(element, compression, &mut scratch) {
             debug!(task = task_id, produced, "every reader is gone");

@@ -276,6 +276,7 @@ impl Heartbeat {
             worker: WorkerId(self.state.address.clone()),
             current_tasks: self.state.task_ids().into_iter().map(TaskId).collect(),
             tags: self.config.tags.clone(),
+            incarnation: self.state.incarnation,
         };
         let crash = self.crash.lock().expect("crash lock poisoned").clone();
         let response = self

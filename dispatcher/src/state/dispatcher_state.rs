@@ -25,6 +25,7 @@
 //! - `queries`: the read-only accessors the services use.
 
 mod datasets;
+mod exactly_once;
 mod fetch_key;
 pub use datasets::{definition_key, MAX_DEFINITION_BYTES};
 mod idle;
@@ -44,6 +45,7 @@ mod workers;
 
 use crate::state::changes::Changes;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
+use crate::state::lineage::ExactlyOnce;
 use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;
@@ -102,6 +104,10 @@ pub struct DispatcherState {
     /// as `departed_workers`). Removed with its iteration.
     #[serde(default, deserialize_with = "trailing_field::deserialize")]
     iteration_failures: BTreeMap<IterationId, String>,
+    /// Exactly-once delivery: which jobs promise it, their lineages, and the workers' processes
+    /// (see `state::lineage`). Trailing, read as empty from snapshots before it.
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
+    exactly_once: ExactlyOnce,
     /// The cluster's secret for readers' admissions (see `sluice_security::fetch_admission`):
     /// chosen by a leader that found none and set by the first `SetFetchKey`, never changed
     /// after. Never shown: not on the status page, in metrics or in logs (its `Debug` prints
@@ -114,9 +120,9 @@ pub struct DispatcherState {
 }
 
 /// A snapshot is `AppliedState { .., state }` encoded alone, so the state's last fields are the
-/// last things in it: a snapshot of a build before `departed_workers` (and
-/// `iteration_failures`, `fetch_key`) ends where those fields would start. Decoding one there finds no bytes
-/// and reads it as empty; anything else in the field decodes as usual (and bytes left over fail
+/// last things in it: a snapshot of a build before `departed_workers` (or any trailing field
+/// after it) ends where those fields would start. Decoding one there finds no bytes and reads
+/// it as empty; anything else in the field decodes as usual (and bytes left over fail
 /// the codec's check that all were read).
 mod trailing_field {
     use serde::{Deserialize, Deserializer};
@@ -150,6 +156,7 @@ impl Default for DispatcherState {
             next_task_id: FIRST_TASK_ID,
             departed_workers: BTreeMap::new(),
             iteration_failures: BTreeMap::new(),
+            exactly_once: ExactlyOnce::default(),
             fetch_key: None,
             changes: Changes::default(),
         }
@@ -269,6 +276,29 @@ impl DispatcherState {
                 task_ids,
                 signal,
             } => Ok(self.fail_crashed_tasks(worker, task_ids, signal)),
+            Update::GetOrCreateJobWithDelivery {
+                dataset_id,
+                sharding,
+                job_name,
+                anonymous_suffix,
+                options,
+                delivery,
+            } => self.get_or_create_job_with_delivery(
+                dataset_id,
+                *sharding,
+                job_name.as_deref(),
+                *anonymous_suffix,
+                *options,
+                *delivery,
+                ctx.time_micros,
+            ),
+            Update::ReportDelivered { client_id, reports } => {
+                self.report_delivered(*client_id, reports)
+            }
+            Update::WorkerIncarnation {
+                address,
+                incarnation,
+            } => Ok(self.worker_incarnation(address, *incarnation)),
             Update::SetFetchKey { key } => Ok(self.set_fetch_key(key)),
         }
     }

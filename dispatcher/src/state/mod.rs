@@ -8,6 +8,7 @@
 //! Layout:
 //! - `update`: `Update`, `Request`, `Proposal`, `Outcome`, `Rejection` and the value types they carry.
 //! - `entities`: datasets, workers, jobs, iterations, tasks as stored in the state.
+//! - `lineage`: exactly-once delivery: lineages, the leases and deliveries they record.
 //! - `split_cursor`: the per-provider cursor of a distributed_epoch iteration.
 //! - `request_log`: the recorded outcomes of retryable requests, and when they are forgotten.
 //! - `worker_index_resolver`: the static-sharding worker list and each worker's index in it.
@@ -20,6 +21,7 @@
 mod changes;
 mod dispatcher_state;
 mod entities;
+mod lineage;
 mod request_log;
 mod split_cursor;
 mod update;
@@ -33,6 +35,7 @@ pub use dispatcher_state::{
     check_rounds, definition_key, ApplyContext, DispatcherState, StateSizes, MAX_DEFINITION_BYTES,
 };
 pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
+pub use lineage::{DeliveryReport, ExactlyOnce, Lineage, RecordedLease};
 pub use split_cursor::SplitCursor;
 pub use update::{
     DatasetMetadata, JobOptions, Outcome, Outcomes, Proposal, Rejection, Request, RequestId, Update,

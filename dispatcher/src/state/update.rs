@@ -8,11 +8,12 @@
 //! `apply` stays pure.
 
 use crate::state::entities::DefinitionKey;
+use crate::state::lineage::DeliveryReport;
 use serde::{Deserialize, Serialize};
 use sluice_element::Compression;
 use sluice_security::FetchKey;
 use sluice_types::{
-    ClientId, DatasetId, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
+    ClientId, DatasetId, Delivery, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
     TargetWorkers, TaskId,
 };
 
@@ -173,6 +174,26 @@ pub enum Update {
         task_ids: Vec<TaskId>,
         signal: String,
     },
+    /// `GetOrCreateJob` that says how the job delivers: a new job records it (exactly once
+    /// only where it applies, see `set_job_delivery`); a named job requested again must ask
+    /// for the same. (`GetOrCreateJob` entries of earlier builds create at-most-once jobs.)
+    GetOrCreateJobWithDelivery {
+        dataset_id: DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<String>,
+        anonymous_suffix: u64,
+        options: JobOptions,
+        delivery: Delivery,
+    },
+    /// What a client received from the tasks of exactly-once lineages since its last report,
+    /// and the moving tasks it let go of.
+    ReportDelivered {
+        client_id: ClientId,
+        reports: Vec<DeliveryReport>,
+    },
+    /// A worker's heartbeat named the process it runs in; another one than recorded restarted
+    /// at the address, and the lineages of its tasks move.
+    WorkerIncarnation { address: String, incarnation: u64 },
     /// The cluster's fetch key, chosen at random by a leader whose state had none. Only the
     /// first one counts: once a key is set, a later `SetFetchKey` (another leader's, proposed
     /// before it saw the first applied) changes nothing, so admissions stay valid.
@@ -198,6 +219,9 @@ impl Update {
             Update::StageDefinition { .. } => "stage_definition",
             Update::RegisterStagedDataset { .. } => "register_staged_dataset",
             Update::FailCrashedTasks { .. } => "fail_crashed_tasks",
+            Update::GetOrCreateJobWithDelivery { .. } => "get_or_create_job",
+            Update::ReportDelivered { .. } => "report_delivered",
+            Update::WorkerIncarnation { .. } => "worker_incarnation",
             Update::SetFetchKey { .. } => "set_fetch_key",
         }
     }
@@ -245,6 +269,13 @@ pub enum Outcome {
     /// listed).
     IterationsFailed {
         iterations: Vec<IterationId>,
+    },
+    /// A `ReportDelivered` was recorded.
+    DeliveryRecorded,
+    /// A `WorkerIncarnation` was recorded: the tasks whose lineages moved because the worker
+    /// restarted (empty when it did not).
+    WorkerRestarted {
+        moved: Vec<TaskId>,
     },
     /// After a `SetFetchKey`: whether it set the key (`false`: one was set already).
     FetchKeySet {

@@ -33,6 +33,7 @@ async fn register_worker(client: &DispatcherClient, address: &str) -> anyhow::Re
         worker: address.into(),
         current_tasks: vec![],
         tags: vec![],
+        incarnation: 0,
     };
     client.worker_heartbeat(&heartbeat, Duration::ZERO).await?;
     Ok(())
@@ -51,6 +52,8 @@ async fn client_of_a_new_job(client: &DispatcherClient) -> anyhow::Result<Client
             num_consumers: None,
             use_cross_trainer_cache: false,
             target_workers: Default::default(),
+            // Simulated workers number no elements: tf.data's delivery.
+            delivery: sluice_types::Delivery::AtMostOnce,
         })
         .await?;
     Ok(client.get_or_create_iteration(job, 0).await?.client_id)

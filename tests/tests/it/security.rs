@@ -506,6 +506,7 @@ async fn a_worker_cannot_act_for_another_workers_task() {
         worker: worker.clone(),
         current_tasks: vec![],
         tags: vec![],
+        incarnation: 0,
     };
     a.worker_heartbeat(&beat(&wa), Duration::ZERO)
         .await
@@ -524,6 +525,8 @@ async fn a_worker_cannot_act_for_another_workers_task() {
             num_consumers: None,
             use_cross_trainer_cache: false,
             target_workers: TargetWorkers::Any,
+            // Simulated workers number no elements: tf.data's delivery.
+            delivery: sluice_types::Delivery::AtMostOnce,
         })
         .await
         .unwrap();

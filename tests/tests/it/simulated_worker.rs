@@ -41,6 +41,8 @@ impl SimulatedWorker {
                     num_consumers: None,
                     use_cross_trainer_cache: false,
                     target_workers: Default::default(),
+                    // Simulated workers number no elements: tf.data's delivery.
+                    delivery: sluice_types::Delivery::AtMostOnce,
                 })
                 .await?;
             let iteration = trainer.get_or_create_iteration(job, 0).await?;
@@ -51,6 +53,7 @@ impl SimulatedWorker {
             worker: "127.0.0.1:9".into(),
             current_tasks: vec![],
             tags: vec![],
+            incarnation: 0,
         };
         let new_tasks = client
             .worker_heartbeat(&heartbeat, Duration::ZERO)

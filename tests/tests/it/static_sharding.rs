@@ -92,6 +92,8 @@ async fn read_by_worker(
             num_consumers: None,
             use_cross_trainer_cache: false,
             target_workers: TargetWorkers::Auto,
+            // Simulated workers number no elements: tf.data's delivery.
+            delivery: sluice_types::Delivery::AtMostOnce,
         })
         .await?;
     let iteration = client.get_or_create_iteration(job_id, 0).await?;

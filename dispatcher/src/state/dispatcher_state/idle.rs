@@ -80,6 +80,7 @@ impl DispatcherState {
         };
         self.changes.touch(Watched::Iteration(id));
         self.iteration_failures.remove(&id);
+        self.forget_lineages(id);
         let pending = iteration.pending_tasks.iter().map(|p| p.task_id);
         for task_id in iteration.tasks.iter().copied().chain(pending) {
             self.mark_finished(task_id, true);

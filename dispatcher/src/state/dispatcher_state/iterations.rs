@@ -80,6 +80,7 @@ impl DispatcherState {
         let iteration = self.iteration_mut(iteration_id);
         iteration.num_clients = iteration.num_clients.saturating_sub(1);
         iteration.last_client_released_micros = Some(time_micros);
+        self.client_left(client_id, iteration_id);
         Ok(Outcome::ClientReleased)
     }
 
@@ -89,7 +90,7 @@ impl DispatcherState {
         let tasks = &self.iterations[&iteration_id].tasks;
         let all_finished = tasks.iter().all(|t| self.tasks[t].finished);
         let one_ended = tasks.iter().any(|t| !self.tasks[t].dropped);
-        if all_finished && one_ended {
+        if all_finished && one_ended && !self.has_moving_lineage(iteration_id) {
             self.iteration_mut(iteration_id).finished = true;
         }
     }

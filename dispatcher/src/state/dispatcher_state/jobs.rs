@@ -4,7 +4,7 @@
 use super::DispatcherState;
 use crate::state::entities::Job;
 use crate::state::update::{JobOptions, Outcome, Rejection};
-use sluice_types::{DatasetId, IterationId, JobId, ShardingPolicy};
+use sluice_types::{DatasetId, Delivery, IterationId, JobId, ShardingPolicy};
 
 impl DispatcherState {
     pub(super) fn coordinated(&self, iteration_id: IterationId) -> bool {
@@ -113,6 +113,50 @@ impl DispatcherState {
         Ok(Outcome::Job { job_id: id })
     }
 
+    /// `get_or_create_job`, and how the job delivers: recorded for a new job; a named job asked
+    /// for again must deliver as asked (compared as it applies: exactly once only for jobs it
+    /// applies to). Checked before anything changes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn get_or_create_job_with_delivery(
+        &mut self,
+        dataset_id: &DatasetId,
+        sharding: ShardingPolicy,
+        job_name: Option<&str>,
+        anonymous_suffix: u64,
+        options: JobOptions,
+        delivery: Delivery,
+        now_micros: u64,
+    ) -> Result<Outcome, Rejection> {
+        let effective = effective_delivery(sharding, options, delivery);
+        if let Some(job) = job_name
+            .and_then(|name| self.job_names.get(name))
+            .and_then(|id| self.jobs.get(id))
+        {
+            let existing = self.job_delivery(job.id);
+            let comparable = job.sharding == sharding && job.options == options;
+            if comparable && existing != effective {
+                return Err(Rejection::InvalidArgument(format!(
+                    "Tried to create job with name {}, but found an existing job with \
+                     different parameters: Existing delivery: <{existing}>; got <{effective}>. ",
+                    job.name
+                )));
+            }
+        }
+        let existed = job_name.is_some_and(|name| self.job_names.contains_key(name));
+        let outcome = self.get_or_create_job(
+            dataset_id,
+            sharding,
+            job_name,
+            anonymous_suffix,
+            options,
+            now_micros,
+        )?;
+        if let (false, Outcome::Job { job_id }) = (existed, &outcome) {
+            self.set_job_delivery(*job_id, effective);
+        }
+        Ok(outcome)
+    }
+
     /// A job (and the dataset it reads) was asked for at `now_micros`.
     fn touch_job(&mut self, job_id: JobId, dataset_id: &DatasetId, now_micros: u64) {
         if let Some(job) = self.jobs.get_mut(&job_id) {
@@ -121,5 +165,23 @@ impl DispatcherState {
         if let Some(dataset) = self.datasets.get_mut(dataset_id) {
             dataset.last_used_micros = dataset.last_used_micros.max(now_micros);
         }
+    }
+}
+
+/// How a job of `sharding` and `options` asked to deliver `delivery` delivers: exactly once
+/// applies to jobs whose workers share out the data (distributed_epoch and the static
+/// policies), without coordinated reads or a cross-trainer cache.
+pub(super) fn effective_delivery(
+    sharding: ShardingPolicy,
+    options: JobOptions,
+    delivery: Delivery,
+) -> Delivery {
+    let applies = sharding != ShardingPolicy::Off
+        && options.num_consumers.is_none()
+        && !options.use_cross_trainer_cache;
+    if applies {
+        delivery
+    } else {
+        Delivery::AtMostOnce
     }
 }

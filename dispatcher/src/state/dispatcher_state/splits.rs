@@ -80,8 +80,8 @@ impl DispatcherState {
             .get_mut(&iteration_id)
             .and_then(|iteration| iteration.cursors.get_mut(lease.provider as usize))
             .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
-        cursor
-            .lease(lease.repetition, u64::from(lease.max_splits))
-            .map(Outcome::Splits)
+        let granted = cursor.lease(lease.repetition, u64::from(lease.max_splits))?;
+        self.record_lease(lease.task_id, &granted);
+        Ok(Outcome::Splits(granted))
     }
 }

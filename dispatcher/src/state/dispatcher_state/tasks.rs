@@ -112,6 +112,7 @@ impl DispatcherState {
     ) -> TaskId {
         let id = self.new_task(iteration_id, worker, starting_round);
         self.iteration_mut(iteration_id).tasks.push(id);
+        self.start_lineage(iteration_id, id, worker);
         id
     }
 

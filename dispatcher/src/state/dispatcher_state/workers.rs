@@ -69,6 +69,8 @@ impl DispatcherState {
                 }
             })
             .collect();
+        // Lineages waiting for a worker may run here now.
+        self.assign_ready_lineages();
         Ok(Outcome::WorkerRegistered { tasks })
     }
 
@@ -81,8 +83,14 @@ impl DispatcherState {
             .iter()
             .map(|p| p.task_id)
             .chain(iteration.tasks.iter().copied());
+        // A static shard read by a lineage is read wherever the lineage runs now.
+        let static_shard = self
+            .jobs
+            .get(&iteration.job_id)
+            .is_some_and(|job| job.sharding.is_static());
         !iteration.finished
             && !self.iteration_failures.contains_key(&iteration.id)
+            && !(static_shard && self.shard_taken(iteration.id, worker))
             && !pending
                 .map(|t| &self.tasks[&t])
                 .any(|t| t.worker == worker && !t.dropped)
@@ -97,6 +105,9 @@ impl DispatcherState {
                 .insert(address.to_string(), removed.owner);
         }
         self.changes.touch(Watched::Worker(address.to_string()));
+        self.exactly_once.incarnations.remove(address);
+        // Lineages move first, so that dropping their tasks does not end their iterations.
+        self.move_lineages_of_worker(address);
         let dropped: Vec<TaskId> = self
             .active_tasks_of_worker(address)
             .iter()
@@ -105,5 +116,6 @@ impl DispatcherState {
         for task_id in dropped {
             self.drop_task(task_id);
         }
+        self.assign_ready_lineages();
     }
 }

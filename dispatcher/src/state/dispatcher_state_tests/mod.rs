@@ -12,6 +12,7 @@ use sluice_types::{
 mod coordinated_reads;
 mod crashes;
 mod datasets;
+mod exactly_once;
 mod expiry_and_removal;
 mod fetch_key;
 mod jobs_and_splits;
