@@ -230,3 +230,41 @@ async fn without_authentication_any_caller_reads_nothing_of_a_jobs_task() -> any
     cluster.shutdown().await;
     Ok(())
 }
+
+/// The fetch key replica `id` applied, if any.
+fn key_on(cluster: &TestCluster, id: u64) -> Option<FetchKey> {
+    cluster.state_of(id).and_then(|s| s.fetch_key().cloned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_keeps_its_first_fetch_key_through_a_change_of_leader() -> anyhow::Result<()> {
+    sluice_tests::init_tracing();
+    let mut cluster = TestCluster::start(3, 0).await?;
+    let leader = cluster.wait_for_leader(DEADLINE).await?;
+
+    info!("--- the leader sets a key with nobody asking, and every replica applies it");
+    sluice_tests::wait_until("every replica has the fetch key", DEADLINE, || {
+        let done = (1..=3).all(|id| key_on(&cluster, id).is_some());
+        async move { done }
+    })
+    .await?;
+    let key = key_on(&cluster, leader).expect("waited for it");
+    for id in 1..=3 {
+        assert!(key_on(&cluster, id) == Some(key.clone()), "replica {id}");
+    }
+
+    info!("--- a new leader keeps it: admissions it signs are under the same key");
+    cluster.kill(leader).await?;
+    let next = cluster.wait_for_leader(DEADLINE).await?;
+    assert_ne!(next, leader);
+    let client = cluster.client();
+    let (client_id, admission) = own_admission(&client).await?;
+    let iteration = cluster
+        .state_of(next)
+        .and_then(|s| s.client_iteration(sluice_types::ClientId(client_id)).map(|it| it.id.0))
+        .expect("the client's iteration");
+    assert_eq!(admission, key.admit(iteration, client_id).to_bytes());
+    assert!(key_on(&cluster, next) == Some(key), "the key never changes");
+    cluster.shutdown().await;
+    Ok(())
+}
