@@ -85,6 +85,7 @@ async fn own_admission(attacker: &DispatcherClient) -> anyhow::Result<(u64, Vec<
             num_consumers: None,
             use_cross_trainer_cache: false,
             target_workers: TargetWorkers::Auto,
+            delivery: sluice_types::Delivery::AtMostOnce,
         })
         .await?;
     let iteration = attacker.get_or_create_iteration(job, 0).await?;
@@ -261,7 +262,10 @@ async fn a_cluster_keeps_its_first_fetch_key_through_a_change_of_leader() -> any
     let (client_id, admission) = own_admission(&client).await?;
     let iteration = cluster
         .state_of(next)
-        .and_then(|s| s.client_iteration(sluice_types::ClientId(client_id)).map(|it| it.id.0))
+        .and_then(|s| {
+            s.client_iteration(sluice_types::ClientId(client_id))
+                .map(|it| it.id.0)
+        })
         .expect("the client's iteration");
     assert_eq!(admission, key.admit(iteration, client_id).to_bytes());
     assert!(key_on(&cluster, next) == Some(key), "the key never changes");
