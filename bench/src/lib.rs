@@ -22,6 +22,7 @@
 //!   `leader_probe` reads the leader's CPU, memory and state sizes.
 
 mod cluster;
+mod delivery;
 mod epoch;
 mod fleet;
 mod fleet_stats;
@@ -65,8 +66,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, pause, partition, failover, scale, metrics. All but scale and metrics by
-    /// default (scale takes minutes and both cores, metrics ten epochs: they run only when named).
+    /// latency, dynamic, pause, partition, failover, scale, metrics, delivery. All but scale,
+    /// metrics and delivery by default (scale takes minutes and both cores, metrics ten epochs,
+    /// delivery eighteen epochs and two with a worker killed: they run only when named).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Scale: simulated workers, heartbeating at the worker's defaults.
@@ -108,7 +110,7 @@ pub struct BenchArgs {
 }
 
 /// The workloads `--only` can name, in the order they run.
-const WORKLOADS: [&str; 12] = [
+const WORKLOADS: [&str; 13] = [
     "local",
     "tiny2w",
     "tiny1w",
@@ -121,10 +123,11 @@ const WORKLOADS: [&str; 12] = [
     "failover",
     "scale",
     "metrics",
+    "delivery",
 ];
 
 /// Workloads that run only when named.
-const ONLY_WHEN_NAMED: [&str; 2] = ["scale", "metrics"];
+const ONLY_WHEN_NAMED: [&str; 3] = ["scale", "metrics", "delivery"];
 
 /// One pass of the networked workloads `args` selects, on clusters with `creds` (TLS and
 /// tokens) or without.
@@ -184,6 +187,9 @@ async fn run_pass(
         let client = cluster.client()?;
         warm_up(&client, ShardingPolicy::Dynamic).await?;
         leader_fault(&cluster, &client, LeaderFault::Partition, report).await?;
+    }
+    if want("delivery") {
+        delivery::run(sluice, n, args.large_mib, creds, report).await?;
     }
     if want("metrics") && creds.is_none() {
         metrics_overhead::run(sluice, n, report).await?;

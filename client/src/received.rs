@@ -71,7 +71,7 @@ impl Received {
 /// Flattened `start, end` pairs as ascending, disjoint, non-empty runs; anything else is an
 /// error naming what is wrong.
 fn runs_of(flattened: &[u64]) -> Result<Vec<(u64, u64)>, String> {
-    if flattened.len() % 2 != 0 {
+    if !flattened.len().is_multiple_of(2) {
         return Err(format!(
             "the worker sent {} index bounds, not pairs",
             flattened.len()
@@ -100,7 +100,13 @@ mod tests {
     fn messages_are_recorded_without_what_arrived_before() {
         let received = Received::default();
         // (flattened runs, elements, skipped) -> the task's runs after it, or the error
-        let steps: &[(&[u64], usize, usize, Result<&[(u64, u64)], &str>)] = &[
+        type Step = (
+            &'static [u64],
+            usize,
+            usize,
+            Result<&'static [(u64, u64)], &'static str>,
+        );
+        let steps: &[Step] = &[
             (&[], 3, 0, Ok(&[])),
             (&[0, 4], 4, 0, Ok(&[(0, 4)])),
             (&[2, 6], 4, 2, Ok(&[(0, 6)])),

@@ -89,7 +89,7 @@ pub fn delivery_reports(
     tasks
         .iter()
         .map(|t| {
-            if t.runs.len() % 2 != 0 {
+            if !t.runs.len().is_multiple_of(2) {
                 return Err(DispatcherError::InvalidArgument(format!(
                     "the delivery report of task {} has {} run bounds, not pairs of start and end",
                     t.task_id,

@@ -247,6 +247,7 @@ impl ProposerHandle {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub async fn get_or_create_job(
         &self,
         id: Option<RequestId>,

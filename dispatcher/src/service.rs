@@ -115,13 +115,22 @@ impl DispatcherService {
         // Checked before proposing, so a request that would be refused costs no log entry. The
         // applied state may lag what is committed (a new leader): a refusal is confirmed on a
         // linearizable read before it is returned.
+        // A repetition the provider has left behind is over for good: answered without a log
+        // entry (`lease_of_past_repetition`).
         let check = |s: &DispatcherState| {
             access::check_task(s, caller, lease.task_id)?;
-            s.check_lease(id, &lease).map_err(DispatcherError::from)
+            s.check_lease(id, &lease).map_err(DispatcherError::from)?;
+            Ok::<_, DispatcherError>(s.lease_of_past_repetition(id, &lease))
         };
-        if self.reader.read(check).is_err() {
-            self.reader.linearizable().await?;
-            self.reader.read(check)?;
+        let past = match self.reader.read(check) {
+            Ok(past) => past,
+            Err(_) => {
+                self.reader.linearizable().await?;
+                self.reader.read(check)?
+            }
+        };
+        if let Some(end_of_splits) = past {
+            return Ok(end_of_splits.to_proto());
         }
         Ok(writer.lease_splits(id, lease).await?.to_proto())
     }

@@ -63,6 +63,15 @@ impl Timers {
         }
     }
 
+    /// How long a client that a moving exactly-once stream waits on may be silent before it is
+    /// released: its longest heartbeat poll (half the client timeout, at most 10 s) and a worker
+    /// timeout more, at most the client timeout. A live client answers such a wait at once (its
+    /// poll returns as soon as it is waited on), so silence that long is a client gone.
+    pub fn release_wait(&self) -> Duration {
+        let longest_poll = (self.client_timeout / 2).min(Duration::from_secs(10));
+        (longest_poll + self.worker_timeout).min(self.client_timeout)
+    }
+
     /// How often the timers look: a quarter of the shortest timeout, within [50 ms, 1 s].
     pub fn check_interval(&self) -> Duration {
         let shortest = [
@@ -102,10 +111,13 @@ impl Timers {
             }
         }
         for (client_id, _) in state.active_clients() {
-            if silent(
-                liveness.client_last_seen(client_id.0, leader_since),
-                self.client_timeout,
-            ) {
+            let last = liveness.client_last_seen(client_id.0, leader_since);
+            // A client that a moving exactly-once stream waits on holds up the stream (and
+            // the epoch's end) while it is silent: it is released sooner.
+            let holds_up = || !state.tasks_to_release(client_id).is_empty();
+            if silent(last, self.client_timeout)
+                || (silent(last, self.release_wait()) && holds_up())
+            {
                 updates.push(Update::ReleaseIterationClient { client_id });
             }
         }

@@ -321,3 +321,86 @@ fn what_stayed_idle_for_its_timeout_is_removed() {
         "the collected iteration goes; the job has another iteration, the dataset a job"
     );
 }
+
+#[test]
+fn a_client_that_a_moving_stream_waits_on_is_released_after_the_release_wait() {
+    // An exactly-once distributed_epoch job on workers w1 and w2, read by client 3000; w1 was
+    // removed, so its task's stream waits for the client to let go of it.
+    let mut state = DispatcherState::default();
+    apply(
+        &mut state,
+        0,
+        Update::RegisterDataset {
+            dataset_id: Some(DatasetId("d".into())),
+            def: vec![1],
+            metadata: DatasetMetadata {
+                element_spec: vec![],
+                cardinality: 10,
+                compression: Compression::Auto,
+            },
+            num_splits: vec![10],
+        },
+    );
+    for worker in ["w1", "w2"] {
+        apply(
+            &mut state,
+            0,
+            Update::RegisterWorker {
+                address: worker.into(),
+                tags: vec![],
+                worker_addresses: vec![],
+                owner: String::new(),
+            },
+        );
+    }
+    apply(
+        &mut state,
+        0,
+        Update::GetOrCreateJobWithDelivery {
+            dataset_id: DatasetId("d".into()),
+            sharding: ShardingPolicy::Dynamic,
+            job_name: Some("job".into()),
+            anonymous_suffix: 0,
+            options: JobOptions::default(),
+            delivery: sluice_types::Delivery::ExactlyOnce,
+        },
+    );
+    apply(
+        &mut state,
+        0,
+        Update::GetOrCreateIteration {
+            job_id: JobId(5000),
+            repetition: 0,
+        },
+    );
+    let timers = timers();
+    assert_eq!(timers.release_wait(), 20 * SECOND);
+    let origin = Instant::now();
+    let at = |s: u64| origin + Duration::from_secs(s);
+    let decide = |state: &DispatcherState, silent_for: u64| {
+        let liveness = Liveness::default();
+        liveness.worker_seen_at("w1", at(100));
+        liveness.worker_seen_at("w2", at(100));
+        liveness.client_seen_at(3000, at(100));
+        let now = Now {
+            instant: at(100 + silent_for),
+            wall_micros: 0,
+        };
+        timers
+            .decide(now, origin, state, &liveness)
+            .into_iter()
+            .filter(|u| matches!(u, Update::ReleaseIterationClient { .. }))
+            .count()
+    };
+    // Nothing waits on it: only the client timeout (30 s) releases it.
+    assert_eq!(decide(&state, 21), 0);
+    apply(
+        &mut state,
+        0,
+        Update::RemoveWorker {
+            address: "w1".into(),
+        },
+    );
+    assert_eq!(decide(&state, 19), 0, "silent less than the release wait");
+    assert_eq!(decide(&state, 21), 1, "silent past the release wait");
+}

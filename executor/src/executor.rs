@@ -44,7 +44,7 @@ use crate::ops::repeat::RepeatIter;
 use crate::ops::shuffle::{pass_seed, ShuffleIter};
 use crate::ops::Factory;
 use crate::python_fn::{self, PythonStage};
-use crate::sources::{Source, SplitIter};
+use crate::sources::{Source, SplitCount, SplitIter};
 use crate::splits::SplitSupplier;
 use crate::stack_guard::{guard_after, guard_factory, guard_iter};
 
@@ -118,18 +118,22 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
     };
     // `Some` while the source's origin cell is exact for the next op.
     let mut origin = source.origin().cloned();
+    // In distributed_epoch mode, with splits to hand out: what `repeat` counts passes by.
+    let received = (opts.splits.is_some() && source.num_splits() > 0).then(SplitCount::default);
     let mut factory: Factory = match &opts.splits {
         None => Arc::new(move || Ok(source.iter_all())),
         Some(supplier) => {
             let supplier = supplier.clone();
             let repetitions = AtomicU64::new(0);
             let cancel = opts.cancel.clone();
+            let received = received.clone().unwrap_or_default();
             Arc::new(move || {
                 let repetition = repetitions.fetch_add(1, Ordering::Relaxed);
                 Ok(Box::new(SplitIter::new(
                     source.clone(),
                     supplier.clone(),
                     repetition,
+                    received.clone(),
                     carried > 0,
                     cancel.clone(),
                 )) as ElementIter)
@@ -150,11 +154,14 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         factory = match &op.kind {
             Some(OpKind::Repeat(r)) => {
                 let (upstream, count, cancel) = (factory, r.count, opts.cancel.clone());
+                let received = received.clone();
                 Arc::new(move || {
-                    Ok(
-                        Box::new(RepeatIter::new(upstream.clone(), count, cancel.clone()))
-                            as ElementIter,
-                    )
+                    Ok(Box::new(RepeatIter::new(
+                        upstream.clone(),
+                        count,
+                        received.clone(),
+                        cancel.clone(),
+                    )) as ElementIter)
                 })
             }
             _ => {

@@ -338,12 +338,6 @@ fn dynamic_source_yields_only_supplied_splits() {
     );
     assert!(s.calls.lock().unwrap().contains(&(0, 1)));
 
-    let s = FakeSupplier::new(&[&[1], &[2], &[]]);
-    assert_eq!(
-        split_ints("range(10).repeat()", s.clone()),
-        vec![Ok(1), Ok(2)]
-    );
-
     let s = FakeSupplier::new(&[&[0, 12]]);
     let got = split_ints("range(10)", s);
     assert_eq!(
@@ -358,6 +352,53 @@ fn dynamic_source_yields_only_supplied_splits() {
     let got = split_ints("range(10)", s);
     assert_eq!(got.len(), 1);
     assert!(got[0].as_ref().unwrap_err().is_retryable());
+}
+
+/// In distributed_epoch mode a pass of `repeat` whose source received no split (other workers
+/// took the repetition's splits) goes on to the next repetition; a pass that received splits and
+/// yielded nothing ends it, as locally, and so does a source with no splits at all.
+#[test]
+fn dynamic_repeat_goes_on_past_passes_without_splits() {
+    type Row = (&'static str, &'static [&'static [u64]], Vec<i64>, u64);
+    let rows: Vec<Row> = vec![
+        // (pipeline, splits per repetition, elements, last repetition asked for)
+        // Repetitions 1 and 2 went to other workers.
+        (
+            "range(10).repeat().take(2)",
+            &[&[1], &[], &[], &[2]],
+            vec![1, 2],
+            3,
+        ),
+        (
+            "range(10).repeat(4)",
+            &[&[1], &[], &[], &[2]],
+            vec![1, 2],
+            3,
+        ),
+        // Repetition 0 went to others, and nothing this worker got yields anything after.
+        ("range(10).repeat(3)", &[&[], &[], &[]], vec![], 2),
+        // Split 3 is filtered out: a pass that read a split and yielded nothing.
+        (
+            "range(10).filter(is_even).repeat()",
+            &[&[2], &[3], &[4]],
+            vec![2],
+            1,
+        ),
+        // No split at all: the input is empty.
+        ("range(0).repeat()", &[], vec![], 0),
+        // Without a repeat, an empty pass is simply the end.
+        ("range(10)", &[&[]], vec![], 0),
+    ];
+    for (expr, splits, want, last) in rows {
+        let s = FakeSupplier::new(splits);
+        let got: Vec<i64> = split_ints(expr, s.clone())
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(got, want, "{expr}");
+        let asked = s.calls.lock().unwrap().iter().map(|(_, r)| *r).max();
+        assert_eq!(asked, Some(last), "{expr}");
+    }
 }
 
 #[test]

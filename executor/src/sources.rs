@@ -6,6 +6,7 @@
 //! split indices and yields only their content: the dispatcher hands each index out at most once,
 //! and the worker recomputes the content from the definition and the index.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sluice_element::{pb, Cancellation, DatasetError, Element, OriginCell, Tensor};
@@ -155,11 +156,29 @@ fn range_element(start: i64, step: i64, i: u64) -> Element {
     Element::Tensor(Tensor::scalar_i64(v as i64))
 }
 
+/// The splits a pipeline's source received in distributed_epoch mode, over all its
+/// repetitions: `repeat` reads it to tell a pass that got no split (the repetition's splits all
+/// went to other workers) from one whose splits yielded nothing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SplitCount(Arc<AtomicU64>);
+
+impl SplitCount {
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add_one(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Yields the content of the splits a `SplitSupplier` hands out for one repetition.
 pub(crate) struct SplitIter {
     source: Arc<Source>,
     supplier: Arc<dyn SplitSupplier>,
     repetition: u64,
+    /// Counts each split received.
+    received: SplitCount,
     /// Wrap each element as `(split index, element)`, for `enumerate` in distributed_epoch
     /// mode (see `executor.rs`). Only for sources whose split is one element.
     with_index: bool,
@@ -174,6 +193,7 @@ impl SplitIter {
         source: Arc<Source>,
         supplier: Arc<dyn SplitSupplier>,
         repetition: u64,
+        received: SplitCount,
         with_index: bool,
         cancel: Cancellation,
     ) -> Self {
@@ -181,6 +201,7 @@ impl SplitIter {
             source,
             supplier,
             repetition,
+            received,
             with_index,
             current: None,
             done: false,
@@ -208,7 +229,11 @@ impl Iterator for SplitIter {
                 return Some(Err(e));
             }
             // The only provider: one source per definition.
-            match self.supplier.next_split(0, self.repetition) {
+            let split = self.supplier.next_split(0, self.repetition);
+            if let Ok(Some(_)) = split {
+                self.received.add_one();
+            }
+            match split {
                 Ok(Some(index)) => match self.source.split(index) {
                     Ok(it) if self.with_index => {
                         let index = Element::Tensor(Tensor::scalar_i64(index as i64));

@@ -87,6 +87,7 @@ def distribute(
     compression: Optional[str] = "AUTO",
     cross_trainer_cache: Optional[CrossTrainerCache] = None,
     target_workers: str = "AUTO",
+    delivery: str = "exactly_once",
 ) -> Callable[[Dataset], Dataset]:
     """A transformation for ``dataset.apply`` that reads the dataset through the service.
 
@@ -99,11 +100,17 @@ def distribute(
         sorted(int(x) for x in ds)   # each square once, from all workers
 
     The dataset is registered when the transformation is applied.
+
+    ``delivery`` is ``"exactly_once"`` (the default: with ``distributed_epoch`` and the static
+    sharding policies, every element of a finite epoch reaches the job's readers once, also
+    when workers fail) or ``"at_most_once"`` (tf.data service's: what a failed worker held is
+    lost). It is Sluice's own argument; tf.data has none.
     """
     del data_transfer_protocol  # Sluice has one transport
     _check_job(job_name, num_consumers)
     mode = _mode(processing_mode)
     address = _service(service)
+    delivery = _delivery(delivery)
 
     def _apply(dataset: Dataset) -> Dataset:
         native = _native.distribute(
@@ -117,6 +124,7 @@ def distribute(
             compression=_compression(compression),
             cross_trainer_cache=_trainer_id(cross_trainer_cache),
             target_workers=_target_workers(target_workers),
+            delivery=delivery,
         )
         return Dataset(native)
 
@@ -153,6 +161,7 @@ def from_dataset_id(
     data_transfer_protocol: Optional[str] = None,
     cross_trainer_cache: Optional[CrossTrainerCache] = None,
     target_workers: str = "AUTO",
+    delivery: str = "exactly_once",
 ) -> Dataset:
     """Reads a dataset registered with :func:`register_dataset`, by its id.
 
@@ -173,6 +182,7 @@ def from_dataset_id(
         max_outstanding_requests=_outstanding(max_outstanding_requests),
         cross_trainer_cache=_trainer_id(cross_trainer_cache),
         target_workers=_target_workers(target_workers),
+        delivery=_delivery(delivery),
     )
     dataset = Dataset(native)
     if element_spec is None:
@@ -289,6 +299,14 @@ def _outstanding(value: Optional[int]) -> Optional[int]:
 
 def _trainer_id(cache: Optional[CrossTrainerCache]) -> Optional[str]:
     return None if cache is None else cache.trainer_id
+
+
+def _delivery(delivery: str) -> str:
+    if not isinstance(delivery, str):
+        raise InvalidArgumentValueError(
+            f"`delivery` must be 'exactly_once' or 'at_most_once', got {delivery!r}."
+        )
+    return delivery
 
 
 def _target_workers(target: str) -> str:

@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 use sluice_client::{
-    ClientError, Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt,
+    ClientError, Compression, CrossTrainerCache, Delivery, DispatcherClient, DispatcherClientExt,
     DistributeOptions, RegisterOptions, ShardingPolicy, TargetWorkers,
 };
 
@@ -26,9 +26,13 @@ fn options(
     compression: &str,
     cross_trainer_cache: Option<String>,
     target_workers: &str,
+    delivery: &str,
 ) -> PyResult<DistributeOptions> {
     let target_workers = target_workers
         .parse::<TargetWorkers>()
+        .map_err(|e| invalid_argument(e.0))?;
+    let delivery = delivery
+        .parse::<Delivery>()
         .map_err(|e| invalid_argument(e.0))?;
     Ok(DistributeOptions {
         job_name,
@@ -38,6 +42,7 @@ fn options(
         target_workers,
         max_outstanding_requests,
         compression: compression_of(compression)?,
+        delivery,
         ..DistributeOptions::default()
     })
 }
@@ -71,7 +76,7 @@ fn client_as(service: &str, role: Role) -> Result<DispatcherClient, ClientError>
 #[pyfunction]
 #[pyo3(signature = (dataset, processing_mode, service, job_name=None, consumer_index=None,
     num_consumers=None, max_outstanding_requests=None, compression="AUTO",
-    cross_trainer_cache=None, target_workers="AUTO"))]
+    cross_trainer_cache=None, target_workers="AUTO", delivery="exactly_once"))]
 #[allow(clippy::too_many_arguments)]
 pub fn distribute(
     py: Python<'_>,
@@ -85,6 +90,7 @@ pub fn distribute(
     compression: &str,
     cross_trainer_cache: Option<String>,
     target_workers: &str,
+    delivery: &str,
 ) -> PyResult<Dataset> {
     let mode = mode_of(processing_mode)?;
     let options = options(
@@ -95,6 +101,7 @@ pub fn distribute(
         compression,
         cross_trainer_cache,
         target_workers,
+        delivery,
     )?;
     let local = dataset.local()?.clone();
     let service = wait(py, async move {
@@ -129,7 +136,7 @@ pub fn register_dataset(
 #[pyfunction]
 #[pyo3(signature = (processing_mode, service, dataset_id, job_name=None, consumer_index=None,
     num_consumers=None, max_outstanding_requests=None, cross_trainer_cache=None,
-    target_workers="AUTO"))]
+    target_workers="AUTO", delivery="exactly_once"))]
 #[allow(clippy::too_many_arguments)]
 pub fn from_dataset_id(
     py: Python<'_>,
@@ -142,6 +149,7 @@ pub fn from_dataset_id(
     max_outstanding_requests: Option<u32>,
     cross_trainer_cache: Option<String>,
     target_workers: &str,
+    delivery: &str,
 ) -> PyResult<Dataset> {
     let mode = mode_of(processing_mode)?;
     let options = options(
@@ -152,6 +160,7 @@ pub fn from_dataset_id(
         "AUTO",
         cross_trainer_cache,
         target_workers,
+        delivery,
     )?;
     let service = wait(py, async move {
         client(&service)?

@@ -20,13 +20,24 @@ fn number_files(dir: &Path, files: usize, lines: usize) {
 /// Reads `dataset` (distributed_epoch) slowly enough that the epoch is under way when a worker
 /// is hurt: `hurt` runs after `after` elements arrived; returns every element.
 fn read_hurting(addr: &str, dataset: &str, after: usize, hurt: impl FnOnce()) -> Vec<String> {
+    read_hurting_in(addr, dataset, "distributed_epoch", after, hurt)
+}
+
+/// [`read_hurting`] in processing mode `mode`.
+fn read_hurting_in(
+    addr: &str,
+    dataset: &str,
+    mode: &str,
+    after: usize,
+    hurt: impl FnOnce(),
+) -> Vec<String> {
     let reader = Reader::start(&[
         "--dispatcher",
         addr,
         "--dataset",
         dataset,
         "--mode",
-        "distributed_epoch",
+        mode,
         "--rate",
         "4000",
         "--max-outstanding-requests",
@@ -101,6 +112,27 @@ fn a_worker_restarted_mid_epoch_at_its_address_loses_and_repeats_nothing() {
     let got = read_hurting(&addr, &format!("range({n})"), 2000, || {
         restarted.kill();
         restarted = SluiceProcess::spawn(bin(), &args, STARTUP).expect("worker restarted");
+    });
+    assert_exactly_once(&got, n);
+}
+
+#[test]
+fn a_static_shard_whose_worker_is_killed_moves_to_the_other_worker_and_is_read_once() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let dispatcher = dispatcher(
+        data.path(),
+        &[
+            "--worker-timeout",
+            "2s",
+            "--worker-addresses",
+            "127.0.0.1:%port%,127.0.0.1:%port%",
+        ],
+    );
+    let addr = dispatcher.addr.clone();
+    let mut workers = workers(&addr, 2);
+    let n = 12_000i64;
+    let got = read_hurting_in(&addr, &format!("range({n})"), "data", 2000, || {
+        workers[0].kill();
     });
     assert_exactly_once(&got, n);
 }

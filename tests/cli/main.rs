@@ -7,6 +7,7 @@ mod data_roots;
 mod deploy_manifests;
 mod exactly_once;
 mod failover;
+mod infinite_epochs;
 mod membership;
 mod memory;
 mod observability;

@@ -129,10 +129,12 @@ impl IndexRuns {
 mod tests {
     use super::*;
 
+    type Runs = &'static [(u64, u64)];
+
     #[test]
     fn inserts_merge_touching_and_overlapping_runs() {
         // (runs inserted in order) -> the set's runs
-        let cases: &[(&[(u64, u64)], &[(u64, u64)])] = &[
+        let cases: &[(Runs, Runs)] = &[
             (&[], &[]),
             (&[(3, 3), (5, 4)], &[]),
             (&[(0, 5), (5, 8)], &[(0, 8)]),
@@ -169,7 +171,7 @@ mod tests {
     fn complement_runs_number_the_indices_left_out() {
         let set = IndexRuns::from_runs([(0, 3), (5, 6), (9, 12)]);
         // Indices not in the set: 3 4 6 7 8 12 13 ...
-        let cases: &[((u64, u64), &[(u64, u64)])] = &[
+        let cases: &[((u64, u64), Runs)] = &[
             ((0, 0), &[]),
             ((0, 1), &[(3, 4)]),
             ((0, 2), &[(3, 5)]),

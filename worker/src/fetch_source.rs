@@ -128,7 +128,11 @@ impl BufferSource {
             }
             Taken::Stopped => Took::Stopped,
             Taken::End => {
-                self.state.complete(self.runner.task_id());
+                if self.runner.exactly_once() {
+                    self.state.complete_when_acknowledged(self.runner.task_id());
+                } else {
+                    self.state.complete(self.runner.task_id());
+                }
                 Took::End
             }
         }

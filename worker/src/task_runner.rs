@@ -132,6 +132,11 @@ impl TaskRunner {
         self.def.task_id
     }
 
+    /// Whether the task's elements are delivered exactly once (a lineage's).
+    pub fn exactly_once(&self) -> bool {
+        self.skip.is_some()
+    }
+
     /// The stream indices of `n` elements taken from the buffer after `first` others: empty for
     /// a task that does not number its elements.
     pub fn stream_indices(&self, first: u64, n: u64) -> IndexList {

@@ -45,6 +45,12 @@ struct LedgerEntry {
     last_used: Instant,
 }
 
+/// How long an exactly-once task's completion waits for its readers' acknowledgements at most
+/// (a reader silent that long is gone).
+const END_ACK_GRACE: Duration = Duration::from_secs(30);
+/// How often it looks.
+const ACK_POLL: Duration = Duration::from_millis(20);
+
 pub struct WorkerState {
     /// The address registered with the dispatcher (the bound address).
     pub address: String,
@@ -255,6 +261,37 @@ impl WorkerState {
         if self.tasks().reported.insert(task_id) {
             let _ = self.completed.send(task_id);
         }
+    }
+
+    /// `complete` for an exactly-once task: reported once every reader acknowledged what it
+    /// was sent of the task, or after `END_ACK_GRACE`. A task reported finished is not moved
+    /// when its worker dies, so what a reader had not received yet would be lost with it.
+    pub fn complete_when_acknowledged(self: &Arc<Self>, task_id: u64) {
+        if !self.tasks().reported.insert(task_id) {
+            return;
+        }
+        let state = self.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + END_ACK_GRACE;
+            loop {
+                // First a pause: a reader that took the task's last elements just before the end
+                // was taken records them in its ledger right after.
+                tokio::time::sleep(ACK_POLL).await;
+                if state.unacknowledged(task_id) == 0 || Instant::now() >= deadline {
+                    break;
+                }
+            }
+            let _ = state.completed.send(task_id);
+        });
+    }
+
+    /// Elements of `task_id` sent to readers and not acknowledged.
+    fn unacknowledged(&self, task_id: u64) -> u64 {
+        self.ledgers()
+            .iter()
+            .filter(|(key, _)| key.task_id == task_id)
+            .map(|(_, e)| e.ledger.lock().map_or(0, |l| l.unacked()))
+            .sum()
     }
 
     /// Stops every task (worker shutdown).

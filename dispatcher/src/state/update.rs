@@ -38,6 +38,15 @@ pub struct DatasetMetadata {
     pub compression: Compression,
 }
 
+impl DatasetMetadata {
+    /// tf.data's (and `sluice_pipeline::INFINITE`'s) cardinality of an infinite dataset.
+    pub const INFINITE: i64 = -1;
+
+    pub fn is_infinite(&self) -> bool {
+        self.cardinality == Self::INFINITE
+    }
+}
+
 /// Identifies a retryable request: a retry with the same pair returns the recorded outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RequestId {

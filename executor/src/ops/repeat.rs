@@ -2,10 +2,18 @@
 //! split suppliers are asked for the next repetition). Stops early if a pass yields nothing, so
 //! `repeat()` over an empty input ends instead of spinning. Each new pass checks the
 //! cancellation flag.
+//!
+//! In distributed_epoch mode a pass that yields nothing because its source received no split
+//! is not an empty input: the workers share each repetition's splits, and the others took them
+//! all (with one split per repetition, every worker but one has such passes). As in tf.data,
+//! whose `repeat` stops on an empty pass only without split providers, the next pass asks for
+//! the next repetition, which has splits. A pass that received splits and yielded nothing still
+//! ends the repeat, as it does locally.
 
 use sluice_element::{Cancellation, DatasetError, Element};
 
 use super::Factory;
+use crate::sources::SplitCount;
 use sluice_element::ElementIter;
 
 pub(crate) struct RepeatIter {
@@ -14,17 +22,28 @@ pub(crate) struct RepeatIter {
     remaining: Option<u64>,
     current: Option<ElementIter>,
     yielded_this_pass: bool,
+    /// In distributed_epoch mode: the splits the source received, and their count when the
+    /// current pass began.
+    received: Option<(SplitCount, u64)>,
     done: bool,
     cancel: Cancellation,
 }
 
 impl RepeatIter {
-    pub(crate) fn new(upstream: Factory, count: Option<u64>, cancel: Cancellation) -> Self {
+    /// `received`: in distributed_epoch mode (with a source that has splits), the splits its
+    /// source receives.
+    pub(crate) fn new(
+        upstream: Factory,
+        count: Option<u64>,
+        received: Option<SplitCount>,
+        cancel: Cancellation,
+    ) -> Self {
         RepeatIter {
             upstream,
             remaining: count,
             current: None,
             yielded_this_pass: false,
+            received: received.map(|r| (r, 0)),
             done: false,
             cancel,
         }
@@ -48,6 +67,10 @@ impl Iterator for RepeatIter {
                     self.done = true;
                     return Some(Err(e));
                 }
+                // Before the pass starts: a prefetch may ask for its first split at once.
+                if let Some((received, at_start)) = self.received.as_mut() {
+                    *at_start = received.get();
+                }
                 match (self.upstream)() {
                     Ok(it) => self.current = Some(it),
                     Err(e) => {
@@ -68,7 +91,11 @@ impl Iterator for RepeatIter {
                 }
                 None => {
                     self.current = None;
-                    if !self.yielded_this_pass {
+                    let starved = self
+                        .received
+                        .as_ref()
+                        .is_some_and(|(received, at_start)| received.get() == *at_start);
+                    if !self.yielded_this_pass && !starved {
                         self.done = true;
                     }
                 }

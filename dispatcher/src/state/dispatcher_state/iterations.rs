@@ -86,13 +86,34 @@ impl DispatcherState {
 
     /// An iteration finishes when every task is finished and at least one reached its end: an
     /// iteration whose every worker was removed waits for a worker to come (back) instead.
+    ///
+    /// An iteration of an infinite dataset finishes only when every task reached its end: a
+    /// dropped task (its worker removed) never ends it, so it goes on with the workers left and,
+    /// with none left, waits for one to register (as in tf.data, where a worker leaving never
+    /// ends an epoch). A finite or unknown cardinality keeps the rule above, so that an epoch
+    /// with a dead worker's task still ends with the others.
     pub(super) fn update_finished(&mut self, iteration_id: IterationId) {
-        let tasks = &self.iterations[&iteration_id].tasks;
+        let iteration = &self.iterations[&iteration_id];
+        let tasks = &iteration.tasks;
         let all_finished = tasks.iter().all(|t| self.tasks[t].finished);
-        let one_ended = tasks.iter().any(|t| !self.tasks[t].dropped);
-        if all_finished && one_ended && !self.has_moving_lineage(iteration_id) {
+        let ended = tasks.iter().filter(|t| !self.tasks[t].dropped).count();
+        let finished = if self.infinite(iteration.job_id) {
+            all_finished && ended == tasks.len() && ended > 0
+        } else {
+            all_finished && ended > 0
+        };
+        if finished && !self.has_moving_lineage(iteration_id) {
             self.iteration_mut(iteration_id).finished = true;
         }
+    }
+
+    /// Whether the job's dataset is infinite (by the cardinality computed at registration); a
+    /// job or dataset no longer known is not.
+    fn infinite(&self, job_id: JobId) -> bool {
+        self.jobs
+            .get(&job_id)
+            .and_then(|job| self.datasets.get(&job.dataset_id))
+            .is_some_and(|dataset| dataset.metadata.is_infinite())
     }
 
     pub(super) fn garbage_collect(

@@ -7,7 +7,7 @@
 
 use super::DispatcherState;
 use crate::state::update::{Outcome, Rejection, RequestId};
-use sluice_types::{LeaseRequest, ShardingPolicy};
+use sluice_types::{LeaseRequest, ShardingPolicy, SplitLease};
 
 impl DispatcherState {
     /// Whether `lease` would be served: the iteration is distributed_epoch, the task is its
@@ -70,6 +70,34 @@ impl DispatcherState {
             ))
         })?;
         cursor.check(repetition)
+    }
+
+    /// The answer to a lease that `check_lease` passed, when it asks for a repetition its
+    /// provider has left behind: the end of that repetition's splits. A cursor only moves
+    /// forward, so no later entry can change that answer, and the leader gives it from its
+    /// applied state without a log entry: a worker whose passes got no split (the other workers
+    /// took them) catches up with the provider one call per repetition, not one commit each.
+    /// `None` when the lease is to be applied, and for a request whose outcome is recorded (its
+    /// retry gets that outcome).
+    pub fn lease_of_past_repetition(
+        &self,
+        id: Option<RequestId>,
+        lease: &LeaseRequest,
+    ) -> Option<SplitLease> {
+        if id.is_some_and(|id| self.requests.has_outcome(id)) {
+            return None;
+        }
+        let cursor = self
+            .iterations
+            .get(&lease.iteration_id)?
+            .cursors
+            .get(lease.provider as usize)?;
+        (lease.repetition < cursor.repetition).then_some(SplitLease {
+            repetition: lease.repetition,
+            start: 0,
+            end: 0,
+            end_of_splits: true,
+        })
     }
 
     pub(super) fn lease_splits(&mut self, lease: &LeaseRequest) -> Result<Outcome, Rejection> {

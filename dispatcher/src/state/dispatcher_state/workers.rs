@@ -84,13 +84,14 @@ impl DispatcherState {
             .map(|p| p.task_id)
             .chain(iteration.tasks.iter().copied());
         // A static shard read by a lineage is read wherever the lineage runs now.
-        let static_shard = self
+        let shard_read_elsewhere = self
             .jobs
             .get(&iteration.job_id)
-            .is_some_and(|job| job.sharding.is_static());
+            .is_some_and(|job| job.sharding.is_static())
+            && self.shard_taken(iteration.id, worker);
         !iteration.finished
             && !self.iteration_failures.contains_key(&iteration.id)
-            && !(static_shard && self.shard_taken(iteration.id, worker))
+            && !shard_read_elsewhere
             && !pending
                 .map(|t| &self.tasks[&t])
                 .any(|t| t.worker == worker && !t.dropped)

@@ -56,12 +56,18 @@ fn two_workers_reading() -> Vec<(Update, Outcome)> {
     ]
 }
 
+/// An unfinished task with a lineage: (task, its worker, leases to replay, indices to skip).
+type Running = (u64, String, Vec<RecordedLease>, Vec<(u64, u64)>);
+/// The same, as a table writes it.
+type Listed = (u64, &'static str, Vec<RecordedLease>, &'static [(u64, u64)]);
+type Case = (&'static str, Vec<(Update, Outcome)>, Expect);
+
 /// What a case expects at its end.
 struct Expect {
     /// The client's tasks to let go of.
     to_release: &'static [u64],
     /// Unfinished tasks with a lineage: (task, its worker, leases to replay, indices to skip).
-    lineages: Vec<(u64, &'static str, Vec<RecordedLease>, &'static [(u64, u64)])>,
+    lineages: Vec<Listed>,
     finished: bool,
 }
 
@@ -75,7 +81,7 @@ fn leased(repetition: u64, start: u64, end: u64) -> RecordedLease {
 
 #[test]
 fn lineage_table() {
-    let cases: Vec<(&str, Vec<(Update, Outcome)>, Expect)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "leases and deliveries are recorded on the lineage",
             vec![(report(3000, 4000, &[(0, 5), (7, 9)], false), recorded())],
@@ -210,7 +216,7 @@ fn lineage_table() {
             .collect();
         assert_eq!(to_release, expect.to_release, "{name}: tasks to release");
         let iteration = state.iteration(IterationId(2000)).expect("iteration");
-        let running: Vec<(u64, String, Vec<RecordedLease>, Vec<(u64, u64)>)> = iteration
+        let running: Vec<Running> = iteration
             .tasks
             .iter()
             .filter_map(|t| {
@@ -227,7 +233,7 @@ fn lineage_table() {
                 ))
             })
             .collect();
-        let want: Vec<(u64, String, Vec<RecordedLease>, Vec<(u64, u64)>)> = expect
+        let want: Vec<Running> = expect
             .lineages
             .into_iter()
             .map(|(t, w, l, s)| (t, w.to_string(), l, s.to_vec()))

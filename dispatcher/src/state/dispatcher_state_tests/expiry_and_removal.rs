@@ -99,6 +99,118 @@ fn expiry_and_garbage_collection_table() {
 }
 
 /// `RemoveIdle` listing everything with these cutoffs.
+/// When an iteration finishes as its workers are removed, by the dataset's cardinality: one of
+/// infinite cardinality goes on while a worker lives and then waits for one, and a removed
+/// worker's task never ends it; a finite or unknown one ends with the tasks of the workers left.
+/// The same in distributed_epoch and parallel_epochs.
+#[test]
+fn infinite_iterations_outlive_their_workers_table() {
+    use ShardingPolicy::*;
+    const INF: i64 = DatasetMetadata::INFINITE;
+    // The iteration 2000 has tasks 4000 on w1 and 4001 on w2.
+    let start = |cardinality: i64, sharding: ShardingPolicy| {
+        vec![
+            (
+                register_with_cardinality("d", b"a", cardinality),
+                registered("d"),
+            ),
+            (worker("w1"), workers_tasks(&[])),
+            (worker("w2"), workers_tasks(&[])),
+            (job("d", sharding, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+        ]
+    };
+    type Row = (&'static str, i64, Vec<(Update, Outcome)>, bool);
+    let rows: Vec<Row> = vec![
+        // (case, cardinality, steps after the start, finished after them)
+        (
+            "a removed worker's task leaves the other running",
+            INF,
+            vec![(remove_worker("w1"), Outcome::WorkerRemoved)],
+            false,
+        ),
+        (
+            "every worker removed: it waits, and a new worker gets a task",
+            INF,
+            vec![
+                (remove_worker("w1"), Outcome::WorkerRemoved),
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+                (worker("w3"), workers_tasks(&[4002])),
+                (worker("w1"), workers_tasks(&[4003])), // back: its task was dropped
+            ],
+            false,
+        ),
+        (
+            "a dropped task keeps it open though every other task ended",
+            INF,
+            vec![
+                (finish("w1", &[4000]), Outcome::TasksFinished),
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+            ],
+            false,
+        ),
+        (
+            "a dropped task keeps it open though a new worker's task ended too",
+            INF,
+            vec![
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+                (worker("w3"), workers_tasks(&[4002])),
+                (finish("w1", &[4000]), Outcome::TasksFinished),
+                (finish("w3", &[4002]), Outcome::TasksFinished),
+            ],
+            false,
+        ),
+        (
+            "every task reached its end: it is over",
+            INF,
+            vec![
+                (finish("w1", &[4000]), Outcome::TasksFinished),
+                (finish("w2", &[4001]), Outcome::TasksFinished),
+            ],
+            true,
+        ),
+        (
+            "finite: it ends with the tasks of the workers left",
+            10,
+            vec![
+                (finish("w1", &[4000]), Outcome::TasksFinished),
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+            ],
+            true,
+        ),
+        (
+            "unknown cardinality: as finite",
+            -2,
+            vec![
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+                (finish("w1", &[4000]), Outcome::TasksFinished),
+            ],
+            true,
+        ),
+        (
+            "finite, every worker removed: it waits for one",
+            10,
+            vec![
+                (remove_worker("w1"), Outcome::WorkerRemoved),
+                (remove_worker("w2"), Outcome::WorkerRemoved),
+            ],
+            false,
+        ),
+    ];
+    for sharding in [Dynamic, Off] {
+        for (case, cardinality, steps, want) in &rows {
+            let name = format!("{sharding:?}: {case}");
+            let mut script = start(*cardinality, sharding);
+            script.extend(steps.iter().cloned());
+            let state = run(&name, script);
+            let it = state
+                .iteration(IterationId(2000))
+                .expect("iteration exists");
+            assert_eq!(it.finished, *want, "case {name:?}");
+        }
+    }
+}
+
 fn remove_idle(iterations_before: u64, datasets_before: u64) -> Update {
     Update::RemoveIdle {
         iterations_before,

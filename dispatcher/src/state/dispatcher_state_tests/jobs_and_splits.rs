@@ -179,6 +179,78 @@ fn splits_go_only_to_live_tasks() {
     );
 }
 
+/// A lease of a repetition the provider has left behind is answered from the state, as applying
+/// it would answer, and only then: the current and next repetitions, and a request whose outcome
+/// is recorded, are applied.
+#[test]
+fn a_lease_of_a_past_repetition_is_answered_without_applying_it() {
+    use ShardingPolicy::*;
+    let mut state = run(
+        "the provider moves to repetition 2",
+        vec![
+            (register(None, b"a"), registered("1000")),
+            (worker("w1"), workers_tasks(&[])),
+            (job("1000", Dynamic, None), job_id(5000)),
+            (iteration(5000, 0), iter_client(2000, 3000)),
+            (lease(2000, 4000, 0, 3), splits(0, 0, 3)),
+            (lease(2000, 4000, 1, 1), splits(1, 0, 1)),
+            (lease(2000, 4000, 2, 1), splits(2, 0, 1)),
+        ],
+    );
+    let request = |repetition| LeaseRequest {
+        iteration_id: IterationId(2000),
+        provider: 0,
+        repetition,
+        max_splits: 1,
+        task_id: TaskId(4000),
+    };
+    let recorded = RequestId {
+        requester: 1,
+        seq: 0,
+        watermark: 0,
+    };
+    let Update::LeaseSplits(old) = lease(2000, 4000, 0, 1) else {
+        unreachable!()
+    };
+    let outcome = state.apply(
+        ApplyContext::default(),
+        &Request {
+            id: Some(recorded),
+            update: Update::LeaseSplits(old),
+        },
+    );
+    assert_eq!(outcome, end_of_splits(0));
+    let rows = [
+        // (request id, repetition, answered from the state)
+        (None, 0, true),
+        (None, 1, true),
+        (None, 2, false),           // the provider's repetition: splits may be left
+        (None, 3, false),           // the next: the provider moves to it
+        (Some(recorded), 1, false), // a retry gets its recorded outcome
+    ];
+    for (id, repetition, past) in rows {
+        let lease = request(repetition);
+        assert_eq!(state.check_lease(id, &lease), Ok(()));
+        let got = state.lease_of_past_repetition(id, &lease);
+        assert_eq!(got.is_some(), past, "{id:?} {repetition}");
+        if let Some(got) = got {
+            let mut applied = state.clone();
+            let outcome = applied.apply(
+                ApplyContext::default(),
+                &Request {
+                    id: None,
+                    update: Update::LeaseSplits(lease),
+                },
+            );
+            assert_eq!(Outcome::Splits(got), outcome, "{repetition}");
+            assert_eq!(
+                applied.iteration(IterationId(2000)),
+                state.iteration(IterationId(2000))
+            );
+        }
+    }
+}
+
 /// A lease request is logged as the struct variant `LeaseSplits` was before it carried a
 /// `LeaseRequest` (`iteration_id`, `provider`, `repetition`, `max: u64`, `task_id`), byte for
 /// byte, so journals written before decode unchanged.

@@ -35,6 +35,18 @@ fn register(id: Option<&str>, def: &[u8]) -> Update {
         num_splits: vec![3],
     }
 }
+/// `register` with the cardinality the dispatcher computed (-1 infinite, -2 unknown).
+fn register_with_cardinality(id: &str, def: &[u8], cardinality: i64) -> Update {
+    Update::RegisterDataset {
+        dataset_id: Some(DatasetId(id.into())),
+        def: def.to_vec(),
+        metadata: DatasetMetadata {
+            cardinality,
+            ..meta()
+        },
+        num_splits: vec![1],
+    }
+}
 fn worker(address: &str) -> Update {
     static_worker(address, &[])
 }

@@ -1,0 +1,180 @@
+//! `delivery`: exactly once against at most once, on the same build and in one run.
+//!
+//! Throughput: `distributed_epoch` epochs of the tiny (`range(n)`), batched
+//! (`range(20 n).batch(1024)`) and 1 MiB workloads, on a three-replica quorum with two workers,
+//! each delivery in turn for three rounds: the median rate of each, and exactly once's as a
+//! share of at most once's (`delivery_<workload>_ratio`).
+//!
+//! A worker killed: an epoch of `range(n)` read by one reader while a worker is SIGKILLed a
+//! third of the way through, with each delivery: the elements missing and repeated
+//! (`delivery_kill_missing_exactly_once` must be 0, as must the repeats), and how long the epoch
+//! took (the dispatchers remove a silent worker after 2 s here).
+
+use crate::cluster::Cluster;
+use crate::epoch::{measured, uncompressed, Count};
+use crate::report::{median, Report};
+use sluice_client::{Delivery, DispatcherClient, DispatcherClientExt, DistributeOptions};
+use sluice_element::Tensor;
+use sluice_pipeline::{Dataset, Transform};
+use sluice_testkit::Credentials;
+use sluice_types::ShardingPolicy;
+use std::path::Path;
+use std::time::Instant;
+
+const ROUNDS: usize = 3;
+
+fn with(delivery: Delivery, options: DistributeOptions) -> DistributeOptions {
+    DistributeOptions {
+        delivery,
+        ..options
+    }
+}
+
+/// One workload: its dataset, how it is read and counted, its unit.
+struct Workload {
+    key: &'static str,
+    dataset: Dataset,
+    outstanding: u32,
+    count: Count,
+    total: u64,
+    unit: &'static str,
+}
+
+pub(crate) async fn run(
+    sluice: &Path,
+    n: u64,
+    large_mib: u64,
+    creds: Option<&Credentials>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let cluster = Cluster::start_with(sluice, 3, 2, creds, &["--worker-timeout", "2s"])?;
+    let client = cluster.client()?;
+    crate::epoch::warm_up(&client, ShardingPolicy::Dynamic).await?;
+    let floats = vec![0.5f32; 262_144];
+    let workloads = [
+        Workload {
+            key: "tiny",
+            dataset: Dataset::range(n as i64),
+            outstanding: 4096,
+            count: Count::Elements,
+            total: n,
+            unit: "elements/s",
+        },
+        Workload {
+            key: "batched",
+            dataset: Dataset::range((20 * n) as i64).batch(1024),
+            outstanding: 64,
+            count: Count::Rows,
+            total: 20 * n,
+            unit: "elements/s",
+        },
+        Workload {
+            key: "large",
+            dataset: Dataset::from_slices(Tensor::from_f32s(vec![1, floats.len()], &floats)?)
+                .repeat(large_mib),
+            outstanding: 16,
+            count: Count::Bytes,
+            total: large_mib,
+            unit: "MiB/s",
+        },
+    ];
+    for workload in &workloads {
+        let mut rates = [Vec::new(), Vec::new()];
+        for round in 1..=ROUNDS {
+            for (i, delivery) in [Delivery::ExactlyOnce, Delivery::AtMostOnce]
+                .into_iter()
+                .enumerate()
+            {
+                let epoch = measured(
+                    &client,
+                    &workload.dataset,
+                    ShardingPolicy::Dynamic,
+                    with(delivery, uncompressed(workload.outstanding)),
+                    workload.count,
+                    workload.total,
+                    &format!("{} {delivery} ({round}/{ROUNDS})", workload.key),
+                )
+                .await?;
+                let amount = match workload.count {
+                    Count::Bytes => epoch.bytes as f64 / (1024.0 * 1024.0),
+                    _ => epoch.elements as f64,
+                };
+                rates[i].push(amount / epoch.seconds);
+            }
+        }
+        let exactly = median(&mut rates[0]);
+        let at_most = median(&mut rates[1]);
+        report.put(
+            &format!("delivery_{}_exactly_once", workload.key),
+            exactly,
+            workload.unit,
+        );
+        report.put(
+            &format!("delivery_{}_at_most_once", workload.key),
+            at_most,
+            workload.unit,
+        );
+        report.put_ratio(
+            &format!("delivery_{}_ratio", workload.key),
+            exactly / at_most,
+        );
+    }
+    drop(cluster);
+    for delivery in [Delivery::ExactlyOnce, Delivery::AtMostOnce] {
+        let mut cluster = Cluster::start_with(sluice, 3, 2, creds, &["--worker-timeout", "2s"])?;
+        let client = cluster.client()?;
+        let (missing, repeated, seconds) =
+            epoch_with_a_worker_killed(&mut cluster, &client, n, delivery).await?;
+        report.put(
+            &format!("delivery_kill_missing_{}", delivery.name()),
+            missing as f64,
+            "elements",
+        );
+        report.put(
+            &format!("delivery_kill_repeated_{}", delivery.name()),
+            repeated as f64,
+            "elements",
+        );
+        report.put(
+            &format!("delivery_kill_epoch_s_{}", delivery.name()),
+            seconds,
+            "s",
+        );
+    }
+    Ok(())
+}
+
+/// Reads `range(n)` under `delivery`, SIGKILLing the first worker a third of the way: the
+/// elements missing, those repeated, and the epoch's seconds.
+async fn epoch_with_a_worker_killed(
+    cluster: &mut Cluster,
+    client: &DispatcherClient,
+    n: u64,
+    delivery: Delivery,
+) -> anyhow::Result<(u64, u64, f64)> {
+    let started = Instant::now();
+    // Few elements in flight, so the killed worker holds many of the epoch's splits.
+    let options = with(delivery, uncompressed(64));
+    let service = client
+        .distribute(&Dataset::range(n as i64), ShardingPolicy::Dynamic, options)
+        .await?;
+    let mut epoch = service.iter().await?;
+    let mut seen = vec![0u8; n as usize];
+    let mut read = 0u64;
+    while let Some(element) = epoch.next().await {
+        let value = element?
+            .as_i64()
+            .ok_or_else(|| anyhow::anyhow!("range elements are int64 scalars"))?;
+        let slot = seen
+            .get_mut(value as usize)
+            .ok_or_else(|| anyhow::anyhow!("value {value} is outside range({n})"))?;
+        *slot = slot.saturating_add(1);
+        read += 1;
+        if read == n / 3 {
+            cluster.workers[0].kill();
+        }
+    }
+    let missing = seen.iter().filter(|c| **c == 0).count() as u64;
+    let repeated = seen.iter().map(|c| u64::from(c.saturating_sub(1))).sum();
+    Ok((missing, repeated, started.elapsed().as_secs_f64()))
+}
