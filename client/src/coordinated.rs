@@ -24,7 +24,7 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::GetElementRequest;
 use sluice_rpc::{ClientHeartbeat, ClientHeartbeatReply, DispatcherClient};
-use sluice_security::ServerRole;
+use sluice_security::{Admission, ServerRole};
 use sluice_types::{ClientId, TaskId};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -37,6 +37,8 @@ use tonic::transport::Channel;
 
 pub(crate) struct CoordinatedConfig {
     pub client_id: ClientId,
+    /// The dispatcher's admission of `client_id` to its iteration, presented to the workers.
+    pub admission: Admission,
     pub consumer_index: u32,
     pub max_outstanding: u32,
     pub heartbeat_poll: Duration,
@@ -59,6 +61,8 @@ pub(crate) async fn run(
     let mut workers = Workers {
         client,
         consumer_index: config.consumer_index,
+        client_id: config.client_id,
+        admission: config.admission,
         channels: HashMap::new(),
     };
     let mut in_flight: FuturesOrdered<Pending> = FuturesOrdered::new();
@@ -148,6 +152,8 @@ pub(crate) async fn run(
 struct Workers {
     client: DispatcherClient,
     consumer_index: u32,
+    client_id: ClientId,
+    admission: Admission,
     channels: HashMap<String, Channel>,
 }
 
@@ -162,6 +168,8 @@ impl Workers {
             round_index: request.round,
             allow_skip: true,
             skipped_previous_round: request.skipped_previous_round,
+            client_id: self.client_id.0,
+            admission: self.admission.to_bytes(),
         };
         let client = self.client.clone();
         Box::pin(async move {
@@ -220,7 +228,7 @@ async fn get_element(
         WorkerClient::new(client.security().authed(channel)).max_decoding_message_size(usize::MAX);
     let mut backoff = Duration::from_millis(10);
     for failures in 1u32.. {
-        let mut call = tonic::Request::new(request);
+        let mut call = tonic::Request::new(request.clone());
         // A round waits for every consumer, however slow: no deadline on the call itself.
         call.set_timeout(Duration::from_secs(3600));
         match worker.get_element(call).await {

@@ -18,8 +18,10 @@ use crate::received::{Received, REPORT_EVERY};
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_proto::dispatcher as pb;
 use sluice_rpc::{
-    ClientHeartbeat, ClientHeartbeatReply, DispatcherClient, KnownTasks, LocalWorkers, TaskDelivery,
+    ClientHeartbeat, ClientHeartbeatReply, DispatcherClient, IterationClient, KnownTasks,
+    LocalWorkers, TaskDelivery,
 };
+use sluice_security::Admission;
 use sluice_types::{ClientId, TargetWorkers, TaskId};
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,6 +35,8 @@ use tracing::debug;
 pub(crate) struct Driver {
     client: DispatcherClient,
     client_id: ClientId,
+    /// The dispatcher's admission of `client_id` to its iteration, presented to the workers.
+    admission: Admission,
     /// Coordinated reads: this consumer's index.
     consumer_index: Option<u32>,
     /// Cross-trainer cache jobs: this trainer's id (empty otherwise).
@@ -56,18 +60,19 @@ type HeartbeatFuture =
     Pin<Box<dyn Future<Output = Result<ClientHeartbeatReply, ClientError>> + Send>>;
 
 impl Driver {
-    /// A loop that reads for `client_id` as `options` say, hands what it reads to `out`, and
-    /// stops when `cancel` is cancelled.
+    /// A loop that reads for the iteration client `iteration` as `options` say, hands what it
+    /// reads to `out`, and stops when `cancel` is cancelled.
     pub(crate) fn new(
         client: DispatcherClient,
-        client_id: ClientId,
+        iteration: IterationClient,
         options: &DistributeOptions,
         out: flume::Sender<Delivery>,
         cancel: CancellationToken,
     ) -> Driver {
         Driver {
             client,
-            client_id,
+            client_id: iteration.client_id,
+            admission: iteration.admission,
             consumer_index: options.consumer_index,
             trainer_id: options
                 .cross_trainer_cache
@@ -89,6 +94,7 @@ impl Driver {
             Some(consumer_index) => {
                 let config = CoordinatedConfig {
                     client_id: self.client_id,
+                    admission: self.admission,
                     consumer_index,
                     max_outstanding: self.outstanding,
                     heartbeat_poll: self.heartbeat_poll,
@@ -206,6 +212,7 @@ impl Driver {
             task_id: task.task_id,
             address: task.worker_address,
             client_id: self.client_id.0,
+            admission: self.admission,
             trainer_id: self.trainer_id.clone(),
             max_credits,
             // What the reader presents to the dispatcher, it presents to workers.

@@ -16,8 +16,7 @@ use crate::options::DistributeOptions;
 use crate::read_metrics::ReadMetrics;
 use sluice_element::{pb as dpb, DatasetError, Element, PythonRunner};
 use sluice_executor::ExecOptions;
-use sluice_rpc::DispatcherClient;
-use sluice_types::ClientId;
+use sluice_rpc::{DispatcherClient, IterationClient};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -60,7 +59,7 @@ impl Drop for ElementStream {
 impl ElementStream {
     pub(crate) fn start(
         client: DispatcherClient,
-        client_id: ClientId,
+        iteration: IterationClient,
         options: &DistributeOptions,
         local_ops: Vec<dpb::Op>,
         python: Option<Arc<dyn PythonRunner>>,
@@ -70,7 +69,7 @@ impl ElementStream {
         let (tx, rx) = flume::unbounded();
         // A child: the driver stops its task streams when the epoch ends without stopping the
         // local pipeline, which still drains what was delivered.
-        let driver = Driver::new(client, client_id, options, tx, cancel.child_token());
+        let driver = Driver::new(client, iteration, options, tx, cancel.child_token());
         let driver = tokio::spawn(driver.run());
         let rx = if local_ops.is_empty() {
             rx

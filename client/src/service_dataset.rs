@@ -169,7 +169,7 @@ impl ServiceDataset {
             .await?;
         ElementStream::start(
             self.client.clone(),
-            iteration.client_id,
+            iteration,
             &self.options,
             self.local_ops.clone(),
             self.python.clone(),

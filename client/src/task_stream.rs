@@ -26,7 +26,7 @@ use crate::received::Received;
 use sluice_element::{DatasetError, PythonException};
 use sluice_proto::worker::{ElementBatch, FetchRequest};
 use sluice_rpc::raw_fetch;
-use sluice_security::ClientSecurity;
+use sluice_security::{Admission, ClientSecurity};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -36,6 +36,9 @@ pub(crate) struct TaskStreamConfig {
     pub task_id: u64,
     pub address: String,
     pub client_id: u64,
+    /// The dispatcher's admission of `client_id` to the task's iteration, sent with the first
+    /// request of every stream.
+    pub admission: Admission,
     /// Cross-trainer cache jobs: whose cursor into the task's cache this stream reads.
     pub trainer_id: String,
     /// Credits this stream may hold at once.
@@ -116,6 +119,7 @@ impl Resume {
             received: self.received,
             incarnation: self.incarnation,
             window: config.max_credits,
+            ..Default::default()
         }
     }
 }
@@ -280,7 +284,11 @@ async fn fetch(
     // Permits held = credits granted to the worker and not yet used.
     let mut held = Held { permit: None };
     let granted = held.top_up(permits, config.max_credits, true).await;
-    let first = resume.request(config, granted);
+    // The admission goes with the first request: the worker checks it before it serves.
+    let first = FetchRequest {
+        admission: config.admission.to_bytes(),
+        ..resume.request(config, granted)
+    };
     // Whether the worker serves the task is the stream's first message (as a status it would
     // have answered the gRPC call with).
     let token = config.security.token().map(|t| t.expose().as_bytes());
@@ -446,6 +454,7 @@ mod tests {
             task_id: 7,
             address: "w:1".into(),
             client_id: 3,
+            admission: Default::default(),
             trainer_id: String::new(),
             max_credits: 16,
             security: ClientSecurity::default(),

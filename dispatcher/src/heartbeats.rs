@@ -7,6 +7,7 @@
 //! timeout, so a caller that keeps polling is never expired.
 
 use crate::access;
+use crate::admissions;
 use crate::config::DispatcherConfig;
 use crate::convert::{request_id, task_def, task_info};
 use crate::error::DispatcherError;
@@ -155,9 +156,13 @@ impl Heartbeats {
                 tracing::info!(worker = %req.worker_address, tasks = ?moved, "the worker restarted: its exactly-once tasks move");
             }
         }
+        // The worker checks readers' admissions with it; a cluster without one gets one now.
+        let key =
+            admissions::fetch_key(|| self.reader.read(admissions::key_of), &self.proposer).await?;
         let current: BTreeSet<TaskId> = req.current_tasks.iter().map(|t| TaskId(*t)).collect();
         let worker = req.worker_address.as_str();
-        self.reader
+        let mut response = self
+            .reader
             .long_poll(
                 Watched::Worker(req.worker_address.clone()),
                 deadline,
@@ -174,7 +179,9 @@ impl Heartbeats {
                     Ok(worker_view(s, active, &current))
                 },
             )
-            .await
+            .await?;
+        response.fetch_key = key.to_bytes();
+        Ok(response)
     }
 }
 
@@ -346,5 +353,7 @@ fn worker_view(
     pb::WorkerHeartbeatResponse {
         new_tasks,
         tasks_to_delete,
+        // Set by the caller, once the poll is over.
+        fetch_key: Vec::new(),
     }
 }

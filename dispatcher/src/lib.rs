@@ -28,6 +28,7 @@
 //! - `state_reader`: linearizable reads of the applied state and long polls on it.
 //! - `watchers`: the long polls waiting on each worker and iteration, woken by what entries touch.
 //! - `read_batch`: one quorum confirmation shared by concurrent linearizable reads.
+//! - `admissions`: the cluster's fetch key and the admissions readers present to workers.
 //! - `heartbeats`: worker and client heartbeats (liveness, registration, long polls).
 //! - `leader_watch`: who this replica believes leads, changing only with the leader or term
 //!   (the `WatchLeader` streams).
@@ -47,6 +48,7 @@
 //! - `access`: which role may make each call, and the ownership rule for workers' tasks.
 
 mod access;
+mod admissions;
 mod client_addr_announcer;
 mod cluster_status;
 mod config;

@@ -26,6 +26,7 @@ use crate::state::{
     Update,
 };
 use openraft::raft::responder::{OneshotResponder, Responder};
+use sluice_security::FetchKey;
 use sluice_types::{
     ClientId, DatasetId, Delivery, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
     TaskId,
@@ -403,6 +404,15 @@ impl ProposerHandle {
             (update, other) => Err(unexpected(update, other)),
         }
     }
+
+    /// Proposes `key` as the cluster's fetch key; whether it became it (`false`: a key was
+    /// set already, and stays).
+    pub async fn set_fetch_key(&self, key: FetchKey) -> Result<bool, DispatcherError> {
+        match self.accepted(None, Update::SetFetchKey { key }).await? {
+            (_, Outcome::FetchKeySet { set }) => Ok(set),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
 }
 
 /// An outcome of another kind than the update's: a bug in `apply`, reported as such.
@@ -533,7 +543,8 @@ fn approx_bytes(update: &Update) -> usize {
             | Update::ReleaseIterationClient { .. }
             | Update::GarbageCollectIteration { .. }
             | Update::ClientRounds { .. }
-            | Update::RemoveTask { .. } => 0,
+            | Update::RemoveTask { .. }
+            | Update::SetFetchKey { .. } => 0,
         }
 }
 

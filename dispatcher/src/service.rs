@@ -9,6 +9,7 @@
 //! `membership`. Every error leaves through `From<DispatcherError> for tonic::Status`.
 
 use crate::access;
+use crate::admissions;
 use crate::cluster_status;
 use crate::config::DispatcherConfig;
 use crate::convert::{decode_def, metadata_to_proto, request_id};
@@ -232,8 +233,9 @@ impl Dispatcher for DispatcherService {
     ) -> Result<Response<pb::GetOrCreateIterationResponse>, Status> {
         authorize(&request, "GetOrCreateIteration", access::CLIENT)?;
         let req = request.into_inner();
-        let (iteration_id, client_id) = self
-            .writer()?
+        let writer = self.writer()?;
+        let key = admissions::fetch_key(|| self.reader.read(admissions::key_of), writer).await?;
+        let (iteration_id, client_id) = writer
             .get_or_create_iteration(
                 request_id(req.request_id),
                 JobId(req.job_id),
@@ -243,6 +245,7 @@ impl Dispatcher for DispatcherService {
         Ok(Response::new(pb::GetOrCreateIterationResponse {
             iteration_client_id: client_id.0,
             iteration_id: iteration_id.0,
+            admission: admissions::admission(&key, iteration_id, client_id).to_bytes(),
         }))
     }
 

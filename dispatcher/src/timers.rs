@@ -1,4 +1,5 @@
-//! Leader-only timers: worker expiry, client timeout and iteration garbage collection.
+//! Leader-only timers: worker expiry, client timeout and iteration garbage collection; and a
+//! leader whose state has no fetch key sets one (see `admissions`).
 //!
 //! The decision is pure: [`Timers::decide`] takes the time (read by the caller), the applied
 //! state and the leader's `Liveness`, and returns the updates to propose (`RemoveWorker`,
@@ -11,6 +12,7 @@
 //! The grace period: a new leader has heard from nobody, so the moment it became leader counts
 //! as everyone's last contact; nobody is expired before a full timeout of silence towards it.
 
+use crate::admissions;
 use crate::config::DispatcherConfig;
 use crate::liveness::Liveness;
 use crate::proposer::{now_micros, ProposerHandle};
@@ -230,6 +232,18 @@ impl TimerLoop {
                 wall_micros: now_micros(),
             };
             let leader_since = *leader_since.get_or_insert(now.instant);
+            // A leader whose state has no fetch key (a fresh cluster, or a log begun before
+            // keys) sets one, so workers learn it before any reader needs it.
+            let read_key = || {
+                let applied = self.state.read().expect("state lock poisoned");
+                admissions::key_of(&applied.state)
+            };
+            if read_key().is_none() {
+                if let Err(e) = admissions::fetch_key(read_key, &self.proposer).await {
+                    warn!(node = self.id, error = %e, "setting the fetch key failed");
+                    continue;
+                }
+            }
             let updates = {
                 let applied = self.state.read().expect("state lock poisoned");
                 let state = &applied.state;

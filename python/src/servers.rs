@@ -65,7 +65,10 @@ fn worker_error(e: WorkerError) -> PyErr {
             SecurityError::Tokens(_) | SecurityError::Tls(_) | SecurityError::Certs(_),
         ) => "InvalidArgumentError",
         WorkerError::Unauthenticated(_) => "UnauthenticatedError",
-        WorkerError::PermissionDenied(_) => "PermissionDeniedError",
+        WorkerError::PermissionDenied(_) | WorkerError::NotAdmitted { .. } => {
+            "PermissionDeniedError"
+        }
+        WorkerError::NoFetchKey { .. } => "UnavailableError",
     };
     error(class, e.to_string())
 }

@@ -25,7 +25,8 @@ use crate::quorum::{Quorum, RetryConfig, Wait};
 use crate::request_ids::{InFlight, RequestIds};
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
-use sluice_security::ClientSecurity;
+use sluice_security::fetch_admission::FETCH_KEY_LEN;
+use sluice_security::{Admission, ClientSecurity};
 use sluice_types::{
     ClientId, DatasetId, IterationId, JobId, LeaseRequest, NodeId, SplitLease, TaskId, WorkerId,
 };
@@ -231,9 +232,20 @@ impl DispatcherClient {
                 async move { c.get_or_create_iteration(request).await }
             })
             .await?;
+        let admission = Admission::from_bytes(&response.admission).ok_or_else(|| {
+            RpcError::FailedPrecondition(format!(
+                "the dispatcher admitted client {} to iteration {} with a credential of {} \
+                 bytes, not {FETCH_KEY_LEN}: workers will not serve it (the dispatcher and \
+                 this client must be the same release)",
+                response.iteration_client_id,
+                response.iteration_id,
+                response.admission.len()
+            ))
+        })?;
         Ok(IterationClient {
             iteration_id: IterationId(response.iteration_id),
             client_id: ClientId(response.iteration_client_id),
+            admission,
         })
     }
 

@@ -3,6 +3,7 @@
 //! ([`lease_slack`]). The ids and lease types are `sluice_types`'.
 
 use sluice_proto::dispatcher as pb;
+use sluice_security::Admission;
 use sluice_types::{
     ClientId, DatasetId, Delivery, IndexRuns, IterationId, ShardingPolicy, TargetWorkers, TaskId,
     WorkerId,
@@ -25,11 +26,13 @@ pub struct JobRequest {
     pub delivery: Delivery,
 }
 
-/// The iteration a client was attached to, and its id as a client of it.
+/// The iteration a client was attached to, its id as a client of it, and its admission: what
+/// it presents to workers with every read of the iteration's tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IterationClient {
     pub iteration_id: IterationId,
     pub client_id: ClientId,
+    pub admission: Admission,
 }
 
 /// A client's heartbeat; `current_round` and `blocked_round` only for coordinated reads.

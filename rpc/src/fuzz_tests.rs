@@ -197,6 +197,7 @@ fn request(task_id: u64, credits: u32, trainer_id: &str) -> FetchRequest {
         received: 12,
         incarnation: 99,
         window: credits,
+        admission: Vec::new(),
     }
 }
 

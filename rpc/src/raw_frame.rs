@@ -21,7 +21,9 @@
 //!   counts when there is no token) and requires the client role before it reads a request; a
 //!   refusal is a status frame (`Unauthenticated`, `PermissionDenied`), and nothing is served.
 //! - Requests are the gRPC `Fetch` stream's messages: the first names the task (and the trainer,
-//!   for cross-trainer cache jobs), every one may grant credits and acknowledge what arrived
+//!   for cross-trainer cache jobs) and carries the reader's client id and its admission to the
+//!   task's iteration, which the worker checks before it serves anything (a refusal is a
+//!   `PermissionDenied` status frame); every one may grant credits and acknowledge what arrived
 //!   (see worker.proto). The client closes its side when it stops reading; after the end of
 //!   sequence, it first acknowledges the end.
 //! - A frame is one `ElementBatch` of the gRPC stream (see worker.proto) with its `payloads` moved

@@ -320,6 +320,8 @@ async fn requests_round_trip_and_oversized_ones_are_refused() {
             received: u64::from(i) * 1000,
             incarnation: u64::from(i % 2) * u64::MAX,
             window: i * 16,
+            // The reader's admission, in its first request.
+            admission: if i == 0 { vec![0xa5; 32] } else { Vec::new() },
         })
         .collect();
     let wire: Vec<u8> = sent.iter().flat_map(request_bytes).collect();

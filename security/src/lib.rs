@@ -9,6 +9,8 @@
 //!   CA, client certificate and token, and checks that a server's certificate carries the role
 //!   of the server it calls ([`ServerRole`]) before sending anything; [`permanent_failure`]
 //!   tells a connection that cannot succeed as configured from one that may pass.
+//! - Readers' admissions: the dispatcher signs an [`Admission`] to an iteration with the
+//!   cluster's [`FetchKey`], and a worker serves a task only to a reader presenting one.
 //! - `sluice certs`: [`certs::generate`].
 
 pub mod authenticator;
@@ -16,6 +18,7 @@ pub mod cert_identity;
 pub mod certs;
 pub mod client_security;
 pub mod connect_failure;
+pub mod fetch_admission;
 pub mod grpc_connector;
 pub mod incoming;
 pub mod role;
@@ -30,6 +33,7 @@ pub use client_security::{
     AuthChannel, ClientSecurity, ClientSecurityFiles, RawStream, TokenInterceptor,
 };
 pub use connect_failure::{permanent_failure, Misconfigured, Refusals};
+pub use fetch_admission::{Admission, AdmissionRefusal, FetchKey};
 pub use incoming::{incoming, ConnInfo, SecureStream};
 pub use role::{Identity, Role, ServerRole};
 pub use security_error::SecurityError;

@@ -12,7 +12,7 @@ use crate::reader_ledger::AckError;
 use crate::round_robin::RoundError;
 use sluice_element::DatasetError;
 use sluice_rpc::RpcError;
-use sluice_security::SecurityError;
+use sluice_security::{AdmissionRefusal, SecurityError};
 use tonic::{Code, Status};
 
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +87,42 @@ pub enum WorkerError {
     /// A reader acknowledged elements of task `task_id` it cannot have received.
     #[error("task {task_id}: {source}")]
     Ack { task_id: u64, source: AckError },
+    /// A reader of task `task_id` presented no admission to its iteration, or one that is not
+    /// the dispatcher's admission of the client it names. The message never shows a byte of
+    /// what was presented.
+    #[error("{}", not_admitted(*task_id, *iteration_id, *client_id, *refusal))]
+    NotAdmitted {
+        task_id: u64,
+        iteration_id: u64,
+        client_id: u64,
+        refusal: AdmissionRefusal,
+    },
+    /// This worker has not heard the cluster's fetch key from the dispatcher yet, so it cannot
+    /// check a reader's admission: the reader retries until it has.
+    #[error(
+        "task {task_id}: this worker has not yet received the cluster's fetch key from the \
+         dispatcher, so it cannot check the reader's admission; retry"
+    )]
+    NoFetchKey { task_id: u64 },
+}
+
+fn not_admitted(
+    task_id: u64,
+    iteration_id: u64,
+    client_id: u64,
+    refusal: AdmissionRefusal,
+) -> String {
+    let why = match refusal {
+        AdmissionRefusal::Missing => "the request carries no admission".to_string(),
+        AdmissionRefusal::Invalid => format!(
+            "the admission presented is not the dispatcher's admission of client {client_id} \
+             to iteration {iteration_id}"
+        ),
+    };
+    format!(
+        "task {task_id} of iteration {iteration_id}: {why}; only readers the dispatcher \
+         admitted to the iteration (GetOrCreateIteration) may read its tasks"
+    )
 }
 
 impl WorkerError {
@@ -112,6 +148,8 @@ impl WorkerError {
             WorkerError::Unauthenticated(_) => false,
             WorkerError::PermissionDenied(_) => false,
             WorkerError::Ack { .. } => false,
+            WorkerError::NotAdmitted { .. } => false,
+            WorkerError::NoFetchKey { .. } => true,
         }
     }
 }
@@ -145,6 +183,8 @@ impl From<WorkerError> for Status {
             WorkerError::Unauthenticated(_) => Code::Unauthenticated,
             WorkerError::PermissionDenied(_) => Code::PermissionDenied,
             WorkerError::Ack { .. } => Code::InvalidArgument,
+            WorkerError::NotAdmitted { .. } => Code::PermissionDenied,
+            WorkerError::NoFetchKey { .. } => Code::Unavailable,
         };
         Status::new(code, message)
     }
@@ -309,6 +349,36 @@ mod tests {
                 Code::PermissionDenied,
                 "worker 'w' may not call Fetch",
             ),
+            (
+                WorkerError::NotAdmitted {
+                    task_id: 4000,
+                    iteration_id: 2000,
+                    client_id: 3001,
+                    refusal: AdmissionRefusal::Missing,
+                },
+                Code::PermissionDenied,
+                "task 4000 of iteration 2000: the request carries no admission; only readers \
+                 the dispatcher admitted to the iteration (GetOrCreateIteration) may read its \
+                 tasks",
+            ),
+            (
+                WorkerError::NotAdmitted {
+                    task_id: 4000,
+                    iteration_id: 2000,
+                    client_id: 3001,
+                    refusal: AdmissionRefusal::Invalid,
+                },
+                Code::PermissionDenied,
+                "task 4000 of iteration 2000: the admission presented is not the dispatcher's \
+                 admission of client 3001 to iteration 2000; only readers the dispatcher \
+                 admitted to the iteration (GetOrCreateIteration) may read its tasks",
+            ),
+            (
+                WorkerError::NoFetchKey { task_id: 4000 },
+                Code::Unavailable,
+                "task 4000: this worker has not yet received the cluster's fetch key from the \
+                 dispatcher, so it cannot check the reader's admission; retry",
+            ),
         ]
     }
 
@@ -332,7 +402,9 @@ mod tests {
             | WorkerError::Security(_)
             | WorkerError::Unauthenticated(_)
             | WorkerError::PermissionDenied(_)
-            | WorkerError::Ack { .. } => {}
+            | WorkerError::Ack { .. }
+            | WorkerError::NotAdmitted { .. }
+            | WorkerError::NoFetchKey { .. } => {}
         }
     }
 

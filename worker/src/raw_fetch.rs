@@ -413,3 +413,7 @@ mod fuzz_tests;
 #[cfg(test)]
 #[path = "reader_resend_tests.rs"]
 mod reader_resend_tests;
+
+#[cfg(test)]
+#[path = "admission_tests.rs"]
+mod admission_tests;

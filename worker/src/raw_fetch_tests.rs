@@ -14,7 +14,7 @@ use sluice_proto::worker::{ElementBatch, GetWorkerTasksRequest};
 use sluice_rpc::fake_dispatcher::FakeDispatcher;
 use sluice_rpc::raw_fetch;
 use sluice_rpc::DispatcherClient;
-use sluice_security::{AuthChannel, ClientSecurity};
+use sluice_security::{AuthChannel, ClientSecurity, FetchKey};
 use std::net::SocketAddr;
 use tokio::net::TcpStream;
 use tonic::Code;
@@ -44,7 +44,7 @@ impl Drop for Worker {
 
 /// A task of its own dataset: the assignment and the definition the dispatcher serves.
 pub(super) struct Held {
-    def: TaskDef,
+    pub(super) def: TaskDef,
     /// `None`: the dispatcher does not know the dataset.
     dataset: Option<Dataset>,
 }
@@ -72,12 +72,30 @@ pub(super) async fn start(tasks: Vec<Held>) -> Worker {
     start_with(tasks, &ServerSecurity::default()).await
 }
 
-/// A worker on 127.0.0.1 port 0 holding `tasks`, its port secured by `security`.
+/// A worker on 127.0.0.1 port 0 holding `tasks`, its port secured by `security`, knowing the
+/// fetch key [`test_key`] as if the dispatcher had sent it.
 pub(super) async fn start_with(tasks: Vec<Held>, security: &ServerSecurity) -> Worker {
+    start_keyed(tasks, security, Some(test_key())).await
+}
+
+/// The fetch key of the tests' workers.
+pub(super) fn test_key() -> FetchKey {
+    FetchKey::from_bytes(&[7; 32]).expect("32 bytes")
+}
+
+/// A worker holding `tasks`, secured by `security`, that heard `key` from the dispatcher.
+pub(super) async fn start_keyed(
+    tasks: Vec<Held>,
+    security: &ServerSecurity,
+    key: Option<FetchKey>,
+) -> Worker {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("bound");
     let (completed, _) = mpsc::unbounded_channel();
     let state = Arc::new(WorkerState::new(addr.to_string(), completed));
+    if let Some(key) = key {
+        state.set_fetch_key(key);
+    }
     // Only asked for definitions: the tasks run in mode OFF.
     let fake = FakeDispatcher::leader(0).await;
     let dispatcher = DispatcherClient::new(&fake.addr()).expect("a valid address");
@@ -119,11 +137,13 @@ pub(super) async fn start_with(tasks: Vec<Held>, security: &ServerSecurity) -> W
     }
 }
 
+/// A request of reader 1, admitted to iteration 0 (the iteration of the tests' tasks).
 pub(super) fn request(task_id: u64, credits: u32) -> FetchRequest {
     FetchRequest {
         task_id,
         credits,
         client_id: 1,
+        admission: test_key().admit(0, 1).to_bytes(),
         ..Default::default()
     }
 }
@@ -160,14 +180,23 @@ pub(super) async fn read_raw_as(
     task_id: u64,
     credits: u32,
 ) -> Result<Vec<Element>, Status> {
+    read_raw_with(security, addr, request(task_id, credits)).await
+}
+
+/// The same, opening the stream with `first` (its credits are the stream's).
+pub(super) async fn read_raw_with(
+    security: &ClientSecurity,
+    addr: SocketAddr,
+    first: FetchRequest,
+) -> Result<Vec<Element>, Status> {
+    let (task_id, credits) = (first.task_id, first.credits);
     let socket = raw_fetch::connect(&addr.to_string(), security)
         .await
         .map_err(|e| Status::unavailable(format!("connect: {e}")))?;
     let token = security.token().map(|t| t.expose().as_bytes());
-    let (requests, mut batches) =
-        raw_fetch::open(socket, token, request(task_id, credits), credits)
-            .await
-            .map_err(|e| Status::unavailable(format!("open: {e}")))?;
+    let (requests, mut batches) = raw_fetch::open(socket, token, first, credits)
+        .await
+        .map_err(|e| Status::unavailable(format!("open: {e}")))?;
     let mut elements = Vec::new();
     loop {
         let batch = tokio::time::timeout(DEADLINE, batches.message())
@@ -216,9 +245,18 @@ pub(super) async fn read_grpc_as(
     addr: SocketAddr,
     task_id: u64,
 ) -> Result<Vec<Element>, Status> {
+    read_grpc_with(security, addr, request(task_id, 1 << 20)).await
+}
+
+/// `read_grpc`, opening the stream with `first`.
+pub(super) async fn read_grpc_with(
+    security: &ClientSecurity,
+    addr: SocketAddr,
+    first: FetchRequest,
+) -> Result<Vec<Element>, Status> {
     let mut worker = grpc_client(security, addr).await?;
     let (tx, rx) = mpsc::channel(1);
-    tx.send(request(task_id, 1 << 20)).await.expect("open");
+    tx.send(first).await.expect("open");
     let mut stream = worker.fetch(ReceiverStream::new(rx)).await?.into_inner();
     let mut elements = Vec::new();
     loop {

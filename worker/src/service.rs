@@ -15,7 +15,11 @@
 //!
 //! Refusals are `WorkerError`s; `error.rs` maps them to the status a reader sees. Every RPC is
 //! for readers: the service runs behind the authenticator's interceptor (`raw_fetch::serve_port`)
-//! and each handler first checks that the caller holds the client role (admins do too).
+//! and each handler first checks that the caller holds the client role (admins do too). A
+//! client credential is not enough to read a task: the reader must present the dispatcher's
+//! admission of its client id to the task's iteration (in a fetch stream's first request, and
+//! in every coordinated `GetElement`), checked before anything is taken from the task
+//! (`WorkerState::check_admission`).
 
 use crate::error::WorkerError;
 use crate::fetch_source::{BufferSource, CacheSource, EndedSource, FetchSource, Message, Took};
@@ -110,6 +114,8 @@ impl Worker for WorkerService {
     ) -> Result<Response<GetElementResponse>, Status> {
         authorize(&request, "GetElement", READERS)?;
         let req = request.into_inner();
+        self.state
+            .check_admission(req.task_id, req.client_id, &req.admission)?;
         let runner = self
             .state
             .get(req.task_id)
@@ -185,6 +191,8 @@ pub(crate) async fn open_fetch(
         .map_err(WorkerError::Reader)?
         .ok_or(WorkerError::NoFirstRequest)?;
     let task_id = first.task_id;
+    // Before anything of the task is looked at for this reader: only admitted readers.
+    state.check_admission(task_id, first.client_id, &first.admission)?;
     let (tx, rx) = mpsc::channel(2);
     let Some(runner) = state.get(task_id) else {
         if state.is_deleted(task_id) {

@@ -146,6 +146,11 @@ impl TaskRunner {
         }
     }
 
+    /// The iteration the task belongs to: the one its readers must be admitted to.
+    pub fn iteration_id(&self) -> u64 {
+        self.def.iteration_id
+    }
+
     /// The shared buffer, starting the pipeline on first use.
     pub fn buffer(&self) -> Arc<TaskBuffer> {
         self.buffer.get_or_init(|| self.start()).clone()

@@ -21,7 +21,7 @@ use sluice_pyexec::ExecutorPool;
 use sluice_rpc::{
     DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError, WorkerHeartbeat,
 };
-use sluice_security::Role;
+use sluice_security::{FetchKey, Role};
 use sluice_types::{TaskId, WorkerId};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -288,6 +288,10 @@ impl Heartbeat {
                 crash_record::forget(dir, &crash);
             }
             *self.crash.lock().expect("crash lock poisoned") = None;
+        }
+        // Before the new tasks: a task is never held without the key to check its readers.
+        if let Some(key) = FetchKey::from_bytes(&response.fetch_key) {
+            self.state.set_fetch_key(key);
         }
         for task in response.new_tasks {
             debug!(

@@ -7,14 +7,20 @@
 //! not received and the end). It goes when its reader acknowledged the end, when the task is
 //! deleted for its reader, or, for a finished task, once nothing used it for `LEDGER_TTL` (a
 //! reader that received the end but whose last acknowledgement was lost).
+//!
+//! Admissions: the state keeps the cluster's fetch key, the latest the dispatcher sent, and the
+//! iteration of every task it was given, so that a reader's admission to a task's iteration
+//! is checked here, before anything of the task is served (`check_admission`).
 
+use crate::error::WorkerError;
 use crate::reader_ledger::ReaderLedger;
 use crate::task_runner::TaskRunner;
 use crate::worker_stats::WorkerStats;
 use sluice_rpc::LocalWorker;
+use sluice_security::FetchKey;
 use sluice_types::TaskId;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -59,6 +65,9 @@ pub struct WorkerState {
     ledgers: Mutex<HashMap<LedgerKey, LedgerEntry>>,
     /// Elements and bytes served, pipeline time (for `/metrics`).
     pub stats: Arc<WorkerStats>,
+    /// The cluster's fetch key, as the dispatcher's last heartbeat reply gave it (`None` until
+    /// one did). A std lock: read or replaced, never held across `.await`.
+    fetch_key: RwLock<Option<FetchKey>>,
 }
 
 #[derive(Default)]
@@ -71,6 +80,9 @@ struct Tasks {
     /// Tasks a client in this process deleted when it went away: later readers get an error,
     /// and the dispatcher's re-sends of them are ignored.
     deleted: HashSet<u64>,
+    /// The iteration of every task added, kept after it finished or was deleted (a reader may
+    /// come back for what it had not received), as `finished` is.
+    iterations: HashMap<u64, u64>,
 }
 
 impl WorkerState {
@@ -83,7 +95,41 @@ impl WorkerState {
             incarnation: rand::random::<u64>().max(1),
             ledgers: Mutex::new(HashMap::new()),
             stats: Arc::default(),
+            fetch_key: RwLock::new(None),
         }
+    }
+
+    /// Keeps `key`, the cluster's fetch key as the dispatcher sent it.
+    pub fn set_fetch_key(&self, key: FetchKey) {
+        *self.fetch_key.write().expect("fetch key lock poisoned") = Some(key);
+    }
+
+    /// Whether `admission` admits client `client_id` to the iteration of task `task_id`: the
+    /// check before anything of the task is served to a reader. A task this worker was never
+    /// given passes (nothing of it can be served; the caller answers as for any unknown
+    /// task). Refused: no admission, or one that is not the dispatcher's for this client and
+    /// iteration (`PermissionDenied`); a worker that has no fetch key yet refuses everyone
+    /// with `Unavailable`, which readers retry.
+    pub fn check_admission(
+        &self,
+        task_id: u64,
+        client_id: u64,
+        admission: &[u8],
+    ) -> Result<(), WorkerError> {
+        let Some(iteration_id) = self.tasks().iterations.get(&task_id).copied() else {
+            return Ok(());
+        };
+        let key = self.fetch_key.read().expect("fetch key lock poisoned");
+        let Some(key) = key.as_ref() else {
+            return Err(WorkerError::NoFetchKey { task_id });
+        };
+        key.verify(iteration_id, client_id, admission)
+            .map_err(|refusal| WorkerError::NotAdmitted {
+                task_id,
+                iteration_id,
+                client_id,
+                refusal,
+            })
     }
 
     fn ledgers(&self) -> std::sync::MutexGuard<'_, HashMap<LedgerKey, LedgerEntry>> {
@@ -176,6 +222,7 @@ impl WorkerState {
             && !tasks.finished.contains(&id)
             && !tasks.deleted.contains(&id)
         {
+            tasks.iterations.insert(id, runner.iteration_id());
             tasks.running.insert(id, Arc::new(runner));
         }
     }

@@ -21,10 +21,12 @@
 //! - `idle`: removal of what nobody uses any more;
 //! - `splits`: split leases of distributed_epoch iterations;
 //! - `rounds`: pending tasks and task removal of coordinated reads;
+//! - `fetch_key`: the cluster's secret for readers' admissions;
 //! - `queries`: the read-only accessors the services use.
 
 mod datasets;
 mod exactly_once;
+mod fetch_key;
 pub use datasets::{definition_key, MAX_DEFINITION_BYTES};
 mod idle;
 #[cfg(test)]
@@ -48,6 +50,7 @@ use crate::state::request_log::{Admission, RequestLog};
 use crate::state::update::{Outcome, Rejection, Request, Update};
 use crate::state::worker_index_resolver::WorkerIndexResolver;
 use serde::{Deserialize, Serialize};
+use sluice_security::FetchKey;
 use sluice_types::{ClientId, DatasetId, IterationId, JobId, TaskId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -105,15 +108,21 @@ pub struct DispatcherState {
     /// (see `state::lineage`). Trailing, read as empty from snapshots before it.
     #[serde(default, deserialize_with = "trailing_field::deserialize")]
     exactly_once: ExactlyOnce,
+    /// The cluster's secret for readers' admissions (see `sluice_security::fetch_admission`):
+    /// chosen by a leader that found none and set by the first `SetFetchKey`, never changed
+    /// after. Never shown: not on the status page, in metrics or in logs (its `Debug` prints
+    /// no byte). `None` in a snapshot made before it existed; the next leader sets one.
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
+    fetch_key: Option<FetchKey>,
     /// What the entries applied since the last take touched (not replicated, never encoded).
     #[serde(skip)]
     changes: Changes,
 }
 
 /// A snapshot is `AppliedState { .., state }` encoded alone, so the state's last fields are the
-/// last things in it: a snapshot of a build before `departed_workers` (and
-/// `iteration_failures`) ends where those fields would start. Decoding one there finds no bytes
-/// and reads it as empty; anything else in the field decodes as usual (and bytes left over fail
+/// last things in it: a snapshot of a build before `departed_workers` (or any trailing field
+/// after it) ends where those fields would start. Decoding one there finds no bytes and reads
+/// it as empty; anything else in the field decodes as usual (and bytes left over fail
 /// the codec's check that all were read).
 mod trailing_field {
     use serde::{Deserialize, Deserializer};
@@ -148,6 +157,7 @@ impl Default for DispatcherState {
             departed_workers: BTreeMap::new(),
             iteration_failures: BTreeMap::new(),
             exactly_once: ExactlyOnce::default(),
+            fetch_key: None,
             changes: Changes::default(),
         }
     }
@@ -289,6 +299,7 @@ impl DispatcherState {
                 address,
                 incarnation,
             } => Ok(self.worker_incarnation(address, *incarnation)),
+            Update::SetFetchKey { key } => Ok(self.set_fetch_key(key)),
         }
     }
 }

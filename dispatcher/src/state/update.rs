@@ -11,6 +11,7 @@ use crate::state::entities::DefinitionKey;
 use crate::state::lineage::DeliveryReport;
 use serde::{Deserialize, Serialize};
 use sluice_element::Compression;
+use sluice_security::FetchKey;
 use sluice_types::{
     ClientId, DatasetId, Delivery, IterationId, JobId, LeaseRequest, ShardingPolicy, SplitLease,
     TargetWorkers, TaskId,
@@ -202,6 +203,10 @@ pub enum Update {
     /// A worker's heartbeat named the process it runs in; another one than recorded restarted
     /// at the address, and the lineages of its tasks move.
     WorkerIncarnation { address: String, incarnation: u64 },
+    /// The cluster's fetch key, chosen at random by a leader whose state had none. Only the
+    /// first one counts: once a key is set, a later `SetFetchKey` (another leader's, proposed
+    /// before it saw the first applied) changes nothing, so admissions stay valid.
+    SetFetchKey { key: FetchKey },
 }
 
 impl Update {
@@ -226,6 +231,7 @@ impl Update {
             Update::GetOrCreateJobWithDelivery { .. } => "get_or_create_job",
             Update::ReportDelivered { .. } => "report_delivered",
             Update::WorkerIncarnation { .. } => "worker_incarnation",
+            Update::SetFetchKey { .. } => "set_fetch_key",
         }
     }
 }
@@ -279,6 +285,10 @@ pub enum Outcome {
     /// restarted (empty when it did not).
     WorkerRestarted {
         moved: Vec<TaskId>,
+    },
+    /// After a `SetFetchKey`: whether it set the key (`false`: one was set already).
+    FetchKeySet {
+        set: bool,
     },
 }
 

@@ -10,6 +10,7 @@ mod data_roots;
 mod distribute;
 mod dropped_connections;
 mod failover;
+mod fetch_admission;
 mod heartbeats;
 mod hostile_input;
 mod jobs_and_datasets;

@@ -17,7 +17,7 @@ use sluice_formats::tfrecord::TfRecordWriter;
 use sluice_pipeline::{Dataset, Transform};
 use sluice_proto::worker::worker_client::WorkerClient;
 use sluice_proto::worker::FetchRequest;
-use sluice_rpc::{ClientHeartbeat, JobRequest, KnownTasks};
+use sluice_rpc::{ClientHeartbeat, IterationClient, JobRequest, KnownTasks};
 use sluice_tests::TestCluster;
 use sluice_worker::{WorkerError, WorkerHandle};
 use std::collections::BTreeMap;
@@ -123,14 +123,19 @@ async fn read_by_worker(
     };
     let mut out = BTreeMap::new();
     for task in tasks {
-        let produced = fetch_task(&task.worker_address, task.task_id).await?;
+        let produced = fetch_task(&task.worker_address, task.task_id, &iteration).await?;
         out.insert(task.worker_address, produced);
     }
     Ok(out)
 }
 
-/// Every element of one task, from its worker's fetch stream, or the pipeline's error.
-async fn fetch_task(address: &str, task_id: u64) -> anyhow::Result<Result<Vec<Element>, String>> {
+/// Every element of one task, from its worker's fetch stream (read as the admitted client
+/// `reader`), or the pipeline's error.
+async fn fetch_task(
+    address: &str,
+    task_id: u64,
+    reader: &IterationClient,
+) -> anyhow::Result<Result<Vec<Element>, String>> {
     let deadline = tokio::time::Instant::now() + EPOCH;
     let mut worker = WorkerClient::connect(format!("http://{address}")).await?;
     // The worker may hear of its task a moment after the client does: retry while it says so.
@@ -139,7 +144,8 @@ async fn fetch_task(address: &str, task_id: u64) -> anyhow::Result<Result<Vec<El
         tx.send(FetchRequest {
             task_id,
             credits: 1_000_000,
-            client_id: 1,
+            client_id: reader.client_id.0,
+            admission: reader.admission.to_bytes(),
             ..Default::default()
         })
         .await?;

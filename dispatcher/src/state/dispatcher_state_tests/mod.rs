@@ -14,6 +14,7 @@ mod crashes;
 mod datasets;
 mod exactly_once;
 mod expiry_and_removal;
+mod fetch_key;
 mod jobs_and_splits;
 mod properties;
 mod requests;

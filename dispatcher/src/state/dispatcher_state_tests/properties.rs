@@ -63,6 +63,9 @@ fn any_update() -> impl Strategy<Value = Update> {
                 signal: "SIGSEGV".into(),
             }),
         worker_name.prop_map(remove_worker),
+        any::<[u8; 32]>().prop_map(|bytes| Update::SetFetchKey {
+            key: sluice_security::FetchKey::from_bytes(&bytes).expect("32 bytes"),
+        }),
         (2000..2004u64).prop_map(gc),
         // Parts of the definitions "ab" and "ba" in any order, and their registrations
         // with a right or a wrong length.
