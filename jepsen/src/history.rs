@@ -175,3 +175,28 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Event>> {
     }
     Ok(events)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_delivery_is_read_back_as_the_history_spells_it() {
+        for delivery in [Delivery::ExactlyOnce, Delivery::AtMostOnce] {
+            assert_eq!(parse_delivery(delivery_name(delivery)), Ok(delivery));
+        }
+        assert_eq!(parse_delivery("at_most_once"), Ok(Delivery::AtMostOnce));
+        assert_eq!(
+            parse_delivery("once"),
+            Err("invalid delivery 'once': expected exactly-once or at-most-once".to_string())
+        );
+        let setup = |value| vec![Event::new(0, "harness", Kind::Invoke, "setup", value)];
+        assert_eq!(
+            recorded_delivery(&setup(json!({"seed": 1, "delivery": "at-most-once"}))),
+            Some(Delivery::AtMostOnce)
+        );
+        // An older build's history records none.
+        assert_eq!(recorded_delivery(&setup(json!({"seed": 1}))), None);
+    }
+}
