@@ -319,6 +319,21 @@ fn under_exactly_once_no_split_may_be_lost_whatever_happened_to_its_worker() {
              worker-1 incarnation 1 (task 1, lease [0, 2) at 5 ms), which exited at 20 ms (kill)",
         ),
         (
+            "a split lost with a killed worker, a later split of its lease delivered by the \
+             task that took the stream over",
+            [
+                vec![lease(5, "worker-1", 1, 1, 0, 4)],
+                elements(10, &[0]),
+                vec![exit(20, "worker-1", 1, "kill")],
+                elements(40, &[2, 3]),
+            ]
+            .concat(),
+            Verdict::Invalid,
+            vec![("lost_with_worker", 1), ("lost_while_worker_lived", 0)],
+            "lost under exactly-once delivery: 1; held by worker-1 incarnation 1 (task 1, \
+             lease [0, 4) at 5 ms), which exited at 20 ms (kill) before the epoch ended at 100 ms",
+        ),
+        (
             "a split lost with a worker the dispatcher removed",
             [
                 vec![lease(5, "worker-1", 1, 1, 0, 4)],
