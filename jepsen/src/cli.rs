@@ -1,6 +1,8 @@
 //! The arguments of `sluice-jepsen run` and `sluice-jepsen self-test`.
 
+use crate::history::parse_delivery;
 use clap::{Args, Parser, Subcommand};
+use sluice_client::Delivery;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,7 +25,8 @@ pub enum Command {
     /// 2 unknown or harness failure.
     Run(RunArgs),
     /// Runs against binaries built with planted bugs (a dispatcher that leases splits twice, a
-    /// worker that re-sends an acknowledged element); exit 0 only if every run is found invalid.
+    /// worker that re-sends an acknowledged element, a worker that skips an element when it
+    /// takes a stream over); exit 0 only if every run is found invalid.
     SelfTest(SelfTestArgs),
     /// Checks a finished run's history again (with this build's checkers), rewriting its
     /// results.json and report.html. Exit codes as `run`.
@@ -38,6 +41,11 @@ pub struct CheckArgs {
     /// As `run --max-delivery-gap`.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_delivery_gap: Option<Duration>,
+    /// Judge the run's epochs as this delivery (`exactly-once` or `at-most-once`) instead of
+    /// the one its history records; a history that records none (an older build's) is judged
+    /// as at-most-once without it.
+    #[arg(long, value_parser = parse_delivery)]
+    pub delivery: Option<Delivery>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -73,6 +81,11 @@ pub struct RunArgs {
     /// gaps are only reported.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_delivery_gap: Option<Duration>,
+    /// How the workload's jobs deliver: `exactly-once` (every split of a complete epoch
+    /// delivered once, whatever the faults) or `at-most-once` (tf.data's: the splits a failed
+    /// worker held may be lost).
+    #[arg(long, default_value = "exactly-once", value_parser = parse_delivery)]
+    pub delivery: Delivery,
     /// The `sluice` binary (default: the workspace's target/debug/sluice, built if missing).
     #[arg(long)]
     pub sluice_bin: Option<PathBuf>,
@@ -105,8 +118,9 @@ pub struct SelfTestArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// The planted bugs to run against: `dispatcher` (splits leased twice), `worker` (an
-    /// element re-sent after its acknowledgement).
-    #[arg(long, default_value = "dispatcher,worker")]
+    /// element re-sent after its acknowledgement), `resume` (a worker taking over a failed
+    /// worker's stream skips one element too many).
+    #[arg(long, default_value = "dispatcher,worker,resume")]
     pub planted: String,
     /// Length of the fault phase.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]

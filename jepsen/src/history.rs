@@ -10,6 +10,7 @@
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sluice_client::Delivery;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -77,6 +78,31 @@ impl LeaseRange {
     pub fn is_first_range(&self) -> bool {
         self.provider == 0 && self.repetition == 0
     }
+}
+
+/// A delivery as the history (and `--delivery`) spells it: `exactly-once` or `at-most-once`.
+pub fn delivery_name(delivery: Delivery) -> &'static str {
+    match delivery {
+        Delivery::ExactlyOnce => "exactly-once",
+        Delivery::AtMostOnce => "at-most-once",
+    }
+}
+
+/// `--delivery`'s parser: `exactly-once` or `at-most-once` (an underscore works as the dash).
+pub fn parse_delivery(text: &str) -> Result<Delivery, String> {
+    text.trim()
+        .parse::<Delivery>()
+        .map_err(|_| format!("invalid delivery '{text}': expected exactly-once or at-most-once"))
+}
+
+/// The delivery a run's history records (its `harness setup` event), if it records one:
+/// histories of older builds do not.
+pub fn recorded_delivery(events: &[Event]) -> Option<Delivery> {
+    events
+        .iter()
+        .find(|e| e.process == "harness" && e.f == "setup" && e.kind == Kind::Invoke)
+        .and_then(|e| e.value["delivery"].as_str())
+        .and_then(|d| parse_delivery(d).ok())
 }
 
 /// A clone-able handle that appends events to `history.jsonl`.
@@ -148,4 +174,29 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<Event>> {
         events.push(event);
     }
     Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_delivery_is_read_back_as_the_history_spells_it() {
+        for delivery in [Delivery::ExactlyOnce, Delivery::AtMostOnce] {
+            assert_eq!(parse_delivery(delivery_name(delivery)), Ok(delivery));
+        }
+        assert_eq!(parse_delivery("at_most_once"), Ok(Delivery::AtMostOnce));
+        assert_eq!(
+            parse_delivery("once"),
+            Err("invalid delivery 'once': expected exactly-once or at-most-once".to_string())
+        );
+        let setup = |value| vec![Event::new(0, "harness", Kind::Invoke, "setup", value)];
+        assert_eq!(
+            recorded_delivery(&setup(json!({"seed": 1, "delivery": "at-most-once"}))),
+            Some(Delivery::AtMostOnce)
+        );
+        // An older build's history records none.
+        assert_eq!(recorded_delivery(&setup(json!({"seed": 1}))), None);
+    }
 }

@@ -3,7 +3,9 @@
 //!
 //! Only a convenience for people reading the history: a lease line may be read from its
 //! worker's pipe after the element it covers reached a reader, so an element may go without a
-//! worker. The checkers attribute splits from the lease events themselves.
+//! worker. The checkers attribute splits from the lease events themselves. Under exactly-once
+//! delivery the worker named is the one whose lease held the split: after a takeover, another
+//! worker's task may have produced it (it replays the recorded leases without leasing them).
 
 use crate::history::LeaseRange;
 use serde_json::Value;

@@ -72,6 +72,7 @@ pub fn render(
     results: &[CheckResult],
     verdict: Verdict,
     gaps: &DeliveryGaps,
+    delivery: &str,
 ) -> String {
     let end_ms = events.last().map(|e| e.t_ms).unwrap_or(1).max(1);
     let x = |t: u64| LEFT + (WIDTH - LEFT - 10.0) * t as f64 / end_ms as f64;
@@ -243,8 +244,29 @@ pub fn render(
          <style>body{{font-family:sans-serif;margin:20px}}td,th{{padding:2px 8px;text-align:left}}\
          .valid{{color:#2ca02c}}.invalid{{color:#d62728}}.unknown{{color:#ff7f0e}}</style></head><body>\
          <h1>sluice-jepsen: <span class=\"{verdict}\">{verdict}</span></h1>\
-         <p>seed {}, {} nodes, {} workers, {} ms of faults, nemeses {:?}</p>",
-        schedule.seed, schedule.seed, schedule.nodes, schedule.workers, schedule.time_ms, schedule.nemeses
+         <p>seed {}, {} nodes, {} workers, {} ms of faults, nemeses {:?}, {} delivery</p>",
+        schedule.seed, schedule.seed, schedule.nodes, schedule.workers, schedule.time_ms, schedule.nemeses,
+        esc(delivery)
+    );
+    let loss = |key: &str| {
+        results
+            .iter()
+            .find(|r| r.name == "loss-bound")
+            .and_then(|r| r.counts.get(key).copied())
+            .unwrap_or(0)
+    };
+    let _ = write!(
+        html,
+        "<p>Splits lost: {} with a worker that died or was removed, {} while the worker lived, \
+         {} with no lease recorded{}.</p>",
+        loss("lost_with_worker"),
+        loss("lost_while_worker_lived"),
+        loss("lost_unleased"),
+        if delivery == "exactly-once" {
+            " (exactly-once delivery: each must be 0)"
+        } else {
+            ""
+        }
     );
     html.push_str("<p>");
     for kind in NemesisKind::ALL.map(NemesisKind::name) {

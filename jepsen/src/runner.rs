@@ -134,11 +134,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     };
     let schedule = Schedule::generate(seed, args.time, args.nodes, args.workers, &nemeses);
     println!(
-        "sluice-jepsen run: seed {seed}, {} nodes, {} workers, {} clients, {:?} of faults, binary {}",
+        "sluice-jepsen run: seed {seed}, {} nodes, {} workers, {} clients, {:?} of faults, {} delivery, binary {}",
         args.nodes,
         args.workers,
         args.clients,
         args.time,
+        history::delivery_name(args.delivery),
         bin.display()
     );
     println!("security: {}", security.describe());
@@ -154,7 +155,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
         "harness",
         Kind::Invoke,
         "setup",
-        json!({"seed": seed, "secure": !args.plain}),
+        json!({"seed": seed, "secure": !args.plain,
+               "delivery": history::delivery_name(args.delivery)}),
     );
     let addrs = Cluster::pick_addrs(args.nodes)?;
     let worker_addrs = WorkerPool::pick_addrs(args.workers)?;
@@ -227,7 +229,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     result?;
 
     // ---- checks
-    check(out, &schedule, args.max_delivery_gap)
+    let options = CheckOptions {
+        max_delivery_gap: args.max_delivery_gap,
+        delivery: None,
+    };
+    check(out, &schedule, &options)
 }
 
 /// `check` as a command: the checks of a finished run, again; returns the exit code.
@@ -235,7 +241,11 @@ pub fn check_main(args: CheckArgs) -> i32 {
     let schedule = std::fs::read_to_string(args.out.join("schedule.json"))
         .context("read schedule.json")
         .and_then(|text| serde_json::from_str::<Schedule>(&text).context("parse schedule.json"));
-    let outcome = schedule.and_then(|schedule| check(&args.out, &schedule, args.max_delivery_gap));
+    let options = CheckOptions {
+        max_delivery_gap: args.max_delivery_gap,
+        delivery: args.delivery,
+    };
+    let outcome = schedule.and_then(|schedule| check(&args.out, &schedule, &options));
     match outcome {
         Ok(outcome) => match outcome.verdict {
             Verdict::Valid => 0,
@@ -250,28 +260,29 @@ pub fn check_main(args: CheckArgs) -> i32 {
 }
 
 /// Checks the history in `out`, writes `results.json` and `report.html`, prints the verdict.
-fn check(
-    out: &Path,
-    schedule: &Schedule,
-    max_delivery_gap: Option<Duration>,
-) -> anyhow::Result<Outcome> {
+fn check(out: &Path, schedule: &Schedule, options: &CheckOptions) -> anyhow::Result<Outcome> {
     let seed = schedule.seed;
     let events = history::load(&out.join("history.jsonl"))?;
-    let options = CheckOptions { max_delivery_gap };
-    let results = checker::check_all(&events, schedule, &options);
+    let max_delivery_gap = options.max_delivery_gap;
+    let results = checker::check_all(&events, schedule, options);
+    // The delivery the run is judged by (epochs record their own; they are the run's).
+    let delivery = options
+        .delivery
+        .or_else(|| history::recorded_delivery(&events))
+        .map_or("at-most-once (not recorded)", history::delivery_name);
     let verdict = checker::overall(&results);
     let gaps = delivery_gaps(&events);
     std::fs::write(
         out.join("results.json"),
         serde_json::to_string_pretty(&json!({
-            "seed": seed, "verdict": verdict, "checks": results,
+            "seed": seed, "verdict": verdict, "delivery": delivery, "checks": results,
             "max_delivery_gap_ms": max_delivery_gap.map(|d| d.as_millis() as u64),
             "delivery_gaps": gaps_json(&gaps),
         }))?,
     )?;
     std::fs::write(
         out.join("report.html"),
-        report::render(&events, schedule, &results, verdict, &gaps),
+        report::render(&events, schedule, &results, verdict, &gaps, delivery),
     )
     .context("write report.html")?;
     for r in &results {
@@ -297,17 +308,21 @@ fn check(
             .unwrap_or(0)
     };
     println!(
-        "{verdict}: seed {seed}, {} of {} faults, {} elements, {} leases, {} duplicates, \
-         {} lost while the worker lived ({} with it, {} unleased), longest delivery gap {} ms, \
-         {} lost writes, {} stale reads, {} ops ({} ok, {} fail, {} info); see {}",
+        "{verdict}: seed {seed}, {delivery} delivery, {} of {} faults, {} elements, {} leases, \
+         {} duplicates, {} lost ({} with a worker that died or was removed, {} while the worker \
+         lived, {} unleased), longest delivery gap {} ms, {} lost writes, {} stale reads, \
+         {} ops ({} ok, {} fail, {} info); see {}",
         count(&results, "coverage", "faults_done"),
         schedule.faults.len(),
         count(&results, "at-most-once", "elements"),
         count(&results, "at-most-once", "leases"),
         count(&results, "at-most-once", "duplicate_elements")
             + count(&results, "at-most-once", "duplicate_leased_splits"),
-        count(&results, "loss-bound", "lost_while_worker_lived"),
+        count(&results, "loss-bound", "lost_with_worker")
+            + count(&results, "loss-bound", "lost_while_worker_lived")
+            + count(&results, "loss-bound", "lost_unleased"),
         count(&results, "loss-bound", "lost_with_worker"),
+        count(&results, "loss-bound", "lost_while_worker_lived"),
         count(&results, "loss-bound", "lost_unleased"),
         count(&results, "progress", "longest_bounded_gap_ms"),
         count(&results, "no-lost-state", "lost_writes"),
@@ -446,6 +461,7 @@ async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::R
         epoch_retry: Duration::from_secs(10),
         epoch_timeout: Duration::from_secs(30),
         client_security: security.client()?,
+        delivery: args.delivery,
     };
     let stop_clients = CancellationToken::new();
     let mut clients = tokio::task::JoinSet::new();

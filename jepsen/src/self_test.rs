@@ -7,6 +7,13 @@
 //! - `worker` (feature `planted-resend-bug`): a worker re-sends an element after the reader
 //!   acknowledged it; a split must be found delivered twice. The run cuts the readers' links to
 //!   the workers, so readers reconnect and acknowledge under faults.
+//! - `resume` (feature `planted-resume-bug`): a worker taking over a failed worker's
+//!   exactly-once stream skips one element more than the readers received; a split of a
+//!   complete exactly-once epoch must be found lost. The run kills and restarts workers, so
+//!   streams move mid-epoch.
+//!
+//! The runs read with the default delivery, exactly-once; the dispatcher's bug must still be
+//! found as splits leased twice.
 //!
 //! Each bug's result is reported on its own line; the exit code is 0 only if every bug asked
 //! for was caught.
@@ -21,6 +28,7 @@ use anyhow::{bail, Context};
 enum Planted {
     Dispatcher,
     Worker,
+    Resume,
 }
 
 impl Planted {
@@ -28,8 +36,9 @@ impl Planted {
         match text.trim() {
             "dispatcher" => Ok(Planted::Dispatcher),
             "worker" => Ok(Planted::Worker),
+            "resume" => Ok(Planted::Resume),
             other => Err(format!(
-                "unknown planted bug '{other}': expected dispatcher or worker"
+                "unknown planted bug '{other}': expected dispatcher, worker or resume"
             )),
         }
     }
@@ -38,6 +47,7 @@ impl Planted {
         match self {
             Planted::Dispatcher => "dispatcher",
             Planted::Worker => "worker",
+            Planted::Resume => "resume",
         }
     }
 
@@ -46,6 +56,7 @@ impl Planted {
         match self {
             Planted::Dispatcher => "planted-bug",
             Planted::Worker => "planted-resend-bug",
+            Planted::Resume => "planted-resume-bug",
         }
     }
 
@@ -53,6 +64,7 @@ impl Planted {
         match self {
             Planted::Dispatcher => "splits leased twice",
             Planted::Worker => "an element re-sent after its acknowledgement",
+            Planted::Resume => "an element skipped when a stream is taken over",
         }
     }
 
@@ -61,6 +73,7 @@ impl Planted {
         match self {
             Planted::Dispatcher => None,
             Planted::Worker => Some("reader-partition,worker-partition,pause"),
+            Planted::Resume => Some("worker-kill,worker-restart"),
         }
     }
 
@@ -80,6 +93,14 @@ impl Planted {
                 Planted::Worker => {
                     count("at-most-once", "duplicate_elements") > 0
                         || count("loss-bound", "delivered_twice") > 0
+                }
+                // Under exactly-once every loss is one, whatever happened to the worker.
+                Planted::Resume => {
+                    check("loss-bound").map(|r| r.verdict) == Some(Verdict::Invalid)
+                        && count("loss-bound", "lost_with_worker")
+                            + count("loss-bound", "lost_while_worker_lived")
+                            + count("loss-bound", "lost_unleased")
+                            > 0
                 }
             }
     }
@@ -228,19 +249,28 @@ mod tests {
                 &[("lost_while_worker_lived", 3)],
             ),
         ];
+        let lost_with_worker = [
+            result("at-most-once", Verdict::Valid, &[("duplicate_elements", 0)]),
+            result("loss-bound", Verdict::Invalid, &[("lost_with_worker", 1)]),
+        ];
         // (bug, the run's verdict, its checks, caught)
-        let cases: [(Planted, Verdict, &[CheckResult], bool); 6] = [
+        let cases: [(Planted, Verdict, &[CheckResult], bool); 10] = [
             (Planted::Dispatcher, Verdict::Invalid, &leased_twice, true),
             (Planted::Dispatcher, Verdict::Invalid, &lost, false),
             (Planted::Worker, Verdict::Invalid, &resent, true),
             (Planted::Worker, Verdict::Invalid, &leased_twice, false),
             (Planted::Worker, Verdict::Invalid, &lost, false),
             (Planted::Worker, Verdict::Unknown, &resent, false),
+            (Planted::Resume, Verdict::Invalid, &lost, true),
+            (Planted::Resume, Verdict::Invalid, &lost_with_worker, true),
+            (Planted::Resume, Verdict::Invalid, &resent, false),
+            (Planted::Resume, Verdict::Unknown, &lost, false),
         ];
         for (bug, verdict, results, caught) in cases {
             assert_eq!(bug.caught(verdict, results), caught, "{bug:?} {verdict}");
         }
         assert_eq!(Planted::parse(" worker"), Ok(Planted::Worker));
+        assert_eq!(Planted::parse("resume"), Ok(Planted::Resume));
         assert!(Planted::parse("disp").unwrap_err().contains("'disp'"));
     }
 }

@@ -4,7 +4,7 @@
 //! plain; their fetch streams reach each worker through its reader proxy (`worker_net`).
 //!
 //! A client reads distributed epochs of `range(N)`, one named job per epoch
-//! (`j<seed>-c<client>-e<epoch>`), so an element's split identity is (job, value): value v is
+//! (`j<seed>-c<client>-e<epoch>`), delivered as `--delivery` says (recorded with the epoch), so an element's split identity is (job, value): value v is
 //! split v of provider 0, repetition 0 of the job's one iteration. Each element is recorded with
 //! the worker and incarnation whose lease held the split, when the `LeaseBook` already knows it.
 //! Between epochs it issues
@@ -17,14 +17,14 @@
 //!   miss of an acknowledged id is a stale read);
 //! - `status`: one node's `GetStatus` (its local view; not checked, drawn in the report).
 
-use crate::history::{History, Kind};
+use crate::history::{delivery_name, History, Kind};
 use crate::lease_book::LeaseBook;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use sluice_client::{
-    ClientError, DatasetId, DispatcherClient, DispatcherClientExt, DistributeOptions,
+    ClientError, DatasetId, Delivery, DispatcherClient, DispatcherClientExt, DistributeOptions,
     RegisterOptions, RetryConfig, RpcError, ShardingPolicy,
 };
 use sluice_pipeline::Dataset;
@@ -51,6 +51,8 @@ pub struct WorkloadConfig {
     pub epoch_timeout: Duration,
     /// What clients present to dispatchers and workers.
     pub client_security: ClientSecurity,
+    /// How every epoch's job delivers (`--delivery`).
+    pub delivery: Delivery,
 }
 
 /// Whether a failed call definitely changed nothing (`fail`) or may have (`info`).
@@ -287,7 +289,8 @@ impl Client {
             &self.process,
             Kind::Invoke,
             "epoch",
-            json!({"job": job, "splits": splits}),
+            json!({"job": job, "splits": splits,
+                   "delivery": delivery_name(self.config.delivery)}),
         );
         let mut count = 0u64;
         let started = Instant::now();
@@ -296,6 +299,7 @@ impl Client {
             let options = DistributeOptions {
                 job_name: Some(job.to_string()),
                 max_outstanding_requests: Some(64),
+                delivery: self.config.delivery,
                 ..DistributeOptions::default()
             };
             let service = self

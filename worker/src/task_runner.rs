@@ -106,9 +106,10 @@ impl TaskRunner {
             def.task_id, def.iteration_id
         ));
         let skip = def.exactly_once.then(|| {
-            Arc::new(IndexRuns::from_runs(
-                def.skip_runs.chunks_exact(2).map(|r| (r[0], r[1])),
-            ))
+            let runs = IndexRuns::from_runs(def.skip_runs.chunks_exact(2).map(|r| (r[0], r[1])));
+            #[cfg(feature = "planted-resume-bug")]
+            let runs = planted_resume_bug(runs);
+            Arc::new(runs)
         });
         TaskRunner {
             memory,
@@ -310,6 +311,19 @@ impl Drop for TaskRunner {
     }
 }
 
+/// The planted bug of the chaos harness's self-test: a task taking over a stream its readers
+/// received elements of resumes one element too late: the first index after the last run
+/// received counts as received too, so that element is skipped (never produced, and numbered
+/// as the readers expect, so nothing else shows it). An off-by-one in the restored position,
+/// as a real resume bug would be.
+#[cfg(feature = "planted-resume-bug")]
+fn planted_resume_bug(mut runs: IndexRuns) -> IndexRuns {
+    if let Some((_, end)) = runs.iter().last() {
+        runs.insert(end, end + 1);
+    }
+    runs
+}
+
 /// What the pipeline thread needs to run one task.
 struct Pipeline {
     def: TaskDef,
@@ -473,6 +487,16 @@ mod tests {
 
     fn text(def: &dpb::DatasetDef) -> String {
         sluice_pipeline::render_def(def)
+    }
+
+    /// The planted bug of the chaos self-test: a task taking a stream over skips the element
+    /// after the last run its readers received, and the indices it sends skip it too.
+    #[cfg(feature = "planted-resume-bug")]
+    #[test]
+    fn the_planted_bug_skips_one_element_more_on_resume() {
+        let runs = planted_resume_bug(IndexRuns::from_runs([(0, 10), (12, 20)]));
+        assert_eq!(runs.iter().collect::<Vec<_>>(), vec![(0, 10), (12, 21)]);
+        assert!(planted_resume_bug(IndexRuns::new()).is_empty());
     }
 
     #[test]

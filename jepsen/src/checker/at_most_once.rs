@@ -3,8 +3,13 @@
 //! Two views, both from the history: the leases workers got (no two lease ranges of the same
 //! iteration, provider and repetition overlap), and the elements clients received (no client
 //! job delivers the same split twice; a job has one iteration, and for `range` element v is
-//! split v). Lost splits are allowed here; the fault-free final epoch is held to "none lost" by
-//! the progress checker.
+//! split v). Lost splits are allowed here: the loss-bound checker judges them, and the
+//! fault-free final epoch is held to "none lost" by the progress checker.
+//!
+//! The lease events are the dispatcher's grants only. Under exactly-once delivery, a task that
+//! takes a failed task's stream over produces that task's leased splits again, but by replaying
+//! the leases the dispatcher recorded for the stream, not by leasing them: so no lease event
+//! repeats them, and a split leased twice is still a dispatcher bug.
 
 use super::{CheckResult, Verdict};
 use crate::history::{Event, Kind, LeaseRange};
@@ -109,6 +114,20 @@ mod tests {
         let r = check(&h);
         assert_eq!(r.verdict, Verdict::Valid, "{:?}", r.problems);
         assert_eq!(r.counts["leased_splits"], 32);
+    }
+
+    #[test]
+    fn a_stream_taken_over_leases_nothing_twice() {
+        // Worker 1 leased [0, 16) and died; worker 2's new task of the stream produced those
+        // splits again from the recorded lease (no lease event), then leased [16, 32).
+        let mut h = vec![lease(1, "worker-1", 7, 0, 16)];
+        h.extend((0..4).map(|s| element(2, "client-1", "j-a", s)));
+        h.push(lease(3, "worker-2", 7, 16, 32));
+        h.extend((4..32).map(|s| element(4, "client-1", "j-a", s)));
+        let r = check(&h);
+        assert_eq!(r.verdict, Verdict::Valid, "{:?}", r.problems);
+        assert_eq!(r.counts["duplicate_leased_splits"], 0);
+        assert_eq!(r.counts["elements"], 32);
     }
 
     #[test]
