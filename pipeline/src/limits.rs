@@ -91,40 +91,34 @@ pub fn nesting_depth(def: &pb::DatasetDef) -> usize {
 
 fn structure_depth(root: &pb::SlicesStructure) -> usize {
     use pb::slices_structure::Kind;
-    let mut deepest = 0;
-    let mut stack = vec![(root, 0usize)];
-    while let Some((s, depth)) = stack.pop() {
-        deepest = deepest.max(depth);
-        match &s.kind {
-            Some(Kind::Tuple(list)) => stack.extend(list.items.iter().map(|i| (i, depth + 1))),
-            Some(Kind::Dict(dict)) => stack.extend(
-                dict.fields
-                    .iter()
-                    .filter_map(|f| f.value.as_ref())
-                    .map(|v| (v, depth + 1)),
-            ),
-            Some(Kind::Tensor(_)) | None => {}
-        }
-    }
-    deepest
+    max_depth(root, |s| match &s.kind {
+        Some(Kind::Tuple(list)) => list.items.iter().collect(),
+        Some(Kind::Dict(dict)) => dict
+            .fields
+            .iter()
+            .filter_map(|f| f.value.as_ref())
+            .collect(),
+        Some(Kind::Tensor(_)) | None => Vec::new(),
+    })
 }
 
 fn spec_depth(root: &pb::ElementSpec) -> usize {
     use pb::element_spec::Kind;
+    max_depth(root, |s| match &s.kind {
+        Some(Kind::Tuple(list)) => list.items.iter().collect(),
+        Some(Kind::Dict(dict)) => dict.fields.iter().filter_map(|f| f.spec.as_ref()).collect(),
+        Some(Kind::Tensor(_)) | None => Vec::new(),
+    })
+}
+
+/// How deep the deepest node below `root` lies (0: `root` has no children), walked with a
+/// stack of its own, so a structure of any depth cannot overflow the caller's.
+fn max_depth<'a, T>(root: &'a T, children: impl Fn(&'a T) -> Vec<&'a T>) -> usize {
     let mut deepest = 0;
     let mut stack = vec![(root, 0usize)];
-    while let Some((s, depth)) = stack.pop() {
+    while let Some((node, depth)) = stack.pop() {
         deepest = deepest.max(depth);
-        match &s.kind {
-            Some(Kind::Tuple(list)) => stack.extend(list.items.iter().map(|i| (i, depth + 1))),
-            Some(Kind::Dict(dict)) => stack.extend(
-                dict.fields
-                    .iter()
-                    .filter_map(|f| f.spec.as_ref())
-                    .map(|v| (v, depth + 1)),
-            ),
-            Some(Kind::Tensor(_)) | None => {}
-        }
+        stack.extend(children(node).into_iter().map(|c| (c, depth + 1)));
     }
     deepest
 }

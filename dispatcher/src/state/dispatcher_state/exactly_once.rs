@@ -214,6 +214,7 @@ impl DispatcherState {
             }
             merged.push((key, task_id, delivered, report.released));
         }
+        let mut let_go = false;
         for (key, task_id, delivered, released) in merged {
             let lineage = self
                 .exactly_once
@@ -224,9 +225,14 @@ impl DispatcherState {
             if released && !lineage.running && lineage.task == task_id {
                 lineage.waiting.remove(&client_id);
                 self.changes.touch(Watched::Iteration(key.0));
+                let_go = true;
             }
         }
-        self.assign_ready_lineages();
+        // Most reports only record what arrived: only a release can make a lineage ready, and
+        // looking for ready ones scans every lineage.
+        if let_go {
+            self.assign_ready_lineages();
+        }
         Ok(Outcome::DeliveryRecorded)
     }
 
@@ -237,6 +243,9 @@ impl DispatcherState {
             .filter(|(_, l)| l.waiting.contains(&client_id))
             .map(|(k, _)| *k)
             .collect();
+        if keys.is_empty() {
+            return;
+        }
         for key in keys {
             if let Some(lineage) = self.exactly_once.lineages.get_mut(&key) {
                 lineage.waiting.remove(&client_id);
