@@ -1,7 +1,8 @@
 //! `delivery`: exactly once against at most once, on the same build and in one run.
 //!
 //! Throughput: `distributed_epoch` epochs of the tiny (`range(n)`), batched
-//! (`range(20 n).batch(1024)`) and 1 MiB workloads, on a three-replica quorum with two workers,
+//! (`range(20 n).batch(1024)`) and 1 MiB (`from_slices` of 8 rows of 1 MiB, repeated)
+//! workloads, on a three-replica quorum with two workers,
 //! each delivery in turn for three rounds: the median rate of each, and exactly once's as a
 //! share of at most once's (`delivery_<workload>_ratio`).
 //!
@@ -11,9 +12,12 @@
 //! took (the dispatchers remove a silent worker after 2 s here).
 
 use crate::cluster::Cluster;
-use crate::epoch::{measured, uncompressed, Count};
+use crate::epoch::{measured, uncompressed, Count, Input};
 use crate::report::{median, Report};
-use sluice_client::{Delivery, DispatcherClient, DispatcherClientExt, DistributeOptions};
+use sluice_client::{
+    Compression, Delivery, DispatcherClient, DispatcherClientExt, DistributeOptions,
+    RegisterOptions,
+};
 use sluice_element::Tensor;
 use sluice_pipeline::{Dataset, Transform};
 use sluice_testkit::Credentials;
@@ -22,6 +26,15 @@ use std::path::Path;
 use std::time::Instant;
 
 const ROUNDS: usize = 3;
+
+/// Float32 values of a 1 MiB element.
+const LARGE_FLOATS: usize = 262_144;
+/// Rows of the 1 MiB workload's source, each a split, per repetition: a definition of 8 MiB,
+/// below the dispatchers' default `--max-definition-size`, registered once. With one row,
+/// every element was a repetition of its own, and the epoch measured how fast workers move from
+/// one repetition's splits to the next (a Raft commit each), not how elements of 1 MiB are
+/// delivered.
+const LARGE_ROWS: u64 = 8;
 
 fn with(delivery: Delivery, options: DistributeOptions) -> DistributeOptions {
     DistributeOptions {
@@ -34,6 +47,9 @@ fn with(delivery: Delivery, options: DistributeOptions) -> DistributeOptions {
 struct Workload {
     key: &'static str,
     dataset: Dataset,
+    /// Registered once, before its epochs, which read it by id: a definition of megabytes is
+    /// not staged through the Raft log again for every epoch.
+    register_once: bool,
     outstanding: u32,
     count: Count,
     total: u64,
@@ -50,11 +66,12 @@ pub(crate) async fn run(
     let cluster = Cluster::start_with(sluice, 3, 2, creds, &["--worker-timeout", "2s"])?;
     let client = cluster.client()?;
     crate::epoch::warm_up(&client, ShardingPolicy::Dynamic).await?;
-    let floats = vec![0.5f32; 262_144];
+    let floats = vec![0.5f32; LARGE_ROWS as usize * LARGE_FLOATS];
     let workloads = [
         Workload {
             key: "tiny",
             dataset: Dataset::range(n as i64),
+            register_once: false,
             outstanding: 4096,
             count: Count::Elements,
             total: n,
@@ -63,6 +80,7 @@ pub(crate) async fn run(
         Workload {
             key: "batched",
             dataset: Dataset::range((20 * n) as i64).batch(1024),
+            register_once: false,
             outstanding: 64,
             count: Count::Rows,
             total: 20 * n,
@@ -70,15 +88,37 @@ pub(crate) async fn run(
         },
         Workload {
             key: "large",
-            dataset: Dataset::from_slices(Tensor::from_f32s(vec![1, floats.len()], &floats)?)
-                .repeat(large_mib),
+            dataset: Dataset::from_slices(Tensor::from_f32s(
+                vec![LARGE_ROWS as usize, LARGE_FLOATS],
+                &floats,
+            )?)
+            .repeat(large_mib.div_ceil(LARGE_ROWS)),
+            register_once: true,
             outstanding: 16,
             count: Count::Bytes,
-            total: large_mib,
+            total: large_mib.div_ceil(LARGE_ROWS) * LARGE_ROWS,
             unit: "MiB/s",
         },
     ];
     for workload in &workloads {
+        let registered = match workload.register_once {
+            true => Some(
+                client
+                    .register_dataset(
+                        &workload.dataset,
+                        &RegisterOptions {
+                            compression: Compression::None,
+                            ..RegisterOptions::default()
+                        },
+                    )
+                    .await?,
+            ),
+            false => None,
+        };
+        let input = match &registered {
+            Some(id) => Input::Registered(id),
+            None => Input::Dataset(&workload.dataset),
+        };
         let mut rates = [Vec::new(), Vec::new()];
         for round in 1..=ROUNDS {
             for (i, delivery) in [Delivery::ExactlyOnce, Delivery::AtMostOnce]
@@ -87,7 +127,7 @@ pub(crate) async fn run(
             {
                 let epoch = measured(
                     &client,
-                    &workload.dataset,
+                    input,
                     ShardingPolicy::Dynamic,
                     with(delivery, uncompressed(workload.outstanding)),
                     workload.count,
@@ -100,6 +140,17 @@ pub(crate) async fn run(
                     _ => epoch.elements as f64,
                 };
                 rates[i].push(amount / epoch.seconds);
+                println!(
+                    "delivery round {round}: {:<8} {:<14} {:>14.1} {} in {:.2} s (first element \
+                     {:.1} ms, last element to end {:.1} ms)",
+                    workload.key,
+                    delivery.name(),
+                    amount / epoch.seconds,
+                    workload.unit,
+                    epoch.seconds,
+                    epoch.first_element.as_secs_f64() * 1e3,
+                    epoch.end_of_epoch.as_secs_f64() * 1e3,
+                );
             }
         }
         let exactly = median(&mut rates[0]);

@@ -18,6 +18,20 @@ pub(crate) enum Count {
     Bytes,
 }
 
+/// What an epoch reads: a dataset registered for it, or one registered before (its definition
+/// is not sent again, which for a large one is most of a short epoch).
+#[derive(Clone, Copy)]
+pub(crate) enum Input<'a> {
+    Dataset(&'a Dataset),
+    Registered(&'a str),
+}
+
+impl<'a> From<&'a Dataset> for Input<'a> {
+    fn from(dataset: &'a Dataset) -> Self {
+        Input::Dataset(dataset)
+    }
+}
+
 /// What one epoch measured.
 pub(crate) struct Epoch {
     pub(crate) elements: u64,
@@ -29,18 +43,21 @@ pub(crate) struct Epoch {
     pub(crate) end_of_epoch: Duration,
 }
 
-/// Distributes `dataset` as a new job and reads one epoch of it; `on_element` is told the count
-/// so far now and then (for a progress bar).
-pub(crate) async fn read_epoch(
+/// Reads one epoch of `input` as a new job (a dataset is registered first); `on_element` is
+/// told the count so far now and then (for a progress bar).
+pub(crate) async fn read_epoch<'a>(
     client: &DispatcherClient,
-    dataset: &Dataset,
+    input: impl Into<Input<'a>>,
     mode: ShardingPolicy,
     options: DistributeOptions,
     count: Count,
     mut on_element: impl FnMut(u64),
 ) -> anyhow::Result<Epoch> {
     let started = Instant::now();
-    let service = client.distribute(dataset, mode, options).await?;
+    let service = match input.into() {
+        Input::Dataset(dataset) => client.distribute(dataset, mode, options).await?,
+        Input::Registered(id) => client.from_dataset_id(mode, id, options).await?,
+    };
     let mut epoch = service.iter().await?;
     let (mut elements, mut bytes) = (0u64, 0u64);
     let mut first_element = None;
@@ -113,9 +130,9 @@ pub(crate) async fn warm_up(client: &DispatcherClient, mode: ShardingPolicy) -> 
 }
 
 /// An epoch read with a progress bar of `total` elements.
-pub(crate) async fn measured(
+pub(crate) async fn measured<'a>(
     client: &DispatcherClient,
-    dataset: &Dataset,
+    input: impl Into<Input<'a>>,
     mode: ShardingPolicy,
     options: DistributeOptions,
     count: Count,
@@ -123,10 +140,7 @@ pub(crate) async fn measured(
     label: &str,
 ) -> anyhow::Result<Epoch> {
     let bar = progress(total, label);
-    let epoch = read_epoch(client, dataset, mode, options, count, |e| {
-        bar.set_position(e)
-    })
-    .await;
+    let epoch = read_epoch(client, input, mode, options, count, |e| bar.set_position(e)).await;
     bar.finish_and_clear();
     epoch
 }

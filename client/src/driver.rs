@@ -186,7 +186,13 @@ impl Driver {
                         Err(e) => epoch.handle(Event::HeartbeatFailed(e)),
                     }
                 }
-                Some((task_id, result)) = done_rx.recv() => epoch.handle(Event::TaskEnded { task_id, result }),
+                Some((task_id, result)) = done_rx.recv() => {
+                    let decisions = epoch.handle(Event::TaskEnded { task_id, result });
+                    // What the ended stream received goes now, not with the next tick: the
+                    // epoch's end comes soon after a task's, and reports what is left first.
+                    self.report().await;
+                    decisions
+                }
                 _ = report_every.tick() => {
                     self.report().await;
                     Vec::new()

@@ -2,8 +2,8 @@
 //! reported to the dispatcher, per task, as runs of the task stream's element indices.
 //!
 //! Task streams add what arrives (`ElementBatch.index_runs`, after dropping what arrived
-//! before); the driver reports it every `REPORT_EVERY`, and when it lets go of a task it was
-//! asked to release, with the release.
+//! before); the driver reports it every `REPORT_EVERY`, when a task's stream ends, and when it
+//! lets go of a task it was asked to release, with the release.
 
 use sluice_types::IndexRuns;
 use std::collections::HashMap;

@@ -57,6 +57,9 @@ pub(crate) trait FetchSource: Send + Sync + 'static {
     /// Like [`FetchSource::take`] without waiting: `None` when nothing is ready to top up a
     /// message with.
     fn try_take(&self, max: u64, message: &mut Self::Message) -> Option<Took>;
+
+    /// The `n` elements taken into a message are recorded in the reader's ledger.
+    fn recorded(&self, _n: u64) {}
 }
 
 /// A buffer's message: the chunks taken, joined at the end (one copy each).
@@ -117,6 +120,7 @@ impl BufferSource {
         match taken {
             Taken::Elements(chunk, first) => {
                 let n = chunk.len() as u64;
+                self.runner.took(n);
                 message.bytes += chunk.byte_len();
                 message.chunks.push(chunk);
                 message.indices.extend(self.runner.stream_indices(first, n));
@@ -129,7 +133,7 @@ impl BufferSource {
             Taken::Stopped => Took::Stopped,
             Taken::End => {
                 if self.runner.exactly_once() {
-                    self.state.complete_when_acknowledged(self.runner.task_id());
+                    self.state.complete_when_acknowledged(self.runner.clone());
                 } else {
                     self.state.complete(self.runner.task_id());
                 }
@@ -160,6 +164,11 @@ impl FetchSource for BufferSource {
     fn try_take(&self, max: u64, message: &mut Chunks) -> Option<Took> {
         let taken = self.buffer.try_take_sealed(as_usize(max))?;
         Some(self.took(taken, message))
+    }
+
+    fn recorded(&self, n: u64) {
+        self.runner.recorded(n);
+        self.state.progress();
     }
 }
 

@@ -25,6 +25,7 @@ use crate::worker_stats::WorkerStats;
 use sluice_element::Packed;
 use sluice_proto::worker::{ElementBatch, FetchRequest};
 use std::sync::{Arc, MutexGuard};
+use tokio::sync::Notify;
 
 pub(crate) struct ReaderStream {
     key: LedgerKey,
@@ -43,6 +44,8 @@ pub(crate) struct ReaderStream {
     incarnation: u64,
     /// Where what this stream sends is counted.
     stats: Arc<WorkerStats>,
+    /// Told of every acknowledgement (an exactly-once task's end waits for them).
+    progress: Arc<Notify>,
 }
 
 impl ReaderStream {
@@ -90,6 +93,7 @@ impl ReaderStream {
             },
             incarnation: state.incarnation,
             stats: state.stats.clone(),
+            progress: state.progress_notify(),
         })
     }
 
@@ -131,6 +135,7 @@ impl ReaderStream {
                     task_id: self.key.task_id,
                     source,
                 })?;
+            self.progress.notify_waiters();
         }
         Ok(())
     }

@@ -368,6 +368,7 @@ async fn serve<S: FetchSource>(
         }
         if !message.is_empty() {
             reader.record(message.finish());
+            source.recorded(taken);
         }
         if let Some(failure) = failure {
             // The epoch fails: what was taken goes with the failure, unnumbered.

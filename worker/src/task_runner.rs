@@ -43,7 +43,7 @@ use sluice_pipeline::AutoShardPolicy;
 use sluice_proto::dispatcher::TaskDef;
 use sluice_rpc::{DispatcherClient, FromProto};
 use sluice_types::{IndexRuns, InvalidValue, IterationId, ShardingPolicy, TaskId};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -90,6 +90,10 @@ pub struct TaskRunner {
     /// Exactly-once tasks: the indices of the stream's elements that its readers received
     /// from earlier tasks of the stream (skipped here); `None` for other tasks.
     skip: Option<Arc<IndexRuns>>,
+    /// Elements streams took from the buffer and have not yet recorded in their readers'
+    /// ledgers: while there are any, a reader may still be sent elements the ledgers do not
+    /// show yet, so an exactly-once task does not report its end.
+    unrecorded: AtomicU64,
 }
 
 impl TaskRunner {
@@ -126,6 +130,7 @@ impl TaskRunner {
             cancelled: Arc::new(AtomicBool::new(false)),
             ended: Mutex::new(None),
             error: Arc::new(Mutex::new(None)),
+            unrecorded: AtomicU64::new(0),
         }
     }
 
@@ -145,6 +150,21 @@ impl TaskRunner {
             Some(skip) => IndexList::from_runs(skip.complement_runs(first, n)),
             None => IndexList::default(),
         }
+    }
+
+    /// A stream took `n` elements from the buffer, to record in its reader's ledger.
+    pub fn took(&self, n: u64) {
+        self.unrecorded.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// A stream recorded `n` elements it took in its reader's ledger.
+    pub fn recorded(&self, n: u64) {
+        self.unrecorded.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Elements taken from the buffer and not yet recorded in a ledger.
+    pub fn unrecorded(&self) -> u64 {
+        self.unrecorded.load(Ordering::SeqCst)
     }
 
     /// The iteration the task belongs to: the one its readers must be admitted to.

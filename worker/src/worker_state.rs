@@ -22,7 +22,7 @@ use sluice_types::TaskId;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 /// How long a finished task's ledger is kept after its last use.
 const LEDGER_TTL: Duration = Duration::from_secs(600);
@@ -48,7 +48,7 @@ struct LedgerEntry {
 /// How long an exactly-once task's completion waits for its readers' acknowledgements at most
 /// (a reader silent that long is gone).
 const END_ACK_GRACE: Duration = Duration::from_secs(30);
-/// How often it looks.
+/// It looks again at every acknowledgement and recorded message, and at least this often.
 const ACK_POLL: Duration = Duration::from_millis(20);
 
 pub struct WorkerState {
@@ -68,6 +68,9 @@ pub struct WorkerState {
     /// The cluster's fetch key, as the dispatcher's last heartbeat reply gave it (`None` until
     /// one did). A std lock: read or replaced, never held across `.await`.
     fetch_key: RwLock<Option<FetchKey>>,
+    /// Told when a reader acknowledges elements or a stream records what it took: what an
+    /// exactly-once task's end waits for.
+    progress: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -96,6 +99,7 @@ impl WorkerState {
             ledgers: Mutex::new(HashMap::new()),
             stats: Arc::default(),
             fetch_key: RwLock::new(None),
+            progress: Arc::new(Notify::new()),
         }
     }
 
@@ -263,10 +267,24 @@ impl WorkerState {
         }
     }
 
-    /// `complete` for an exactly-once task: reported once every reader acknowledged what it
-    /// was sent of the task, or after `END_ACK_GRACE`. A task reported finished is not moved
-    /// when its worker dies, so what a reader had not received yet would be lost with it.
-    pub fn complete_when_acknowledged(self: &Arc<Self>, task_id: u64) {
+    /// Wakes what waits for readers' acknowledgements (`complete_when_acknowledged`).
+    pub(crate) fn progress(&self) {
+        self.progress.notify_waiters();
+    }
+
+    /// What [`WorkerState::progress`] notifies, for the streams that acknowledge.
+    pub(crate) fn progress_notify(&self) -> Arc<Notify> {
+        self.progress.clone()
+    }
+
+    /// `complete` for an exactly-once task: reported once every element its streams took is
+    /// recorded in a reader's ledger and every reader acknowledged what it was sent of the
+    /// task, or after `END_ACK_GRACE`. A task reported finished is not moved when its worker
+    /// dies, so what a reader had not received yet would be lost with it. It looks at once,
+    /// then again at every acknowledgement or recorded message (`progress`), so the end is
+    /// reported as soon as the last acknowledgement arrives.
+    pub fn complete_when_acknowledged(self: &Arc<Self>, runner: Arc<TaskRunner>) {
+        let task_id = runner.task_id();
         if !self.tasks().reported.insert(task_id) {
             return;
         }
@@ -274,12 +292,17 @@ impl WorkerState {
         tokio::spawn(async move {
             let deadline = Instant::now() + END_ACK_GRACE;
             loop {
-                // First a pause: a reader that took the task's last elements just before the end
-                // was taken records them in its ledger right after.
-                tokio::time::sleep(ACK_POLL).await;
-                if state.unacknowledged(task_id) == 0 || Instant::now() >= deadline {
+                let progress = state.progress.notified();
+                tokio::pin!(progress);
+                // Registered before looking, so a notification in between is not missed.
+                progress.as_mut().enable();
+                // Taken elements first: a stream that took the task's last elements just
+                // before the end was taken records them in its ledger right after.
+                let settled = runner.unrecorded() == 0 && state.unacknowledged(task_id) == 0;
+                if settled || Instant::now() >= deadline {
                     break;
                 }
+                let _ = tokio::time::timeout(ACK_POLL, progress).await;
             }
             let _ = state.completed.send(task_id);
         });
@@ -311,3 +334,7 @@ impl LocalWorker for WorkerState {
 #[cfg(test)]
 #[path = "task_removal_tests.rs"]
 mod task_removal_tests;
+
+#[cfg(test)]
+#[path = "task_end_tests.rs"]
+mod task_end_tests;
