@@ -90,7 +90,9 @@ async fn an_exactly_once_end_is_reported_when_the_last_taken_elements_are_acknow
         received: 3,
         ..first.clone()
     };
-    reader.on_request(&ack).expect("the acknowledgement is of what was sent");
+    reader
+        .on_request(&ack)
+        .expect("the acknowledgement is of what was sent");
     assert_eq!(
         tokio::time::timeout(quiet, completed.recv()).await,
         Ok(Some(1)),
