@@ -260,6 +260,13 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
             service = service.push_op(op);
         }
     }
+    if let Some(path) = &args.resume {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the state in {}", path.display()))?;
+        let state: sluice_client::ReaderState = serde_json::from_str(&text)
+            .with_context(|| format!("the state in {} is not a reader state", path.display()))?;
+        service.load_state(state)?;
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let started = tokio::time::Instant::now();
     let mut count = 0u64;
@@ -271,6 +278,15 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
             count += 1;
+            if let (Some(every), Some(path)) = (args.state_every, &args.state_file) {
+                if every > 0 && epoch.position().is_multiple_of(every) {
+                    if !still_open(out.flush())? {
+                        return Ok(());
+                    }
+                    let state = epoch.state().await?;
+                    write_atomically(path, &serde_json::to_vec(&state)?)?;
+                }
+            }
             if args.take.is_some_and(|take| count >= take) {
                 break 'epochs;
             }
@@ -294,6 +310,20 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         }
     }
     still_open(out.flush())?;
+    Ok(())
+}
+
+/// Replaces `path` with `bytes`: written beside it, synced, then renamed over it, so a reader
+/// killed meanwhile leaves the previous state whole.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)
+        .with_context(|| format!("writing the state to {}", tmp.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("replacing the state in {}", path.display()))?;
     Ok(())
 }
 
