@@ -29,6 +29,7 @@ fn color(kind: &str) -> &'static str {
         "worker-restart" => "#0b4f8a",
         "worker-partition" => "#5b3a87",
         "reader-partition" => "#138d75",
+        "trainer" => "#e377c2",
         _ => "#7f7f7f",
     }
 }

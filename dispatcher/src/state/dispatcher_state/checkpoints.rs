@@ -297,6 +297,8 @@ impl DispatcherState {
             let mut lineage = Lineage::new(placeholder, &origin_worker);
             lineage.running = false;
             lineage.leases = leases;
+            #[cfg(feature = "planted-restore-bug")]
+            let taken = planted_restore_bug(taken);
             lineage.delivered = taken.clone();
             self.exactly_once.lineages.insert(key, lineage);
             self.checkpoints.bases.insert(key, taken);
@@ -359,6 +361,18 @@ impl DispatcherState {
             .map(|d| d.num_splits.iter().map(|n| SplitCursor::new(*n)).collect())
             .unwrap_or_default()
     }
+}
+
+/// The planted bug of the chaos harness's self-test: a restored lineage forgets the last
+/// element its readers had taken, so a restored reader receives it again. Never enable
+/// otherwise.
+#[cfg(feature = "planted-restore-bug")]
+fn planted_restore_bug(taken: sluice_types::IndexRuns) -> sluice_types::IndexRuns {
+    let mut runs: Vec<(u64, u64)> = taken.iter().collect();
+    if let Some(last) = runs.last_mut() {
+        last.1 -= 1;
+    }
+    sluice_types::IndexRuns::from_runs(runs.into_iter().filter(|(s, e)| s < e))
 }
 
 fn check_reader(reader: &str) -> Result<(), Rejection> {
