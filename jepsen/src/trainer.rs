@@ -120,13 +120,19 @@ impl Trainer {
     /// `run`, `pid` and the `state` it will restart from.
     pub async fn kill(&self) -> anyhow::Result<Value> {
         let (reply, killed) = oneshot::channel();
-        self.kills
-            .send(reply)
-            .await
-            .context("the trainer has stopped")?;
-        match tokio::time::timeout(KILL_WAIT, killed).await {
-            Ok(Ok(detail)) => Ok(detail),
-            Ok(Err(_)) => bail!("the trainer stopped before a process could be killed"),
+        let kill = async {
+            self.kills
+                .send(reply)
+                .await
+                .map_err(|_| anyhow::anyhow!("the trainer has stopped"))?;
+            killed
+                .await
+                .map_err(|_| anyhow::anyhow!("the trainer stopped before a process was killed"))
+        };
+        // The wait covers the request's send too: the trainer takes requests only while a
+        // process runs.
+        match tokio::time::timeout(KILL_WAIT, kill).await {
+            Ok(result) => result,
             Err(_) => {
                 bail!("no trainer process with a state to restart from ran within {KILL_WAIT:?}")
             }
@@ -348,8 +354,8 @@ impl Driver {
                     }
                     Ok(None) | Err(_) => break,
                 },
-                request = self.requests.recv(),
-                    if self.pending.is_none() && !killed && !self.no_more_requests => {
+                // The nemesis asks one kill at a time: a new request replaces one it gave up.
+                request = self.requests.recv(), if !killed && !self.no_more_requests => {
                     self.no_more_requests = request.is_none();
                     self.pending = request;
                     killed = self.kill_if_asked(&mut child, job, run, pid, state_file);
