@@ -5,7 +5,7 @@
 use super::*;
 use crate::state::dispatcher_state::definition_key;
 use crate::state::lineage::RecordedLease;
-use crate::state::CHECKPOINTS_KEPT;
+use crate::state::{CHECKPOINTS_KEPT, MAX_CHECKPOINTS};
 use sluice_journal::codec::encode;
 use sluice_types::Delivery;
 
@@ -339,4 +339,41 @@ fn the_last_checkpoints_of_a_job_are_kept() {
     assert!(state
         .checkpoint("j", 0, CHECKPOINTS_KEPT as u64 + 2)
         .is_some());
+}
+
+#[test]
+fn checkpoints_of_job_names_that_come_and_go_are_bounded() {
+    let mut steps = vec![
+        (register(None, b"a"), registered("1000")),
+        (worker("w1"), workers_tasks(&[])),
+    ];
+    // A job name per run, each with one state: the oldest go past the bound.
+    let names = MAX_CHECKPOINTS / CHECKPOINTS_KEPT + 3;
+    let mut job = 5000;
+    let mut client = 3000;
+    let mut iteration_id = 2000;
+    for n in 0..names {
+        let name = format!("run-{n}");
+        steps.push((exactly_once_job(&name), job_id(job)));
+        steps.push((iteration(job, 0), iter_client(iteration_id, client)));
+        for step in 0..CHECKPOINTS_KEPT as u64 {
+            steps.push((
+                save(client, "r", step, None, &[]),
+                Outcome::CheckpointSaved {
+                    job_name: name.clone(),
+                    repetition: 0,
+                    definition: definition_key(b"a"),
+                },
+            ));
+        }
+        job += 1;
+        client += 1;
+        iteration_id += 1;
+    }
+    let state = run("names that come and go", steps);
+    assert!(state.checkpoint("run-0", 0, 0).is_none());
+    assert!(state
+        .checkpoint(&format!("run-{}", names - 1), 0, 0)
+        .is_some());
+    assert_eq!(state.checkpoint_count(), MAX_CHECKPOINTS);
 }
