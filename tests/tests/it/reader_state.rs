@@ -102,3 +102,31 @@ async fn four_readers_at_one_step_resume_as_two() -> anyhow::Result<()> {
     cluster.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_sharding_reader_resumes_from_its_state() -> anyhow::Result<()> {
+    sluice_tests::init_tracing();
+    let cluster = TestCluster::start_static(1, 2, &["127.0.0.1:%port%"; 2]).await?;
+    let client = cluster.client();
+    let dataset = Dataset::range(N);
+    let service = client
+        .distribute(&dataset, ShardingPolicy::Data, named("static"))
+        .await?;
+    let mut epoch = service.iter().await?;
+    let mut before = read_ints(&mut epoch, 2500).await?;
+    let state = epoch.state().await?;
+    read_ints(&mut epoch, 400).await?;
+    drop(epoch);
+
+    let restored = client
+        .distribute(&dataset, ShardingPolicy::Data, named("static"))
+        .await?;
+    restored.load_state(state)?;
+    let mut epoch = restored.iter().await?;
+    while let Some(element) = epoch.next().await {
+        before.push(element?.as_i64().expect("an integer"));
+    }
+    assert_exactly_once(&before, N);
+    cluster.shutdown().await;
+    Ok(())
+}
