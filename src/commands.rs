@@ -288,6 +288,10 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 }
             }
             if args.take.is_some_and(|take| count >= take) {
+                // The process exits next: the dispatcher is told this reader is gone now (a
+                // dropped stream's release runs on the runtime, which does not outlive it), so
+                // the job's iteration is not kept for it until its client times out.
+                epoch.close(Duration::from_secs(2)).await;
                 break 'epochs;
             }
             if let Some(rate) = args.rate.filter(|r| *r > 0.0) {
