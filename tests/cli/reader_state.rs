@@ -323,13 +323,18 @@ fn a_state_taken_before_the_whole_quorum_restarted_resumes_from_the_data_dirs() 
     assert_exactly_once(&got, N);
 }
 
-/// `sluice read <args>` expected to fail: its stderr.
-fn read_failing(args: &[String]) -> String {
+/// `sluice read <args>` expected to fail: its stdout and stderr.
+fn read_failing_with_output(args: &[String]) -> (String, String) {
     let mut all = vec!["read"];
     all.extend(args.iter().map(String::as_str));
     let (ok, out, err) = sluice(&all);
     assert!(!ok, "sluice read {args:?} succeeded: {out}");
-    err
+    (out, err)
+}
+
+/// `sluice read <args>` expected to fail: its stderr.
+fn read_failing(args: &[String]) -> String {
+    read_failing_with_output(args).1
 }
 
 /// Whether the quorum at `all` keeps a job named `name` (`None`: no status).
@@ -416,8 +421,10 @@ fn a_state_of_another_dataset_a_newer_format_or_an_at_most_once_job_is_refused()
     ));
     assert!(err.contains("format 2, newer"), "{err}");
 
-    // A job that delivers at most once takes no state.
-    let err = read_failing(&read_args(
+    // A job that delivers at most once, or no named job, takes no state: refused before any
+    // element is read.
+    let amo = data.path().join("amo.json");
+    let (out, err) = read_failing_with_output(&read_args(
         &q.all,
         &range,
         "at-most-once",
@@ -427,9 +434,27 @@ fn a_state_of_another_dataset_a_newer_format_or_an_at_most_once_job_is_refused()
             "--state-every",
             &every,
             "--state-file",
-            path_str(&data.path().join("amo.json")),
+            path_str(&amo),
         ],
     ));
-    assert!(err.contains("delivers at most once"), "{err}");
-    assert!(!data.path().join("amo.json").exists());
+    assert!(err.contains("--delivery at-most-once"), "{err}");
+    assert_eq!(out, "", "elements were read before the refusal");
+    assert!(!amo.exists());
+    let (out, err) = read_failing_with_output(
+        &[
+            "--dispatcher",
+            &q.all,
+            "--dataset",
+            &range,
+            "--mode",
+            "distributed_epoch",
+            "--state-every",
+            &every,
+            "--state-file",
+            path_str(&amo),
+        ]
+        .map(str::to_string),
+    );
+    assert!(err.contains("need a named job (--job-name)"), "{err}");
+    assert_eq!(out, "", "elements were read before the refusal");
 }
