@@ -4,7 +4,7 @@
 //! refuses (another dataset, a newer format, a job that delivers at most once).
 
 use crate::failover::{spawn, three_replicas, wait_leader, Flags};
-use crate::{assert_exactly_once, sluice, workers, Reader};
+use crate::{assert_exactly_once, sluice, workers_with, Reader};
 use sluice_tests::process::SluiceProcess;
 use sluice_tests::wait_until_blocking;
 use std::path::Path;
@@ -30,6 +30,16 @@ fn quorum(data: &Path, n_workers: usize) -> Quorum {
 
 /// [`quorum`], the replicas also given `extra`.
 fn quorum_with(data: &Path, n_workers: usize, extra: &[&str]) -> Quorum {
+    quorum_with_workers(data, n_workers, extra, &[])
+}
+
+/// [`quorum_with`], the workers also given `worker_extra`.
+fn quorum_with_workers(
+    data: &Path,
+    n_workers: usize,
+    extra: &[&str],
+    worker_extra: &[&str],
+) -> Quorum {
     let mut flags = Flags::plain();
     flags.dispatcher.extend(
         ["--worker-timeout", "2s"]
@@ -43,7 +53,7 @@ fn quorum_with(data: &Path, n_workers: usize, extra: &[&str]) -> Quorum {
         .map(|n| n.addr.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    let workers = workers(&all, n_workers);
+    let workers = workers_with(&all, n_workers, worker_extra);
     Quorum {
         nodes,
         args,
@@ -111,16 +121,25 @@ fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
 
-/// Starts a reader of job `job` taking a state every [`EVERY`] elements (at 4,000 elements a
-/// second, so it is killed mid-epoch), SIGKILLs it once it read past its second state, and
-/// returns the lines it read before the state it left, and that state file.
+/// Starts a reader of job `job` of `range(N)` taking a state every [`EVERY`] elements (at 4,000
+/// elements a second, so it is killed mid-epoch), SIGKILLs it once it read past its second
+/// state, and returns the lines it read before the state it left, and that state file.
 fn reader_killed_past_its_state(all: &str, job: &str, dir: &Path) -> (Vec<String>, String) {
+    reader_of_killed_past_its_state(all, &format!("range({N})"), job, dir)
+}
+
+/// [`reader_killed_past_its_state`] reading `dataset`.
+fn reader_of_killed_past_its_state(
+    all: &str,
+    dataset: &str,
+    job: &str,
+    dir: &Path,
+) -> (Vec<String>, String) {
     let state_file = dir.join(format!("{job}.json"));
     let every = EVERY.to_string();
-    let range = format!("range({N})");
     let args = read_args(
         all,
-        &range,
+        dataset,
         job,
         &[
             "--state-every",
@@ -140,7 +159,7 @@ fn reader_killed_past_its_state(all: &str, job: &str, dir: &Path) -> (Vec<String
     let state = state_in(&state_file);
     let step = step_of(&state);
     assert!(
-        step >= 2 * EVERY && step % EVERY == 0 && step <= got.len(),
+        step >= 2 * EVERY && step.is_multiple_of(EVERY) && step <= got.len(),
         "a state at step {step} from a reader that printed {} lines: {state}",
         got.len()
     );
@@ -162,6 +181,45 @@ fn a_reader_killed_past_its_state_resumes_the_epoch_exactly_once() {
         &["--resume", &state],
     )));
     assert_exactly_once(&got, N);
+}
+
+#[test]
+fn a_reader_of_text_files_killed_past_its_state_resumes_the_epoch_exactly_once() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let files = data.path().join("files");
+    std::fs::create_dir(&files).expect("a data dir");
+    // Numbered lines across files: file `f` holds `f * PER_FILE .. (f + 1) * PER_FILE`.
+    const PER_FILE: i64 = 1_000;
+    for f in 0..N / PER_FILE {
+        let text: String = (f * PER_FILE..(f + 1) * PER_FILE)
+            .map(|i| format!("{i}\n"))
+            .collect();
+        std::fs::write(files.join(format!("part-{f:03}.txt")), text).expect("write a data file");
+    }
+    let root = path_str(&files);
+    let q = quorum_with_workers(
+        data.path(),
+        2,
+        &["--data-root", root],
+        &["--data-root", root],
+    );
+    let dataset = format!("files(\"{root}/*.txt\").lines()");
+    let (mut got, state) = reader_of_killed_past_its_state(&q.all, &dataset, "files", data.path());
+    got.extend(read_all(&read_args(
+        &q.all,
+        &dataset,
+        "files",
+        &["--resume", &state],
+    )));
+    // Lines print as JSON strings.
+    let numbers: Vec<String> = got
+        .iter()
+        .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
+            Ok(serde_json::Value::String(s)) => s,
+            _ => panic!("not a line of text: {l:?}"),
+        })
+        .collect();
+    assert_exactly_once(&numbers, N);
 }
 
 #[test]
