@@ -7,6 +7,10 @@
 //! caller takes the element, so requested plus buffered elements never exceed the bound.
 //!
 //! Dropping the stream cancels the loop (see `driver` for what it does then).
+//!
+//! In an exactly-once job each delivery carries its elements' task and indices; the stream
+//! keeps those of the deliveries handed out (per delivery, nothing per element), so that
+//! [`ElementStream::state`] can tell the dispatcher exactly what the caller has had.
 
 use crate::delivery::{Delivery, Elements};
 use crate::driver::Driver;

@@ -23,7 +23,7 @@
 //!
 //! Checkpoints outlive their iterations and jobs (a job garbage-collected and created again
 //! under its name restores from them), and the last [`CHECKPOINTS_KEPT`] of each job name are
-//! kept.
+//! kept, [`MAX_CHECKPOINTS`] in all.
 
 use crate::state::entities::DefinitionKey;
 use crate::state::lineage::{LineageKey, RecordedLease};
@@ -34,6 +34,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Checkpoints kept per job name: older ones are dropped as new ones are taken.
 pub const CHECKPOINTS_KEPT: usize = 16;
+/// Checkpoints kept in all: past it the oldest of any job goes, so job names that come and go
+/// (a name per run) cannot grow the state without bound.
+pub const MAX_CHECKPOINTS: usize = 1024;
 /// Longest reader name.
 pub const MAX_READER_NAME: usize = 256;
 /// Runs one state may report as taken since the reader's previous state, over all its tasks.

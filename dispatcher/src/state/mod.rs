@@ -33,7 +33,7 @@ mod worker_index_resolver;
 mod dispatcher_state_tests;
 
 pub use changes::{Changes, Touched, Watched};
-pub use checkpoint::{Checkpoint, CHECKPOINTS_KEPT};
+pub use checkpoint::{Checkpoint, CHECKPOINTS_KEPT, MAX_CHECKPOINTS};
 pub use dispatcher_state::{
     check_rounds, definition_hex, definition_key, ApplyContext, DispatcherState, StateSizes, Taken,
     MAX_DEFINITION_BYTES,

@@ -5,8 +5,8 @@
 use super::DispatcherState;
 use crate::state::changes::Watched;
 use crate::state::checkpoint::{
-    Checkpoint, CheckpointKey, Restore, SavedLineage, CHECKPOINTS_KEPT, MAX_READER_NAME,
-    MAX_TAKEN_RUNS,
+    Checkpoint, CheckpointKey, Restore, SavedLineage, CHECKPOINTS_KEPT, MAX_CHECKPOINTS,
+    MAX_READER_NAME, MAX_TAKEN_RUNS,
 };
 use crate::state::entities::DefinitionKey;
 use crate::state::lineage::{Lineage, LineageKey, MAX_LINEAGE_RUNS, MAX_REPORT_TASKS};
@@ -153,8 +153,25 @@ impl DispatcherState {
         })
     }
 
-    /// Drops the oldest checkpoints of `job_name` beyond the last [`CHECKPOINTS_KEPT`].
+    /// Drops the oldest checkpoints of `job_name` beyond the last [`CHECKPOINTS_KEPT`], and the
+    /// oldest of all beyond [`MAX_CHECKPOINTS`].
     fn keep_last_checkpoints(&mut self, job_name: &str) {
+        self.keep_last_of_job(job_name);
+        while self.checkpoints.records.len() > MAX_CHECKPOINTS {
+            let Some(oldest) = self
+                .checkpoints
+                .records
+                .iter()
+                .min_by_key(|(_, c)| c.sequence)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            self.checkpoints.records.remove(&oldest);
+        }
+    }
+
+    fn keep_last_of_job(&mut self, job_name: &str) {
         let from = (job_name.to_string(), 0, 0);
         let to = (job_name.to_string(), u64::MAX, u64::MAX);
         let mut of_job: Vec<(u64, CheckpointKey)> = self
@@ -343,6 +360,11 @@ impl DispatcherState {
         self.checkpoints
             .records
             .get(&(job_name.to_string(), repetition, step))
+    }
+
+    /// Checkpoints kept, of every job.
+    pub fn checkpoint_count(&self) -> usize {
+        self.checkpoints.records.len()
     }
 
     /// The cursors a new iteration starts with when nothing restores it: every provider of a
