@@ -376,7 +376,7 @@ async fn fetch(
                     bytes: elements.byte_len() as u64,
                     elements: Elements::Packed(elements.into_decoder()),
                     permit: Some(permit),
-                    indices: (!indices.is_empty()).then(|| (config.task_id, indices)),
+                    indices: (!indices.is_empty()).then_some((config.task_id, indices)),
                 };
                 if out.send_async(Ok(delivered)).await.is_err() {
                     return Ok(()); // the consumer went away
