@@ -28,9 +28,19 @@ from sluice.errors import (
 from conftest import HANG, start_cluster, stop_cluster, wait_until
 
 
+@pytest.fixture(scope="module")
+def checking_cluster():  # type: ignore[no-untyped-def]
+    """One cluster for the tests of states refused before an epoch starts (no reads)."""
+    c = start_cluster(0)
+    yield c
+    stop_cluster(c)
+
+
 def reader(target: str, n: int, job: str = "train", **kwargs: object) -> Dataset:
     return Dataset.range(n).apply(
-        sluice.distribute("distributed_epoch", target, job_name=job, **kwargs)  # type: ignore[arg-type]
+        sluice.distribute(
+            "distributed_epoch", target, job_name=job, **kwargs  # type: ignore[arg-type]
+        )
     )
 
 
@@ -41,7 +51,8 @@ KILLED_READER = """
 import json, os, sys, time
 import sluice
 from sluice.data import Dataset
-target, n, before, after, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+target, out = sys.argv[1], sys.argv[5]
+n, before, after = (int(a) for a in sys.argv[2:5])
 ds = Dataset.range(n).apply(sluice.distribute("distributed_epoch", target, job_name="train"))
 it = iter(ds)
 taken = [int(next(it)) for _ in range(before)]
@@ -278,20 +289,21 @@ def _a_state(**changes: object) -> dict:
         (lambda s: s.update(job="eval"), r"of job 'eval', and this dataset reads job 'train'"),
     ],
 )
-def test_a_bad_state_is_refused_naming_what_is_wrong(cluster, change, message):
-    ds = reader(cluster.target, 100)
+def test_a_bad_state_is_refused_naming_what_is_wrong(checking_cluster, change, message):
+    ds = reader(checking_cluster.target, 100)
     state = _a_state()
     change(state)
     with pytest.raises(InvalidArgumentError, match=message):
         ds.load_state_dict(state)
 
 
-def test_a_state_that_is_no_dict_is_refused(cluster):
+def test_a_state_that_is_no_dict_is_refused(checking_cluster):
+    target = checking_cluster.target
     with pytest.raises(InvalidArgumentValueError, match="a dict as `state_dict\\(\\)` returns"):
-        reader(cluster.target, 100).load_state_dict([("step", 1)])  # type: ignore[arg-type]
+        reader(target, 100).load_state_dict([("step", 1)])  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="reads no named job"):
         Dataset.range(100).apply(
-            sluice.distribute("distributed_epoch", cluster.target)
+            sluice.distribute("distributed_epoch", target)
         ).load_state_dict(_a_state())
 
 
