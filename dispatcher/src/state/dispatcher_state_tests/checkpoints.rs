@@ -75,6 +75,10 @@ fn reading() -> Vec<(Update, Outcome)> {
 
 /// A checkpoint's lineages as (first task, leases, taken runs).
 type Saved = Vec<(u64, Vec<RecordedLease>, Vec<(u64, u64)>)>;
+/// (name, steps after `reading`, the checkpoint's step, its lineages)
+type SavedCase = (&'static str, Vec<(Update, Outcome)>, u64, Saved);
+/// An unfinished task: (task, worker, leases to replay, indices to skip).
+type Replay = (u64, String, Vec<RecordedLease>, Vec<(u64, u64)>);
 
 fn lineages_of(state: &DispatcherState, step: u64) -> Saved {
     let checkpoint = state.checkpoint("j", 0, step).expect("checkpoint kept");
@@ -87,8 +91,7 @@ fn lineages_of(state: &DispatcherState, step: u64) -> Saved {
 
 #[test]
 fn states_add_what_their_readers_took_to_the_checkpoint_of_their_step() {
-    // (name, steps after `reading`, the checkpoint's step, its lineages)
-    let cases: Vec<(&str, Vec<(Update, Outcome)>, u64, Saved)> = vec![
+    let cases: Vec<SavedCase> = vec![
         (
             "a state records every lineage's leases and what the reader took",
             vec![(save(3000, "r1", 5, None, &[(4000, &[(0, 5)])]), saved("j"))],
@@ -239,10 +242,7 @@ fn an_at_most_once_job_takes_no_state() {
 }
 
 /// Unfinished tasks of `iteration` with their (worker, leases to replay, indices to skip).
-fn replays(
-    state: &DispatcherState,
-    iteration: u64,
-) -> Vec<(u64, String, Vec<RecordedLease>, Vec<(u64, u64)>)> {
+fn replays(state: &DispatcherState, iteration: u64) -> Vec<Replay> {
     let iteration = state.iteration(IterationId(iteration)).expect("iteration");
     iteration
         .tasks
@@ -349,10 +349,8 @@ fn checkpoints_of_job_names_that_come_and_go_are_bounded() {
     ];
     // A job name per run, each with one state: the oldest go past the bound.
     let names = MAX_CHECKPOINTS / CHECKPOINTS_KEPT + 3;
-    let mut job = 5000;
-    let mut client = 3000;
-    let mut iteration_id = 2000;
     for n in 0..names {
+        let (job, client, iteration_id) = (5000 + n as u64, 3000 + n as u64, 2000 + n as u64);
         let name = format!("run-{n}");
         steps.push((exactly_once_job(&name), job_id(job)));
         steps.push((iteration(job, 0), iter_client(iteration_id, client)));
@@ -366,9 +364,6 @@ fn checkpoints_of_job_names_that_come_and_go_are_bounded() {
                 },
             ));
         }
-        job += 1;
-        client += 1;
-        iteration_id += 1;
     }
     let state = run("names that come and go", steps);
     assert!(state.checkpoint("run-0", 0, 0).is_none());
