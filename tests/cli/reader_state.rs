@@ -313,6 +313,14 @@ fn two_readers_resume_from_two_of_four_states_at_one_step_and_read_the_rest_once
     }
     eprintln!("the resumed readers read {per_reader:?}");
     assert_exactly_once(&got, N);
+    // A third rank restoring late, after the restored epoch ended, joins it: it gets the end,
+    // not the epoch again.
+    let late = read_all(&read_args(&q.all, &range, "four", &["--resume", &files[3]]));
+    assert_eq!(
+        late,
+        Vec::<String>::new(),
+        "a late rank read the epoch again"
+    );
 }
 
 /// A reader of job `job` that takes its state at `2 * EVERY` and stops: its lines and the state
