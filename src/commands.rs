@@ -7,8 +7,8 @@ use crate::cli::{
 };
 use anyhow::{bail, Context};
 use sluice_client::{
-    Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt, DistributeOptions,
-    RegisterOptions, RetryConfig, ShardingPolicy,
+    Compression, CrossTrainerCache, Delivery, DispatcherClient, DispatcherClientExt,
+    DistributeOptions, RegisterOptions, RetryConfig, ShardingPolicy,
 };
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_pipeline::Transform;
@@ -242,6 +242,21 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     options.num_consumers = args.num_consumers;
     options.target_workers = args.target_workers.parse()?;
     options.delivery = args.delivery.parse()?;
+    // Refused before reading, not at the first state: the dispatcher would refuse the state.
+    if args.state_every.is_some() || args.resume.is_some() {
+        if options.job_name.is_none() {
+            bail!(
+                "--state-every and --resume need a named job (--job-name): a resumed reader \
+                 finds its epoch by the job's name"
+            );
+        }
+        if options.delivery == Delivery::AtMostOnce {
+            bail!(
+                "--state-every and --resume need a job that delivers exactly once, and \
+                 --delivery at-most-once was given"
+            );
+        }
+    }
     if args.cross_trainer_cache || args.trainer_id.is_some() {
         // An empty trainer id is refused by `distribute`, with tf.data's message.
         let trainer_id = args.trainer_id.clone().unwrap_or_default();
@@ -288,6 +303,10 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 }
             }
             if args.take.is_some_and(|take| count >= take) {
+                // The process exits next: the dispatcher is told this reader is gone now (a
+                // dropped stream's release runs on the runtime, which does not outlive it), so
+                // the job's iteration is not kept for it until its client times out.
+                epoch.close(Duration::from_secs(2)).await;
                 break 'epochs;
             }
             if let Some(rate) = args.rate.filter(|r| *r > 0.0) {

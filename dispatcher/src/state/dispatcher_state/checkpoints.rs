@@ -240,7 +240,9 @@ impl DispatcherState {
                 .restores
                 .get(id)
                 .is_some_and(|r| r.step == step && !r.readers.contains(reader))
-                && self.iterations.get(id).is_some_and(|it| !it.finished)
+                // Finished too: the readers that restored first read what was left, and a
+                // late one gets the end.
+                && self.iterations.get(id).is_some_and(|it| !it.garbage_collected)
                 && !self.iteration_failures.contains_key(id)
         });
         let iteration_id = match joinable {
