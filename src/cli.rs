@@ -479,6 +479,17 @@ pub struct ReadArgs {
     /// Coordinated reads: consumers reading the job in lockstep rounds.
     #[arg(long)]
     pub num_consumers: Option<u32>,
+    /// Take the reader's state every N elements (after the elements before it are written out)
+    /// and write it to --state-file as JSON (needs a named, exactly-once job).
+    #[arg(long, requires = "state_file")]
+    pub state_every: Option<u64>,
+    /// Where --state-every writes the state (replaced atomically each time).
+    #[arg(long)]
+    pub state_file: Option<std::path::PathBuf>,
+    /// Resume the epoch from a state written by --state-file: the elements read before it was
+    /// taken are not delivered again, everything else is, once.
+    #[arg(long)]
+    pub resume: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub security: ClientSecurityArgs,
 }

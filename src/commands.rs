@@ -7,8 +7,8 @@ use crate::cli::{
 };
 use anyhow::{bail, Context};
 use sluice_client::{
-    Compression, CrossTrainerCache, DispatcherClient, DispatcherClientExt, DistributeOptions,
-    RegisterOptions, RetryConfig, ShardingPolicy,
+    Compression, CrossTrainerCache, Delivery, DispatcherClient, DispatcherClientExt,
+    DistributeOptions, RegisterOptions, RetryConfig, ShardingPolicy,
 };
 use sluice_dispatcher::{DispatcherConfig, DispatcherHandle};
 use sluice_pipeline::Transform;
@@ -242,6 +242,21 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     options.num_consumers = args.num_consumers;
     options.target_workers = args.target_workers.parse()?;
     options.delivery = args.delivery.parse()?;
+    // Refused before reading, not at the first state: the dispatcher would refuse the state.
+    if args.state_every.is_some() || args.resume.is_some() {
+        if options.job_name.is_none() {
+            bail!(
+                "--state-every and --resume need a named job (--job-name): a resumed reader \
+                 finds its epoch by the job's name"
+            );
+        }
+        if options.delivery == Delivery::AtMostOnce {
+            bail!(
+                "--state-every and --resume need a job that delivers exactly once, and \
+                 --delivery at-most-once was given"
+            );
+        }
+    }
     if args.cross_trainer_cache || args.trainer_id.is_some() {
         // An empty trainer id is refused by `distribute`, with tf.data's message.
         let trainer_id = args.trainer_id.clone().unwrap_or_default();
@@ -260,6 +275,13 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
             service = service.push_op(op);
         }
     }
+    if let Some(path) = &args.resume {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the state in {}", path.display()))?;
+        let state: sluice_client::ReaderState = serde_json::from_str(&text)
+            .with_context(|| format!("the state in {} is not a reader state", path.display()))?;
+        service.load_state(state)?;
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let started = tokio::time::Instant::now();
     let mut count = 0u64;
@@ -271,7 +293,20 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 return Ok(());
             }
             count += 1;
+            if let (Some(every), Some(path)) = (args.state_every, &args.state_file) {
+                if every > 0 && epoch.position().is_multiple_of(every) {
+                    if !still_open(out.flush())? {
+                        return Ok(());
+                    }
+                    let state = epoch.state().await?;
+                    write_atomically(path, &serde_json::to_vec(&state)?)?;
+                }
+            }
             if args.take.is_some_and(|take| count >= take) {
+                // The process exits next: the dispatcher is told this reader is gone now (a
+                // dropped stream's release runs on the runtime, which does not outlive it), so
+                // the job's iteration is not kept for it until its client times out.
+                epoch.close(Duration::from_secs(2)).await;
                 break 'epochs;
             }
             if let Some(rate) = args.rate.filter(|r| *r > 0.0) {
@@ -294,6 +329,20 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         }
     }
     still_open(out.flush())?;
+    Ok(())
+}
+
+/// Replaces `path` with `bytes`: written beside it, synced, then renamed over it, so a reader
+/// killed meanwhile leaves the previous state whole.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)
+        .with_context(|| format!("writing the state to {}", tmp.display()))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("replacing the state in {}", path.display()))?;
     Ok(())
 }
 

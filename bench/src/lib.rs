@@ -15,6 +15,8 @@
 //! - `leader_fault`: the leader SIGSTOPped or cut off mid-epoch (`pause_stall_ms`,
 //!   `partition_stall_ms`, ...).
 //! - `metrics_overhead`: the same epoch with metrics listeners (scraped) and without.
+//! - `reader_state`: readers' states: a restore to its first element, a state's size, a reader
+//!   killed and resumed from its state.
 //! - `sweep`: `--plot`, throughput against element size as an SVG.
 //! - `report`: `Report`, the printed rows and the JSON object.
 //! - `scale`, `soak`: the dispatcher under a fleet of simulated workers and clients, and after
@@ -30,6 +32,7 @@ mod hosts;
 mod leader_fault;
 mod leader_probe;
 mod metrics_overhead;
+mod reader_state;
 mod report;
 mod scale;
 mod soak;
@@ -66,9 +69,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Run only these workloads (comma-separated): local, tiny2w, tiny1w, batched, large,
-    /// latency, dynamic, pause, partition, failover, scale, metrics, delivery. All but scale,
-    /// metrics and delivery by default (scale takes minutes and both cores, metrics ten epochs,
-    /// delivery eighteen epochs and two with a worker killed: they run only when named).
+    /// latency, dynamic, pause, partition, failover, scale, metrics, delivery, reader_state. All
+    /// but scale, metrics, delivery and reader_state by default (scale takes minutes and both
+    /// cores, metrics ten epochs, delivery eighteen epochs and two with a worker killed,
+    /// reader_state a quorum of its own and a reader killed: they run only when named).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Scale: simulated workers, heartbeating at the worker's defaults.
@@ -110,7 +114,7 @@ pub struct BenchArgs {
 }
 
 /// The workloads `--only` can name, in the order they run.
-const WORKLOADS: [&str; 13] = [
+const WORKLOADS: [&str; 14] = [
     "local",
     "tiny2w",
     "tiny1w",
@@ -124,10 +128,11 @@ const WORKLOADS: [&str; 13] = [
     "scale",
     "metrics",
     "delivery",
+    "reader_state",
 ];
 
 /// Workloads that run only when named.
-const ONLY_WHEN_NAMED: [&str; 3] = ["scale", "metrics", "delivery"];
+const ONLY_WHEN_NAMED: [&str; 4] = ["scale", "metrics", "delivery", "reader_state"];
 
 /// One pass of the networked workloads `args` selects, on clusters with `creds` (TLS and
 /// tokens) or without.
@@ -190,6 +195,10 @@ async fn run_pass(
     }
     if want("delivery") {
         delivery::run(sluice, n, args.large_mib, creds, report).await?;
+    }
+    // Its killed reader is a `sluice read` process, which this pass starts without credentials.
+    if want("reader_state") && creds.is_none() {
+        reader_state::run(sluice, report).await?;
     }
     if want("metrics") && creds.is_none() {
         metrics_overhead::run(sluice, n, report).await?;

@@ -90,6 +90,7 @@ pub(crate) async fn run(
                                 elements: Elements::one(element),
                                 permit: replied.take(),
                                 bytes: size,
+                                indices: None,
                             };
                             match out.send_async(Ok(delivered)).await {
                                 Ok(()) => Event::Delivered,

@@ -14,6 +14,9 @@ pub(crate) struct Delivered {
     pub permit: Option<OwnedSemaphorePermit>,
     /// Their size, for the client metrics (see `client_metrics`).
     pub bytes: u64,
+    /// Exactly-once tasks: the task and the indices of the elements in its stream, in order
+    /// (what the reader hands out is recorded by them for its states).
+    pub indices: Option<(u64, Vec<(u64, u64)>)>,
 }
 
 /// The elements of one delivery, front first: decoded already, or packed as the worker sent

@@ -7,6 +7,10 @@
 //! caller takes the element, so requested plus buffered elements never exceed the bound.
 //!
 //! Dropping the stream cancels the loop (see `driver` for what it does then).
+//!
+//! In an exactly-once job each delivery carries its elements' task and indices; the stream
+//! keeps those of the deliveries handed out (per delivery, nothing per element), so that
+//! [`ElementStream::state`] can tell the dispatcher exactly what the caller has had.
 
 use crate::delivery::{Delivery, Elements};
 use crate::driver::Driver;
@@ -14,6 +18,7 @@ use crate::error::ClientError;
 use crate::local_ops::run_local_ops;
 use crate::options::DistributeOptions;
 use crate::read_metrics::ReadMetrics;
+use crate::reader_state::{Checkpointing, ReaderState, Taken};
 use sluice_element::{pb as dpb, DatasetError, Element, PythonRunner};
 use sluice_executor::ExecOptions;
 use sluice_rpc::{DispatcherClient, IterationClient};
@@ -45,6 +50,15 @@ pub struct ElementStream {
     metrics: ReadMetrics,
     /// When the caller began waiting for a delivery, while it waits.
     stalled_since: Option<Instant>,
+    /// The current batch's task and indices (exactly-once tasks), and its size when it came.
+    current_indices: Option<(u64, Vec<(u64, u64)>)>,
+    current_len: u64,
+    /// Elements of the batches before the current one.
+    consumed: u64,
+    /// Indices handed out since the last state, but the current batch's.
+    handed_out: Taken,
+    /// How states are taken, or why this epoch cannot take them.
+    checkpointing: Result<Checkpointing, String>,
 }
 
 /// Permits released at once as the caller takes elements.
@@ -64,7 +78,17 @@ impl ElementStream {
         local_ops: Vec<dpb::Op>,
         python: Option<Arc<dyn PythonRunner>>,
         metrics: ReadMetrics,
+        checkpointing: Result<Checkpointing, String>,
     ) -> Result<ElementStream, ClientError> {
+        let checkpointing = if local_ops.is_empty() {
+            checkpointing
+        } else {
+            Err(
+                "a reader with ops after `distribute` takes no state (what they hold between \
+                 elements is not part of one): move them before `distribute`"
+                    .to_string(),
+            )
+        };
         let cancel = CancellationToken::new();
         let (tx, rx) = flume::unbounded();
         // A child: the driver stops its task streams when the epoch ends without stopping the
@@ -83,6 +107,7 @@ impl ElementStream {
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(driver);
         stream.metrics = metrics;
+        stream.checkpointing = checkpointing;
         Ok(stream)
     }
 
@@ -109,7 +134,40 @@ impl ElementStream {
             driver: None,
             metrics: ReadMetrics::detached(),
             stalled_since: None,
+            current_indices: None,
+            current_len: 0,
+            consumed: 0,
+            handed_out: Taken::default(),
+            checkpointing: Err("this stream reads no job".into()),
         }
+    }
+
+    /// Elements handed out so far in the epoch, counting from the state it was restored
+    /// from, if any.
+    pub fn position(&self) -> u64 {
+        let first = self.checkpointing.as_ref().map_or(0, |c| c.first_step);
+        first + self.consumed + self.taken_from_current()
+    }
+
+    fn taken_from_current(&self) -> u64 {
+        self.current_len
+            .saturating_sub(self.current.remaining() as u64)
+    }
+
+    /// The reader's state now: everything handed out so far is what a restore from it will
+    /// not deliver again (see `ReaderState`). Needs a named job that delivers exactly once,
+    /// and no ops after `distribute`.
+    pub async fn state(&mut self) -> Result<ReaderState, ClientError> {
+        let from_current = self.taken_from_current();
+        let step = self.position();
+        let checkpointing = self
+            .checkpointing
+            .as_mut()
+            .map_err(|why| ClientError::FailedPrecondition(why.clone()))?;
+        if let Some((task_id, runs)) = &self.current_indices {
+            self.handed_out.add_prefix(*task_id, runs, from_current);
+        }
+        checkpointing.save(step, &mut self.handed_out).await
     }
 
     /// The next element; `None` at the end of the epoch. After an error the stream ends.
@@ -251,6 +309,12 @@ impl ElementStream {
             Ok(batch) => {
                 let count = batch.elements.remaining() as u64;
                 self.metrics.delivered(count, batch.bytes);
+                if let Some((task_id, runs)) = self.current_indices.take() {
+                    self.handed_out.add_runs(task_id, &runs);
+                }
+                self.consumed += self.current_len;
+                self.current_len = count;
+                self.current_indices = batch.indices;
                 self.current = batch.elements;
                 self.current_permit = batch.permit;
                 self.taken = 0;

@@ -20,6 +20,7 @@ fn delivered(elements: Elements) -> Delivery {
         elements,
         permit: None,
         bytes: 0,
+        indices: None,
     })
 }
 
@@ -72,6 +73,7 @@ async fn a_batch_gives_its_permits_back_with_its_last_element() {
         elements: Elements::one(scalar(1)),
         permit: Some(permit),
         bytes: 0,
+        indices: None,
     }))
     .unwrap();
     let mut epoch = stream(rx);
@@ -95,6 +97,7 @@ async fn a_batch_gives_its_permits_back_with_its_last_element() {
         elements: Elements::Packed(run.finish().into_decoder()),
         permit: Some(permit),
         bytes: 0,
+        indices: None,
     }))
     .unwrap();
     for v in 0..n {
@@ -220,6 +223,7 @@ async fn an_epoch_counts_its_deliveries_and_the_waits_that_ended_in_one() {
         elements: Elements::Packed(packed.into_decoder()),
         permit: None,
         bytes,
+        indices: None,
     }))
     .unwrap();
     for v in 0..3 {

@@ -27,6 +27,8 @@
 //!   `register_dataset` / `from_dataset_id`.
 //! - `read_params`: checks made when an epoch starts (cross-trainer cache, local reads).
 //! - `element_stream`: `ElementStream`, one epoch as the caller reads it.
+//! - `reader_state`: `ReaderState`, a reader's position in an exactly-once epoch, and what
+//!   taking one sends to the dispatcher.
 //! - `driver`: the loop behind an epoch: performs `epoch`'s (or `coordinated`'s) decisions.
 //! - `epoch`: the end-of-epoch rules of a reader that is not coordinated, a pure state machine
 //!   (events in, decisions out).
@@ -42,7 +44,7 @@
 //!
 //! Dependencies go one way (each module uses only those above it; `error` and `options` are
 //! used throughout): `delivery`; `task_stream`, `local_ops`; `epoch`; `rounds`; `coordinated`;
-//! `driver`; `element_stream`; `service_dataset`; `distribute`.
+//! `driver`; `reader_state`; `element_stream`; `service_dataset`; `distribute`.
 
 mod client_metrics;
 mod coordinated;
@@ -56,6 +58,7 @@ mod local_ops;
 mod options;
 mod read_metrics;
 mod read_params;
+mod reader_state;
 mod received;
 mod rounds;
 mod service_dataset;
@@ -71,6 +74,7 @@ pub use error::ClientError;
 pub use options::{
     CrossTrainerCache, DistributeOptions, HeartbeatWaits, RegisterOptions, HEARTBEAT_POLL,
 };
+pub use reader_state::{ReaderState, READER_STATE_FORMAT};
 pub use service_dataset::{DispatcherClientExt, ServiceDataset};
 pub use sluice_element::Compression;
 pub use sluice_rpc::{DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError};

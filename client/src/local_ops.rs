@@ -47,6 +47,7 @@ pub(crate) fn run_local_ops(
                 let delivery = item
                     .map(|e| Delivered {
                         bytes: e.byte_size() as u64,
+                        indices: None,
                         elements: Elements::one(e),
                         permit: None,
                     })

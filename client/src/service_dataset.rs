@@ -13,6 +13,7 @@ use crate::element_stream::ElementStream;
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, RegisterOptions};
 use crate::read_params::ReadParams;
+use crate::reader_state::{Checkpointing, ReaderState};
 use sluice_element::Compression;
 use sluice_element::{pb as dpb, ElementSpec, PythonRunner};
 use sluice_pipeline::{Dataset, FunctionRegistry, Transform};
@@ -21,7 +22,7 @@ use sluice_rpc::{DispatcherClient, JobRequest};
 use sluice_types::{DatasetId, ShardingPolicy};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A dataset served by the Sluice service.
 #[derive(Clone)]
@@ -43,6 +44,8 @@ pub struct ServiceDataset {
     python: Option<Arc<dyn PythonRunner>>,
     /// Next repetition, shared by clones (they are the same dataset object).
     repetition: Arc<AtomicU64>,
+    /// The state the next epoch resumes from (`load_state`), shared by clones.
+    resume: Arc<Mutex<Option<ReaderState>>>,
 }
 
 impl std::fmt::Debug for ServiceDataset {
@@ -138,9 +141,27 @@ impl ServiceDataset {
         )
     }
 
+    /// Makes the next epoch resume from `state` (a reader's state, see [`ReaderState`]): it is
+    /// the epoch the state was taken in, and what was handed out before the state was taken,
+    /// by this reader and by every reader of the job that took a state at the same step, is not
+    /// delivered again; everything else is, once. Checked here against this dataset's job; the
+    /// dispatcher checks the rest when the epoch starts.
+    pub fn load_state(&self, state: ReaderState) -> Result<(), ClientError> {
+        state.check(self.options.job_name.as_deref())?;
+        *self.resume.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+        Ok(())
+    }
+
     /// Starts reading the next epoch.
     pub async fn iter(&self) -> Result<ElementStream, ClientError> {
-        let repetition = self.repetition.fetch_add(1, Ordering::Relaxed);
+        let resume = self.resume.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let repetition = match &resume {
+            Some(state) => {
+                self.repetition.store(state.epoch + 1, Ordering::Relaxed);
+                state.epoch
+            }
+            None => self.repetition.fetch_add(1, Ordering::Relaxed),
+        };
         ReadParams {
             mode: self.mode,
             job_name: self.options.job_name.as_deref(),
@@ -163,10 +184,31 @@ impl ServiceDataset {
                 delivery: self.options.delivery,
             })
             .await?;
-        let iteration = self
-            .client
-            .get_or_create_iteration(job_id, repetition)
-            .await?;
+        let iteration = match &resume {
+            Some(state) => {
+                self.client
+                    .resume_iteration(job_id, repetition, state.step, &state.reader)
+                    .await?
+            }
+            None => {
+                self.client
+                    .get_or_create_iteration(job_id, repetition)
+                    .await?
+            }
+        };
+        let checkpointing = match &self.options.job_name {
+            Some(_) => Ok(Checkpointing {
+                client: self.client.clone(),
+                client_id: iteration.client_id,
+                first_step: resume.as_ref().map_or(0, |s| s.step),
+                base_step: None,
+            }),
+            None => Err(
+                "a reader's state needs a named job (`job_name`): a restored reader \
+                         finds its epoch by the job's name"
+                    .to_string(),
+            ),
+        };
         ElementStream::start(
             self.client.clone(),
             iteration,
@@ -174,6 +216,7 @@ impl ServiceDataset {
             self.local_ops.clone(),
             self.python.clone(),
             ClientMetrics::global().for_read(&self.dataset_id, self.options.job_name.as_deref()),
+            checkpointing,
         )
     }
 }
@@ -343,6 +386,7 @@ fn service_dataset(
         local_ops: Vec::new(),
         python: None,
         repetition: Arc::new(AtomicU64::new(0)),
+        resume: Arc::default(),
     }
 }
 

@@ -348,7 +348,7 @@ async fn fetch(
                     message,
                 })
             })?;
-        config
+        let indices = config
             .received
             .record_message(config.task_id, &batch.index_runs, elements.len(), skip)
             .map_err(|message| {
@@ -376,6 +376,7 @@ async fn fetch(
                     bytes: elements.byte_len() as u64,
                     elements: Elements::Packed(elements.into_decoder()),
                     permit: Some(permit),
+                    indices: (!indices.is_empty()).then_some((config.task_id, indices)),
                 };
                 if out.send_async(Ok(delivered)).await.is_err() {
                     return Ok(()); // the consumer went away

@@ -304,14 +304,24 @@ impl ProposerHandle {
         }
     }
 
-    /// The iteration and the new iteration client attached to it.
+    /// The iteration and the new iteration client attached to it; with `resume` (a reader's
+    /// step and name), the iteration restored from the reader's state.
     pub async fn get_or_create_iteration(
         &self,
         id: Option<RequestId>,
         job_id: JobId,
         repetition: u64,
+        resume: Option<(u64, String)>,
     ) -> Result<(IterationId, ClientId), DispatcherError> {
-        let update = Update::GetOrCreateIteration { job_id, repetition };
+        let update = match resume {
+            None => Update::GetOrCreateIteration { job_id, repetition },
+            Some((step, reader)) => Update::ResumeIteration {
+                job_id,
+                repetition,
+                step,
+                reader,
+            },
+        };
         match self.accepted(id, update).await? {
             (
                 _,
@@ -320,6 +330,37 @@ impl ProposerHandle {
                     client_id,
                 },
             ) => Ok((iteration_id, client_id)),
+            (update, other) => Err(unexpected(update, other)),
+        }
+    }
+
+    /// Adds what a reader took to its iteration's checkpoint at `step`; the job's name, the
+    /// repetition and the definition the job reads.
+    pub async fn save_checkpoint(
+        &self,
+        id: Option<RequestId>,
+        client_id: ClientId,
+        reader: String,
+        step: u64,
+        base_step: Option<u64>,
+        taken: Vec<(TaskId, Vec<(u64, u64)>)>,
+    ) -> Result<(String, u64, [u8; 32]), DispatcherError> {
+        let update = Update::SaveCheckpoint {
+            client_id,
+            reader,
+            step,
+            base_step,
+            taken,
+        };
+        match self.accepted(id, update).await? {
+            (
+                _,
+                Outcome::CheckpointSaved {
+                    job_name,
+                    repetition,
+                    definition,
+                },
+            ) => Ok((job_name, repetition, definition)),
             (update, other) => Err(unexpected(update, other)),
         }
     }
@@ -515,6 +556,10 @@ fn approx_bytes(update: &Update) -> usize {
                 .map(|r| 16 + 16 * r.runs.len())
                 .sum::<usize>(),
             Update::WorkerIncarnation { address, .. } => address.len(),
+            Update::SaveCheckpoint { reader, taken, .. } => {
+                reader.len() + taken.iter().map(|t| 16 + 16 * t.1.len()).sum::<usize>()
+            }
+            Update::ResumeIteration { reader, .. } => reader.len(),
             Update::FinishTasks { worker, task_ids } => worker.len() + 8 * task_ids.len(),
             Update::FailCrashedTasks {
                 worker,

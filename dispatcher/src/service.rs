@@ -240,6 +240,7 @@ impl Dispatcher for DispatcherService {
                 request_id(req.request_id),
                 JobId(req.job_id),
                 req.repetition,
+                req.resume.map(|r| (r.step, r.reader)),
             )
             .await?;
         Ok(Response::new(pb::GetOrCreateIterationResponse {
@@ -288,6 +289,34 @@ impl Dispatcher for DispatcherService {
             )
             .await?;
         Ok(Response::new(pb::ReportDeliveredResponse {}))
+    }
+
+    async fn save_checkpoint(
+        &self,
+        request: GrpcRequest<pb::SaveCheckpointRequest>,
+    ) -> Result<Response<pb::SaveCheckpointResponse>, Status> {
+        authorize(&request, "SaveCheckpoint", access::CLIENT)?;
+        let req = request.into_inner();
+        let taken = crate::convert::delivery_reports(&req.taken)?
+            .into_iter()
+            .map(|r| (r.task_id, r.runs))
+            .collect();
+        let (job_name, repetition, definition) = self
+            .writer()?
+            .save_checkpoint(
+                request_id(req.request_id),
+                ClientId(req.iteration_client_id),
+                req.reader,
+                req.step,
+                req.base_step,
+                taken,
+            )
+            .await?;
+        Ok(Response::new(pb::SaveCheckpointResponse {
+            job_name,
+            repetition,
+            dataset_definition: crate::state::definition_hex(&definition),
+        }))
     }
 
     async fn worker_heartbeat(

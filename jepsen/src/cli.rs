@@ -26,7 +26,8 @@ pub enum Command {
     Run(RunArgs),
     /// Runs against binaries built with planted bugs (a dispatcher that leases splits twice, a
     /// worker that re-sends an acknowledged element, a worker that skips an element when it
-    /// takes a stream over); exit 0 only if every run is found invalid.
+    /// takes a stream over, a dispatcher whose restored checkpoints forget an element taken);
+    /// exit 0 only if every run is found invalid.
     SelfTest(SelfTestArgs),
     /// Checks a finished run's history again (with this build's checkers), rewriting its
     /// results.json and report.html. Exit codes as `run`.
@@ -70,10 +71,12 @@ pub struct RunArgs {
     pub clients: u32,
     /// Faults to inject: any of kill, pause, partition, restart (dispatchers), worker-kill,
     /// worker-pause, worker-restart, worker-partition (a worker's links to the dispatchers),
-    /// reader-partition (the readers' links to a worker).
+    /// reader-partition (the readers' links to a worker), trainer (a trainer's reading process,
+    /// `sluice read` with states, SIGKILLed and restarted from its last state; the trainer
+    /// reads only when this is on).
     #[arg(
         long,
-        default_value = "kill,pause,partition,restart,worker-kill,worker-pause,worker-restart,worker-partition,reader-partition"
+        default_value = "kill,pause,partition,restart,worker-kill,worker-pause,worker-restart,worker-partition,reader-partition,trainer"
     )]
     pub nemesis: String,
     /// Fail the run when no element is delivered for longer than this while a reader waits,
@@ -102,6 +105,9 @@ pub struct RunArgs {
     /// Elements per second one client reads at most (0: no limit).
     #[arg(long, default_value_t = 2000.0)]
     pub rate: f64,
+    /// Elements per second the trainer reads at most (0: no limit), with the trainer nemesis.
+    #[arg(long, default_value_t = 500.0)]
+    pub trainer_rate: f64,
     /// A worker's first and largest split lease, `FIRST,MAX`.
     #[arg(long, default_value = "16,64")]
     pub split_lease: String,
@@ -119,8 +125,9 @@ pub struct SelfTestArgs {
     pub out: PathBuf,
     /// The planted bugs to run against: `dispatcher` (splits leased twice), `worker` (an
     /// element re-sent after its acknowledgement), `resume` (a worker taking over a failed
-    /// worker's stream skips one element too many).
-    #[arg(long, default_value = "dispatcher,worker,resume")]
+    /// worker's stream skips one element too many), `restore` (a checkpoint restored for a
+    /// killed trainer forgets the last element taken).
+    #[arg(long, default_value = "dispatcher,worker,resume,restore")]
     pub planted: String,
     /// Length of the fault phase.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]

@@ -48,6 +48,7 @@ pub mod runner;
 pub mod schedule;
 pub mod self_test;
 pub mod socket_owner;
+pub mod trainer;
 pub mod worker_net;
 pub mod worker_pool;
 pub mod workload;

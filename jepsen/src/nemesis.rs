@@ -1,18 +1,20 @@
 //! `Nemesis`: plays a `Schedule` against the cluster, the workers and the link proxies, and
-//! records every fault's start and end in the history (`process: nemesis`). Its two tracks
-//! (dispatcher faults, worker faults) play at once, each one fault at a time.
+//! records every fault's start and end in the history (`process: nemesis`). Its three tracks
+//! (dispatcher faults, worker faults, trainer kills) play at once, each one fault at a time.
 //!
 //! Each fault is an `invoke` then `ok` (applied) or `info` (the harness could not apply it;
 //! the coverage checker then finds it missing), and its end a `recover` `invoke` then
 //! `ok`/`info`. Targets are resolved when a fault starts: "the leader" is the monitor's last
 //! view, and the history records the nodes actually hit (`nodes`), or the worker (`workers`,
-//! with the `incarnation` a kill or pause hit, and the dispatchers whose links were cut).
+//! with the `incarnation` a kill or pause hit, and the dispatchers whose links were cut), or the
+//! trainer's run it killed (`job`, `run`, `pid`, and the `state` it will restart from).
 
 use crate::cluster::Cluster;
 use crate::history::{History, Kind};
 use crate::monitor::Monitor;
 use crate::proxy_net::{Link, ProxyNet};
-use crate::schedule::{Action, Fault, Schedule, Shape, Target, WorkerShape};
+use crate::schedule::{Action, Fault, Schedule, Shape, Target, Track, WorkerShape};
+use crate::trainer::Trainer;
 use crate::worker_net::WorkerNet;
 use crate::worker_pool::{self, WorkerPool};
 use serde_json::{json, Value};
@@ -28,6 +30,8 @@ pub struct Nemesis {
     pub history: History,
     pub workers: Arc<WorkerPool>,
     pub worker_net: Arc<WorkerNet>,
+    /// The trainer, when the trainer nemesis is on.
+    pub trainer: Option<Arc<Trainer>>,
 }
 
 /// What a fault did, to undo it.
@@ -38,19 +42,29 @@ enum Applied {
     WorkerDown(u32),
     WorkerPaused(u32),
     WorkerCut,
+    TrainerDown,
 }
 
 impl Nemesis {
     /// Plays every fault of `schedule`, the fault phase having started at `start`: both tracks
     /// at once. Returns early (after undoing the current faults) when `cancel` fires.
     pub async fn run(&self, schedule: &Schedule, start: Instant, cancel: CancellationToken) {
-        let (on_workers, on_dispatchers): (Vec<&Fault>, Vec<&Fault>) = schedule
-            .faults
-            .iter()
-            .partition(|f| f.action.kind().on_workers());
+        let of_track = |track: Track| -> Vec<&Fault> {
+            schedule
+                .faults
+                .iter()
+                .filter(|f| f.action.kind().track() == track)
+                .collect()
+        };
+        let (dispatchers, workers, trainer) = (
+            of_track(Track::Dispatchers),
+            of_track(Track::Workers),
+            of_track(Track::Trainer),
+        );
         tokio::join!(
-            self.track(&on_dispatchers, start, &cancel),
-            self.track(&on_workers, start, &cancel),
+            self.track(&dispatchers, start, &cancel),
+            self.track(&workers, start, &cancel),
+            self.track(&trainer, start, &cancel),
         );
     }
 
@@ -152,6 +166,23 @@ impl Nemesis {
             | Action::WorkerRestart { worker }
             | Action::WorkerPartition { worker, .. }
             | Action::ReaderPartition { worker, .. } => self.begin_on_worker(fault, *worker).await,
+            Action::TrainerKill => {
+                let mut detail =
+                    json!({"fault": fault.id, "action": fault.action, "hit_leader": false});
+                self.history
+                    .record("nemesis", Kind::Invoke, kind, detail.clone());
+                let result = match &self.trainer {
+                    Some(trainer) => trainer.kill().await.map(|killed| {
+                        if let (Some(into), Value::Object(from)) = (detail.as_object_mut(), killed)
+                        {
+                            into.extend(from);
+                        }
+                        Applied::TrainerDown
+                    }),
+                    None => Err(anyhow::anyhow!("the run has no trainer")),
+                };
+                (result, detail)
+            }
         };
         match applied {
             Ok(applied) => {
@@ -222,6 +253,7 @@ impl Nemesis {
             | Action::Pause { .. }
             | Action::Restart { .. }
             | Action::Partition { .. } => unreachable!("a dispatcher fault"),
+            Action::TrainerKill => unreachable!("a trainer fault"),
         };
         (result, detail)
     }
@@ -241,6 +273,12 @@ impl Nemesis {
             Applied::WorkerPaused(worker) => self.workers.resume(worker).await,
             Applied::WorkerCut => {
                 self.worker_net.heal();
+                Ok(())
+            }
+            Applied::TrainerDown => {
+                if let Some(trainer) = &self.trainer {
+                    trainer.release();
+                }
                 Ok(())
             }
         };

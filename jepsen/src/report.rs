@@ -2,7 +2,8 @@
 //! verdict, each checker's counts and problems, the schedule, the longest delivery gap per
 //! fault, and a timeline: one lane per node with its faults, one lane per worker with its faults
 //! (process faults, its links to the dispatchers, the readers' links to it) and the moments the
-//! dispatcher removed it, a lane with the leader of the moment, and elements received per
+//! dispatcher removed it, a lane with the trainer's kills (with the trainer nemesis), a lane with
+//! the leader of the moment, and elements received per
 //! second with the longer delivery gaps marked.
 
 use crate::checker::gaps::{fault_spans, DeliveryGaps};
@@ -29,6 +30,7 @@ fn color(kind: &str) -> &'static str {
         "worker-restart" => "#0b4f8a",
         "worker-partition" => "#5b3a87",
         "reader-partition" => "#138d75",
+        "trainer" => "#e377c2",
         _ => "#7f7f7f",
     }
 }
@@ -49,8 +51,18 @@ fn esc(s: &str) -> String {
 type Span = (String, Vec<(u64, String)>, u64, u64);
 
 /// The lanes a fault is drawn in: its nodes (`nodes`), then its workers (`workers`), after
-/// the node lanes.
-fn lanes_of(value: &serde_json::Value, nodes: u64) -> Vec<(u64, String)> {
+/// the node lanes; a trainer kill in the trainer's lane (`trainer_lane`).
+fn lanes_of(
+    value: &serde_json::Value,
+    nodes: u64,
+    trainer_lane: Option<u64>,
+) -> Vec<(u64, String)> {
+    if value["action"]["kind"] == "trainer-kill" {
+        return trainer_lane
+            .map(|lane| (lane, "trainer".to_string()))
+            .into_iter()
+            .collect();
+    }
     let ids = |key: &str| -> Vec<u64> {
         value[key]
             .as_array()
@@ -77,7 +89,11 @@ pub fn render(
     let end_ms = events.last().map(|e| e.t_ms).unwrap_or(1).max(1);
     let x = |t: u64| LEFT + (WIDTH - LEFT - 10.0) * t as f64 / end_ms as f64;
     let nodes = schedule.nodes;
-    let lanes = nodes + u64::from(schedule.workers);
+    let trainer_lane = schedule
+        .nemeses
+        .contains(&NemesisKind::Trainer)
+        .then_some(nodes + u64::from(schedule.workers) + 1);
+    let lanes = trainer_lane.unwrap_or(nodes + u64::from(schedule.workers));
     let mut svg = String::new();
 
     // Fault spans: (fault id) -> (kind, lanes, start, end)
@@ -91,7 +107,7 @@ pub fn render(
         .map(|(id, kind, start, stop)| {
             let hit = starts
                 .get(&id)
-                .map(|e| lanes_of(&e.value, nodes))
+                .map(|e| lanes_of(&e.value, nodes, trainer_lane))
                 .unwrap_or_default();
             (id, (kind, hit, start, stop))
         })
@@ -120,6 +136,17 @@ pub fn render(
         let _ = write!(
             svg,
             r##"<text x="5" y="{}">worker {w}</text><line x1="{LEFT}" x2="{}" y1="{}" y2="{}" stroke="#ccc"/>"##,
+            y + 16.0,
+            WIDTH - 10.0,
+            y + LANE / 2.0,
+            y + LANE / 2.0
+        );
+    }
+    if let Some(lane) = trainer_lane {
+        let y = 20.0 + LANE * (lane - 1) as f64;
+        let _ = write!(
+            svg,
+            r##"<text x="5" y="{}">trainer</text><line x1="{LEFT}" x2="{}" y1="{}" y2="{}" stroke="#ccc"/>"##,
             y + 16.0,
             WIDTH - 10.0,
             y + LANE / 2.0,

@@ -101,6 +101,20 @@ impl RunSecurity {
         .concat()
     }
 
+    /// The flags of a `sluice read` process presenting the client's credentials (none for a
+    /// plain run).
+    pub fn client_flags(&self) -> Vec<String> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        vec![
+            "--tls-ca".to_string(),
+            Self::file(dir, "ca.pem").display().to_string(),
+            "--auth-token-file".to_string(),
+            Self::file(dir, "client.token").display().to_string(),
+        ]
+    }
+
     /// What clients, readers and the harness's status reads present: the CA and the client
     /// token.
     pub fn client(&self) -> anyhow::Result<ClientSecurity> {

@@ -1,5 +1,5 @@
 //! One run, phase by phase: setup (schedule, credentials unless `--plain`, proxies, dispatcher
-//! processes, a leader, worker processes, clients) → fault phase (the nemesis plays the
+//! processes, a leader, worker processes, clients, the trainer with the trainer nemesis) → fault phase (the nemesis plays the
 //! schedule for `--time`) → heal (every link to pass, SIGCONT, restart whatever is down,
 //! dispatchers and workers) → final epoch (a fresh client, no faults) → final reads (every
 //! node's status once they agree) → checks, `results.json` (with the delivery gaps per fault),
@@ -20,6 +20,7 @@ use crate::proxy_net::ProxyNet;
 use crate::report;
 use crate::run_security::RunSecurity;
 use crate::schedule::{NemesisKind, Schedule};
+use crate::trainer::{self, Trainer, TrainerConfig};
 use crate::worker_net::WorkerNet;
 use crate::worker_pool::{self, WorkerPids, WorkerPool, WorkerPoolConfig};
 use crate::workload::{Client, WorkloadConfig};
@@ -209,6 +210,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Outcome> {
     };
     let run = Run {
         args: &args,
+        bin: &bin,
         seed,
         schedule: &schedule,
         history: &history,
@@ -311,7 +313,8 @@ fn check(out: &Path, schedule: &Schedule, options: &CheckOptions) -> anyhow::Res
         "{verdict}: seed {seed}, {delivery} delivery, {} of {} faults, {} elements, {} leases, \
          {} duplicates, {} lost ({} with a worker that died or was removed, {} while the worker \
          lived, {} unleased), longest delivery gap {} ms, {} lost writes, {} stale reads, \
-         {} ops ({} ok, {} fail, {} info); see {}",
+         {} ops ({} ok, {} fail, {} info); trainer: {} kills, {} restores, {} of {} epochs \
+         complete, {} duplicates, {} lost; see {}",
         count(&results, "coverage", "faults_done"),
         schedule.faults.len(),
         count(&results, "at-most-once", "elements"),
@@ -331,6 +334,12 @@ fn check(out: &Path, schedule: &Schedule, options: &CheckOptions) -> anyhow::Res
         ops.get("ok").unwrap_or(&0),
         ops.get("fail").unwrap_or(&0),
         ops.get("info").unwrap_or(&0),
+        count(&results, "trainer-exactly-once", "kills"),
+        count(&results, "trainer-exactly-once", "restores"),
+        count(&results, "trainer-exactly-once", "epochs_complete"),
+        count(&results, "trainer-exactly-once", "epochs"),
+        count(&results, "trainer-exactly-once", "duplicate_elements"),
+        count(&results, "trainer-exactly-once", "lost_elements"),
         out.join("report.html").display()
     );
     Ok(Outcome { verdict, results })
@@ -354,6 +363,8 @@ fn gaps_json(gaps: &DeliveryGaps) -> serde_json::Value {
 /// What `drive` works with.
 struct Run<'a> {
     args: &'a RunArgs,
+    /// The `sluice` binary.
+    bin: &'a Path,
     seed: u64,
     schedule: &'a Schedule,
     history: &'a History,
@@ -375,6 +386,7 @@ struct Run<'a> {
 async fn drive(run: Run<'_>) -> anyhow::Result<()> {
     let Run {
         args,
+        bin,
         seed,
         schedule,
         history,
@@ -406,6 +418,7 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
     let result = drive_workload(
         Workload {
             args,
+            bin,
             seed,
             schedule,
             history,
@@ -427,6 +440,7 @@ async fn drive(run: Run<'_>) -> anyhow::Result<()> {
 /// What the workload phases work with.
 struct Workload<'a> {
     args: &'a RunArgs,
+    bin: &'a Path,
     seed: u64,
     schedule: &'a Schedule,
     history: &'a History,
@@ -442,6 +456,7 @@ struct Workload<'a> {
 async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::Result<()> {
     let Workload {
         args,
+        bin,
         seed,
         schedule,
         history,
@@ -475,6 +490,31 @@ async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::R
         )?;
         clients.spawn(client.run(stop_clients.clone()));
     }
+    let trainer = if schedule.nemeses.contains(&NemesisKind::Trainer) {
+        let state_every = trainer::state_every(seed);
+        println!(
+            "trainer: `sluice read` processes at {} elements/s, a state every {state_every} elements",
+            args.trainer_rate
+        );
+        let config = TrainerConfig {
+            bin: bin.to_path_buf(),
+            dir: args.out.join("trainer"),
+            dispatchers: worker_net.fronts(),
+            security_flags: security.client_flags(),
+            seed,
+            splits: args.splits,
+            rate: args.trainer_rate,
+            state_every,
+            epoch_timeout: Duration::from_secs(60),
+        };
+        Some(Trainer::start(
+            config,
+            history.clone(),
+            stop_clients.clone(),
+        )?)
+    } else {
+        None
+    };
 
     // ---- fault phase
     println!("fault phase: {:?}", args.time);
@@ -486,6 +526,7 @@ async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::R
         history: history.clone(),
         workers: workers.clone(),
         worker_net: worker_net.clone(),
+        trainer: trainer.as_ref().map(|(t, _)| t.clone()),
     };
     nemesis.run(schedule, start, CancellationToken::new()).await;
     tokio::time::sleep_until(start + args.time).await;
@@ -498,6 +539,15 @@ async fn drive_workload(w: Workload<'_>, workers: &Arc<WorkerPool>) -> anyhow::R
         .is_err()
     {
         clients.abort_all();
+    }
+    if let Some((_, driver)) = trainer {
+        // Cancelled with the clients: it kills its process and records the epoch cut short.
+        if tokio::time::timeout(Duration::from_secs(10), driver)
+            .await
+            .is_err()
+        {
+            println!("the trainer did not stop within 10 s");
+        }
     }
 
     // ---- heal

@@ -1,9 +1,11 @@
 //! `Schedule`: the fault plan of one run, generated up front from the seed alone, so a rerun
 //! with the same seed, length, node count and nemesis list replays exactly the same plan.
 //!
-//! Two tracks play at once: dispatcher faults (kill, pause, restart, Raft partitions) and worker
+//! Three tracks play at once: dispatcher faults (kill, pause, restart, Raft partitions), worker
 //! faults (kill, pause, restart of a worker process, its links to the dispatchers cut, the
-//! readers' links to it cut). Within a track faults never overlap (the next one starts at least
+//! readers' links to it cut) and trainer faults (the trainer's reading process SIGKILLed, then
+//! restarted from its last state when the fault ends; see `trainer`). Within a track faults
+//! never overlap (the next one starts at least
 //! 500 ms after the previous one healed); worker faults never take a dispatcher down, and one
 //! dispatcher fault touches at most a minority of the nodes ((n - 1) / 2), so a quorum is always
 //! up and connected. Targets such as "the leader" are resolved when the fault starts (the
@@ -44,10 +46,21 @@ pub enum NemesisKind {
     /// The readers' links to one worker cut (both ways or one).
     #[serde(rename = "reader-partition")]
     ReaderPartition,
+    /// SIGKILL of the trainer's reading process, which restarts from its last state when the
+    /// fault ends.
+    Trainer,
+}
+
+/// The track a fault plays on: one fault at a time per track.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Track {
+    Dispatchers,
+    Workers,
+    Trainer,
 }
 
 impl NemesisKind {
-    pub const ALL: [NemesisKind; 9] = [
+    pub const ALL: [NemesisKind; 10] = [
         NemesisKind::Kill,
         NemesisKind::Pause,
         NemesisKind::Partition,
@@ -57,6 +70,7 @@ impl NemesisKind {
         NemesisKind::WorkerRestart,
         NemesisKind::WorkerPartition,
         NemesisKind::ReaderPartition,
+        NemesisKind::Trainer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,22 +84,29 @@ impl NemesisKind {
             NemesisKind::WorkerRestart => "worker-restart",
             NemesisKind::WorkerPartition => "worker-partition",
             NemesisKind::ReaderPartition => "reader-partition",
+            NemesisKind::Trainer => "trainer",
         }
     }
 
-    /// Whether the fault hits workers or their links (the worker track), not dispatchers.
-    pub fn on_workers(self) -> bool {
+    /// The track the fault plays on.
+    pub fn track(self) -> Track {
         match self {
             NemesisKind::Kill
             | NemesisKind::Pause
             | NemesisKind::Partition
-            | NemesisKind::Restart => false,
+            | NemesisKind::Restart => Track::Dispatchers,
             NemesisKind::WorkerKill
             | NemesisKind::WorkerPause
             | NemesisKind::WorkerRestart
             | NemesisKind::WorkerPartition
-            | NemesisKind::ReaderPartition => true,
+            | NemesisKind::ReaderPartition => Track::Workers,
+            NemesisKind::Trainer => Track::Trainer,
         }
+    }
+
+    /// Whether the fault hits workers or their links (the worker track).
+    pub fn on_workers(self) -> bool {
+        self.track() == Track::Workers
     }
 }
 
@@ -212,6 +233,10 @@ pub enum Action {
         worker: u32,
         mode: LinkMode,
     },
+    /// The trainer's reading process is SIGKILLed; it restarts from its last state after the
+    /// hold.
+    #[serde(rename = "trainer-kill")]
+    TrainerKill,
 }
 
 impl Action {
@@ -226,6 +251,7 @@ impl Action {
             Action::WorkerRestart { .. } => NemesisKind::WorkerRestart,
             Action::WorkerPartition { .. } => NemesisKind::WorkerPartition,
             Action::ReaderPartition { .. } => NemesisKind::ReaderPartition,
+            Action::TrainerKill => NemesisKind::Trainer,
         }
     }
 
@@ -240,7 +266,8 @@ impl Action {
             Action::Kill { .. }
             | Action::Pause { .. }
             | Action::Restart { .. }
-            | Action::Partition { .. } => None,
+            | Action::Partition { .. }
+            | Action::TrainerKill => None,
         }
     }
 
@@ -255,7 +282,8 @@ impl Action {
             | Action::WorkerPause { .. }
             | Action::WorkerRestart { .. }
             | Action::WorkerPartition { .. }
-            | Action::ReaderPartition { .. } => false,
+            | Action::ReaderPartition { .. }
+            | Action::TrainerKill => false,
         }
     }
 }
@@ -305,6 +333,14 @@ const WORKER_TRACK_OFFSET_MS: u64 = 1500;
 /// Mixed into the seed for the worker track's own generator, so a seed's dispatcher track does
 /// not depend on whether worker faults are asked for.
 const WORKER_TRACK_SEED: u64 = 0x7755_0000_0000_0001;
+/// The trainer track's own generator, likewise.
+const TRAINER_TRACK_SEED: u64 = 0x7755_0000_0000_0002;
+/// The trainer track starts this much after the dispatcher track: the trainer has taken its
+/// first states by then.
+const TRAINER_TRACK_OFFSET_MS: u64 = 700;
+/// Starts of consecutive trainer kills are 1.5–4 s apart; the reader stays down 0–1 s.
+const TRAINER_GAP_MS: (u64, u64) = (1500, 4000);
+const TRAINER_DOWN_MS: (u64, u64) = (0, 1000);
 
 impl Schedule {
     /// The plan for `seed`: both tracks, merged by start time and numbered in that order.
@@ -316,10 +352,23 @@ impl Schedule {
         nemeses: &[NemesisKind],
     ) -> Schedule {
         let time_ms = time.as_millis() as u64;
-        let (on_workers, on_dispatchers): (Vec<NemesisKind>, Vec<NemesisKind>) =
-            nemeses.iter().partition(|k| k.on_workers());
-        let mut faults = dispatcher_track(seed, time_ms, nodes, &on_dispatchers);
-        faults.extend(worker_track(seed, time_ms, workers, &on_workers));
+        let of_track = |track: Track| -> Vec<NemesisKind> {
+            nemeses
+                .iter()
+                .copied()
+                .filter(|k| k.track() == track)
+                .collect()
+        };
+        let mut faults = dispatcher_track(seed, time_ms, nodes, &of_track(Track::Dispatchers));
+        faults.extend(worker_track(
+            seed,
+            time_ms,
+            workers,
+            &of_track(Track::Workers),
+        ));
+        if nemeses.contains(&NemesisKind::Trainer) {
+            faults.extend(trainer_track(seed, time_ms));
+        }
         faults.sort_by_key(|f| f.at_ms);
         for (i, fault) in faults.iter_mut().enumerate() {
             fault.id = i as u32 + 1;
@@ -419,6 +468,30 @@ fn worker_track(seed: u64, time_ms: u64, workers: u32, nemeses: &[NemesisKind]) 
     faults
 }
 
+/// The trainer track: kills of the trainer's reading process, more often than the other
+/// tracks' faults (a kill costs the run little), each followed by a short down time.
+fn trainer_track(seed: u64, time_ms: u64) -> Vec<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed ^ TRAINER_TRACK_SEED);
+    let mut faults = Vec::new();
+    let mut at = FIRST_FAULT.as_millis() as u64 + TRAINER_TRACK_OFFSET_MS;
+    loop {
+        let hold = rng.random_range(TRAINER_DOWN_MS.0..=TRAINER_DOWN_MS.1);
+        if at + hold + SETTLE_MS > time_ms {
+            break;
+        }
+        faults.push(Fault {
+            id: 0,
+            at_ms: at,
+            hold_ms: hold,
+            action: Action::TrainerKill,
+        });
+        at += rng
+            .random_range(TRAINER_GAP_MS.0..=TRAINER_GAP_MS.1)
+            .max(hold + SETTLE_MS);
+    }
+    faults
+}
+
 /// The dispatcher track. Every enabled nemesis appears before any appears twice (a shuffled
 /// bag), so a run long enough for `nemeses.len()` faults covers them all; the first kill,
 /// pause and restart aim at the leader, later ones at the leader or a random node.
@@ -504,11 +577,11 @@ mod tests {
     fn faults_do_not_overlap_and_cover_every_nemesis() {
         for seed in 0..50 {
             let s = Schedule::generate(seed, Duration::from_secs(30), 3, 2, &NemesisKind::ALL);
-            for on_workers in [false, true] {
+            for of in [Track::Dispatchers, Track::Workers, Track::Trainer] {
                 let track: Vec<&Fault> = s
                     .faults
                     .iter()
-                    .filter(|f| f.action.kind().on_workers() == on_workers)
+                    .filter(|f| f.action.kind().track() == of)
                     .collect();
                 for pair in track.windows(2) {
                     assert!(pair[1].at() >= pair[0].end(), "seed {seed}: overlap");
@@ -522,7 +595,11 @@ mod tests {
             }
             for f in &s.faults {
                 assert!(f.end() <= Duration::from_secs(30));
-                assert!((1000..=4000).contains(&f.hold_ms));
+                if f.action == Action::TrainerKill {
+                    assert!(f.hold_ms <= 1000, "seed {seed}: trainer down too long");
+                } else {
+                    assert!((1000..=4000).contains(&f.hold_ms));
+                }
                 if let Action::Partition {
                     shape: Shape::Halves(side),
                     ..

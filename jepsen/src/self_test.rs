@@ -11,9 +11,13 @@
 //!   exactly-once stream skips one element more than the readers received; a split of a
 //!   complete exactly-once epoch must be found lost. The run kills and restarts workers, so
 //!   streams move mid-epoch.
+//! - `restore` (feature `planted-restore-bug`): a dispatcher restoring an iteration from a
+//!   reader's checkpoint forgets the last element each lineage's readers had taken, so the
+//!   restored trainer receives it again; the trainer's epochs must be found to deliver a split
+//!   twice relative to the states restored. The run plays only the trainer nemesis.
 //!
 //! The runs read with the default delivery, exactly-once; the dispatcher's bug must still be
-//! found as splits leased twice.
+//! found as splits leased twice (its run plays every nemesis, the trainer's kills included).
 //!
 //! Each bug's result is reported on its own line; the exit code is 0 only if every bug asked
 //! for was caught.
@@ -29,6 +33,7 @@ enum Planted {
     Dispatcher,
     Worker,
     Resume,
+    Restore,
 }
 
 impl Planted {
@@ -37,8 +42,9 @@ impl Planted {
             "dispatcher" => Ok(Planted::Dispatcher),
             "worker" => Ok(Planted::Worker),
             "resume" => Ok(Planted::Resume),
+            "restore" => Ok(Planted::Restore),
             other => Err(format!(
-                "unknown planted bug '{other}': expected dispatcher, worker or resume"
+                "unknown planted bug '{other}': expected dispatcher, worker, resume or restore"
             )),
         }
     }
@@ -48,6 +54,7 @@ impl Planted {
             Planted::Dispatcher => "dispatcher",
             Planted::Worker => "worker",
             Planted::Resume => "resume",
+            Planted::Restore => "restore",
         }
     }
 
@@ -57,6 +64,7 @@ impl Planted {
             Planted::Dispatcher => "planted-bug",
             Planted::Worker => "planted-resend-bug",
             Planted::Resume => "planted-resume-bug",
+            Planted::Restore => "planted-restore-bug",
         }
     }
 
@@ -65,6 +73,9 @@ impl Planted {
             Planted::Dispatcher => "splits leased twice",
             Planted::Worker => "an element re-sent after its acknowledgement",
             Planted::Resume => "an element skipped when a stream is taken over",
+            Planted::Restore => {
+                "an element taken before a checkpoint delivered again after a restore"
+            }
         }
     }
 
@@ -74,6 +85,7 @@ impl Planted {
             Planted::Dispatcher => None,
             Planted::Worker => Some("reader-partition,worker-partition,pause"),
             Planted::Resume => Some("worker-kill,worker-restart"),
+            Planted::Restore => Some("trainer"),
         }
     }
 
@@ -100,6 +112,12 @@ impl Planted {
                         && count("loss-bound", "lost_with_worker")
                             + count("loss-bound", "lost_while_worker_lived")
                             + count("loss-bound", "lost_unleased")
+                            > 0
+                }
+                Planted::Restore => {
+                    check("trainer-exactly-once").map(|r| r.verdict) == Some(Verdict::Invalid)
+                        && count("trainer-exactly-once", "duplicate_elements")
+                            + count("trainer-exactly-once", "lost_elements")
                             > 0
                 }
             }
@@ -249,12 +267,20 @@ mod tests {
                 &[("lost_while_worker_lived", 3)],
             ),
         ];
+        let restored_twice = [
+            result("at-most-once", Verdict::Valid, &[("duplicate_elements", 0)]),
+            result(
+                "trainer-exactly-once",
+                Verdict::Invalid,
+                &[("duplicate_elements", 2), ("lost_elements", 0)],
+            ),
+        ];
         let lost_with_worker = [
             result("at-most-once", Verdict::Valid, &[("duplicate_elements", 0)]),
             result("loss-bound", Verdict::Invalid, &[("lost_with_worker", 1)]),
         ];
         // (bug, the run's verdict, its checks, caught)
-        let cases: [(Planted, Verdict, &[CheckResult], bool); 10] = [
+        let cases: [(Planted, Verdict, &[CheckResult], bool); 13] = [
             (Planted::Dispatcher, Verdict::Invalid, &leased_twice, true),
             (Planted::Dispatcher, Verdict::Invalid, &lost, false),
             (Planted::Worker, Verdict::Invalid, &resent, true),
@@ -265,6 +291,9 @@ mod tests {
             (Planted::Resume, Verdict::Invalid, &lost_with_worker, true),
             (Planted::Resume, Verdict::Invalid, &resent, false),
             (Planted::Resume, Verdict::Unknown, &lost, false),
+            (Planted::Restore, Verdict::Invalid, &restored_twice, true),
+            (Planted::Restore, Verdict::Invalid, &resent, false),
+            (Planted::Restore, Verdict::Unknown, &restored_twice, false),
         ];
         for (bug, verdict, results, caught) in cases {
             assert_eq!(bug.caught(verdict, results), caught, "{bug:?} {verdict}");

@@ -17,7 +17,7 @@ dtype and inner shape. The input is a local dataset or one read through the serv
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from sluice import _native
 from sluice.data import Dataset
@@ -138,6 +138,20 @@ class DistributedIterator:
         """Ends the epoch now (a service read is released)."""
         self._native.close()
 
+    def state_dict(self) -> Dict[str, Any]:
+        """The reader's state after the steps returned so far: a dict of ``str`` and ``int``
+        that :meth:`DistributedDataset.load_state_dict` resumes from (see
+        ``sluice.data.Dataset.load_state_dict``).
+
+        Needs an input read through the service with a ``job_name`` (a local input raises
+        :class:`~sluice.errors.FailedPreconditionError`). A state counts whole input elements,
+        so it is taken where every replica value cut from the elements read was handed out:
+        after every step with one input pipeline; with ``num_input_pipelines`` W each global
+        batch makes W steps, so take states every W steps (elsewhere
+        :class:`~sluice.errors.FailedPreconditionError` says so).
+        """
+        return self._native.state_dict()
+
 
 class DistributedDataset:
     """A dataset spread over the replicas; every iteration is a new epoch."""
@@ -152,6 +166,12 @@ class DistributedDataset:
 
     def __iter__(self) -> DistributedIterator:
         return DistributedIterator(self._native.iter(), self.element_spec)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Makes the next ``iter()`` resume its epoch at ``state``, a dict
+        :meth:`DistributedIterator.state_dict` returned (same checks as
+        ``sluice.data.Dataset.load_state_dict``)."""
+        self._native.load_state_dict(state)
 
 
 class DistributeStrategy:

@@ -7,7 +7,7 @@
 //! loses nothing.
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 use sluice_client::distribute::{
     distribute_datasets_from_function, AutoShardPolicy, DistributeConfig,
     DistributedDataset as RustDistributedDataset, DistributedInput,
@@ -16,9 +16,10 @@ use sluice_client::distribute::{
 use std::sync::Mutex;
 
 use crate::convert::{element_to_py, spec_to_py};
-use crate::errors::{client_error, invalid_argument};
+use crate::errors::{client_error, error, invalid_argument};
 use crate::in_process;
 use crate::pipeline::{lock, Dataset, Pipeline};
+use crate::reader_state::{state_from_py, state_to_py, wait_pinned};
 use crate::runtime::{wait, wait_borrowed};
 
 /// tf's `AutoShardPolicy` names.
@@ -169,6 +170,13 @@ impl DistributedDataset {
         spec_to_py(py, self.inner.element_spec())
     }
 
+    /// Makes the next epoch resume at `state` (a dict `DistributedIterator.state_dict()`
+    /// returned); only an input read through the service with a named job has states.
+    fn load_state_dict(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = state_from_py(state)?;
+        self.inner.load_state(state).map_err(client_error)
+    }
+
     /// A new epoch.
     fn iter(&self, py: Python<'_>) -> PyResult<DistributedIterator> {
         let dataset = self.inner.clone();
@@ -215,6 +223,23 @@ impl DistributedIterator {
                 Err(client_error(e))
             }
         }
+    }
+
+    /// The reader's state after the steps returned so far, as a dict of `str` and `int` (see
+    /// `RustDistributedIterator::state` for where one can be taken).
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut guard = lock(py, &self.steps)?;
+        let Some(steps) = guard.as_mut() else {
+            return Err(error(
+                "FailedPreconditionError",
+                "this epoch has ended (or was closed, or failed): a reader state is taken \
+                 during an epoch; after its end the next `iter()` starts the next epoch"
+                    .to_string(),
+            ));
+        };
+        let state = wait_pinned(py, steps.state())?.map_err(client_error)?;
+        drop(guard);
+        state_to_py(py, &state)
     }
 
     /// Ends the epoch now (a service read's client is released).

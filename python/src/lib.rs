@@ -16,6 +16,8 @@
 //! - `io`: `TfRecordWriter` (plain, GZIP, ZLIB), `serialize_example` (a `tf.train.Example`) and
 //!   `encode_jpeg` (for the image benchmark).
 //! - `pipeline`: `Dataset`, a local or service pipeline, and its `Iterator`.
+//! - `reader_state`: a reader's state as a Python dict (`state_dict()`), checked when it comes
+//!   back (`load_state_dict`).
 //! - `in_process`: the runner of users' Python functions in this interpreter (local
 //!   iteration, and ops chained after `distribute`).
 //! - `service`: `distribute`, `register_dataset`, `from_dataset_id`, `add_node`, `remove_node`, `status`.
@@ -30,6 +32,7 @@ mod in_process;
 mod io;
 mod metrics;
 mod pipeline;
+mod reader_state;
 mod runtime;
 mod servers;
 mod service;

@@ -7,7 +7,7 @@
 //! does on drop.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyAny, PyBytes};
+use pyo3::types::{PyAny, PyBytes, PyDict};
 use sluice_client::{ClientError, ElementStream, ServiceDataset};
 use sluice_element::{pb, Cancellation, DType, DatasetError, Element, ElementIter, ElementSpec};
 use sluice_executor::{iterate, ExecOptions};
@@ -24,6 +24,7 @@ use crate::convert::{columns_from_py, element_to_py, spec_from_py, spec_to_py, t
 use crate::errors::{client_error, dataset_error, error, invalid_argument};
 use crate::in_process;
 use crate::io::compression_from_py;
+use crate::reader_state::{state_from_py, state_to_py, wait_pinned};
 use crate::runtime::{wait, wait_borrowed};
 
 #[derive(Clone)]
@@ -364,12 +365,26 @@ impl Dataset {
         }
     }
 
+    /// Makes the next `iter()` resume the epoch at `state` (a dict `Iterator.state_dict()`
+    /// returned): checked here (its keys, its format, its job against this dataset's), and by
+    /// the dispatcher when the epoch starts (its dataset definition, its step).
+    fn load_state_dict(&self, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = state_from_py(state)?;
+        service_of(&self.pipeline)?
+            .load_state(state)
+            .map_err(client_error)
+    }
+
     /// A new epoch: local execution, or a new iteration of the service's job.
     fn iter(&self, py: Python<'_>) -> PyResult<Iterator> {
         let spec = self.static_spec()?;
         let first_spec = (spec.has_unknown() && self.first_spec.get().is_none())
             .then(|| (spec, self.first_spec.clone()));
         let closed = Closed::default();
+        let service = match &self.pipeline {
+            Pipeline::Local(_) => None,
+            Pipeline::Service(d) => Some(ServiceDataset::clone(d)),
+        };
         let source = match &self.pipeline {
             Pipeline::Local(d) => {
                 let def = d.def().clone();
@@ -393,8 +408,45 @@ impl Dataset {
             source: Mutex::new(Some(source)),
             first_spec: Mutex::new(first_spec),
             closed,
+            service,
         })
     }
+}
+
+/// The service dataset of `pipeline`, which a reader's state needs (see `check_stateful`).
+fn service_of(pipeline: &Pipeline) -> PyResult<&ServiceDataset> {
+    match pipeline {
+        Pipeline::Local(_) => Err(no_local_state()),
+        Pipeline::Service(d) => {
+            check_stateful(d)?;
+            Ok(d)
+        }
+    }
+}
+
+fn no_local_state() -> PyErr {
+    error(
+        "FailedPreconditionError",
+        "a dataset iterated in this process has no reader state: states are of datasets read \
+         through the service (`distribute` or `from_dataset_id` with a `job_name`)"
+            .to_string(),
+    )
+}
+
+/// A reader's state needs no ops after `distribute`: what they hold between elements is not
+/// part of one. (The Rust client refuses to take such a state; this refuses to restore one.)
+fn check_stateful(d: &ServiceDataset) -> PyResult<()> {
+    if d.local_ops().is_empty() {
+        return Ok(());
+    }
+    Err(error(
+        "FailedPreconditionError",
+        format!(
+            "a reader with ops after `distribute` ({}) takes no state (what they hold between \
+             elements is not part of one): move them before `distribute`",
+            render_ops(d.local_ops()).trim_start_matches('.')
+        ),
+    ))
 }
 
 /// How this process runs a pipeline itself: Python functions in this interpreter.
@@ -425,6 +477,8 @@ pub struct Iterator {
     /// Set by `close` before it takes the lock: a `next` waiting in another thread ends at
     /// once (as the end of the epoch) instead of holding the lock until an element comes.
     closed: Closed,
+    /// The dataset of a service epoch, which `load_state_dict` restarts.
+    service: Option<ServiceDataset>,
 }
 
 /// An iterator's `close`, seen by a `next` that waits: the service stream's wait and the local
@@ -476,6 +530,55 @@ impl Iterator {
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let next = self.next_element(py)?;
         next.map(|e| element_to_py(py, e)).transpose()
+    }
+
+    /// The reader's state: what `__next__` has returned so far in this epoch, as a dict of
+    /// `str` and `int`. Elements buffered and not yet returned are not part of it.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if let Some(dataset) = &self.service {
+            check_stateful(dataset)?;
+        }
+        let mut guard = lock(py, &self.source)?;
+        let stream = match guard.as_mut() {
+            Some(Source::Service(stream)) => stream,
+            Some(Source::Local(_)) => return Err(no_local_state()),
+            None => {
+                return Err(error(
+                    "FailedPreconditionError",
+                    "this epoch has ended (or was closed, or failed): a reader state is taken \
+                     during an epoch; after its end the next `iter()` starts the next epoch"
+                        .to_string(),
+                ))
+            }
+        };
+        let state = wait_pinned(py, stream.state())?.map_err(client_error)?;
+        drop(guard);
+        state_to_py(py, &state)
+    }
+
+    /// Restarts this epoch at `state` (as `Dataset.load_state_dict` and a new `iter()` do),
+    /// dropping what this iterator had buffered.
+    fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let state = state_from_py(state)?;
+        let Some(dataset) = self.service.clone() else {
+            return Err(no_local_state());
+        };
+        check_stateful(&dataset)?;
+        if self.closed.is_closed() {
+            return Err(error(
+                "FailedPreconditionError",
+                "this iterator was closed: load the state into its dataset \
+                 (`Dataset.load_state_dict`) and start a new `iter()`"
+                    .to_string(),
+            ));
+        }
+        dataset.load_state(state).map_err(client_error)?;
+        let mut guard = lock(py, &self.source)?;
+        let old = guard.take();
+        py.detach(|| drop(old));
+        let stream = wait(py, async move { dataset.iter().await })?.map_err(client_error)?;
+        *guard = Some(Source::Service(Box::new(stream)));
+        Ok(())
     }
 
     /// Ends the epoch now, and waits until the service has released this client (at most

@@ -218,17 +218,45 @@ impl DispatcherClient {
         job_id: JobId,
         repetition: u64,
     ) -> Result<IterationClient, RpcError> {
+        self.attach_to_iteration(job_id, repetition, None).await
+    }
+
+    /// Attaches a new client to the iteration `(job_id, repetition)` restored from a reader's
+    /// state at `step` (`reader` names the reader that took it): the one another reader of the
+    /// same state restored already, or a new one.
+    pub async fn resume_iteration(
+        &self,
+        job_id: JobId,
+        repetition: u64,
+        step: u64,
+        reader: &str,
+    ) -> Result<IterationClient, RpcError> {
+        let resume = pb::ResumeFrom {
+            step,
+            reader: reader.to_string(),
+        };
+        self.attach_to_iteration(job_id, repetition, Some(resume))
+            .await
+    }
+
+    async fn attach_to_iteration(
+        &self,
+        job_id: JobId,
+        repetition: u64,
+        resume: Option<pb::ResumeFrom>,
+    ) -> Result<IterationClient, RpcError> {
         let in_flight = self.begin_request();
         let request = pb::GetOrCreateIterationRequest {
             job_id: job_id.0,
             repetition,
             request_id: Some(in_flight.id),
+            resume,
         };
         let response = self
             .inner
             .quorum
             .call("get_or_create_iteration", Wait::Brief, |mut c, timeout| {
-                let request = timed(request, timeout);
+                let request = timed(request.clone(), timeout);
                 async move { c.get_or_create_iteration(request).await }
             })
             .await?;
@@ -314,6 +342,42 @@ impl DispatcherClient {
             })
             .await?;
         Ok(())
+    }
+
+    /// Records a reader's state at `step`: what it handed out since its state at `base_step`
+    /// (or since it joined), as runs of task stream indices. Returns the job's name, the
+    /// repetition, and the hex key of the definition the job reads.
+    pub async fn save_checkpoint(
+        &self,
+        client_id: ClientId,
+        reader: &str,
+        step: u64,
+        base_step: Option<u64>,
+        taken: &[TaskDelivery],
+    ) -> Result<pb::SaveCheckpointResponse, RpcError> {
+        let in_flight = self.begin_request();
+        let request = pb::SaveCheckpointRequest {
+            iteration_client_id: client_id.0,
+            reader: reader.to_string(),
+            step,
+            base_step,
+            taken: taken
+                .iter()
+                .map(|r| pb::TaskDelivery {
+                    task_id: r.task_id.0,
+                    runs: r.runs.iter().flat_map(|(s, e)| [s, e]).collect(),
+                    released: false,
+                })
+                .collect(),
+            request_id: Some(in_flight.id),
+        };
+        self.inner
+            .quorum
+            .call("save_checkpoint", Wait::Brief, |mut c, timeout| {
+                let request = timed(request.clone(), timeout);
+                async move { c.save_checkpoint(request).await }
+            })
+            .await
     }
 
     /// Detaches a client from its iteration.

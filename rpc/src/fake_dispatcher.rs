@@ -383,6 +383,13 @@ impl Dispatcher for Service {
         unimplemented(&self.0, "report_delivered").await
     }
 
+    async fn save_checkpoint(
+        &self,
+        _: Request<pb::SaveCheckpointRequest>,
+    ) -> Result<Response<pb::SaveCheckpointResponse>, Status> {
+        unimplemented(&self.0, "save_checkpoint").await
+    }
+
     async fn worker_heartbeat(
         &self,
         _: Request<pb::WorkerHeartbeatRequest>,

@@ -14,6 +14,7 @@ mod observability;
 mod parse_example;
 mod pipeline_limits;
 mod python_workers;
+mod reader_state;
 mod reading;
 mod security;
 mod silent_leader;
@@ -105,6 +106,12 @@ pub struct Reader {
 impl Reader {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILLs the reader; what it wrote before is still read by [`Reader::finish`].
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn start(args: &[&str]) -> Reader {

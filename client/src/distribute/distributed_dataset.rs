@@ -34,6 +34,7 @@ use super::distributed_iterator::{DistributedIterator, Feed, Steps};
 use super::input_context::InputContext;
 use super::rebatch::{compute_batch_size, per_replica_spec, Rebatch};
 use crate::error::ClientError;
+use crate::reader_state::ReaderState;
 use crate::service_dataset::ServiceDataset;
 use sluice_element::{pb, ElementSpec, PythonRunner};
 use sluice_executor::ExecOptions;
@@ -137,6 +138,19 @@ impl DistributedDataset {
     /// The input as this pipeline reads it (after auto-sharding).
     pub fn input(&self) -> &DistributedInput {
         &self.input
+    }
+
+    /// Makes the next epoch resume from `state` (see [`ServiceDataset::load_state`]); only an
+    /// input read through the service has states.
+    pub fn load_state(&self, state: ReaderState) -> Result<(), ClientError> {
+        match &self.input {
+            DistributedInput::Service(s) => s.load_state(state),
+            DistributedInput::Local(_) => Err(ClientError::FailedPrecondition(
+                "a distributed dataset over a local pipeline takes no state: read it through \
+                 the service (`distribute` with a `job_name`) to take states"
+                    .into(),
+            )),
+        }
     }
 
     /// Starts a new epoch: a new run of the local pipeline, or the next repetition of the

@@ -15,6 +15,7 @@ use super::per_replica::PerReplica;
 use super::rebatch::{empty_like, is_empty_batch, Rebatch};
 use crate::element_stream::ElementStream;
 use crate::error::ClientError;
+use crate::reader_state::ReaderState;
 use sluice_element::{DatasetError, Element, ElementIter};
 use std::collections::VecDeque;
 
@@ -132,6 +133,35 @@ impl DistributedIterator {
             out.push(step);
         }
         Ok(out)
+    }
+
+    /// The reader's state after the steps handed out so far (see [`ReaderState`]): the input's
+    /// state, which counts whole input elements, so it is taken only where no replica value cut
+    /// from an input element read is still waiting for a step (with rebatching over W input
+    /// pipelines, an input element makes W steps: take states every W steps). Needs an input
+    /// read through the service whose state can be taken (see [`ElementStream::state`]).
+    pub async fn state(&mut self) -> Result<ReaderState, ClientError> {
+        let Feed::Service(stream) = &mut self.feed else {
+            return Err(ClientError::FailedPrecondition(
+                "a distributed dataset over a local pipeline takes no state: read it through \
+                 the service (`distribute` with a `job_name`) to take states"
+                    .into(),
+            ));
+        };
+        let waiting = match &self.steps {
+            // Empty pieces are skipped, never handed out: they do not count.
+            Steps::Rebatch(_) => self.pending.iter().filter(|v| !is_empty_batch(v)).count(),
+            Steps::Whole => self.pending.len(),
+        };
+        if waiting > 0 {
+            return Err(ClientError::FailedPrecondition(format!(
+                "{waiting} replica values cut from an input element already read are still to \
+                 be handed out, and a state counts whole input elements: take it after the \
+                 last step of an input element (with rebatching over W input pipelines, every \
+                 W steps)"
+            )));
+        }
+        stream.state().await
     }
 
     /// After the input ended: the replicas that still have a value get it, the others an

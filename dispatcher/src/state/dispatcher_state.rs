@@ -24,6 +24,8 @@
 //! - `fetch_key`: the cluster's secret for readers' admissions;
 //! - `queries`: the read-only accessors the services use.
 
+mod checkpoints;
+pub use checkpoints::{hex as definition_hex, Taken};
 mod datasets;
 mod exactly_once;
 mod fetch_key;
@@ -44,6 +46,7 @@ mod tasks;
 mod workers;
 
 use crate::state::changes::Changes;
+use crate::state::checkpoint::Checkpoints;
 use crate::state::entities::{Dataset, Definition, DefinitionKey, Iteration, Job, Task, Worker};
 use crate::state::lineage::ExactlyOnce;
 use crate::state::request_log::{Admission, RequestLog};
@@ -114,6 +117,11 @@ pub struct DispatcherState {
     /// no byte). `None` in a snapshot made before it existed; the next leader sets one.
     #[serde(default, deserialize_with = "trailing_field::deserialize")]
     fetch_key: Option<FetchKey>,
+    /// Readers' states of exactly-once epochs: the checkpoints they point to and the
+    /// iterations restored from them (see `state::checkpoint`). Trailing, read as empty from
+    /// snapshots before it.
+    #[serde(default, deserialize_with = "trailing_field::deserialize")]
+    checkpoints: Checkpoints,
     /// What the entries applied since the last take touched (not replicated, never encoded).
     #[serde(skip)]
     changes: Changes,
@@ -158,6 +166,7 @@ impl Default for DispatcherState {
             iteration_failures: BTreeMap::new(),
             exactly_once: ExactlyOnce::default(),
             fetch_key: None,
+            checkpoints: Checkpoints::default(),
             changes: Changes::default(),
         }
     }
@@ -222,6 +231,19 @@ impl DispatcherState {
             Update::GetOrCreateIteration { job_id, repetition } => {
                 self.get_or_create_iteration(*job_id, *repetition)
             }
+            Update::SaveCheckpoint {
+                client_id,
+                reader,
+                step,
+                base_step,
+                taken,
+            } => self.save_checkpoint(*client_id, reader, *step, *base_step, taken),
+            Update::ResumeIteration {
+                job_id,
+                repetition,
+                step,
+                reader,
+            } => self.resume_iteration(*job_id, *repetition, *step, reader),
             Update::LeaseSplits(lease) => self.lease_splits(lease),
             Update::ReleaseIterationClient { client_id } => {
                 self.release_client(*client_id, ctx.time_micros)

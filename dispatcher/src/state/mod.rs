@@ -9,6 +9,7 @@
 //! - `update`: `Update`, `Request`, `Proposal`, `Outcome`, `Rejection` and the value types they carry.
 //! - `entities`: datasets, workers, jobs, iterations, tasks as stored in the state.
 //! - `lineage`: exactly-once delivery: lineages, the leases and deliveries they record.
+//! - `checkpoint`: readers' states: the checkpoints they point to, restored iterations.
 //! - `split_cursor`: the per-provider cursor of a distributed_epoch iteration.
 //! - `request_log`: the recorded outcomes of retryable requests, and when they are forgotten.
 //! - `worker_index_resolver`: the static-sharding worker list and each worker's index in it.
@@ -19,6 +20,7 @@
 //!   the read-only queries.
 
 mod changes;
+mod checkpoint;
 mod dispatcher_state;
 mod entities;
 mod lineage;
@@ -31,8 +33,10 @@ mod worker_index_resolver;
 mod dispatcher_state_tests;
 
 pub use changes::{Changes, Touched, Watched};
+pub use checkpoint::{Checkpoint, CHECKPOINTS_KEPT, MAX_CHECKPOINTS};
 pub use dispatcher_state::{
-    check_rounds, definition_key, ApplyContext, DispatcherState, StateSizes, MAX_DEFINITION_BYTES,
+    check_rounds, definition_hex, definition_key, ApplyContext, DispatcherState, StateSizes, Taken,
+    MAX_DEFINITION_BYTES,
 };
 pub use entities::{Dataset, Definition, DefinitionKey, Iteration, Job, PendingTask, Task, Worker};
 pub use lineage::{DeliveryReport, ExactlyOnce, Lineage, RecordedLease};

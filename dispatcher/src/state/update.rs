@@ -207,6 +207,23 @@ pub enum Update {
     /// first one counts: once a key is set, a later `SetFetchKey` (another leader's, proposed
     /// before it saw the first applied) changes nothing, so admissions stay valid.
     SetFetchKey { key: FetchKey },
+    /// A reader's state: what it took since its previous one (`base_step`, or since it
+    /// joined), added to its iteration's checkpoint at `step`.
+    SaveCheckpoint {
+        client_id: ClientId,
+        reader: String,
+        step: u64,
+        base_step: Option<u64>,
+        taken: Vec<(TaskId, Vec<(u64, u64)>)>,
+    },
+    /// A reader restored from its state at `step`: a new client of the iteration restored
+    /// from that checkpoint (created, or joined; see `state::checkpoint`).
+    ResumeIteration {
+        job_id: JobId,
+        repetition: u64,
+        step: u64,
+        reader: String,
+    },
 }
 
 impl Update {
@@ -232,6 +249,8 @@ impl Update {
             Update::ReportDelivered { .. } => "report_delivered",
             Update::WorkerIncarnation { .. } => "worker_incarnation",
             Update::SetFetchKey { .. } => "set_fetch_key",
+            Update::SaveCheckpoint { .. } => "save_checkpoint",
+            Update::ResumeIteration { .. } => "resume_iteration",
         }
     }
 }
@@ -289,6 +308,13 @@ pub enum Outcome {
     /// After a `SetFetchKey`: whether it set the key (`false`: one was set already).
     FetchKeySet {
         set: bool,
+    },
+    /// A `SaveCheckpoint` was recorded: the job's name and repetition it names, and the
+    /// definition the job reads.
+    CheckpointSaved {
+        job_name: String,
+        repetition: u64,
+        definition: [u8; 32],
     },
 }
 

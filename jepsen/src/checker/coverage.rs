@@ -4,7 +4,8 @@
 //! Required: a non-empty schedule; every planned fault started (`ok`) and ended (`ok`); every
 //! requested nemesis kind happened; at least one fault aimed at the leader actually hit the
 //! leader of the moment; and the workload ran during the fault phase (elements received and
-//! leases granted between the first fault and the heal).
+//! leases granted between the first fault and the heal; with the trainer nemesis, the trainer
+//! restored from a state at least once and read elements after a restore).
 
 use super::{heal_time, CheckResult, Verdict};
 use crate::history::{Event, Kind};
@@ -82,6 +83,30 @@ pub fn check(events: &[Event], schedule: &Schedule) -> CheckResult {
             Verdict::Unknown,
             "the workload did not run during the fault phase".into(),
         );
+    }
+    if schedule
+        .nemeses
+        .contains(&crate::schedule::NemesisKind::Trainer)
+    {
+        let restored = events
+            .iter()
+            .filter(|e| e.f == "trainer-run" && e.kind == Kind::Invoke)
+            .filter(|e| !e.value["resume"].is_null())
+            .map(|e| (e.value["job"].clone(), e.value["run"].clone()))
+            .collect::<Vec<_>>();
+        let after_restore = events
+            .iter()
+            .filter(|e| e.f == "trainer-element" && e.kind == Kind::Ok)
+            .filter(|e| restored.contains(&(e.value["job"].clone(), e.value["run"].clone())))
+            .count() as u64;
+        result.count("trainer_restores", restored.len() as u64);
+        result.count("trainer_elements_after_restores", after_restore);
+        if after_restore == 0 {
+            result.flag(
+                Verdict::Unknown,
+                "the trainer never read after a restore from its state".into(),
+            );
+        }
     }
     result
 }

@@ -12,6 +12,8 @@
 //! - `loss_bound`: (e) under exactly-once delivery, every split of a complete epoch delivered
 //!   once; under at-most-once, every leased split delivered once, or lost with the worker
 //!   holding it.
+//! - `trainer`: (f) the trainer's epochs (a reading process killed and restored from its
+//!   last state) deliver exactly once relative to the states restored.
 //! - `gaps`: the delivery gaps of a history, per fault (used by `progress` and the report).
 
 pub mod at_most_once;
@@ -20,6 +22,7 @@ pub mod gaps;
 pub mod loss_bound;
 pub mod no_lost_state;
 pub mod progress;
+pub mod trainer;
 
 use crate::history::{Event, Kind};
 use crate::schedule::Schedule;
@@ -108,6 +111,7 @@ pub fn check_all(
         no_lost_state::check(events),
         progress::check(events, options.max_delivery_gap),
         coverage::check(events, schedule),
+        trainer::check(events),
     ]
 }
 

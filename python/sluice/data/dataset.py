@@ -419,6 +419,29 @@ class Dataset:
         _live_epochs.add(epoch)
         return epoch
 
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Makes the next ``iter()`` of this dataset resume its epoch at ``state``, a dict
+        an iterator's ``state_dict()`` returned (PyTorch's convention; the dict survives
+        ``torch.save``, ``pickle`` and ``json``)::
+
+            ds = dataset.apply(sluice.distribute("distributed_epoch", service, job_name="train"))
+            ds.load_state_dict(state)
+            it = iter(ds)   # the epoch the state was taken in, from where it was taken
+
+        What every reader of the job that took a state at the same step had received before
+        it is not delivered again; every other element of the epoch is, once. Needs a dataset
+        read through the service (``distribute`` or ``from_dataset_id``) with the state's
+        ``job_name``, delivering exactly once, with no ops after ``distribute``.
+
+        A dict with a missing, unknown or wrong-typed key raises
+        :class:`~sluice.errors.InvalidArgumentValueError` naming the key, as does a state of a
+        newer format or another job; a state of another dataset definition, or one the
+        dispatcher no longer keeps, fails when the epoch starts (``InvalidArgumentError``,
+        ``NotFoundError``). A local dataset raises
+        :class:`~sluice.errors.FailedPreconditionError`.
+        """
+        self._native.load_state_dict(state)
+
     def as_numpy_iterator(self) -> Iterator[Element]:
         """An iterator of numpy values (elements already are; kept for tf.data's name)."""
         return iter(self)

@@ -18,6 +18,7 @@ mod limits;
 mod metrics;
 mod processing_modes;
 mod quorum;
+mod reader_state;
 mod restart;
 mod secure_workers;
 mod security;

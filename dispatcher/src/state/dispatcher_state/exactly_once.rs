@@ -116,7 +116,7 @@ impl DispatcherState {
             .any(|(_, l)| l.origin_worker == worker)
     }
 
-    fn lineages_of(
+    pub(super) fn lineages_of(
         &self,
         iteration_id: IterationId,
     ) -> impl Iterator<Item = (&LineageKey, &Lineage)> {
@@ -347,6 +347,7 @@ impl DispatcherState {
         self.exactly_once
             .tasks
             .retain(|_, key| key.0 != iteration_id);
+        self.forget_restore(iteration_id);
     }
 
     /// What a worker taking `task_id` over needs: the leases to consume first, and the indices

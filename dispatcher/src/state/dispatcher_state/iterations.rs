@@ -6,7 +6,7 @@ use crate::state::changes::Watched;
 use crate::state::entities::Iteration;
 use crate::state::split_cursor::SplitCursor;
 use crate::state::update::{Outcome, Rejection};
-use sluice_types::{ClientId, IterationId, JobId, ShardingPolicy};
+use sluice_types::{ClientId, IterationId, JobId};
 
 impl DispatcherState {
     pub(super) fn get_or_create_iteration(
@@ -22,36 +22,8 @@ impl DispatcherState {
         let iteration_id = match self.iteration_keys.get(&key) {
             Some(id) => *id,
             None => {
-                let cursors = match job.sharding {
-                    ShardingPolicy::Dynamic => self
-                        .datasets
-                        .get(&job.dataset_id)
-                        .map(|d| d.num_splits.iter().map(|n| SplitCursor::new(*n)).collect())
-                        .unwrap_or_default(),
-                    _ => Vec::new(),
-                };
-                let id = IterationId(self.next_iteration_id);
-                self.next_iteration_id = self.next_iteration_id.saturating_add(1);
-                self.iterations.insert(
-                    id,
-                    Iteration {
-                        id,
-                        job_id,
-                        repetition,
-                        tasks: Vec::new(),
-                        cursors,
-                        num_clients: 0,
-                        last_client_released_micros: None,
-                        finished: false,
-                        garbage_collected: false,
-                        pending_tasks: Default::default(),
-                        round_estimate: 0,
-                    },
-                );
-                self.iteration_keys.insert(key, id);
-                if let Some(job) = self.jobs.get_mut(&job_id) {
-                    job.iterations += 1;
-                }
+                let cursors = self.fresh_cursors(job_id);
+                let id = self.new_iteration(job_id, repetition, cursors);
                 let workers: Vec<String> = self.workers.keys().cloned().collect();
                 for worker in workers {
                     self.create_task(id, &worker, 0);
@@ -59,14 +31,57 @@ impl DispatcherState {
                 id
             }
         };
+        Ok(self.add_client(iteration_id))
+    }
+
+    /// A new iteration of `job_id` under the job's name and `repetition`, without tasks.
+    pub(super) fn new_iteration(
+        &mut self,
+        job_id: JobId,
+        repetition: u64,
+        cursors: Vec<SplitCursor>,
+    ) -> IterationId {
+        let name = self
+            .jobs
+            .get(&job_id)
+            .map(|j| j.name.clone())
+            .unwrap_or_default();
+        let id = IterationId(self.next_iteration_id);
+        self.next_iteration_id = self.next_iteration_id.saturating_add(1);
+        self.iterations.insert(
+            id,
+            Iteration {
+                id,
+                job_id,
+                repetition,
+                tasks: Vec::new(),
+                cursors,
+                num_clients: 0,
+                last_client_released_micros: None,
+                finished: false,
+                garbage_collected: false,
+                pending_tasks: Default::default(),
+                round_estimate: 0,
+            },
+        );
+        self.iteration_keys.insert((name, repetition), id);
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.iterations += 1;
+        }
+        self.changes.touch(Watched::Iteration(id));
+        id
+    }
+
+    /// A new client of `iteration_id`.
+    pub(super) fn add_client(&mut self, iteration_id: IterationId) -> Outcome {
         let client_id = ClientId(self.next_client_id);
         self.next_client_id = self.next_client_id.saturating_add(1);
         self.clients.insert(client_id, iteration_id);
         self.iteration_mut(iteration_id).num_clients += 1;
-        Ok(Outcome::Iteration {
+        Outcome::Iteration {
             iteration_id,
             client_id,
-        })
+        }
     }
 
     pub(super) fn release_client(

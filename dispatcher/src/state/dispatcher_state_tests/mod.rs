@@ -9,6 +9,7 @@ use sluice_types::{
     TargetWorkers, TaskId,
 };
 
+mod checkpoints;
 mod coordinated_reads;
 mod crashes;
 mod datasets;

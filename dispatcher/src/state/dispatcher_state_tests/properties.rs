@@ -67,6 +67,47 @@ fn any_update() -> impl Strategy<Value = Update> {
             key: sluice_security::FetchKey::from_bytes(&bytes).expect("32 bytes"),
         }),
         (2000..2004u64).prop_map(gc),
+        (
+            prop::sample::select(vec!["1000", "1001"]),
+            prop::sample::select(vec!["j", "k"]),
+        )
+            .prop_map(|(d, name)| Update::GetOrCreateJobWithDelivery {
+                dataset_id: DatasetId(d.into()),
+                sharding: ShardingPolicy::Dynamic,
+                job_name: Some(name.into()),
+                anonymous_suffix: 7,
+                options: JobOptions::default(),
+                delivery: sluice_types::Delivery::ExactlyOnce,
+            }),
+        (
+            3000..3006u64,
+            prop::sample::select(vec!["r1", "r2", ""]),
+            prop_oneof![0..4u64, Just(u64::MAX)],
+            prop::option::of(0..4u64),
+            prop::collection::vec((4000..4008u64, 0..6u64, 0..6u64), 0..3),
+        )
+            .prop_map(|(c, reader, step, base, taken)| Update::SaveCheckpoint {
+                client_id: ClientId(c),
+                reader: reader.into(),
+                step,
+                base_step: base,
+                taken: taken
+                    .into_iter()
+                    .map(|(t, s, n)| (TaskId(t), vec![(s, s.saturating_add(n))]))
+                    .collect(),
+            }),
+        (
+            5000..5004u64,
+            0..2u64,
+            prop_oneof![0..4u64, Just(u64::MAX)],
+            prop::sample::select(vec!["r1", "r2"]),
+        )
+            .prop_map(|(j, r, step, reader)| Update::ResumeIteration {
+                job_id: JobId(j),
+                repetition: r,
+                step,
+                reader: reader.into(),
+            }),
         // Parts of the definitions "ab" and "ba" in any order, and their registrations
         // with a right or a wrong length.
         (
