@@ -16,10 +16,10 @@ use sluice_client::distribute::{
 use std::sync::Mutex;
 
 use crate::convert::{element_to_py, spec_to_py};
-use crate::errors::{client_error, error, invalid_argument};
+use crate::errors::{client_error, invalid_argument};
 use crate::in_process;
 use crate::pipeline::{lock, Dataset, Pipeline};
-use crate::reader_state::{state_from_py, state_to_py, wait_pinned};
+use crate::reader_state::{epoch_over, state_from_py, state_to_py, wait_pinned};
 use crate::runtime::{wait, wait_borrowed};
 
 /// tf's `AutoShardPolicy` names.
@@ -230,12 +230,7 @@ impl DistributedIterator {
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let mut guard = lock(py, &self.steps)?;
         let Some(steps) = guard.as_mut() else {
-            return Err(error(
-                "FailedPreconditionError",
-                "this epoch has ended (or was closed, or failed): a reader state is taken \
-                 during an epoch; after its end the next `iter()` starts the next epoch"
-                    .to_string(),
-            ));
+            return Err(epoch_over());
         };
         let state = wait_pinned(py, steps.state())?.map_err(client_error)?;
         drop(guard);

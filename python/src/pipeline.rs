@@ -24,7 +24,7 @@ use crate::convert::{columns_from_py, element_to_py, spec_from_py, spec_to_py, t
 use crate::errors::{client_error, dataset_error, error, invalid_argument};
 use crate::in_process;
 use crate::io::compression_from_py;
-use crate::reader_state::{state_from_py, state_to_py, wait_pinned};
+use crate::reader_state::{epoch_over, state_from_py, state_to_py, wait_pinned};
 use crate::runtime::{wait, wait_borrowed};
 
 #[derive(Clone)]
@@ -542,14 +542,7 @@ impl Iterator {
         let stream = match guard.as_mut() {
             Some(Source::Service(stream)) => stream,
             Some(Source::Local(_)) => return Err(no_local_state()),
-            None => {
-                return Err(error(
-                    "FailedPreconditionError",
-                    "this epoch has ended (or was closed, or failed): a reader state is taken \
-                     during an epoch; after its end the next `iter()` starts the next epoch"
-                        .to_string(),
-                ))
-            }
+            None => return Err(epoch_over()),
         };
         let state = wait_pinned(py, stream.state())?.map_err(client_error)?;
         drop(guard);

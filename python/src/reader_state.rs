@@ -173,3 +173,13 @@ where
         }
     }
 }
+
+/// The error of a `state_dict()` on an iterator whose epoch is over.
+pub(crate) fn epoch_over() -> PyErr {
+    error(
+        "FailedPreconditionError",
+        "this epoch has ended (or was closed, or failed): a reader state is taken during an \
+         epoch; after its end the next `iter()` starts the next epoch"
+            .to_string(),
+    )
+}

@@ -278,13 +278,7 @@ impl DispatcherState {
                 ),
             );
         }
-        let unfinished: Vec<TaskId> = iteration
-            .tasks
-            .iter()
-            .chain(iteration.pending_tasks.iter().map(|p| &p.task_id))
-            .copied()
-            .filter(|t| self.tasks.get(t).is_some_and(|t| !t.finished))
-            .collect();
+        let unfinished = self.unfinished_tasks(old);
         self.changes.touch(Watched::Iteration(old));
         self.forget_lineages(old);
         for task_id in unfinished {

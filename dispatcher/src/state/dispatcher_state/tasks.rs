@@ -55,13 +55,7 @@ impl DispatcherState {
                      {signal}); the iteration is failed rather than run on another worker"
                 ),
             );
-            let unfinished: Vec<TaskId> = iteration
-                .tasks
-                .iter()
-                .chain(iteration.pending_tasks.iter().map(|p| &p.task_id))
-                .copied()
-                .filter(|t| self.tasks.get(t).is_some_and(|t| !t.finished))
-                .collect();
+            let unfinished = self.unfinished_tasks(iteration_id);
             self.changes.touch(Watched::Iteration(iteration_id));
             for task in unfinished {
                 self.drop_task(task);
@@ -69,6 +63,20 @@ impl DispatcherState {
             failed.push(iteration_id);
         }
         Outcome::IterationsFailed { iterations: failed }
+    }
+
+    /// The tasks of `iteration_id`, pending ones included, that have not finished.
+    pub(super) fn unfinished_tasks(&self, iteration_id: IterationId) -> Vec<TaskId> {
+        let Some(iteration) = self.iterations.get(&iteration_id) else {
+            return Vec::new();
+        };
+        iteration
+            .tasks
+            .iter()
+            .chain(iteration.pending_tasks.iter().map(|p| &p.task_id))
+            .copied()
+            .filter(|t| self.tasks.get(t).is_some_and(|t| !t.finished))
+            .collect()
     }
 
     /// Ends a task that did not reach its end: it leaves its iteration's pending queue, and its

@@ -2,6 +2,7 @@
 //! restore creates an iteration from the checkpoint (or joins the one another reader of the
 //! same step restored), superseding the iteration under the job's name.
 
+use super::exactly_once::running_lineages;
 use super::*;
 use crate::state::dispatcher_state::definition_key;
 use crate::state::lineage::RecordedLease;
@@ -77,8 +78,6 @@ fn reading() -> Vec<(Update, Outcome)> {
 type Saved = Vec<(u64, Vec<RecordedLease>, Vec<(u64, u64)>)>;
 /// (name, steps after `reading`, the checkpoint's step, its lineages)
 type SavedCase = (&'static str, Vec<(Update, Outcome)>, u64, Saved);
-/// An unfinished task: (task, worker, leases to replay, indices to skip).
-type Replay = (u64, String, Vec<RecordedLease>, Vec<(u64, u64)>);
 
 fn lineages_of(state: &DispatcherState, step: u64) -> Saved {
     let checkpoint = state.checkpoint("j", 0, step).expect("checkpoint kept");
@@ -241,28 +240,6 @@ fn an_at_most_once_job_takes_no_state() {
     state.check_invariants().expect("invariants");
 }
 
-/// Unfinished tasks of `iteration` with their (worker, leases to replay, indices to skip).
-fn replays(state: &DispatcherState, iteration: u64) -> Vec<Replay> {
-    let iteration = state.iteration(IterationId(iteration)).expect("iteration");
-    iteration
-        .tasks
-        .iter()
-        .filter_map(|t| {
-            let task = state.task(*t)?;
-            if task.finished {
-                return None;
-            }
-            let (leases, skip) = state.replay_of(*t)?;
-            Some((
-                t.0,
-                task.worker.clone(),
-                leases.to_vec(),
-                skip.iter().collect(),
-            ))
-        })
-        .collect()
-}
-
 #[test]
 fn a_restore_supersedes_the_iteration_and_replays_the_checkpoints_lineages() {
     let mut steps = reading();
@@ -280,7 +257,7 @@ fn a_restore_supersedes_the_iteration_and_replays_the_checkpoints_lineages() {
         .iteration_failure(IterationId(2000))
         .is_some_and(|f| f.contains("was superseded")));
     assert_eq!(
-        replays(&state, 2001),
+        running_lineages(&state, 2001),
         vec![
             (4004, "w1".into(), vec![], vec![]),
             (4005, "w2".into(), vec![], vec![]),
@@ -301,7 +278,7 @@ fn a_restore_supersedes_the_iteration_and_replays_the_checkpoints_lineages() {
     // It had finished: its readers read to its end, nothing fails them.
     assert_eq!(state.iteration_failure(IterationId(2001)), None);
     assert_eq!(
-        replays(&state, 2002)
+        running_lineages(&state, 2002)
             .into_iter()
             .filter(|(_, _, leases, _)| !leases.is_empty())
             .map(|(_, _, leases, skip)| (leases, skip))
@@ -310,7 +287,7 @@ fn a_restore_supersedes_the_iteration_and_replays_the_checkpoints_lineages() {
     );
     // A state taken in the restored iteration includes what was taken before the restore.
     let mut later = steps;
-    let restored_task = replays(&run("", later.clone()), 2002)
+    let restored_task = running_lineages(&run("", later.clone()), 2002)
         .into_iter()
         .find(|(_, _, leases, _)| !leases.is_empty())
         .expect("a restored lineage")

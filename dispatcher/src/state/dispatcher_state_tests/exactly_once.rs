@@ -57,7 +57,29 @@ fn two_workers_reading() -> Vec<(Update, Outcome)> {
 }
 
 /// An unfinished task with a lineage: (task, its worker, leases to replay, indices to skip).
-type Running = (u64, String, Vec<RecordedLease>, Vec<(u64, u64)>);
+pub(super) type Running = (u64, String, Vec<RecordedLease>, Vec<(u64, u64)>);
+
+/// The unfinished tasks of `iteration` that run a lineage, as [`Running`].
+pub(super) fn running_lineages(state: &DispatcherState, iteration: u64) -> Vec<Running> {
+    let iteration = state.iteration(IterationId(iteration)).expect("iteration");
+    iteration
+        .tasks
+        .iter()
+        .filter_map(|t| {
+            let task = state.task(*t)?;
+            if task.finished {
+                return None;
+            }
+            let (leases, skip) = state.replay_of(*t)?;
+            Some((
+                t.0,
+                task.worker.clone(),
+                leases.to_vec(),
+                skip.iter().collect(),
+            ))
+        })
+        .collect()
+}
 /// The same, as a table writes it.
 type Listed = (u64, &'static str, Vec<RecordedLease>, &'static [(u64, u64)]);
 type Case = (&'static str, Vec<(Update, Outcome)>, Expect);
@@ -216,23 +238,7 @@ fn lineage_table() {
             .collect();
         assert_eq!(to_release, expect.to_release, "{name}: tasks to release");
         let iteration = state.iteration(IterationId(2000)).expect("iteration");
-        let running: Vec<Running> = iteration
-            .tasks
-            .iter()
-            .filter_map(|t| {
-                let task = state.task(*t)?;
-                if task.finished {
-                    return None;
-                }
-                let (leases, skip) = state.replay_of(*t)?;
-                Some((
-                    t.0,
-                    task.worker.clone(),
-                    leases.to_vec(),
-                    skip.iter().collect(),
-                ))
-            })
-            .collect();
+        let running: Vec<Running> = running_lineages(&state, 2000);
         let want: Vec<Running> = expect
             .lineages
             .into_iter()
