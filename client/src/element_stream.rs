@@ -314,7 +314,9 @@ impl ElementStream {
                 }
                 self.consumed += self.current_len;
                 self.current_len = count;
-                self.current_indices = batch.indices;
+                // Indices are kept only where a state can be taken: a reader that cannot take
+                // one (no job name, ops after `distribute`) would only accumulate them.
+                self.current_indices = batch.indices.filter(|_| self.checkpointing.is_ok());
                 self.current = batch.elements;
                 self.current_permit = batch.permit;
                 self.taken = 0;
