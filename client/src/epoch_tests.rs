@@ -51,10 +51,7 @@ fn ended(task_id: u64) -> Event {
 fn failed(task_id: u64, message: &str) -> Event {
     Event::TaskEnded {
         task_id,
-        result: Err(ClientError::Worker {
-            address: format!("w{task_id}"),
-            message: message.into(),
-        }),
+        result: Err(ClientError::worker(format!("w{task_id}"), message)),
     }
 }
 fn heartbeat_failed() -> Event {

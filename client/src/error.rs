@@ -18,9 +18,15 @@ pub enum ClientError {
     /// No dispatcher replica answered within the retry deadline.
     #[error("dispatcher unavailable after {attempts} attempts: {message}")]
     Unavailable { attempts: u32, message: String },
-    /// A worker failed to produce elements for a task.
+    /// A worker failed to produce elements for a task. `code` is the failure's class, as the
+    /// worker gave it (`NotFound` for a missing file, `FailedPrecondition` for a deleted task,
+    /// ...): tf.data keeps a worker error's code and prefixes its message.
     #[error("Failed to get element from worker {address}: {message}")]
-    Worker { address: String, message: String },
+    Worker {
+        address: String,
+        message: String,
+        code: tonic::Code,
+    },
     /// A worker's pipeline failed with an error the reader raises again as its own kind: a
     /// user's Python function raised (`DatasetError::Python`, its type, message and traceback
     /// as the worker's executor saw them). Boxed for the same reason as `Dataset`.
@@ -50,6 +56,15 @@ impl From<DatasetError> for ClientError {
 }
 
 impl ClientError {
+    /// A worker's failure of its own (not its pipeline's): `Internal`.
+    pub fn worker(address: impl Into<String>, message: impl Into<String>) -> ClientError {
+        ClientError::Worker {
+            address: address.into(),
+            message: message.into(),
+            code: tonic::Code::Internal,
+        }
+    }
+
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::InvalidArgument(_) => false,
@@ -112,9 +127,10 @@ pub(crate) fn worker_refusal(address: &str, status: tonic::Status) -> ClientErro
             code,
             message: format!("worker {address}: {}", status.message()),
         },
-        _ => ClientError::Worker {
+        code => ClientError::Worker {
             address: address.to_string(),
             message: status.message().to_string(),
+            code,
         },
     }
 }

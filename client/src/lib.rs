@@ -77,7 +77,9 @@ pub use options::{
 pub use reader_state::{ReaderState, READER_STATE_FORMAT};
 pub use service_dataset::{DispatcherClientExt, ServiceDataset};
 pub use sluice_element::Compression;
-pub use sluice_rpc::{DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError};
+pub use sluice_rpc::{
+    dataset_error_code, DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError,
+};
 pub use sluice_types::{
     ClientId, DatasetId, Delivery, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers,
     TaskId, WorkerId,

@@ -50,10 +50,7 @@ fn removed(task_id: u64) -> Event {
 fn refused(task_id: u64) -> Event {
     Event::Replied {
         task_id,
-        reply: Err(ClientError::Worker {
-            address: format!("w{task_id}"),
-            message: "deleted".into(),
-        }),
+        reply: Err(ClientError::worker(format!("w{task_id}"), "deleted")),
     }
 }
 fn failed(message: &str) -> Event {

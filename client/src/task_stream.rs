@@ -273,10 +273,10 @@ async fn fetch(
                 format!("worker address {}: {e}", config.address),
             )),
             // rustls' verdict on the worker's certificate: a setup to fix, not a blip.
-            std::io::ErrorKind::InvalidData => FetchError::Fatal(ClientError::Worker {
-                address: config.address.clone(),
-                message: format!("TLS handshake failed: {e}"),
-            }),
+            std::io::ErrorKind::InvalidData => FetchError::Fatal(ClientError::worker(
+                config.address.clone(),
+                format!("TLS handshake failed: {e}"),
+            )),
             std::io::ErrorKind::ConnectionRefused => FetchError::Retry(e.to_string(), Worker::Gone),
             _ => FetchError::Retry(e.to_string(), Worker::Unreachable),
         })?;
@@ -335,34 +335,28 @@ async fn fetch(
             batch.payloads,
         )
         .map_err(|e| {
-            FetchError::Fatal(ClientError::Worker {
-                address: config.address.clone(),
-                message: format!("a malformed message: {e}"),
-            })
+            FetchError::Fatal(ClientError::worker(
+                config.address.clone(),
+                format!("a malformed message: {e}"),
+            ))
         })?;
         let skip = resume
             .admit(batch.incarnation, batch.first_sequence, elements.len())
             .map_err(|message| {
-                FetchError::Fatal(ClientError::Worker {
-                    address: config.address.clone(),
-                    message,
-                })
+                FetchError::Fatal(ClientError::worker(config.address.clone(), message))
             })?;
         let indices = config
             .received
             .record_message(config.task_id, &batch.index_runs, elements.len(), skip)
             .map_err(|message| {
-                FetchError::Fatal(ClientError::Worker {
-                    address: config.address.clone(),
-                    message,
-                })
+                FetchError::Fatal(ClientError::worker(config.address.clone(), message))
             })?;
         if !elements.is_empty() {
             let mut permit = held.take(elements.len()).ok_or_else(|| {
-                FetchError::Fatal(ClientError::Worker {
-                    address: config.address.clone(),
-                    message: "the worker sent more elements than it was granted credits for".into(),
-                })
+                FetchError::Fatal(ClientError::worker(
+                    config.address.clone(),
+                    "the worker sent more elements than it was granted credits for",
+                ))
             })?;
             if skip > 0 {
                 // Already delivered (a resend that overlaps what arrived before the break):
@@ -401,9 +395,14 @@ fn batch_error(address: &str, batch: ElementBatch) -> ClientError {
                 exception,
             )))),
         },
+        // 0: a worker that sends no code.
         None => ClientError::Worker {
             address: address.to_string(),
             message: batch.error,
+            code: match tonic::Code::from_i32(batch.error_code) {
+                tonic::Code::Ok => tonic::Code::Internal,
+                code => code,
+            },
         },
     }
 }
@@ -444,7 +443,21 @@ mod tests {
         };
         assert!(matches!(
             batch_error("w:1", plain),
-            ClientError::Worker { address, message } if address == "w:1" && message == "boom"
+            ClientError::Worker { address, message, code: tonic::Code::Internal }
+                if address == "w:1" && message == "boom"
+        ));
+        // The worker's code is the class the reader raises the failure with.
+        let missing = ElementBatch {
+            error: "cannot read '/d/a': No such file or directory".into(),
+            error_code: tonic::Code::NotFound as i32,
+            ..Default::default()
+        };
+        assert!(matches!(
+            batch_error("w:1", missing),
+            ClientError::Worker {
+                code: tonic::Code::NotFound,
+                ..
+            }
         ));
     }
 
@@ -480,7 +493,7 @@ mod tests {
         );
         assert!(matches!(
             deleted,
-            FetchError::Fatal(ClientError::Worker { address, message })
+            FetchError::Fatal(ClientError::Worker { address, message, code: tonic::Code::FailedPrecondition })
                 if address == "w:1" && message.contains("which has been deleted")
         ));
     }

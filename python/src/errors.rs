@@ -16,7 +16,7 @@ fn client_class(e: &ClientError) -> &'static str {
         ClientError::NotFound(_) => "NotFoundError",
         ClientError::FailedPrecondition(_) => "FailedPreconditionError",
         ClientError::Unavailable { .. } => "UnavailableError",
-        ClientError::Worker { .. } => "InternalError",
+        ClientError::Worker { code, .. } => code_class(*code),
         ClientError::WorkerPipeline { error, .. } => dataset_class(error),
         ClientError::Dataset(e) => dataset_class(e),
         ClientError::OutOfRange(_) => "OutOfRangeError",
@@ -25,42 +25,7 @@ fn client_class(e: &ClientError) -> &'static str {
 }
 
 fn dataset_class(e: &DatasetError) -> &'static str {
-    match e {
-        DatasetError::Parse { .. }
-        | DatasetError::UnknownFunction { .. }
-        | DatasetError::InvalidArgument(_)
-        | DatasetError::Function { .. }
-        | DatasetError::UnshardableSource(_)
-        | DatasetError::UnresolvedShardHint
-        | DatasetError::LineTooLong { .. }
-        | DatasetError::Image { .. }
-        | DatasetError::BadExample { .. } => "InvalidArgumentError",
-        DatasetError::AtRecord { error, .. } => dataset_class(error),
-        DatasetError::FileRefused { .. } => "PermissionDeniedError",
-        // Raised as `PythonFunctionError` (see `python_function_error`); this class is only a
-        // fallback.
-        DatasetError::Python(_) => "InvalidArgumentError",
-        DatasetError::PythonRuntime(_) => "FailedPreconditionError",
-        DatasetError::Io { kind, .. } => io_class(*kind),
-        DatasetError::CorruptRecord { .. } | DatasetError::Codec(_) => "DataLossError",
-        DatasetError::Splits {
-            retryable: true, ..
-        } => "UnavailableError",
-        DatasetError::Splits { .. } => "FailedPreconditionError",
-        DatasetError::Cancelled => "CancelledError",
-        DatasetError::ResourceExhausted { .. } | DatasetError::MemoryShareExceeded { .. } => {
-            "ResourceExhaustedError"
-        }
-    }
-}
-
-/// The class for a failed read, by the operating system's reason.
-fn io_class(kind: std::io::ErrorKind) -> &'static str {
-    match kind {
-        std::io::ErrorKind::NotFound => "NotFoundError",
-        std::io::ErrorKind::PermissionDenied => "PermissionDeniedError",
-        _ => "UnknownError",
-    }
+    code_class(sluice_client::dataset_error_code(e))
 }
 
 fn code_class(code: tonic::Code) -> &'static str {

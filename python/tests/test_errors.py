@@ -234,3 +234,45 @@ def test_python_argument_errors_are_value_errors_with_tf_datas_text(call, text):
         call()
     assert isinstance(e.value, errors.InvalidArgumentError)
     assert str(e.value) == text
+
+
+def test_worker_errors_keep_their_class_a_file_missing_on_the_worker_is_not_found(cluster, tmp_path):  # type: ignore[no-untyped-def]
+    """A pipeline that fails on a worker fails the reader with the failure's own class, its
+    text prefixed with the worker's address, as tf.data keeps a worker error's code."""
+    path = tmp_path / "a.txt"
+    path.write_text("x\n")
+    ds = TextLineDataset([str(path)]).apply(sluice.distribute("parallel_epochs", cluster.target))
+    path.unlink()  # after registration, which checks that it exists
+    with pytest.raises(errors.NotFoundError) as e:
+        list(ds)
+    assert str(e.value).startswith("Failed to get element from worker 127.0.0.1:")
+    assert f"cannot read '{path}'" in str(e.value)
+
+
+def test_worker_errors_keep_their_class_a_corrupt_record_is_data_loss(cluster, tmp_path):  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.tfrecord"
+    path.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00garbage-that-is-no-record")
+    ds = TFRecordDataset(str(path)).apply(sluice.distribute("parallel_epochs", cluster.target))
+    with pytest.raises(errors.DataLossError) as e:
+        list(ds)
+    assert str(e.value).startswith("Failed to get element from worker 127.0.0.1:")
+
+
+def test_worker_errors_keep_their_class_static_sharding_without_a_worker_list_is_not_found(
+    cluster,
+):  # type: ignore[no-untyped-def]
+    ds = Dataset.range(20).apply(sluice.distribute(sluice.ShardingPolicy.FILE_OR_DATA, cluster.target))
+    with pytest.raises(errors.NotFoundError, match="Worker .* is not in the workers list."):
+        list(ds)
+
+
+def test_worker_errors_keep_their_class_file_sharding_of_a_range_is_not_found(tmp_path):  # type: ignore[no-untyped-def]
+    from conftest import start_cluster, stop_cluster
+
+    c = start_cluster(2, worker_addresses=["127.0.0.1", "127.0.0.1"])
+    try:
+        ds = Dataset.range(20).apply(sluice.distribute(sluice.ShardingPolicy.FILE, c.target))
+        with pytest.raises(errors.NotFoundError, match="Found an unshardable source dataset"):
+            list(ds)
+    finally:
+        stop_cluster(c)

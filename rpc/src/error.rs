@@ -114,3 +114,42 @@ mod tests {
         )));
     }
 }
+
+/// The status code a pipeline's failure travels with from a worker to its readers, so a reader
+/// raises it with its own class (tf.errors has one class per code), as tf.data keeps the code of
+/// a worker's error and only prefixes its message.
+pub fn dataset_error_code(e: &sluice_element::DatasetError) -> tonic::Code {
+    use sluice_element::DatasetError;
+    use tonic::Code;
+    match e {
+        DatasetError::Parse { .. }
+        | DatasetError::UnknownFunction { .. }
+        | DatasetError::InvalidArgument(_)
+        | DatasetError::Function { .. }
+        | DatasetError::LineTooLong { .. }
+        | DatasetError::Image { .. }
+        | DatasetError::BadExample { .. }
+        // A user's Python exception is raised again with its own class; this is the fallback.
+        | DatasetError::Python(_) => Code::InvalidArgument,
+        DatasetError::AtRecord { error, .. } => dataset_error_code(error),
+        DatasetError::FileRefused { .. } => Code::PermissionDenied,
+        // tf.data's classes for its auto-shard texts.
+        DatasetError::UnshardableSource(_) => Code::NotFound,
+        DatasetError::UnresolvedShardHint => Code::FailedPrecondition,
+        DatasetError::PythonRuntime(_) => Code::FailedPrecondition,
+        DatasetError::Io { kind, .. } => match kind {
+            std::io::ErrorKind::NotFound => Code::NotFound,
+            std::io::ErrorKind::PermissionDenied => Code::PermissionDenied,
+            _ => Code::Unknown,
+        },
+        DatasetError::CorruptRecord { .. } | DatasetError::Codec(_) => Code::DataLoss,
+        DatasetError::Splits {
+            retryable: true, ..
+        } => Code::Unavailable,
+        DatasetError::Splits { .. } => Code::FailedPrecondition,
+        DatasetError::Cancelled => Code::Cancelled,
+        DatasetError::ResourceExhausted { .. } | DatasetError::MemoryShareExceeded { .. } => {
+            Code::ResourceExhausted
+        }
+    }
+}

@@ -48,7 +48,7 @@ pub use dispatcher_rpcs::{
     lease_slack, ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks,
     TaskDelivery, WorkerHeartbeat, MAX_LEASE_SLACK,
 };
-pub use error::{is_retryable_code, is_retryable_status, RpcError};
+pub use error::{dataset_error_code, is_retryable_code, is_retryable_status, RpcError};
 pub use local_workers::{LocalWorker, LocalWorkers};
 pub use quorum::RetryConfig;
 pub use worker_address::check_worker_address;

@@ -357,11 +357,13 @@ mod tests {
         assert_eq!(read(&cache, "a", 2).await, vec![0, 1]);
         assert_eq!(
             cache.get("a").await,
-            failed(
+            Err(CacheError::Failed(TaskFailure::with_code(
+                tonic::Code::ResourceExhausted,
                 "cross-trainer cache needs 10 more bytes (it holds 20), more than the memory \
                  budget of 25 bytes has left (20 in use); raise --memory-budget or make the \
                  cross-trainer cache smaller"
-            )
+                    .into()
+            )))
         );
         assert_eq!(budget.used(), 20);
         drop(cache);

@@ -88,6 +88,7 @@ fn with_elements(header: ElementBatch, elements: Packed) -> ElementBatch {
 fn failed_batch(failure: TaskFailure, elements: Packed) -> ElementBatch {
     ElementBatch {
         python_exception: failure.python_proto(),
+        error_code: failure.code as i32,
         error: failure.message,
         ..batch_of(elements)
     }

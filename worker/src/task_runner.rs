@@ -464,7 +464,7 @@ fn sharded_definition(
     task: &TaskDef,
     policy: ShardingPolicy,
     dataset: &dpb::DatasetDef,
-) -> Result<dpb::DatasetDef, String> {
+) -> Result<dpb::DatasetDef, TaskFailure> {
     let policy = auto_shard_policy(policy);
     if policy == AutoShardPolicy::Off {
         return Ok(dataset.clone());
@@ -472,22 +472,29 @@ fn sharded_definition(
     let index = match task.worker_index {
         Some(index) if task.num_workers > 0 => index,
         // tf.data's text: the dispatcher has no worker list, so workers have no index.
+        // Both tf.data's `NotFound`.
         _ if task.num_workers == 0 => {
-            return Err(format!(
-                "Failed to shard dataset in tf.data service: Worker {} is not in the workers \
-                 list. Got workers list .",
-                task.worker_address
+            return Err(TaskFailure::with_code(
+                tonic::Code::NotFound,
+                format!(
+                    "Failed to shard dataset in tf.data service: Worker {} is not in the workers \
+                     list. Got workers list .",
+                    task.worker_address
+                ),
             ))
         }
         _ => {
-            return Err(format!(
-                "Failed to shard dataset in tf.data service: Worker {} has no index among the {} \
-                 configured workers.",
-                task.worker_address, task.num_workers
+            return Err(TaskFailure::with_code(
+                tonic::Code::NotFound,
+                format!(
+                    "Failed to shard dataset in tf.data service: Worker {} has no index among the \
+                     {} configured workers.",
+                    task.worker_address, task.num_workers
+                ),
             ))
         }
     };
-    sluice_pipeline::auto_shard(dataset, policy, task.num_workers, index).map_err(|e| e.to_string())
+    sluice_pipeline::auto_shard(dataset, policy, task.num_workers, index).map_err(TaskFailure::from)
 }
 
 #[cfg(test)]
@@ -525,13 +532,14 @@ mod tests {
         let range = sluice_pipeline::parse("range(20).shard(SHARD_HINT, SHARD_HINT)")
             .unwrap()
             .into_def();
-        // (policy, worker index, number of workers, rewritten definition or error)
+        // (policy, worker index, number of workers, rewritten definition or error and its code)
         type Case = (
             ShardingPolicy,
             Option<u64>,
             u64,
-            Result<&'static str, &'static str>,
+            Result<&'static str, (tonic::Code, &'static str)>,
         );
+        use tonic::Code::NotFound;
         #[rustfmt::skip]
         let cases: Vec<Case> = vec![
             (Off, None, 0, Ok("range(20).shard(SHARD_HINT, SHARD_HINT)")),
@@ -539,14 +547,16 @@ mod tests {
             (Hint, Some(1), 3, Ok("range(20).shard(3, 1)")),
             (Data, Some(2), 3, Ok("range(20).shard(SHARD_HINT, SHARD_HINT).shard(3, 2)")),
             (FileOrData, Some(0), 2, Ok("range(20).shard(SHARD_HINT, SHARD_HINT).shard(2, 0)")),
-            (File, Some(0), 2, Err("Found an unshardable source dataset: range(20)")),
-            (Data, None, 0, Err("Failed to shard dataset in tf.data service: Worker 127.0.0.1:7 is not in the workers list. Got workers list .")),
-            (Hint, None, 0, Err("Failed to shard dataset in tf.data service: Worker 127.0.0.1:7 is not in the workers list. Got workers list .")),
+            (File, Some(0), 2, Err((NotFound, "Found an unshardable source dataset: range(20)"))),
+            (Data, None, 0, Err((NotFound, "Failed to shard dataset in tf.data service: Worker 127.0.0.1:7 is not in the workers list. Got workers list ."))),
+            (Hint, None, 0, Err((NotFound, "Failed to shard dataset in tf.data service: Worker 127.0.0.1:7 is not in the workers list. Got workers list ."))),
         ];
         for (policy, index, n, want) in cases {
             let got = sharded_definition(&task(policy, index, n), policy, &range);
             assert_eq!(
-                got.as_ref().map(text).map_err(String::as_str),
+                got.as_ref()
+                    .map(text)
+                    .map_err(|f| (f.code, f.message.as_str())),
                 want.map(String::from),
                 "{policy:?}"
             );

@@ -67,7 +67,9 @@ async fn worker_error(
     mode: ShardingPolicy,
 ) -> (String, String) {
     match epoch(client, dataset, mode).await {
-        Err(ClientError::Worker { address, message }) => (address, message),
+        Err(ClientError::Worker {
+            address, message, ..
+        }) => (address, message),
         other => panic!("{dataset} under {mode}: expected a worker error, got {other:?}"),
     }
 }

@@ -248,7 +248,9 @@ async fn a_local_readers_task_is_deleted_when_it_goes_away() -> anyhow::Result<(
         ClientError::Worker {
             address: a,
             message,
+            code,
         } => {
+            assert_eq!(*code, tonic::Code::FailedPrecondition);
             assert_eq!(a, &address);
             assert_eq!(
                 message,
