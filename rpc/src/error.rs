@@ -94,27 +94,6 @@ pub fn is_retryable_code(code: tonic::Code) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_broken_stream_is_retried_and_a_servers_internal_error_is_not() {
-        let reset =
-            tonic::Status::from_error(Box::new(h2::Error::from(h2::Reason::INTERNAL_ERROR)));
-        assert_eq!(reset.code(), tonic::Code::Internal);
-        assert!(is_retryable_status(&reset), "{reset:?}");
-        let answered = tonic::Status::internal("the journal failed");
-        assert!(!is_retryable_status(&answered));
-        assert!(is_retryable_status(&tonic::Status::unavailable(
-            "not the leader"
-        )));
-        assert!(!is_retryable_status(&tonic::Status::permission_denied(
-            "no"
-        )));
-    }
-}
-
 /// The status code a pipeline's failure travels with from a worker to its readers, so a reader
 /// raises it with its own class (tf.errors has one class per code), as tf.data keeps the code of
 /// a worker's error and only prefixes its message.
@@ -151,5 +130,26 @@ pub fn dataset_error_code(e: &sluice_element::DatasetError) -> tonic::Code {
         DatasetError::ResourceExhausted { .. } | DatasetError::MemoryShareExceeded { .. } => {
             Code::ResourceExhausted
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_stream_is_retried_and_a_servers_internal_error_is_not() {
+        let reset =
+            tonic::Status::from_error(Box::new(h2::Error::from(h2::Reason::INTERNAL_ERROR)));
+        assert_eq!(reset.code(), tonic::Code::Internal);
+        assert!(is_retryable_status(&reset), "{reset:?}");
+        let answered = tonic::Status::internal("the journal failed");
+        assert!(!is_retryable_status(&answered));
+        assert!(is_retryable_status(&tonic::Status::unavailable(
+            "not the leader"
+        )));
+        assert!(!is_retryable_status(&tonic::Status::permission_denied(
+            "no"
+        )));
     }
 }
