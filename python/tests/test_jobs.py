@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sluice
+from sluice import errors
 from sluice.data import Dataset, TensorSpec
 
 
@@ -111,3 +112,30 @@ def test_a_service_datasets_cardinality_is_tf_datas(cluster):
         num_consumers=1,
     )
     assert coordinated.cardinality() == -1
+
+
+def test_a_shared_cache_job_refuses_a_reader_with_another_compression(cluster):  # type: ignore[no-untyped-def]
+    """The second trainer of a cross-trainer-cache job asks for uncompressed elements: refused
+    when it asks for the job, naming both compressions, as tf.data refuses it (a data type
+    mismatch)."""
+
+    def reader(trainer: str, compression: object) -> sluice.data.Dataset:
+        return (
+            Dataset.range(10)
+            .repeat()
+            .apply(
+                sluice.distribute(
+                    "parallel_epochs",
+                    cluster.target,
+                    job_name="job",
+                    compression=compression,
+                    cross_trainer_cache=sluice.CrossTrainerCache(trainer),
+                )
+            )
+        )
+
+    first = iter(reader("Trainer 1", "AUTO"))
+    assert next(first) is not None
+    with pytest.raises(errors.InvalidArgumentError, match="Data type mismatch") as e:
+        next(iter(reader("Trainer 2", None)))
+    assert "Existing compression: <auto>; got <none>" in str(e.value)

@@ -68,12 +68,27 @@ impl DispatcherState {
                 // Consumers of a shared job each register the dataset (and get their own id),
                 // so datasets are compared by definition; another definition is another
                 // dataset (tf.data silently serves the first one).
-                let job_definition = self.datasets.get(&job.dataset_id).map(|d| d.definition);
-                if job_definition != Some(definition) {
+                let job_dataset = self.datasets.get(&job.dataset_id);
+                if job_dataset.map(|d| d.definition) != Some(definition) {
                     diff += &format!(
                         "Existing dataset: {}; got {}, whose definition differs. ",
                         job.dataset_id, dataset_id
                     );
+                }
+                // The same definition registered with another compression: its readers expect
+                // elements encoded otherwise (tf.data fails such a reader with a data type
+                // mismatch once it reads).
+                let compression =
+                    |id: &DatasetId| self.datasets.get(id).map(|d| d.metadata.compression);
+                if let (Some(existing), Some(got)) =
+                    (compression(&job.dataset_id), compression(dataset_id))
+                {
+                    if existing != got {
+                        diff += &format!(
+                            "Existing compression: <{existing}>; got <{got}> (Data type \
+                             mismatch). "
+                        );
+                    }
                 }
                 return if diff.is_empty() {
                     let (job_id, job_dataset) = (job.id, job.dataset_id.clone());

@@ -45,6 +45,9 @@ fn apply_table() {
             (register(None, b"a"), registered("1002")),
             (job("1002", Off, Some("j")), job_id(5000)), // the same definition registered again
             (job("1000", Off, Some("")), invalid("`job_name` must not be empty")),
+            // The same definition, registered to be read uncompressed.
+            (register_uncompressed(b"a"), registered("1003")),
+            (job("1003", Off, Some("j")), invalid("Tried to create job with name j, but found an existing job with different parameters: Existing compression: <auto>; got <none> (Data type mismatch). ")),
         ]),
         ("an iteration gets one task per registered worker and a new client per call", vec![
             (register(None, b"a"), registered("1000")),

@@ -48,6 +48,18 @@ fn register_with_cardinality(id: &str, def: &[u8], cardinality: i64) -> Update {
         num_splits: vec![1],
     }
 }
+/// `register` of a dataset its client asked to send uncompressed.
+fn register_uncompressed(def: &[u8]) -> Update {
+    Update::RegisterDataset {
+        dataset_id: None,
+        def: def.to_vec(),
+        metadata: DatasetMetadata {
+            compression: Compression::None,
+            ..meta()
+        },
+        num_splits: vec![3],
+    }
+}
 fn worker(address: &str) -> Update {
     static_worker(address, &[])
 }
