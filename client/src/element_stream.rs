@@ -61,6 +61,14 @@ pub struct ElementStream {
     checkpointing: Result<Checkpointing, String>,
 }
 
+/// Why a reader with ops after `distribute` takes no state.
+const LOCAL_OPS_TAKE_NO_STATE: &str = "a reader with ops after `distribute` takes no state (what \
+     they hold between elements is not part of one): move them before `distribute`";
+
+/// How long a `repeat` after `distribute` waits, when it is closed, for the dispatcher to hear
+/// that the current pass's reader has gone.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
 /// Permits released at once as the caller takes elements.
 const RELEASE_EVERY: usize = 64;
 
@@ -83,11 +91,7 @@ impl ElementStream {
         let checkpointing = if local_ops.is_empty() {
             checkpointing
         } else {
-            Err(
-                "a reader with ops after `distribute` takes no state (what they hold between \
-                 elements is not part of one): move them before `distribute`"
-                    .to_string(),
-            )
+            Err(LOCAL_OPS_TAKE_NO_STATE.to_string())
         };
         let cancel = CancellationToken::new();
         let (tx, rx) = flume::unbounded();
@@ -108,6 +112,81 @@ impl ElementStream {
         stream.driver = Some(driver);
         stream.metrics = metrics;
         stream.checkpointing = checkpointing;
+        Ok(stream)
+    }
+
+    /// The passes of a `repeat` chained after `distribute`: each pass is a new epoch of the
+    /// job (its next repetition, as tf.data repeats a dataset read from the service), `count`
+    /// of them (`None`: for ever; a pass that yields nothing ends it, as tf.data's `repeat`
+    /// ends over an empty input), then the ops chained after the repeat.
+    pub(crate) fn repeated<F, Fut>(
+        mut next_pass: F,
+        count: Option<u64>,
+        after: Vec<dpb::Op>,
+        python: Option<Arc<dyn PythonRunner>>,
+    ) -> Result<ElementStream, ClientError>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<ElementStream, ClientError>> + Send,
+    {
+        let cancel = CancellationToken::new();
+        let (tx, rx) = flume::bounded(1);
+        let stop = cancel.clone();
+        let passes = tokio::spawn(async move {
+            let mut pass = 0u64;
+            while count.is_none_or(|count| pass < count) {
+                let mut stream = match next_pass().await {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        let _ = tx.send_async(Err(e)).await;
+                        return;
+                    }
+                };
+                let mut yielded = false;
+                loop {
+                    let next = tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => {
+                            stream.close(RELEASE_WAIT).await;
+                            return;
+                        }
+                        next = stream.next() => next,
+                    };
+                    let delivery = match next {
+                        None => break,
+                        Some(Ok(element)) => Ok(crate::delivery::Delivered {
+                            bytes: element.byte_size() as u64,
+                            elements: Elements::one(element),
+                            permit: None,
+                            indices: None,
+                        }),
+                        Some(Err(e)) => Err(e),
+                    };
+                    let failed = delivery.is_err();
+                    yielded = true;
+                    if tx.send_async(delivery).await.is_err() || failed {
+                        stream.close(RELEASE_WAIT).await;
+                        return;
+                    }
+                }
+                pass += 1;
+                if !yielded && count.is_none() {
+                    return;
+                }
+            }
+        });
+        let rx = if after.is_empty() {
+            rx
+        } else {
+            let options = ExecOptions {
+                python,
+                ..ExecOptions::default()
+            };
+            run_local_ops(rx, &after, &options, cancel.clone())?
+        };
+        let mut stream = ElementStream::over(rx, cancel);
+        stream.driver = Some(passes);
+        stream.checkpointing = Err(LOCAL_OPS_TAKE_NO_STATE.to_string());
         Ok(stream)
     }
 

@@ -152,8 +152,52 @@ impl ServiceDataset {
         Ok(())
     }
 
-    /// Starts reading the next epoch.
+    /// Starts reading the next epoch. A `repeat` among the ops after `distribute` reads the
+    /// job's next repetitions, one per pass (see `ElementStream::repeated`).
     pub async fn iter(&self) -> Result<ElementStream, ClientError> {
+        let last_repeat = self
+            .local_ops
+            .iter()
+            .rposition(|op| matches!(op.kind, Some(dpb::op::Kind::Repeat(_))));
+        if let Some(k) = last_repeat {
+            return self.iter_repeated(k);
+        }
+        self.iter_one_epoch().await
+    }
+
+    /// Reads passes of the ops before the `repeat` at `local_ops[k]`, then the ops after it.
+    fn iter_repeated(&self, k: usize) -> Result<ElementStream, ClientError> {
+        if self
+            .resume
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return Err(ClientError::FailedPrecondition(
+                "a reader with a repeat after `distribute` cannot resume from a state: move the \
+                 repeat before `distribute`"
+                    .into(),
+            ));
+        }
+        let Some(dpb::op::Kind::Repeat(repeat)) = &self.local_ops[k].kind else {
+            unreachable!("local_ops[{k}] is a repeat");
+        };
+        let inner = ServiceDataset {
+            local_ops: self.local_ops[..k].to_vec(),
+            ..self.clone()
+        };
+        ElementStream::repeated(
+            move || {
+                let inner = inner.clone();
+                async move { Box::pin(inner.iter()).await }
+            },
+            repeat.count,
+            self.local_ops[k + 1..].to_vec(),
+            self.python.clone(),
+        )
+    }
+
+    async fn iter_one_epoch(&self) -> Result<ElementStream, ClientError> {
         let resume = self.resume.lock().unwrap_or_else(|e| e.into_inner()).take();
         let repetition = match &resume {
             Some(state) => {

@@ -242,3 +242,38 @@ def test_a_process_with_a_thread_waiting_in_next_exits(cluster):  # type: ignore
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "waiting\n"
+
+
+def test_repeat_after_distribute_reads_the_jobs_next_repetitions(cluster):  # type: ignore[no-untyped-def]
+    """``repeat`` after ``distribute`` starts a new epoch of the job per pass, as tf.data's
+    does: every pass is a whole epoch (two workers, two copies of each element under
+    parallel_epochs; each split once under distributed_epoch), and ops after the repeat see
+    every pass."""
+    ds = Dataset.range(5).apply(sluice.distribute("parallel_epochs", cluster.target))
+    assert sorted(int(x) for x in ds.repeat(3)) == sorted(list(range(5)) * 6)
+    dynamic = Dataset.range(5).apply(sluice.distribute("distributed_epoch", cluster.target))
+    assert sorted(int(x) for x in dynamic.repeat(2).map(lambda x: x * 10)) == sorted(
+        [x * 10 for x in range(5)] * 2
+    )
+    # Repeats nest; an explicit count of 0 yields nothing.
+    assert len([int(x) for x in dynamic.repeat(2).repeat(2)]) == 20
+    assert list(dynamic.repeat(0)) == []
+
+
+def test_repeat_forever_after_distribute_reads_on_and_closes_cleanly(cluster):  # type: ignore[no-untyped-def]
+    ds = Dataset.range(3).apply(
+        sluice.distribute("distributed_epoch", cluster.target, job_name="forever")
+    )
+    it = iter(ds.repeat())
+    got = [int(next(it)) for _ in range(30)]
+    assert sorted(set(got)) == [0, 1, 2]
+    it.close()
+    wait_until(
+        lambda: all(i["num_clients"] == 0 for i in cluster.dispatcher.status()["iterations"]),
+        "the last pass's reader to be released",
+    )
+
+
+def test_repeat_after_distribute_of_an_empty_epoch_ends(cluster):  # type: ignore[no-untyped-def]
+    ds = Dataset.range(0).apply(sluice.distribute("parallel_epochs", cluster.target))
+    assert list(ds.repeat()) == []
