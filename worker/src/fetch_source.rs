@@ -58,6 +58,13 @@ pub(crate) trait FetchSource: Send + Sync + 'static {
     /// message with.
     fn try_take(&self, max: u64, message: &mut Self::Message) -> Option<Took>;
 
+    /// Waits until the end of sequence may go to the reader once the input ended; false when
+    /// it may not (the worker is stopping: the stream closes without an end, and the reader
+    /// retries). At once, unless a source says otherwise.
+    fn before_end(&self) -> impl Future<Output = bool> + Send {
+        async { true }
+    }
+
     /// The `n` elements taken into a message are recorded in the reader's ledger.
     fn recorded(&self, _n: u64) {}
 }
@@ -169,6 +176,19 @@ impl FetchSource for BufferSource {
     fn recorded(&self, n: u64) {
         self.runner.recorded(n);
         self.state.progress();
+    }
+
+    /// A task that delivers at most once: the dispatcher has recorded its end first. A reader
+    /// that saw the end then knows the task will not be given again to this worker restarted
+    /// at the same address, which would run it again with no reader left for it, and its
+    /// iteration would never finish. Without the end, a reader of a worker that died reads the
+    /// task's new run, as tf.data's does. (An exactly-once task's end waits for its readers'
+    /// acknowledgements instead, and its rerun skips what they received.)
+    async fn before_end(&self) -> bool {
+        if self.runner.exactly_once() {
+            return true;
+        }
+        self.state.until_reported(self.runner.task_id()).await
     }
 }
 

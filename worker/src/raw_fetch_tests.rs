@@ -83,19 +83,38 @@ pub(super) fn test_key() -> FetchKey {
     FetchKey::from_bytes(&[7; 32]).expect("32 bytes")
 }
 
-/// A worker holding `tasks`, secured by `security`, that heard `key` from the dispatcher.
+/// A worker holding `tasks`, secured by `security`, that heard `key` from the dispatcher,
+/// whose reports of finished tasks the dispatcher records at once.
 pub(super) async fn start_keyed(
     tasks: Vec<Held>,
     security: &ServerSecurity,
     key: Option<FetchKey>,
 ) -> Worker {
+    let (worker, mut reports) = start_reporting(tasks, security, key).await;
+    let confirming = worker.state.clone();
+    tokio::spawn(async move {
+        while let Some(task_id) = reports.recv().await {
+            confirming.confirm(&[task_id]);
+        }
+    });
+    worker
+}
+
+/// `start_keyed`, with the worker's reports of finished tasks handed to the caller, who
+/// records them at the dispatcher's place (`WorkerState::confirm`) when it chooses.
+pub(super) async fn start_reporting(
+    tasks: Vec<Held>,
+    security: &ServerSecurity,
+    key: Option<FetchKey>,
+) -> (Worker, mpsc::UnboundedReceiver<u64>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("bound");
-    let (completed, _) = mpsc::unbounded_channel();
+    let (completed, reports) = mpsc::unbounded_channel();
     let state = Arc::new(WorkerState::new(addr.to_string(), completed));
     if let Some(key) = key {
         state.set_fetch_key(key);
     }
+    let mut serving = JoinSet::new();
     // Only asked for definitions: the tasks run in mode OFF.
     let fake = FakeDispatcher::leader(0).await;
     let dispatcher = DispatcherClient::new(&fake.addr()).expect("a valid address");
@@ -118,23 +137,23 @@ pub(super) async fn start_keyed(
         ));
     }
     let cancel = CancellationToken::new();
-    let mut tasks = JoinSet::new();
     serve_port(
         listener,
         security,
         state.clone(),
         Default::default(),
         cancel.clone(),
-        &mut tasks,
+        &mut serving,
     )
     .expect("serve");
-    Worker {
+    let worker = Worker {
         addr,
         state,
         cancel,
-        _tasks: tasks,
+        _tasks: serving,
         dispatcher: fake,
-    }
+    };
+    (worker, reports)
 }
 
 /// A request of reader 1, admitted to iteration 0 (the iteration of the tests' tasks).
@@ -553,4 +572,36 @@ async fn a_python_functions_exception_reaches_readers_of_both_transports_intact(
         assert_eq!(batch.error, "a file went away");
         assert_eq!(batch.python_exception, None);
     }
+}
+
+/// A reader that saw a task's end knows the dispatcher recorded it: the worker sends the end
+/// only once its report is taken. Otherwise a worker killed between the two, restarted at the
+/// same address, is given the task again and runs it with no reader left for it, and the
+/// iteration never finishes.
+#[tokio::test]
+async fn the_end_of_an_at_most_once_task_waits_for_the_dispatcher_to_record_it() {
+    let (worker, mut reports) = start_reporting(
+        vec![task(1, Dataset::range(3))],
+        &ServerSecurity::default(),
+        Some(test_key()),
+    )
+    .await;
+    let mut read = tokio::spawn(read_raw(worker.addr, 1, 16));
+    let reported = tokio::time::timeout(DEADLINE, reports.recv())
+        .await
+        .expect("the task's end is reported");
+    assert_eq!(reported, Some(1));
+    // Only a worker that sends the end unrecorded lets the read finish now.
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut read).await;
+    assert!(
+        early.is_err(),
+        "the end went out before the dispatcher recorded it"
+    );
+    worker.state.confirm(&[1]);
+    let elements = tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("the end arrives once recorded")
+        .expect("the reader task")
+        .expect("the read");
+    assert_eq!(ints(&elements), vec![0, 1, 2]);
 }

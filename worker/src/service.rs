@@ -371,6 +371,19 @@ async fn serve<S: FetchSource>(
             reader.record(message.finish());
             source.recorded(taken);
         }
+        if ended {
+            let may_end = tokio::select! {
+                may_end = source.before_end() => may_end,
+                _ = tx.closed() => return,
+            };
+            if !may_end {
+                // Not an end: as for a stopped task, the reader retries.
+                if let Some((header, elements)) = reader.next_unsent(MAX_BATCH_BYTES) {
+                    let _ = tx.send(Ok(with_elements(header, elements))).await;
+                }
+                return;
+            }
+        }
         if let Some(failure) = failure {
             // The epoch fails: what was taken goes with the failure, unnumbered.
             let elements = reader

@@ -356,7 +356,11 @@ async fn report_completions(
                 sent = client.worker_update(&worker, &task_ids) => sent,
             };
             match sent {
-                Ok(_) => break,
+                Ok(_) => {
+                    let ids: Vec<u64> = task_ids.iter().map(|id| id.0).collect();
+                    state.confirm(&ids);
+                    break;
+                }
                 Err(e) => {
                     warn!(error = %e, "failed to send task updates to the dispatcher; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;

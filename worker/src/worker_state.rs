@@ -71,6 +71,10 @@ pub struct WorkerState {
     /// Told when a reader acknowledges elements or a stream records what it took: what an
     /// exactly-once task's end waits for.
     progress: Arc<Notify>,
+    /// Told when the dispatcher recorded completions (`confirm`), and when the worker stops.
+    confirmations: Notify,
+    /// Set when the worker stops: nothing it has not reported will be confirmed any more.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -80,6 +84,8 @@ struct Tasks {
     finished: HashSet<u64>,
     /// Tasks whose completion was already queued for reporting.
     reported: HashSet<u64>,
+    /// Tasks whose completion the dispatcher recorded.
+    confirmed: HashSet<u64>,
     /// Tasks a client in this process deleted when it went away: later readers get an error,
     /// and the dispatcher's re-sends of them are ignored.
     deleted: HashSet<u64>,
@@ -100,6 +106,8 @@ impl WorkerState {
             stats: Arc::default(),
             fetch_key: RwLock::new(None),
             progress: Arc::new(Notify::new()),
+            confirmations: Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -267,6 +275,30 @@ impl WorkerState {
         }
     }
 
+    /// Records that the dispatcher took the completions of `task_ids`.
+    pub fn confirm(&self, task_ids: &[u64]) {
+        self.tasks().confirmed.extend(task_ids);
+        self.confirmations.notify_waiters();
+    }
+
+    /// Waits until the dispatcher recorded the completion of `task_id` (queued by
+    /// `complete`); false if the worker stops first.
+    pub async fn until_reported(&self, task_id: u64) -> bool {
+        loop {
+            let confirmed = self.confirmations.notified();
+            tokio::pin!(confirmed);
+            // Registered before looking, so a confirmation in between is not missed.
+            confirmed.as_mut().enable();
+            if self.tasks().confirmed.contains(&task_id) {
+                return true;
+            }
+            if self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+                return false;
+            }
+            confirmed.await;
+        }
+    }
+
     /// Wakes what waits for readers' acknowledgements (`complete_when_acknowledged`).
     pub(crate) fn progress(&self) {
         self.progress.notify_waiters();
@@ -322,6 +354,9 @@ impl WorkerState {
         for runner in self.tasks().running.values() {
             runner.cancel();
         }
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.confirmations.notify_waiters();
     }
 }
 
