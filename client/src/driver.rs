@@ -14,6 +14,7 @@ use crate::delivery::Delivery;
 use crate::epoch::{Decision, Epoch, Event, Listed};
 use crate::error::ClientError;
 use crate::options::{DistributeOptions, HeartbeatWaits};
+use crate::read_ahead::ReadAhead;
 use crate::received::{Received, REPORT_EVERY};
 use crate::task_stream::{self, TaskStreamConfig};
 use sluice_proto::dispatcher as pb;
@@ -28,7 +29,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -45,7 +46,7 @@ pub(crate) struct Driver {
     target_workers: TargetWorkers,
     outstanding: u32,
     heartbeat_poll: Duration,
-    permits: Arc<Semaphore>,
+    read_ahead: Arc<ReadAhead>,
     out: flume::Sender<Delivery>,
     cancel: CancellationToken,
     /// What arrived from exactly-once tasks and was not reported yet.
@@ -66,6 +67,7 @@ impl Driver {
         client: DispatcherClient,
         iteration: IterationClient,
         options: &DistributeOptions,
+        read_ahead: Arc<ReadAhead>,
         out: flume::Sender<Delivery>,
         cancel: CancellationToken,
     ) -> Driver {
@@ -82,7 +84,7 @@ impl Driver {
             target_workers: options.target_workers,
             outstanding: options.outstanding(),
             heartbeat_poll: options.heartbeat_poll,
-            permits: Arc::new(Semaphore::new(options.outstanding() as usize)),
+            read_ahead,
             out,
             cancel,
             received: Received::default(),
@@ -99,7 +101,7 @@ impl Driver {
                     max_outstanding: self.outstanding,
                     heartbeat_poll: self.heartbeat_poll,
                 };
-                let (permits, out) = (self.permits.clone(), self.out.clone());
+                let (permits, out) = (self.read_ahead.permits(), self.out.clone());
                 let result = coordinated::run(
                     self.client.clone(),
                     config,
@@ -227,8 +229,8 @@ impl Driver {
         };
         debug!(task = config.task_id, worker = %config.address, "reading task");
         let done = done.clone();
-        let (permits, out, finished, cancel) = (
-            self.permits.clone(),
+        let (read_ahead, out, finished, cancel) = (
+            self.read_ahead.clone(),
             self.out.clone(),
             finished.clone(),
             self.cancel.child_token(),
@@ -236,7 +238,7 @@ impl Driver {
         let task_id = config.task_id;
         let stop = cancel.clone();
         let handle = tokio::spawn(async move {
-            let result = task_stream::run(config, permits, out, finished, cancel).await;
+            let result = task_stream::run(config, read_ahead, out, finished, cancel).await;
             let _ = done.send((task_id, result));
         });
         streams.0.insert(task_id, (stop, handle));

@@ -17,6 +17,7 @@ use crate::driver::Driver;
 use crate::error::ClientError;
 use crate::local_ops::run_local_ops;
 use crate::options::DistributeOptions;
+use crate::read_ahead::ReadAhead;
 use crate::read_metrics::ReadMetrics;
 use crate::reader_state::{Checkpointing, ReaderState, Taken};
 use sluice_element::{pb as dpb, DatasetError, Element, PythonRunner};
@@ -50,6 +51,9 @@ pub struct ElementStream {
     metrics: ReadMetrics,
     /// When the caller began waiting for a delivery, while it waits.
     stalled_since: Option<Instant>,
+    /// The read-ahead window, told when the caller starves (`None`: a stream over a channel
+    /// alone).
+    read_ahead: Option<Arc<ReadAhead>>,
     /// The current batch's task and indices (exactly-once tasks), and its size when it came.
     current_indices: Option<(u64, Vec<(u64, u64)>)>,
     current_len: u64,
@@ -97,7 +101,15 @@ impl ElementStream {
         let (tx, rx) = flume::unbounded();
         // A child: the driver stops its task streams when the epoch ends without stopping the
         // local pipeline, which still drains what was delivered.
-        let driver = Driver::new(client, iteration, options, tx, cancel.child_token());
+        let read_ahead = Arc::new(options.read_ahead());
+        let driver = Driver::new(
+            client,
+            iteration,
+            options,
+            read_ahead.clone(),
+            tx,
+            cancel.child_token(),
+        );
         let driver = tokio::spawn(driver.run());
         let rx = if local_ops.is_empty() {
             rx
@@ -110,6 +122,7 @@ impl ElementStream {
         };
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(driver);
+        stream.read_ahead = Some(read_ahead);
         stream.metrics = metrics;
         stream.checkpointing = checkpointing;
         Ok(stream)
@@ -213,6 +226,7 @@ impl ElementStream {
             driver: None,
             metrics: ReadMetrics::detached(),
             stalled_since: None,
+            read_ahead: None,
             current_indices: None,
             current_len: 0,
             consumed: 0,
@@ -275,6 +289,7 @@ impl ElementStream {
                 Ok(delivery) => delivery,
                 Err(flume::TryRecvError::Disconnected) => return None,
                 Err(flume::TryRecvError::Empty) => {
+                    self.starved();
                     let since = Instant::now();
                     let delivery = self.rx.recv().ok()?;
                     self.metrics.stalled(since.elapsed());
@@ -319,6 +334,14 @@ impl ElementStream {
         }
     }
 
+    /// The caller found nothing to read: the read-ahead window may grow.
+    #[cold]
+    fn starved(&self) {
+        if let Some(read_ahead) = &self.read_ahead {
+            read_ahead.starved(self.consumed + self.taken_from_current());
+        }
+    }
+
     /// Waits for the next delivery; `None` once the epoch ended.
     fn poll_delivery(&mut self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         if self.ended {
@@ -329,7 +352,10 @@ impl ElementStream {
             .waiting
             .get_or_insert_with(|| rx.clone().into_recv_async());
         let Poll::Ready(delivery) = Pin::new(waiting).poll(cx) else {
-            self.stalled_since.get_or_insert_with(Instant::now);
+            if self.stalled_since.is_none() {
+                self.stalled_since = Some(Instant::now());
+                self.starved();
+            }
             return Poll::Pending;
         };
         self.waiting = None;

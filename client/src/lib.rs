@@ -56,6 +56,7 @@ mod epoch;
 mod error;
 mod local_ops;
 mod options;
+mod read_ahead;
 mod read_metrics;
 mod read_params;
 mod reader_state;

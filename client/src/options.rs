@@ -146,7 +146,8 @@ pub(crate) enum Poll {
     Drawn,
 }
 
-/// Elements in flight or buffered when `max_outstanding_requests` is not set.
+/// Elements in flight or buffered when `max_outstanding_requests` is not set, at most (the
+/// window grows to it: see `read_ahead`).
 pub(crate) const AUTOTUNE_OUTSTANDING: u32 = 256;
 
 impl DistributeOptions {
@@ -189,6 +190,18 @@ impl DistributeOptions {
     pub(crate) fn outstanding(&self) -> u32 {
         self.max_outstanding_requests
             .unwrap_or(AUTOTUNE_OUTSTANDING)
+    }
+
+    /// The read-ahead window of a reader: `max_outstanding_requests` as given, or (unset) one
+    /// that starts small and grows to `AUTOTUNE_OUTSTANDING` while the caller starves.
+    /// Coordinated reads keep the maximum: a round is read from every consumer at once.
+    pub(crate) fn read_ahead(&self) -> crate::read_ahead::ReadAhead {
+        use crate::read_ahead::{ReadAhead, INITIAL_AUTOTUNED};
+        match self.max_outstanding_requests {
+            Some(n) => ReadAhead::fixed(n),
+            None if self.num_consumers.is_some() => ReadAhead::fixed(AUTOTUNE_OUTSTANDING),
+            None => ReadAhead::growing(INITIAL_AUTOTUNED, AUTOTUNE_OUTSTANDING),
+        }
     }
 }
 

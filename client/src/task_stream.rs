@@ -22,6 +22,7 @@
 
 use crate::delivery::{Delivered, Delivery, Elements};
 use crate::error::{is_worker_refusal, worker_refusal, ClientError};
+use crate::read_ahead::ReadAhead;
 use crate::received::Received;
 use sluice_element::{DatasetError, PythonException};
 use sluice_proto::worker::{ElementBatch, FetchRequest};
@@ -127,7 +128,7 @@ impl Resume {
 /// Reads the task until its end. `Ok` also when cancelled or when the consumer went away.
 pub(crate) async fn run(
     config: TaskStreamConfig,
-    permits: Arc<Semaphore>,
+    read_ahead: Arc<ReadAhead>,
     out: flume::Sender<Delivery>,
     finished: watch::Receiver<bool>,
     cancel: CancellationToken,
@@ -140,7 +141,7 @@ pub(crate) async fn run(
         let before = resume;
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            result = fetch(&config, &permits, &out, &mut resume) => result,
+            result = fetch(&config, &read_ahead, &out, &mut resume) => result,
         };
         if resume != before {
             // The stream made progress before it broke: a blip, not a worker that is down.
@@ -260,7 +261,7 @@ impl Held {
 
 async fn fetch(
     config: &TaskStreamConfig,
-    permits: &Arc<Semaphore>,
+    read_ahead: &ReadAhead,
     out: &flume::Sender<Delivery>,
     resume: &mut Resume,
 ) -> Result<(), FetchError> {
@@ -281,6 +282,7 @@ async fn fetch(
             _ => FetchError::Retry(e.to_string(), Worker::Unreachable),
         })?;
 
+    let permits = &read_ahead.permits();
     // Permits held = credits granted to the worker and not yet used.
     let mut held = Held { permit: None };
     let granted = held.top_up(permits, config.max_credits, true).await;
@@ -295,9 +297,11 @@ async fn fetch(
     let (credits_tx, mut stream) = raw_fetch::open(socket, token, first, config.max_credits)
         .await
         .map_err(|e| FetchError::Retry(e.to_string(), Worker::Alive))?;
-    // Grants are at least this large (except the first), so the worker's messages stay large.
-    let half = (config.max_credits / 2).max(1);
     loop {
+        // Grants are at least this large (except the first), so the worker's messages stay
+        // large: half the stream's credits, or of the read-ahead window while that is smaller
+        // (it grows while the caller starves).
+        let half = read_ahead.grant(config.max_credits);
         // Refill once half the credits are used, while reading: permits come back as the
         // caller takes elements, and noticing them only when the next message arrived left the
         // worker waiting for credits most of the time (stop-and-go with large elements).

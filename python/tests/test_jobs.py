@@ -139,3 +139,54 @@ def test_a_shared_cache_job_refuses_a_reader_with_another_compression(cluster): 
     with pytest.raises(errors.InvalidArgumentError, match="Data type mismatch") as e:
         next(iter(reader("Trainer 2", None)))
     assert "Existing compression: <auto>; got <none>" in str(e.value)
+
+
+def test_a_worker_added_mid_epoch_gets_its_task_while_the_reader_is_halfway(cluster):  # type: ignore[no-untyped-def]
+    """A reader halfway through a parallel_epochs epoch has not drained the first worker's
+    task into its buffer, so a worker that joins then still finds the epoch unfinished, gets a
+    task, and the reader reads the dataset from both workers (as tf.data's reader, which
+    prefetches about one element per core)."""
+    import multiprocessing
+
+    from conftest import start_cluster, stop_cluster
+
+    c = start_cluster(1)
+    try:
+        num_elements = 2 * multiprocessing.cpu_count() + 100
+        ds = Dataset.range(num_elements).apply(sluice.distribute("parallel_epochs", c.target))
+        it = iter(ds)
+        results = [int(next(it)) for _ in range(num_elements // 2)]
+        c.workers.append(sluice.WorkerServer(sluice.WorkerConfig(c.target)))
+        results += [int(x) for x in it]
+        assert sorted(results) == sorted(2 * list(range(num_elements)))
+    finally:
+        stop_cluster(c)
+
+
+def test_consumers_of_a_shared_job_each_get_their_share(tmp_path):  # type: ignore[no-untyped-def]
+    """Eight readers of one named job take turns: none finds the epoch drained by the others'
+    read-ahead, and together they read every worker's elements once."""
+    import multiprocessing
+
+    from conftest import start_cluster, stop_cluster
+
+    c = start_cluster(4)
+    try:
+        num_elements = 50 + 2 * multiprocessing.cpu_count()
+        iterators = [
+            iter(
+                Dataset.range(num_elements).apply(
+                    sluice.distribute("parallel_epochs", c.target, job_name="shared_job")
+                )
+            )
+            for _ in range(8)
+        ]
+        results = []
+        for _ in range(10):
+            for it in iterators:
+                results.append(int(next(it)))
+        for it in iterators:
+            results.extend(int(x) for x in it)
+        assert sorted(results) == sorted(4 * list(range(num_elements)))
+    finally:
+        stop_cluster(c)
