@@ -289,7 +289,8 @@ _REMOTE_HOST = textwrap.dedent(
                 w = sluice.WorkerServer(sluice.WorkerConfig(
                     command["dispatcher"], worker_tags=command["tags"],
                     worker_address=command["worker_address"],
-                    heartbeat_interval_ms=100, python_executors=0,
+                    heartbeat_interval_ms=100,
+                    python_executors=command["python_executors"],
                     data_roots=command["data_roots"]))
                 workers[len(workers)] = w
                 reply = {"id": len(workers) - 1, "address": w.address}
@@ -357,14 +358,19 @@ class MultiProcessCluster:
         worker_tags: Optional[List[str]] = None,
         worker_addresses: Optional[List[str]] = None,
         data_roots: Optional[List[str]] = None,
+        python_executors: int = 0,
     ) -> None:
         self._worker_tags = worker_tags
         self._data_roots = data_roots
+        self._python_executors = python_executors
         # As tf.data's test workers, register as "localhost:<port>", which static worker lists
         # of "localhost" entries match.
         self._worker_address = "localhost:%port%"
         self.cluster = TestCluster(
-            num_workers=0, worker_addresses=worker_addresses, data_roots=data_roots
+            num_workers=0,
+            worker_addresses=worker_addresses,
+            data_roots=data_roots,
+            python_executors=python_executors,
         )
         self._remote: Optional[_RemoteHost] = None
         self._remote_addresses: List[str] = []
@@ -405,6 +411,7 @@ class MultiProcessCluster:
             tags=worker_tags or [],
             worker_address=self._worker_address,
             data_roots=self._data_roots,
+            python_executors=self._python_executors,
         )
         self._remote_addresses.append(reply["address"])
 
@@ -425,11 +432,16 @@ class MultiProcessCluster:
         self.cluster.stop()
 
 
-#: Clusters made by the running case, stopped when it ends (see conftest.py).
+#: Clusters and readers made by the running case, stopped when it ends (see conftest.py).
 _LIVE: List[Any] = []
+_READERS: List[Any] = []
 
 
 def stop_live_clusters() -> None:
+    """Closes the case's readers (an open one would make the interpreter's exit wait on its
+    release), then stops its clusters."""
+    while _READERS:
+        _READERS.pop().release(timeout=1.0)
     while _LIVE:
         _LIVE.pop().stop()
 
@@ -451,6 +463,8 @@ class Next:
         self._replies: "queue.Queue[Any]" = queue.Queue()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
+        self.iterator: Any = None
+        _READERS.append(self)
         self.iterator = self._run(lambda: iter(dataset))
 
     def _serve(self) -> None:
@@ -494,11 +508,20 @@ class Next:
     def close(self) -> None:
         self._requests.put(None)
 
-    def release(self) -> None:
-        """tf.data's ``del it``: the iterator goes away (and with it its client)."""
+    def release(self, timeout: float = READ_TIMEOUT) -> None:
+        """tf.data's ``del it``: the iterator goes away (and with it its client). Closed by
+        the reading thread, unless that thread is stuck in a read."""
+        iterator, self.iterator = self.iterator, None
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            self._requests.put(close)
+            try:
+                self._replies.get(timeout=timeout)
+            except queue.Empty:
+                pass
         self._requests.put(None)
-        self._thread.join(READ_TIMEOUT)
-        self.iterator = None
+        self._thread.join(timeout)
+        del iterator
         import gc
 
         gc.collect()
@@ -513,7 +536,7 @@ def get_dataset_output(dataset: Any, timeout: float = READ_TIMEOUT) -> List[Any]
     try:
         return [py(x) for x in get_next.rest()]
     finally:
-        get_next.close()
+        get_next.release()
 
 
 def py(value: Any) -> Any:
