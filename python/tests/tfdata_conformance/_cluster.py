@@ -49,7 +49,7 @@ TEST_HEARTBEAT_INTERVAL_MS = 100
 TEST_WORKER_TIMEOUT_MS = 200
 
 #: Seconds one read may take before the case fails: only a hang takes this long.
-READ_TIMEOUT = 20.0
+READ_TIMEOUT = 15.0
 
 #: The worker tag tf.data gives workers colocated with a trainer.
 COLOCATED = "COLOCATED"
@@ -67,6 +67,12 @@ def missing(what: str, raises: Any = AttributeError) -> Any:
 def bug(what: str) -> Any:
     """A case that gets a wrong result, error class or error text from Sluice (strict)."""
     return pytest.mark.xfail(strict=True, reason=f"bug: {what}")
+
+
+def flaky(what: str) -> Any:
+    """A case that passes only sometimes because of a Sluice bug: an xfail that may pass (not
+    strict), so the suite neither fails nor hides it."""
+    return pytest.mark.xfail(strict=False, reason=f"bug: flaky: {what}")
 
 
 def not_applicable(what: str) -> Any:

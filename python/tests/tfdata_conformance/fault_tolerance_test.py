@@ -39,6 +39,7 @@ from tfdata_conformance._cluster import (
     assert_count_equal,
     assert_dataset_produces,
     bug,
+    flaky,
     get_dataset_output,
     make_distributed_dataset,
     make_distributed_range_dataset,
@@ -156,6 +157,10 @@ def testDispatcherAndWorkerRestart():
     assert_dataset_produces(ds, list(range(num_elements)))
 
 
+@flaky(
+    "worker restart on the same port can hang an iteration: a read after both workers "
+    "restart sometimes waits past the deadline (seen under load)"
+)
 def testDispatcherAndMultiWorkerRestart():
     """Ports FaultToleranceTest.testDispatcherAndMultiWorkerRestart."""
     num_workers = 2
@@ -266,9 +271,33 @@ def testRestartWorker(use_same_port, work_dir, fault_tolerant_mode):
         assert i == val
 
 
-@not_applicable("skipped in TensorFlow's own suite (b/170910141)")
+@not_applicable("skipped in TensorFlow's own suite (the test calls skipTest first)")
 def testChangeProcessingModeAfterRestart():
     """Ports FaultToleranceTest.testChangeProcessingModeAfterRestart."""
+    cluster = TestCluster(num_workers=1)
+    num_elements = 100
+    range_dataset = Dataset.range(num_elements)
+    ds = range_dataset.apply(
+        sluice.distribute(
+            processing_mode="parallel_epochs", service=cluster.dispatcher_address(), job_name="test"
+        )
+    )
+    iterator = Next(ds)
+    for i in range(num_elements // 2):
+        assert i == py(iterator())
+    cluster.restart_dispatcher()
+    ds = range_dataset.apply(
+        sluice.distribute(
+            processing_mode="distributed_epoch",
+            service=cluster.dispatcher_address(),
+            job_name="test",
+        )
+    )
+    with pytest.raises(
+        sluice.errors.OpError,
+        match="already an existing job with that name using processing mode <parallel_epochs>",
+    ):
+        Next(ds)()
 
 
 @missing("Dataset.from_tensors")
