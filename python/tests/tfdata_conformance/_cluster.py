@@ -644,30 +644,33 @@ class CoordinatedReader:
         self._consumers = consumers
 
     def take(self, count: int) -> List[Any]:
+        """The first ``count`` elements: each round, every consumer's next element, requested
+        at once (a consumer's read blocks until every consumer asks for the round)."""
         readers = [Next(c) for c in self._consumers]
         out: List[Any] = []
-        pending: List[Any] = []
         while len(out) < count:
-            # One round: every consumer's next element, requested at once.
-            results: List[Any] = [None] * len(readers)
-            errors: List[BaseException] = []
-
-            def read(i: int) -> None:
-                try:
-                    results[i] = readers[i]()
-                except BaseException as e:  # noqa: BLE001
-                    errors.append(e)
-
-            threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(readers))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(READ_TIMEOUT + 1)
-            if errors:
-                raise errors[0]
-            pending = [py(r) for r in results]
-            out.extend(pending)
+            out.extend(_read_round(readers))
         return out[:count]
+
+
+def _read_round(readers: List[Next]) -> List[Any]:
+    results: List[Any] = [None] * len(readers)
+    failures: List[BaseException] = []
+
+    def read(i: int) -> None:
+        try:
+            results[i] = py(readers[i]())
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(readers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(READ_TIMEOUT + 1)
+    if failures:
+        raise failures[0]
+    return results
 
 
 def check_coordinated_read_groups(results: List[Any], num_consumers: int) -> None:

@@ -26,10 +26,8 @@ import sluice
 from sluice import errors
 from sluice.data import Dataset, TFRecordDataset
 from sluice.io import TFRecordWriter
-
 from tfdata_conformance._cluster import (
     MultiProcessCluster,
-    RemoteWorkerError,
     assert_dataset_produces,
     bug,
     get_dataset_output,
@@ -113,7 +111,9 @@ _WORKER_START = bug(
 def _policies(*policies):
     """``policies`` as parameters, each with the mark of what fails under it."""
     return [
-        pytest.param(p, id=p.name, marks=_FILE_SHARD if p == ShardingPolicy.FILE else _STATIC_PYTHON)
+        pytest.param(
+            p, id=p.name, marks=_FILE_SHARD if p == ShardingPolicy.FILE else _STATIC_PYTHON
+        )
         for p in policies
     ]
 
@@ -169,7 +169,9 @@ def testRangeDataset_NoShard(root):
     """Ports AutoShardTest.testRangeDataset_NoShard."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=1, data_root=root)
     dataset = make_distributed_dataset(
-        Dataset.range(20), cluster=cluster, processing_mode=ShardingPolicy.OFF,
+        Dataset.range(20),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.OFF,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, list(range(20)))
@@ -179,7 +181,9 @@ def testRangeDataset_OneWorker(root):
     """Ports AutoShardTest.testRangeDataset_OneWorker."""
     cluster = _make_service_cluster(num_workers=1, local_shard_index=0, data_root=root)
     dataset = make_distributed_dataset(
-        Dataset.range(20), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        Dataset.range(20),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, list(range(20)))
@@ -194,7 +198,9 @@ def testRangeDataset_ReadFromAllWorkers(root):
     """Ports AutoShardTest.testRangeDataset_ReadFromAllWorkers."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=1, data_root=root)
     dataset = make_distributed_dataset(
-        Dataset.range(20), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        Dataset.range(20),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="ANY",
     )
     with pytest.raises(
@@ -213,9 +219,13 @@ def _tfrecords(files, shuffle=False):
 )
 def testTFRecordDataset_AutoShard(sharding_policy, files, root):
     """Ports AutoShardTest.testTFRecordDataset_AutoShard."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files), cluster=cluster, processing_mode=sharding_policy,
+        _tfrecords(files),
+        cluster=cluster,
+        processing_mode=sharding_policy,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, _records((3, 8), range(10)))
@@ -226,9 +236,13 @@ def testTFRecordDataset_AutoShard(sharding_policy, files, root):
 )
 def testTFRecordDataset_ShuffleFileList(sharding_policy, files, root):
     """Ports AutoShardTest.testTFRecordDataset_ShuffleFileList."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files, shuffle=True), cluster=cluster, processing_mode=sharding_policy,
+        _tfrecords(files, shuffle=True),
+        cluster=cluster,
+        processing_mode=sharding_policy,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, _records((3, 8), range(10)), assert_items_equal=True)
@@ -237,9 +251,13 @@ def testTFRecordDataset_ShuffleFileList(sharding_policy, files, root):
 @_STATIC_PYTHON
 def testTFRecordDataset_DataShard(files, root):
     """Ports AutoShardTest.testTFRecordDataset_DataShard."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files), cluster=cluster, processing_mode=ShardingPolicy.DATA,
+        _tfrecords(files),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.DATA,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, _records(range(10), (3, 8)))
@@ -248,7 +266,9 @@ def testTFRecordDataset_DataShard(files, root):
 @_HINT
 def testTFRecordDataset_HintDataShard(files, root):
     """Ports AutoShardTest.testTFRecordDataset_HintDataShard."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = _tfrecords(files)
     dataset = dataset.shard(_shard_hint(), _shard_hint())
     dataset = make_distributed_dataset(
@@ -260,7 +280,9 @@ def testTFRecordDataset_HintDataShard(files, root):
 @_HINT
 def testTFRecordDataset_HintFileShard(files, root):
     """Ports AutoShardTest.testTFRecordDataset_HintFileShard."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = Dataset.list_files(files, shuffle=False)
     dataset = dataset.shard(_shard_hint(), _shard_hint())
     dataset = dataset.flat_map(TFRecordDataset)
@@ -273,9 +295,13 @@ def testTFRecordDataset_HintFileShard(files, root):
 @_STATIC_PYTHON
 def testTFRecordDataset_NoShard(files, root):
     """Ports AutoShardTest.testTFRecordDataset_NoShard."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files), cluster=cluster, processing_mode=ShardingPolicy.OFF,
+        _tfrecords(files),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.OFF,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, _records(range(10), range(10)))
@@ -284,9 +310,13 @@ def testTFRecordDataset_NoShard(files, root):
 @_STATIC_PYTHON
 def testTFRecordDataset_ReadFromAllWorkers(files, root):
     """Ports AutoShardTest.testTFRecordDataset_ReadFromAllWorkers."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        _tfrecords(files),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="ANY",
     )
     with pytest.raises(
@@ -300,9 +330,13 @@ def testTFRecordDataset_ReadFromAllWorkers(files, root):
 )
 def testTFRecordDataset_FewerFilesThanWorkers(sharding_policy, files, root):
     """Ports AutoShardTest.testTFRecordDataset_FewerFilesThanWorkers."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files[:4]), cluster=cluster, processing_mode=sharding_policy,
+        _tfrecords(files[:4]),
+        cluster=cluster,
+        processing_mode=sharding_policy,
         target_workers="LOCAL",
     )
     with pytest.raises(
@@ -314,9 +348,13 @@ def testTFRecordDataset_FewerFilesThanWorkers(sharding_policy, files, root):
 @_STATIC_PYTHON
 def testTFRecordDataset_FewerFilesThanWorkers_DataShard(files, root):
     """Ports AutoShardTest.testTFRecordDataset_FewerFilesThanWorkers_DataShard."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     dataset = make_distributed_dataset(
-        _tfrecords(files[:4]), cluster=cluster, processing_mode=ShardingPolicy.DATA,
+        _tfrecords(files[:4]),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.DATA,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, _records(range(4), (3, 8)), assert_items_equal=True)
@@ -347,13 +385,13 @@ def testInterleaveDataset(files, root):
     dataset = _interleaved_records(files)
     dataset = dataset.prefetch(buffer_size=sluice.data.AUTOTUNE)
     dataset = make_distributed_dataset(
-        dataset, cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        dataset,
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     dataset = dataset.prefetch(buffer_size=sluice.data.AUTOTUNE)
-    expected = [
-        b"Record %d of file %d" % (record, file) for record in range(0, 10) for file in (3, 8)
-    ]
+    expected = [b"Record %d of file %d" % (record, file) for record in range(10) for file in (3, 8)]
     assert_dataset_produces(dataset, expected)
 
 
@@ -364,12 +402,14 @@ def testZipDataset(files, root):
     dataset = Dataset.zip((_interleaved_records(files), _interleaved_records(files)))
     dataset = dataset.prefetch(buffer_size=sluice.data.AUTOTUNE)
     dataset = make_distributed_dataset(
-        dataset, cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        dataset,
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     expected = [
         (b"Record %d of file %d" % (record, file), b"Record %d of file %d" % (record, file))
-        for record in range(0, 10)
+        for record in range(10)
         for file in (3, 8)
     ]
     assert_dataset_produces(dataset, expected)
@@ -382,12 +422,12 @@ def testConcatenateDataset(files, root):
     dataset = _interleaved_records(files).concatenate(_interleaved_records(files))
     dataset = dataset.prefetch(buffer_size=sluice.data.AUTOTUNE)
     dataset = make_distributed_dataset(
-        dataset, cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        dataset,
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
-    expected = [
-        b"Record %d of file %d" % (record, file) for record in range(0, 10) for file in (3, 8)
-    ]
+    expected = [b"Record %d of file %d" % (record, file) for record in range(10) for file in (3, 8)]
     expected += expected
     assert_dataset_produces(dataset, expected)
 
@@ -396,7 +436,9 @@ def testEmptyDataset(root):
     """Ports AutoShardTest.testEmptyDataset."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root)
     dataset = make_distributed_dataset(
-        Dataset.range(0), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        Dataset.range(0),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, [])
@@ -411,7 +453,9 @@ def testAnonymousPorts(root):
         worker_addresses=["localhost:%port%" for _ in range(5)],
     )
     dataset = make_distributed_dataset(
-        Dataset.range(20), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        Dataset.range(20),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, [3, 8, 13, 18])
@@ -426,7 +470,9 @@ def testNamedPorts(root):
         worker_addresses=["localhost:%port_worker%" for _ in range(5)],
     )
     dataset = make_distributed_dataset(
-        Dataset.range(20), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        Dataset.range(20),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     assert_dataset_produces(dataset, [3, 8, 13, 18])
@@ -454,7 +500,9 @@ def testEmptyWorkerList(root):
         num_workers=5, local_shard_index=1, data_root=root, worker_addresses=[]
     )
     dataset = make_distributed_dataset(
-        Dataset.range(20), cluster=cluster, processing_mode=ShardingPolicy.FILE_OR_DATA,
+        Dataset.range(20),
+        cluster=cluster,
+        processing_mode=ShardingPolicy.FILE_OR_DATA,
         target_workers="LOCAL",
     )
     with pytest.raises(errors.NotFoundError, match="Worker .* is not in the workers list."):
@@ -487,9 +535,13 @@ def testMoreWorkersThanConfigured(root):
 def testEnumerateShardingPolicies(sharding_policy, files, root):
     """Ports AutoShardTest.testEnumerateShardingPolicies: every sharding policy reads without
     an error."""
-    cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root, python_executors=1)
+    cluster = _make_service_cluster(
+        num_workers=5, local_shard_index=3, data_root=root, python_executors=1
+    )
     distributed_dataset = make_distributed_dataset(
-        _tfrecords(files), cluster=cluster, processing_mode=sharding_policy,
+        _tfrecords(files),
+        cluster=cluster,
+        processing_mode=sharding_policy,
         target_workers="LOCAL",
     )
     get_dataset_output(distributed_dataset)

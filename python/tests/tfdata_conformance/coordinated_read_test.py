@@ -24,10 +24,8 @@ import threading
 import numpy as np
 import pytest
 
-import sluice
 from sluice import errors
 from sluice.data import Dataset
-
 from tfdata_conformance._cluster import (
     Next,
     TestCluster,

@@ -26,7 +26,6 @@ import pytest
 import sluice
 from sluice import errors
 from sluice.data import Dataset
-
 from tfdata_conformance._cluster import (
     Next,
     TestCluster,
@@ -368,7 +367,9 @@ def testNamedJobMismatch():
     with pytest.raises(
         errors.InvalidArgumentError, match="Existing cross-trainer cache: <enabled>; got <disabled>"
     ):
-        dataset2 = make_distributed_dataset(dataset, cluster, job_name="job", cross_trainer_cache=None)
+        dataset2 = make_distributed_dataset(
+            dataset, cluster, job_name="job", cross_trainer_cache=None
+        )
         get_dataset_output(dataset2)
 
 

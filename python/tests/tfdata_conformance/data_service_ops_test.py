@@ -25,12 +25,10 @@ import numpy as np
 import pytest
 
 import sluice
-from sluice.data import Dataset, TensorSpec
 from sluice import errors
-
+from sluice.data import Dataset, TensorSpec
 from tfdata_conformance._cluster import (
     NO_WORK_DIR,
-    EndOfSequence,
     Next,
     TestCluster,
     all_cluster_configurations,
@@ -45,6 +43,11 @@ from tfdata_conformance._cluster import (
     not_applicable,
     py,
     wait_until,
+)
+
+_REPEAT = bug(
+    "repeat after distribute is refused (InvalidArgumentError: repeat cannot be applied to a "
+    "distributed dataset on the client)"
 )
 
 
@@ -160,7 +163,7 @@ def testMultipleEpochs():
         assert_dataset_produces(ds, list(range(num_elements)))
 
 
-@bug("repeat after distribute is refused (InvalidArgumentError: repeat cannot be applied to a distributed dataset on the client)")
+@_REPEAT
 def testRepeatedDataset():
     """Ports DataServiceOpsTest.testRepeatedDataset."""
     cluster = TestCluster(num_workers=1)
@@ -325,7 +328,7 @@ def testSharedJobNameMultiIteration():
     assert_dataset_produces(ds1, [])
 
 
-@bug("repeat after distribute is refused (InvalidArgumentError: repeat cannot be applied to a distributed dataset on the client)")
+@_REPEAT
 def testSharedJobNameRepeat():
     """Ports DataServiceOpsTest.testSharedJobNameRepeat."""
     cluster = TestCluster(num_workers=1)
@@ -347,7 +350,7 @@ def testSharedJobNameRepeat():
     assert_count_equal(num_repetitions * list(range(num_elements)), results)
 
 
-@bug("repeat after distribute is refused (InvalidArgumentError: repeat cannot be applied to a distributed dataset on the client)")
+@_REPEAT
 def testSharedJobNameRepeatEmptyJob():
     """Ports DataServiceOpsTest.testSharedJobNameRepeatEmptyJob."""
     cluster = TestCluster(num_workers=1)
@@ -673,11 +676,15 @@ def testZipDifferentProcessingModesDatasetsSharedJobName():
     cluster = TestCluster(num_workers=1)
     num_elements = 100
     ds1 = make_distributed_dataset(
-        Dataset.range(num_elements), cluster, processing_mode="distributed_epoch",
+        Dataset.range(num_elements),
+        cluster,
+        processing_mode="distributed_epoch",
         job_name="job_name",
     )
     ds2 = make_distributed_dataset(
-        Dataset.range(num_elements), cluster, processing_mode="parallel_epochs",
+        Dataset.range(num_elements),
+        cluster,
+        processing_mode="parallel_epochs",
         job_name="job_name",
     )
     ds = Dataset.zip((ds1, ds2))
@@ -914,7 +921,8 @@ def testDatasetsDoNotMatch():
     dataset1 = Dataset.range(10)
     dataset2 = Dataset.from_tensor_slices(list("Test dataset."))
     with pytest.raises(
-        errors.InvalidArgumentError, match="Datasets with the same ID should have the same structure"
+        errors.InvalidArgumentError,
+        match="Datasets with the same ID should have the same structure",
     ):
         dataset_id1 = sluice.register_dataset(
             cluster.dispatcher.target, dataset1, compression=None, dataset_id="dataset_id"
@@ -938,7 +946,10 @@ def testDatasetsDoNotMatch():
         get_dataset_output(dataset2)
 
 
-@missing("distributing a dataset read from the service (a second distribute)", raises=errors.InvalidArgumentError)
+@missing(
+    "distributing a dataset read from the service (a second distribute)",
+    raises=errors.InvalidArgumentError,
+)
 def testDoubleDistribute():
     """Ports DataServiceOpsTest.testDoubleDistribute."""
     cluster = TestCluster(num_workers=1)

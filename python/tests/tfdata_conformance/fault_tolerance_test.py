@@ -29,7 +29,6 @@ import pytest
 
 import sluice
 from sluice.data import Dataset
-
 from tfdata_conformance._cluster import (
     NO_WORK_DIR,
     TMP_WORK_DIR,
@@ -47,6 +46,12 @@ from tfdata_conformance._cluster import (
     not_applicable,
     py,
     wait_until,
+)
+
+_READ_AHEAD = (
+    "deep read-ahead: the first worker produces the whole epoch (2 × cores + 100 elements) into "
+    "the reader's buffers and its task, and with it the iteration, finishes while the reader is "
+    "halfway"
 )
 
 
@@ -91,9 +96,7 @@ def testDispatcherRestartDuringDistributedEpoch():
     """Ports FaultToleranceTest.testDispatcherRestartDuringDistributedEpoch."""
     cluster = TestCluster(num_workers=1)
     num_elements = 100
-    ds = make_distributed_range_dataset(
-        num_elements, cluster, processing_mode="distributed_epoch"
-    )
+    ds = make_distributed_range_dataset(num_elements, cluster, processing_mode="distributed_epoch")
     iterator = Next(ds)
     results = []
     for _ in range(num_elements // 2):
@@ -208,7 +211,7 @@ def testStartServersLate():
     start_servers_thread.join()
 
 
-@bug("deep read-ahead: the first worker produces the whole epoch (104 elements) into the reader's buffers and its task, and with it the iteration, finishes while the reader is halfway, so the worker added then gets no task")
+@bug(_READ_AHEAD + ", so the worker added then gets no task")
 def testAddWorkerMidJob():
     """Ports FaultToleranceTest.testAddWorkerMidJob."""
     cluster = TestCluster(num_workers=1)
@@ -245,7 +248,10 @@ def testRemoveMoreWorkersThanMaxOutstandingRequests():
         iterator()
 
 
-@bug("deep read-ahead: the first worker produces the whole epoch (104 elements) into the reader's buffers and its task, and with it the iteration, finishes while the reader is halfway, so the restarted worker gets no task and the epoch ends instead of starting over")
+@bug(
+    _READ_AHEAD
+    + ", so the restarted worker gets no task and the epoch ends instead of starting over"
+)
 @pytest.mark.parametrize("work_dir,fault_tolerant_mode", all_cluster_configurations())
 @pytest.mark.parametrize("use_same_port", [True, False])
 def testRestartWorker(use_same_port, work_dir, fault_tolerant_mode):

@@ -27,7 +27,6 @@ import pytest
 import sluice
 from sluice import errors
 from sluice.data import Dataset
-
 from tfdata_conformance._cluster import (
     MultiProcessCluster,
     Next,
@@ -171,9 +170,7 @@ def testEmptyDataset(num_local_workers, num_remote_workers):
     assert_dataset_produces(ds, [])
 
 
-@pytest.mark.parametrize(
-    "num_local_workers,num_remote_workers", [(0, 1), (0, 3), (3, 1), (3, 3)]
-)
+@pytest.mark.parametrize("num_local_workers,num_remote_workers", [(0, 1), (0, 3), (3, 1), (3, 3)])
 def testNonLocalRead(num_local_workers, num_remote_workers):
     """Ports LocalWorkersTest.testNonLocalRead: the remote workers run and produce data."""
     cluster = MultiProcessCluster(
@@ -301,9 +298,7 @@ def testMultipleEpochsSharedJob(num_remote_workers):
 def testRepeatDistributedDataset(num_remote_workers, job_name):
     """Ports LocalTaskGarbageCollectTest.testRepeatDistributedDataset."""
     cluster = MultiProcessCluster(num_local_workers=1, num_remote_workers=num_remote_workers)
-    dataset = make_distributed_range_dataset(
-        10, cluster, job_name=job_name, target_workers="LOCAL"
-    )
+    dataset = make_distributed_range_dataset(10, cluster, job_name=job_name, target_workers="LOCAL")
     dataset = dataset.repeat(3)
     assert_dataset_produces(dataset, list(range(10)) * 3)
 

@@ -20,17 +20,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import sluice
 from sluice.data import Dataset
-
 from tfdata_conformance._cluster import (
     NO_WORK_DIR,
     TestCluster,
     assert_dataset_produces,
-    bug,
     make_distributed_dataset,
     missing,
     not_applicable,
@@ -60,7 +57,12 @@ _HINT = missing("SHARD_HINT in the Python API (sluice.data.experimental.SHARD_HI
 # both API versions.
 _CASES = [
     ("NoShardingInfinite", lambda: Dataset.range(10).repeat(), ShardingPolicy.OFF, INFINITE),
-    ("DynamicShardingInfinite", lambda: Dataset.range(5).repeat(), ShardingPolicy.DYNAMIC, INFINITE),
+    (
+        "DynamicShardingInfinite",
+        lambda: Dataset.range(5).repeat(),
+        ShardingPolicy.DYNAMIC,
+        INFINITE,
+    ),
     ("DataShardingInfinite", lambda: Dataset.range(10).repeat(), ShardingPolicy.DATA, INFINITE),
     ("NoShardingZero", lambda: Dataset.range(0), ShardingPolicy.OFF, 0),
     ("DynamicShardingZero", lambda: Dataset.range(0), ShardingPolicy.DYNAMIC, 0),

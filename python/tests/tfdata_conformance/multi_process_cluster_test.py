@@ -41,4 +41,6 @@ def testCluster(num_local_workers, num_remote_workers):
     if num_workers == 0:
         return
     dataset = make_distributed_range_dataset(num_elements, cluster)
-    assert_dataset_produces(dataset, num_workers * list(range(num_elements)), assert_items_equal=True)
+    assert_dataset_produces(
+        dataset, num_workers * list(range(num_elements)), assert_items_equal=True
+    )

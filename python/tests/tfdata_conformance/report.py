@@ -89,7 +89,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{len(items)} cases: {tally}", file=out)
         return 0
     print(f"{len(items)} cases: {tally}.", file=out)
-    print("", file=out)
+    print(file=out)
     print("| class | file | tf.data test | case | reason |", file=out)
     print("|---|---|---|---|---|", file=out)
     order = {c: i for i, c in enumerate(CLASSES)}

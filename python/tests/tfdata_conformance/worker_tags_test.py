@@ -25,12 +25,10 @@ import multiprocessing
 import pytest
 
 import sluice
-
 from tfdata_conformance._cluster import (
     COLOCATED,
     MultiProcessCluster,
     Next,
-    RemoteWorkerError,
     assert_count_equal,
     assert_dataset_produces,
     bug,
@@ -211,6 +209,4 @@ def testUnusedTags():
 def testInvalidTag():
     """Ports WorkerTagsTest.testInvalidTag."""
     with pytest.raises(RuntimeError, match="Worker tags cannot be empty."):
-        MultiProcessCluster(
-            num_local_workers=1, num_remote_workers=3, worker_tags=["", COLOCATED]
-        )
+        MultiProcessCluster(num_local_workers=1, num_remote_workers=3, worker_tags=["", COLOCATED])
