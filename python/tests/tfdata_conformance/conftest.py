@@ -39,12 +39,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     xfailed = [r for r in stats.get("xfailed", []) if ours(r)]
     skipped = [r for r in stats.get("skipped", []) if ours(r)]
     failed = [r for r in stats.get("failed", []) if ours(r)]
-    if not (passed or xfailed or skipped or failed):
+    xpassed = [r for r in stats.get("xpassed", []) if ours(r)]
+    if not (passed or xfailed or skipped or failed or xpassed):
         return
-    total = len(passed) + len(xfailed) + len(skipped) + len(failed)
+    total = len(passed) + len(xfailed) + len(skipped) + len(failed) + len(xpassed)
     tw = terminalreporter
     tw.section("tf.data's own tests, ported")
-    tw.line(f"{total} cases: {len(passed)} passed, {len(failed)} failed")
+    tw.line(
+        f"{total} cases: {len(passed)} passed, {len(failed)} failed, "
+        f"{len(xpassed)} flaky ones passed"
+    )
     by_class: "collections.Counter[str]" = collections.Counter()
     missing: "collections.Counter[str]" = collections.Counter()
     for r in xfailed + skipped:
