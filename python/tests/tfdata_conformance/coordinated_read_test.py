@@ -150,3 +150,13 @@ def testFiniteV2():
         "the dataset has cardinality " + str(num_elements),
     ):
         get_dataset_output(ds)
+
+
+def testCardinality():
+    """Ports CoordinatedReadTest.testCardinality (in some revisions of tf.data's file): a
+    coordinated read of an infinite dataset is infinite."""
+    cluster = TestCluster(num_workers=1)
+    ds = make_distributed_dataset(
+        Dataset.range(10).repeat(), cluster, job_name="test", consumer_index=0, num_consumers=2
+    )
+    assert ds.cardinality() == -1
