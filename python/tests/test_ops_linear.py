@@ -167,9 +167,10 @@ def test_shard_accepts_shard_hint_and_checks_its_arguments():
     assert "SHARD_HINT" in repr(hinted)
     with pytest.raises(OpError, match="SHARD_HINT"):
         list(hinted)
-    with pytest.raises(ValueError, match=r"Number of shards must be greater than zero \(currently num_shards = 0\)\."):
+    zero = r"Number of shards must be greater than zero \(currently num_shards = 0\)\."
+    with pytest.raises(ValueError, match=zero):
         Dataset.range(8).shard(0, 0)
-    with pytest.raises(ValueError, match=r"Index must be between 0 and 2 \(currently index = 3\)\."):
+    with pytest.raises(ValueError, match=r"Index must be between 0 and 2 \(currently index = 3\)"):
         Dataset.range(8).shard(3, 3)
     with pytest.raises(ValueError, match=r"currently index = -1"):
         Dataset.range(8).shard(3, experimental.SHARD_HINT)
@@ -185,7 +186,9 @@ def test_shard_hint_is_resolved_by_the_hint_policy():
             2, num_input_pipelines=2, input_pipeline_id=pipeline, auto_shard_policy="HINT"
         )
         values = [
-            int(v) for step in strategy.experimental_distribute_dataset(ds) for b in step
+            int(v)
+            for step in strategy.experimental_distribute_dataset(ds)
+            for b in step
             for v in np.ravel(b)
         ]
         assert values and all(v % 2 == pipeline for v in values), (pipeline, values)
@@ -229,7 +232,9 @@ def test_strategy_takes_the_dataset_auto_shard_policy():
 
     def values(ds):  # type: ignore[no-untyped-def]
         return sorted(
-            int(v) for step in strategy.experimental_distribute_dataset(ds) for b in step
+            int(v)
+            for step in strategy.experimental_distribute_dataset(ds)
+            for b in step
             for v in np.ravel(b)
         )
 
@@ -267,11 +272,14 @@ def test_ignore_errors_through_the_service(cluster, mode):
 
 def test_cache_through_the_service(cluster, tmp_path):
     # parallel_epochs: each worker caches its own pass and replays it.
-    got = sorted(int(x) for x in _served(Dataset.range(3).cache().repeat(2), "parallel_epochs", cluster))
+    got = sorted(
+        int(x) for x in _served(Dataset.range(3).cache().repeat(2), "parallel_epochs", cluster)
+    )
     assert got == sorted([0, 1, 2] * 4)
     path = tmp_path / "served.cache"
     got = sorted(
-        int(x) for x in _served(Dataset.range(3).cache(str(path)).repeat(2), "parallel_epochs", cluster)
+        int(x)
+        for x in _served(Dataset.range(3).cache(str(path)).repeat(2), "parallel_epochs", cluster)
     )
     assert got == sorted([0, 1, 2] * 4)
     assert path.exists()

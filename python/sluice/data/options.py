@@ -72,9 +72,7 @@ class _OptionsBase:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in type(self)._fields:
-            raise AttributeError(
-                f"Cannot set the property {name} on {type(self).__name__}."
-            )
+            raise AttributeError(f"Cannot set the property {name} on {type(self).__name__}.")
         self._values[name] = self._check(name, value)
 
     def _check(self, name: str, value: Any) -> Any:
@@ -84,7 +82,9 @@ class _OptionsBase:
         return name in self._values
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values == other._values  # type: ignore[attr-defined]
+        if type(other) is not type(self):
+            return False
+        return bool(self._values == other._values)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         values = ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))
