@@ -50,7 +50,8 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
 pub fn no_random_splits() -> DatasetError {
     DatasetError::invalid(
         "Cannot create split providers for dataset of type RandomDataset, because the dataset \
-         is not unary (instead having arity 0): Dataset.random has no splits to hand out, so \
+         is not unary (instead having arity 0), and no custom implementation of \
+         `MakeSplitProvider` is defined: Dataset.random has no splits to hand out, so \
          distributed_epoch cannot read it; use parallel_epochs (each worker draws its own \
          stream) or off",
     )
