@@ -116,7 +116,7 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
     validate(&def, &opts.registry)?;
     let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
     if opts.splits.is_some() {
-        check_distributed_epoch(&def)?;
+        sluice_pipeline::check_distributed_epoch(&def)?;
     }
     let carried = match &opts.splits {
         None => 0,
@@ -182,28 +182,6 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         }
     }
     factory()
-}
-
-/// What distributed_epoch cannot run: a `random` source (no splits, as in tf.data), and a
-/// `cache` (a worker would replay its own splits of one repetition, or a file of another job's,
-/// instead of reading the splits the dispatcher hands it).
-fn check_distributed_epoch(def: &pb::DatasetDef) -> Result<(), DatasetError> {
-    if let Some(pb::source::Kind::Random(_)) = def.source.as_ref().and_then(|s| s.kind.as_ref()) {
-        return Err(sluice_pipeline::no_random_splits());
-    }
-    if def
-        .ops
-        .iter()
-        .any(|op| matches!(op.kind, Some(OpKind::Cache(_))))
-    {
-        return Err(DatasetError::invalid(
-            "cache cannot run in distributed_epoch mode: a worker would replay the splits it \
-             read in one pass (or a cache file of another run) instead of the splits the \
-             dispatcher hands it, so elements would repeat or go missing; apply cache after \
-             distribute, or use parallel_epochs",
-        ));
-    }
-    Ok(())
 }
 
 /// Whether the source's origin cell still holds the origin of the element `op` passes on: `op`

@@ -58,4 +58,4 @@ pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use render::{render_def, render_ops};
 pub use slices::Slices;
-pub use splits::{no_random_splits, num_split_providers, num_splits};
+pub use splits::{check_distributed_epoch, no_random_splits, num_split_providers, num_splits};

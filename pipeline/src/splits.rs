@@ -46,6 +46,29 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
     }
 }
 
+/// What distributed_epoch cannot run, refused by the dispatcher when the job is created and by
+/// the worker's executor: a `random` source (no splits, as in tf.data), and a `cache` (a worker
+/// would replay its own splits of one repetition, or a file of another run, instead of reading
+/// the splits the dispatcher hands it).
+pub fn check_distributed_epoch(def: &pb::DatasetDef) -> Result<(), DatasetError> {
+    if let Some(pb::source::Kind::Random(_)) = def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+        return Err(no_random_splits());
+    }
+    if def
+        .ops
+        .iter()
+        .any(|op| matches!(op.kind, Some(pb::op::Kind::Cache(_))))
+    {
+        return Err(DatasetError::invalid(
+            "cache cannot run in distributed_epoch mode: a worker would replay the splits it \
+             read in one pass (or a cache file of another run) instead of the splits the \
+             dispatcher hands it, so elements would repeat or go missing; apply cache after \
+             distribute, or use parallel_epochs",
+        ));
+    }
+    Ok(())
+}
+
 /// Why distributed_epoch cannot read a `random` source: tf.data's reason, and what to do.
 pub fn no_random_splits() -> DatasetError {
     DatasetError::invalid(
