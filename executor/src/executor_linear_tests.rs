@@ -444,3 +444,48 @@ fn builder_ops_match_expressions() {
         .collect();
     assert_eq!(got, vec![json!([[7, 7, 7], [0, 7, 7]]), json!([[0, 1, 7]])]);
 }
+
+/// A lines source over `files` (already expanded), then `ignore_errors`.
+fn lines_ignoring_errors(files: Vec<String>) -> pb::DatasetDef {
+    let mut def = Dataset::files("listed")
+        .lines()
+        .ignore_errors(false)
+        .into_def();
+    if let Some(pb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut()) {
+        fs.files = files;
+    }
+    def
+}
+
+#[test]
+fn ignore_errors_skips_unreadable_files_but_not_refused_ones() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let good = root.path().join("good.txt");
+    std::fs::write(&good, "a\nb\n").unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "s\n").unwrap();
+    let name = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let missing = name(&root.path().join("missing.txt"));
+    let run_def = |def: &pb::DatasetDef, o: &ExecOptions| -> Vec<Result<Value, String>> {
+        iterate(def, o)
+            .unwrap()
+            .map(|r| r.map(|e| e.to_json()).map_err(|e| e.to_string()))
+            .collect()
+    };
+    // A file that cannot be read is an error of its own elements: dropped.
+    let def = lines_ignoring_errors(vec![missing.clone(), name(&good)]);
+    assert_eq!(run_def(&def, &opts()), vec![Ok(json!("a")), Ok(json!("b"))]);
+    // A file outside a server's data roots is refused, and the refusal is not dropped.
+    let server = ExecOptions {
+        file_access: FileAccess::Roots(DataRoots::new(vec![root.path().to_path_buf()]).unwrap()),
+        ..opts()
+    };
+    let def = lines_ignoring_errors(vec![name(&secret), name(&good)]);
+    let got = run_def(&def, &server);
+    assert!(
+        matches!(&got[0], Err(e) if e.contains("refused to read")),
+        "{got:?}"
+    );
+    assert_eq!(got[1..], [Ok(json!("a")), Ok(json!("b"))]);
+}
