@@ -204,6 +204,19 @@ impl Dispatcher for DispatcherService {
         let req = request.into_inner();
         let sharding =
             ShardingPolicy::from_proto(req.sharding_policy).map_err(DispatcherError::from)?;
+        if sharding == ShardingPolicy::Dynamic {
+            // What distributed_epoch cannot run (a random source, a cache) is refused here, at
+            // once, rather than by every worker's task. A dataset this replica does not know
+            // yet is left to the job's creation to find.
+            let dataset_id = DatasetId(req.dataset_id.clone());
+            let def = self
+                .reader
+                .read(|s| s.dataset(&dataset_id).and_then(|d| decode_def(s, d)));
+            if let Some(def) = def {
+                sluice_pipeline::check_distributed_epoch(&def)
+                    .map_err(|e| DispatcherError::InvalidArgument(e.to_string()))?;
+            }
+        }
         let options = JobOptions {
             num_consumers: req.num_consumers,
             use_cross_trainer_cache: req.use_cross_trainer_cache,

@@ -730,3 +730,42 @@ async fn a_definition_over_the_limit_is_refused_before_anything_is_proposed() {
     assert!(registered.is_ok(), "{registered:?}");
     handle.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_epoch_jobs_of_random_or_cache_are_refused_when_created() {
+    use sluice_rpc::ToProto;
+    let dir = tempfile::tempdir().unwrap();
+    let handle = DispatcherHandle::start(config(1, &dir)).await.unwrap();
+    handle.wait_for_leader(WAIT).await.unwrap();
+    let mut c = client(&handle).await;
+    for (expr, want) in [
+        ("random(seed=1)", "Dataset.random has no splits"),
+        (
+            "range(3).cache().repeat(2)",
+            "cache cannot run in distributed_epoch mode",
+        ),
+    ] {
+        let def = sluice_pipeline::parse(expr).unwrap().into_def();
+        let id = c
+            .register_dataset(registration(def))
+            .await
+            .unwrap()
+            .into_inner()
+            .dataset_id;
+        let job = |policy: sluice_types::ShardingPolicy| pb::GetOrCreateJobRequest {
+            dataset_id: id.clone(),
+            sharding_policy: policy.to_proto() as i32,
+            ..Default::default()
+        };
+        let (code, message) = failure(
+            c.get_or_create_job(job(sluice_types::ShardingPolicy::Dynamic))
+                .await,
+        );
+        assert_eq!(code, Code::InvalidArgument, "{expr}: {message}");
+        assert!(message.contains(want), "{expr}: {message}");
+        // parallel_epochs runs them.
+        c.get_or_create_job(job(sluice_types::ShardingPolicy::Off))
+            .await
+            .unwrap();
+    }
+}

@@ -39,9 +39,12 @@ use sluice_pipeline::{validate, FunctionRegistry, MapFn, PipelineLimits, Predica
 
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
+use crate::ops::cache::cache_factory;
+use crate::ops::padded_batch::Padding;
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
 use crate::ops::shuffle::{pass_seed, ShuffleIter};
+use crate::ops::unbatch::UnbatchIter;
 use crate::ops::Factory;
 use crate::python_fn::{self, PythonStage};
 use crate::sources::{Source, SplitCount, SplitIter};
@@ -112,6 +115,9 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
     }
     validate(&def, &opts.registry)?;
     let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
+    if opts.splits.is_some() {
+        sluice_pipeline::check_distributed_epoch(&def)?;
+    }
     let carried = match &opts.splits {
         None => 0,
         Some(_) => enumerate_prefix(&def.ops, &source)?,
@@ -164,6 +170,7 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
                     )) as ElementIter)
                 })
             }
+            Some(OpKind::Cache(c)) => cache_factory(factory, c, opts)?,
             _ => {
                 let stage = Stage::new(op, opts)?.naming_origin(naming);
                 let upstream = factory;
@@ -192,10 +199,19 @@ fn keeps_origin(op: &pb::Op) -> bool {
             | OpKind::Enumerate(_)
             | OpKind::DecodeImage(_)
             | OpKind::Resize(_)
-            | OpKind::ParseExample(_),
+            | OpKind::ParseExample(_)
+            | OpKind::IgnoreErrors(_),
         ) => true,
         Some(OpKind::Prefetch(p)) => p.buffer_size == 0,
-        Some(OpKind::Batch(_) | OpKind::Shuffle(_) | OpKind::PyFunction(_)) | None => false,
+        Some(
+            OpKind::Batch(_)
+            | OpKind::Shuffle(_)
+            | OpKind::PyFunction(_)
+            | OpKind::PaddedBatch(_)
+            | OpKind::Unbatch(_)
+            | OpKind::Cache(_),
+        )
+        | None => false,
     }
 }
 
@@ -246,6 +262,20 @@ pub fn apply_ops(
                 "repeat cannot be applied to a distributed dataset on the client; put it in the dataset before distribute",
             ));
         }
+        if let Some(OpKind::Cache(c)) = &op.kind {
+            // One pass of a stream that cannot be re-created: filled, never replayed (a file
+            // cache is still written, for a later run).
+            let taken = std::sync::Mutex::new(Some(it));
+            let upstream: Factory = Arc::new(move || {
+                taken
+                    .lock()
+                    .map_err(|_| DatasetError::invalid("cache input lock poisoned"))?
+                    .take()
+                    .ok_or_else(|| DatasetError::invalid("cache input already taken"))
+            });
+            it = cache_factory(upstream, c, opts)?()?;
+            continue;
+        }
         it = Stage::new(op, opts)?.apply(it)?;
         if guard_after(i) {
             it = guard_iter(it);
@@ -283,6 +313,15 @@ enum StageKind {
     Prefetch(usize),
     ParseExample(Arc<ExampleParser>),
     Python(PythonStage),
+    PaddedBatch {
+        size: usize,
+        drop_remainder: bool,
+        padding: Arc<Padding>,
+    },
+    Unbatch,
+    IgnoreErrors {
+        log_warning: bool,
+    },
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
     /// A map on a carrier's element, keeping its split index.
@@ -396,6 +435,16 @@ impl StageKind {
                 }
             }
             Some(OpKind::Repeat(_)) => unreachable!("repeat is handled by the caller"),
+            Some(OpKind::Cache(_)) => unreachable!("cache is handled by the caller"),
+            Some(OpKind::PaddedBatch(p)) => StageKind::PaddedBatch {
+                size: to_usize(p.batch_size),
+                drop_remainder: p.drop_remainder,
+                padding: Arc::new(Padding::new(p)?),
+            },
+            Some(OpKind::Unbatch(_)) => StageKind::Unbatch,
+            Some(OpKind::IgnoreErrors(i)) => StageKind::IgnoreErrors {
+                log_warning: i.log_warning,
+            },
             Some(OpKind::Take(t)) => StageKind::Take(to_usize(t.count)),
             Some(OpKind::Skip(s)) => StageKind::Skip(s.count),
             Some(OpKind::Shard(s)) if s.hint => return Err(DatasetError::UnresolvedShardHint),
@@ -467,6 +516,38 @@ impl StageKind {
                 Reservation::new(memory.clone(), "batch"),
                 cancel.clone(),
             )),
+            StageKind::PaddedBatch {
+                size,
+                drop_remainder,
+                padding,
+            } => Box::new(
+                BatchIter::new(
+                    input,
+                    *size,
+                    *drop_remainder,
+                    Reservation::new(memory.clone(), "padded_batch"),
+                    cancel.clone(),
+                )
+                .padded(padding.clone()),
+            ),
+            StageKind::Unbatch => Box::new(UnbatchIter::new(
+                input,
+                Reservation::new(memory.clone(), "unbatch"),
+                cancel.clone(),
+            )),
+            StageKind::IgnoreErrors { log_warning } => {
+                let (log_warning, cancel) = (*log_warning, cancel.clone());
+                Box::new(input.filter_map(move |r| match r {
+                    Ok(e) => Some(Ok(e)),
+                    Err(err) if ends_the_pipeline(&err) => Some(Err(err)),
+                    Err(err) => {
+                        if log_warning {
+                            tracing::warn!("ignore_errors dropped an element: {err}");
+                        }
+                        dropped(&cancel)
+                    }
+                }))
+            }
             StageKind::Shuffle {
                 buffer,
                 seed,
@@ -565,6 +646,36 @@ impl StageKind {
     }
 }
 
+/// The errors `ignore_errors` passes on instead of dropping: those that say the pipeline itself
+/// cannot go on (it was stopped, the worker's memory budget or its link to the dispatcher
+/// failed, a Python runner is missing or broken, a file is outside the server's data roots, a
+/// placeholder was left unresolved), not that one element is bad. Exhaustive, so a new error
+/// decides.
+fn ends_the_pipeline(err: &DatasetError) -> bool {
+    match err {
+        DatasetError::Cancelled
+        | DatasetError::Splits { .. }
+        | DatasetError::ResourceExhausted { .. }
+        | DatasetError::MemoryShareExceeded { .. }
+        | DatasetError::PythonRuntime(_)
+        | DatasetError::FileRefused { .. }
+        | DatasetError::UnresolvedShardHint
+        | DatasetError::UnshardableSource(_) => true,
+        DatasetError::AtRecord { error, .. } => ends_the_pipeline(error),
+        DatasetError::Parse { .. }
+        | DatasetError::UnknownFunction { .. }
+        | DatasetError::InvalidArgument(_)
+        | DatasetError::Io { .. }
+        | DatasetError::LineTooLong { .. }
+        | DatasetError::CorruptRecord { .. }
+        | DatasetError::Function { .. }
+        | DatasetError::Image { .. }
+        | DatasetError::BadExample { .. }
+        | DatasetError::Python(_)
+        | DatasetError::Codec(_) => false,
+    }
+}
+
 /// What a filtering op yields for an element it drops: nothing (its loop goes on to the next
 /// element), or `Cancelled` once the pipeline is stopped.
 fn dropped(cancel: &Cancellation) -> Option<Result<Element, DatasetError>> {
@@ -618,3 +729,7 @@ mod origin_tests;
 #[cfg(test)]
 #[path = "executor_depth_tests.rs"]
 mod depth_tests;
+
+#[cfg(test)]
+#[path = "executor_linear_tests.rs"]
+mod linear_tests;

@@ -34,6 +34,11 @@ pub(crate) enum Source {
         /// The file and record of the element yielded last (see `OriginCell`).
         origin: OriginCell,
     },
+    /// `Dataset.random`: SplitMix64 draws from the seed (a fresh random seed per iteration
+    /// when none is given), as int64 scalars without end. No splits.
+    Random {
+        seed: Option<u64>,
+    },
 }
 
 impl Source {
@@ -67,6 +72,7 @@ impl Source {
                     origin: OriginCell::default(),
                 })
             }
+            Some(pb::source::Kind::Random(r)) => Ok(Source::Random { seed: r.seed }),
         }
     }
 
@@ -74,7 +80,7 @@ impl Source {
     pub(crate) fn origin(&self) -> Option<&OriginCell> {
         match self {
             Source::Files { origin, .. } => Some(origin),
-            Source::Range { .. } | Source::Slices(_) => None,
+            Source::Range { .. } | Source::Slices(_) | Source::Random { .. } => None,
         }
     }
 
@@ -83,7 +89,7 @@ impl Source {
     pub(crate) fn split_is_one_element(&self) -> bool {
         match self {
             Source::Range { .. } | Source::Slices(_) => true,
-            Source::Files { .. } => false,
+            Source::Files { .. } | Source::Random { .. } => false,
         }
     }
 
@@ -92,6 +98,7 @@ impl Source {
             Source::Range { len, .. } => *len,
             Source::Slices(s) => s.len() as u64,
             Source::Files { files, .. } => files.len() as u64,
+            Source::Random { .. } => 0,
         }
     }
 
@@ -120,6 +127,14 @@ impl Source {
                         .flat_map(move |f| file_elements(f, reading, &access, &origin)),
                 )
             }
+            Source::Random { seed } => {
+                let mut state = seed.unwrap_or_else(rand::random);
+                Box::new(std::iter::from_fn(move || {
+                    Some(Ok(Element::Tensor(Tensor::scalar_i64(
+                        splitmix64(&mut state) as i64,
+                    ))))
+                }))
+            }
         }
     }
 
@@ -142,6 +157,7 @@ impl Source {
                 access,
                 origin,
             } => file_elements(files[index as usize].clone(), *reading, access, origin),
+            Source::Random { .. } => return Err(sluice_pipeline::no_random_splits()),
         })
     }
 }
@@ -259,6 +275,16 @@ impl Iterator for SplitIter {
             }
         }
     }
+}
+
+/// One step of SplitMix64 (Steele, Lea and Flood): a fixed, well-mixed stream per seed,
+/// independent of any crate's version.
+pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

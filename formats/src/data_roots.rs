@@ -107,6 +107,31 @@ impl DataRoots {
         Ok(canonical)
     }
 
+    /// Where to write (or read back) `path`, a file that may not exist yet, such as a cache
+    /// file: an existing path must pass [`DataRoots::check`]; a new one's directory, resolved,
+    /// must lie below a root, and the file keeps its name there.
+    pub fn check_writable(&self, path: &str) -> Result<PathBuf, DatasetError> {
+        if self.roots.is_empty() {
+            return Err(self.refuse(path, NO_ROOTS));
+        }
+        let p = Path::new(path);
+        if std::fs::symlink_metadata(p).is_ok() {
+            return self.check(path);
+        }
+        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else {
+            return Err(self.refuse(path, "it names no file"));
+        };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        match std::fs::canonicalize(dir) {
+            Ok(canonical) if self.below_a_root(&canonical) => Ok(canonical.join(name)),
+            _ => Err(self.refuse(path, &self.outside())),
+        }
+    }
+
     /// Refuses a glob pattern that cannot match below any root, before anything is listed: its
     /// literal directory (the components before the first with `*`, `?` or `[`), resolved,
     /// must lie below a root or contain one.

@@ -326,3 +326,39 @@ fn a_match_outside_every_root_is_reported_as_the_patterns() {
         Ok(tree.base.join("data/a.txt"))
     );
 }
+
+#[test]
+fn a_file_to_write_must_be_below_a_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(base.join("data/cache")).unwrap();
+    std::fs::create_dir_all(base.join("outside")).unwrap();
+    std::os::unix::fs::symlink(base.join("outside"), base.join("data/escape")).unwrap();
+    std::fs::write(base.join("outside/old.cache"), "x").unwrap();
+    std::os::unix::fs::symlink(
+        base.join("outside/old.cache"),
+        base.join("data/cache/linked.cache"),
+    )
+    .unwrap();
+    let roots = DataRoots::new(vec![base.join("data")]).unwrap();
+    let s = |p: &str| base.join(p).to_str().unwrap().to_string();
+    // A new file in a directory below the root: its canonical directory, its own name.
+    assert_eq!(
+        roots.check_writable(&s("data/cache/new.cache")).unwrap(),
+        base.join("data/cache/new.cache")
+    );
+    for refused in [
+        "outside/new.cache",
+        "data/escape/new.cache",
+        "data/cache/linked.cache",
+        "data/../outside/new.cache",
+    ] {
+        let err = roots.check_writable(&s(refused)).unwrap_err();
+        assert!(
+            matches!(err, DatasetError::FileRefused { .. }),
+            "{refused}: {err}"
+        );
+    }
+    let none = DataRoots::new(Vec::<PathBuf>::new()).unwrap();
+    assert!(none.check_writable(&s("data/cache/new.cache")).is_err());
+}

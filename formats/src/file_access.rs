@@ -31,6 +31,16 @@ impl FileAccess {
         }
     }
 
+    /// The path to write (or read back) a file of the pipeline's own, such as a cache file,
+    /// that may not exist yet: as given when unrestricted, else checked by
+    /// [`DataRoots::check_writable`].
+    pub fn resolve_writable(&self, path: &str) -> Result<PathBuf, DatasetError> {
+        match self {
+            FileAccess::Unrestricted => Ok(PathBuf::from(path)),
+            FileAccess::Roots(roots) => roots.check_writable(path),
+        }
+    }
+
     /// Refuses a glob pattern that can match nothing below the roots (see
     /// [`DataRoots::check_pattern`]); every pattern when unrestricted is fine.
     pub fn check_pattern(&self, pattern: &str) -> Result<(), DatasetError> {

@@ -8,6 +8,7 @@ use sluice_element::pb::op::Kind as OpKind;
 use sluice_element::pb::source::Kind as SourceKind;
 use sluice_element::{pb, DType, DatasetError, ElementSpec};
 
+use crate::batching;
 use crate::example_spec::ExampleSpec;
 use crate::image_spec;
 use crate::python_op;
@@ -31,6 +32,7 @@ pub fn element_spec(
         Some(SourceKind::Range(_)) => ElementSpec::scalar(DType::Int64),
         Some(SourceKind::Slices(s)) => Slices::from_proto(s)?.row_spec(),
         Some(SourceKind::Files(_)) => ElementSpec::scalar(DType::String),
+        Some(SourceKind::Random(_)) => ElementSpec::scalar(DType::Int64),
     };
     ops_element_spec(spec, &def.ops, registry)
 }
@@ -62,8 +64,12 @@ pub fn ops_element_spec(
                 ExampleSpec::new(p)?.element_spec()
             }
             Some(OpKind::PyFunction(f)) => python_op::output_spec(f, spec)?,
+            Some(OpKind::PaddedBatch(p)) => batching::padded_batch_spec(p, &spec)?,
+            Some(OpKind::Unbatch(_)) => batching::unbatch_spec(&spec)?,
             Some(
-                OpKind::Shuffle(_)
+                OpKind::IgnoreErrors(_)
+                | OpKind::Cache(_)
+                | OpKind::Shuffle(_)
                 | OpKind::Repeat(_)
                 | OpKind::Take(_)
                 | OpKind::Skip(_)
@@ -85,8 +91,9 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
             None => UNKNOWN,
         },
         Some(SourceKind::Files(_)) => UNKNOWN,
+        Some(SourceKind::Random(_)) => INFINITE,
     };
-    for op in &def.ops {
+    for (i, op) in def.ops.iter().enumerate() {
         n = match &op.kind {
             None => UNKNOWN,
             Some(
@@ -99,22 +106,37 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
                 | OpKind::ParseExample(_),
             ) => n,
             Some(OpKind::Filter(_)) => UNKNOWN,
+            // Any element may be dropped; an endless input stays endless.
+            Some(OpKind::IgnoreErrors(_)) => match n {
+                INFINITE => INFINITE,
+                _ => UNKNOWN,
+            },
+            Some(OpKind::Cache(_)) => n,
+            // tf.data's rule: the input's count times the first dimension, when the input's
+            // spec knows it.
+            Some(OpKind::Unbatch(_)) => match n {
+                INFINITE | UNKNOWN => n,
+                _ => {
+                    let prefix = pb::DatasetDef {
+                        source: def.source.clone(),
+                        ops: def.ops[..i].to_vec(),
+                        options: None,
+                    };
+                    let known = element_spec(&prefix, &FunctionRegistry::global())
+                        .ok()
+                        .and_then(|spec| batching::unbatch_batch_dim(&spec).ok().flatten());
+                    match known {
+                        Some(d) => n.saturating_mul(clamp(d as u64)),
+                        None => UNKNOWN,
+                    }
+                }
+            },
             Some(OpKind::PyFunction(f)) => match python_op::kind_of(f) {
                 Ok(pb::PyFunctionKind::Map) => n,
                 _ => UNKNOWN,
             },
-            Some(OpKind::Batch(b)) => match n {
-                INFINITE | UNKNOWN => n,
-                _ if b.batch_size == 0 => UNKNOWN,
-                _ => {
-                    let size = clamp(b.batch_size);
-                    if b.drop_remainder {
-                        n / size
-                    } else {
-                        n / size + i64::from(n % size != 0)
-                    }
-                }
-            },
+            Some(OpKind::Batch(b)) => batched_cardinality(n, b.batch_size, b.drop_remainder),
+            Some(OpKind::PaddedBatch(b)) => batched_cardinality(n, b.batch_size, b.drop_remainder),
             Some(OpKind::Repeat(r)) => match r.count {
                 None if n == 0 => 0,
                 None => INFINITE,
@@ -145,6 +167,22 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
         };
     }
     n
+}
+
+/// tf.data's `batch` cardinality.
+fn batched_cardinality(n: i64, batch_size: u64, drop_remainder: bool) -> i64 {
+    match n {
+        INFINITE | UNKNOWN => n,
+        _ if batch_size == 0 => UNKNOWN,
+        _ => {
+            let size = clamp(batch_size);
+            if drop_remainder {
+                n / size
+            } else {
+                n / size + i64::from(n % size != 0)
+            }
+        }
+    }
 }
 
 fn clamp(v: u64) -> i64 {
@@ -179,6 +217,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             }
             Reading::from_proto(fs)?;
         }
+        Some(SourceKind::Random(_)) => {}
     }
     for op in &def.ops {
         match &op.kind {
@@ -217,6 +256,9 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             }
             Some(OpKind::DecodeImage(d)) => image_spec::check_decode_image(d)?,
             Some(OpKind::Resize(r)) => image_spec::check_resize(r)?,
+            Some(OpKind::PaddedBatch(p)) => batching::check_padded_batch(p)?,
+            Some(OpKind::Cache(c)) => check_cache(c)?,
+            Some(OpKind::Unbatch(_) | OpKind::IgnoreErrors(_)) => {}
             Some(
                 OpKind::Batch(_)
                 | OpKind::Shuffle(_)
@@ -230,6 +272,22 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
         }
     }
     element_spec(def, registry).map(|_| ())
+}
+
+/// A cache's file name: empty (memory) or a path without NUL bytes, and not a directory name.
+fn check_cache(c: &pb::CacheOp) -> Result<(), DatasetError> {
+    if c.filename.contains('\0') {
+        return Err(DatasetError::invalid(
+            "cache filename must not contain a NUL byte",
+        ));
+    }
+    if c.filename.ends_with('/') {
+        return Err(DatasetError::invalid(format!(
+            "cache filename '{}' names a directory; give a file name",
+            c.filename
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

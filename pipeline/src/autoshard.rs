@@ -85,6 +85,7 @@ fn shard_by_file(
         let source = pb::DatasetDef {
             source: def.source.clone(),
             ops: Vec::new(),
+            options: None,
         };
         return Err(DatasetError::UnshardableSource(render_def(&source)));
     }

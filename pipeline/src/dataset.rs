@@ -53,6 +53,7 @@ impl Dataset {
             def: pb::DatasetDef {
                 source: Some(pb::Source { kind: Some(kind) }),
                 ops: Vec::new(),
+                options: None,
             },
         }
     }
@@ -82,6 +83,20 @@ impl Dataset {
     pub fn from_structured_slices(columns: Element) -> Result<Dataset, DatasetError> {
         let slices = Slices::new(columns)?;
         Ok(Dataset::with_source(SourceKind::Slices(slices.to_proto())))
+    }
+
+    /// tf.data's `Dataset.random(seed)`: pseudo-random int64 scalars without end, the same
+    /// stream on every run for a given seed; `None` draws a seed per iteration. It has no
+    /// splits, so distributed_epoch refuses it (as tf.data, which has no split provider for it).
+    pub fn random(seed: Option<u64>) -> Dataset {
+        Dataset::with_source(SourceKind::Random(pb::RandomSource { seed }))
+    }
+
+    /// tf.data's `with_options`: the fields set in `options` replace the definition's, the
+    /// others stay (a later call wins field by field).
+    pub fn with_options(mut self, options: &pb::DatasetOptions) -> Dataset {
+        self.def.options = Some(merge_options(self.def.options.take(), options));
+        self
     }
 
     /// Files matching a glob pattern, expanded at registration (see `expand_files`).
@@ -216,11 +231,72 @@ pub trait Transform: Sized {
         self.push_op(op(OpKind::ParseExample(pb::ParseExampleOp { features })))
     }
 
+    /// tf.data's `padded_batch`: batches of `n` elements, each component padded first, with
+    /// `padding_values` (one scalar per component, flattened as `padded_shapes`), to its padded
+    /// shape: one `dims` per component (tuples in order, dicts by sorted key, depth first), -1 a
+    /// dimension padded to the batch's largest. Empty `padded_shapes`: every dimension to the
+    /// batch's largest; empty `padding_values`: 0, false or "".
+    fn padded_batch(
+        self,
+        n: u64,
+        drop_remainder: bool,
+        padded_shapes: Vec<Vec<i64>>,
+        padding_values: Vec<Tensor>,
+    ) -> Self {
+        self.push_op(op(OpKind::PaddedBatch(pb::PaddedBatchOp {
+            batch_size: n,
+            drop_remainder,
+            padded_shapes: padded_shapes
+                .into_iter()
+                .map(|dims| pb::PaddedBatchShape { dims })
+                .collect(),
+            padding_values: padding_values.iter().map(Tensor::to_proto).collect(),
+        })))
+    }
+
+    /// tf.data's `unbatch`: each element's components split along their (common) first
+    /// dimension into that many elements.
+    fn unbatch(self) -> Self {
+        self.push_op(op(OpKind::Unbatch(pb::UnbatchOp {})))
+    }
+
+    /// tf.data's `ignore_errors`: elements whose upstream failed are dropped (logged when
+    /// `log_warning`); cancellation and the service's own failures still end the pipeline.
+    fn ignore_errors(self, log_warning: bool) -> Self {
+        self.push_op(op(OpKind::IgnoreErrors(pb::IgnoreErrorsOp { log_warning })))
+    }
+
+    /// tf.data's `cache(filename)`: the first pass is kept, in memory (`""`) or in a file, and
+    /// later passes (after a `repeat`) replay it.
+    fn cache(self, filename: &str) -> Self {
+        self.push_op(op(OpKind::Cache(pb::CacheOp {
+            filename: filename.to_string(),
+        })))
+    }
+
     /// A user's Python function (map, filter or flat_map), pickled by the Python package. It
     /// runs where the pipeline runs, with the runner of `ExecOptions::python`.
     fn py_function(self, function: pb::PyFunctionOp) -> Self {
         self.push_op(op(OpKind::PyFunction(function)))
     }
+}
+
+/// `base` with the fields set in `over` replaced, as tf.data merges `Options`.
+pub fn merge_options(
+    base: Option<pb::DatasetOptions>,
+    over: &pb::DatasetOptions,
+) -> pb::DatasetOptions {
+    let mut merged = base.unwrap_or_default();
+    if over.deterministic.is_some() {
+        merged.deterministic = over.deterministic;
+    }
+    if over.external_state_policy != 0 {
+        merged.external_state_policy = over.external_state_policy;
+    }
+    if over.auto_shard_policy != 0 {
+        merged.auto_shard_policy = over.auto_shard_policy;
+    }
+    merged
 }
 
 fn op(kind: OpKind) -> pb::Op {

@@ -42,9 +42,21 @@ const EXPRESSIONS: &[&str] = &[
      xy=fixed(float32, shape=[2], default=[0.0, 1.0]), tags=var(bytes), \"odd name\"=var(int64))",
     "files(\"d/*.tfrecord\").tfrecord(\"ZLIB\").decode_image(key=\"img\", channels=1)\
      .resize(32, 48, key=\"img\")",
+    "random(seed=3).padded_batch(4, padded_shapes=[[-1, 2]], padding_values=[int8(-1)], \
+     drop_remainder=true).unbatch()",
+    "random().ignore_errors(log_warning=true).cache(\"c\").padded_batch(2, \
+     padding_values=[\"p\", float32(nan), true])",
 ];
 
 const EXPRESSION_TOKENS: &[&str] = &[
+    "random(",
+    ".padded_batch(",
+    "padded_shapes=",
+    "padding_values=",
+    ".unbatch()",
+    ".ignore_errors(",
+    ".cache(",
+    "int32(",
     "range(",
     "from_slices(",
     "files(",

@@ -26,6 +26,7 @@
 
 mod analysis;
 mod autoshard;
+pub mod batching;
 mod builtins;
 mod dataset;
 pub mod example_spec;
@@ -42,10 +43,12 @@ mod splits;
 
 #[cfg(test)]
 mod fuzz_tests;
+#[cfg(test)]
+mod linear_ops_tests;
 
 pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINITE, UNKNOWN};
 pub use autoshard::{auto_shard, AutoShardPolicy};
-pub use dataset::{Dataset, FilesBuilder, Transform};
+pub use dataset::{merge_options, Dataset, FilesBuilder, Transform};
 pub use example_spec::{fixed_len_feature, var_len_feature, ExampleSpec};
 pub use image_spec::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
 pub use limits::{
@@ -55,4 +58,4 @@ pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use render::{render_def, render_ops};
 pub use slices::Slices;
-pub use splits::{num_split_providers, num_splits};
+pub use splits::{check_distributed_epoch, no_random_splits, num_split_providers, num_splits};

@@ -150,6 +150,7 @@ mod tests {
                 })),
             }),
             ops: Vec::new(),
+            options: None,
         }
     }
 

@@ -13,8 +13,8 @@ use literals::tensor_from_literal;
 
 pub(crate) const TRANSFORMATIONS: &str =
     "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
-     enumerate, decode_image, resize, parse_example";
-const SOURCES: &str = "range, from_slices, files";
+     enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache";
+const SOURCES: &str = "range, from_slices, files, random";
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 pub(crate) const SHARD_HINT: &str = "SHARD_HINT";
 
@@ -286,6 +286,16 @@ impl Parser {
                 };
                 self.close()?;
                 Ok(builder.tfrecord_compressed(compression))
+            }
+            "random" => {
+                self.expect_punct('(', "'('")?;
+                let mut seed = None;
+                if !self.is_punct(')') {
+                    self.keyword("seed");
+                    seed = Some(self.u64_arg("seed")?);
+                }
+                self.close()?;
+                Ok(Dataset::random(seed))
             }
             _ => Err(DatasetError::Parse {
                 column: t.col,

@@ -2,7 +2,7 @@
 //! ...), kept beside the parser (a child module, so it shares the parser's token cursor): each
 //! op's name and arguments, built through `Transform` exactly as the builder builds them.
 
-use sluice_element::{pb, DatasetError};
+use sluice_element::{pb, DType, DatasetError, Tensor};
 
 use super::{parse_error, Parser, Tok, SHARD_HINT, TRANSFORMATIONS};
 use crate::dataset::Transform;
@@ -30,6 +30,10 @@ impl Parser {
                 | "decode_image"
                 | "resize"
                 | "parse_example"
+                | "padded_batch"
+                | "unbatch"
+                | "ignore_errors"
+                | "cache"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -98,6 +102,44 @@ impl Parser {
                 builder.shard(n, index)
             }
             "parse_example" => builder.parse_example(self.feature_args()?),
+            "padded_batch" => {
+                let n = self.positive_arg("batch size")?;
+                let (mut drop, mut shapes, mut values) = (false, Vec::new(), Vec::new());
+                while self.more_args()? {
+                    if self.keyword("drop_remainder") {
+                        drop = self.bool_arg("'drop_remainder=true' or 'drop_remainder=false'")?;
+                    } else if self.keyword("padded_shapes") {
+                        shapes = self.padded_shapes_arg()?;
+                    } else if self.keyword("padding_values") {
+                        values = self.padding_values_arg()?;
+                    } else {
+                        return Err(self.unexpected(
+                            "'padded_shapes=', 'padding_values=' or 'drop_remainder='",
+                        ));
+                    }
+                }
+                builder.padded_batch(n, drop, shapes, values)
+            }
+            "unbatch" => builder.unbatch(),
+            "ignore_errors" => {
+                let mut log = false;
+                if !self.is_punct(')') {
+                    self.keyword("log_warning");
+                    log = self.bool_arg("'log_warning=true' or 'log_warning=false'")?;
+                }
+                builder.ignore_errors(log)
+            }
+            "cache" => {
+                if self.is_punct(')') {
+                    builder.cache("")
+                } else {
+                    self.keyword("filename");
+                    if !matches!(self.peek().tok, Tok::Str(_)) {
+                        return Err(self.unexpected("a quoted cache file name"));
+                    }
+                    builder.cache(&self.string_arg("a quoted cache file name")?)
+                }
+            }
             "enumerate" => {
                 if self.is_punct(')') {
                     builder.enumerate()
@@ -121,6 +163,92 @@ impl Parser {
             .into_iter()
             .next()
             .expect("the builder pushed exactly one op"))
+    }
+}
+
+impl Parser {
+    /// `[[-1, 5], []]`: one list of dimensions (a size or -1) per component.
+    fn padded_shapes_arg(&mut self) -> Result<Vec<Vec<i64>>, DatasetError> {
+        self.expect_punct('[', "'[' (a list of padded shapes)")?;
+        let mut shapes = Vec::new();
+        while !self.is_punct(']') {
+            if shapes.len() >= crate::limits::DEFAULT_MAX_PIPELINE_OPS {
+                return Err(self.unexpected("fewer padded shapes"));
+            }
+            self.expect_punct('[', "'[' (a padded shape)")?;
+            let mut dims = Vec::new();
+            while !self.is_punct(']') {
+                if dims.len() >= crate::batching::MAX_PADDED_RANK {
+                    return Err(parse_error(
+                        self.peek().col,
+                        format!(
+                            "a padded shape has at most {} dimensions",
+                            crate::batching::MAX_PADDED_RANK
+                        ),
+                    ));
+                }
+                let (d, col) = self.i64_arg("padded dimension")?;
+                if d < -1 {
+                    return Err(parse_error(
+                        col,
+                        format!("padded dimension must be -1 or a size, found {d}"),
+                    ));
+                }
+                dims.push(d);
+                if !self.is_punct(']') {
+                    self.expect_punct(',', "',' or ']'")?;
+                }
+            }
+            self.next();
+            shapes.push(dims);
+            if !self.is_punct(']') {
+                self.expect_punct(',', "',' or ']'")?;
+            }
+        }
+        self.next();
+        Ok(shapes)
+    }
+
+    /// `[0, float32(0.5), "pad"]`: one scalar per component, its dtype implied by the literal
+    /// or named around it.
+    fn padding_values_arg(&mut self) -> Result<Vec<Tensor>, DatasetError> {
+        self.expect_punct('[', "'[' (a list of padding values)")?;
+        let mut values = Vec::new();
+        while !self.is_punct(']') {
+            if values.len() >= crate::limits::DEFAULT_MAX_PIPELINE_OPS {
+                return Err(self.unexpected("fewer padding values"));
+            }
+            let t = self.peek().clone();
+            let dtype = match &t.tok {
+                Tok::Ident(name)
+                    if self
+                        .tokens
+                        .get(self.pos + 1)
+                        .is_some_and(|n| n.tok == Tok::Punct('(')) =>
+                {
+                    let dtype = name.parse::<DType>().map_err(|_| {
+                        parse_error(t.col, format!("unknown dtype '{name}' for a padding value"))
+                    })?;
+                    self.next();
+                    self.next();
+                    Some(dtype)
+                }
+                _ => None,
+            };
+            if self.is_punct('[') {
+                return Err(self.unexpected("a scalar padding value"));
+            }
+            let lit = self.literal()?;
+            if dtype.is_some() {
+                self.close()?;
+            }
+            values.push(super::literals::tensor_from_literal(&lit, dtype)?);
+            if !self.is_punct(']') {
+                self.expect_punct(',', "',' or ']'")?;
+            }
+        }
+        self.next();
+        Ok(values)
     }
 }
 

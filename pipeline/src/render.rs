@@ -58,6 +58,12 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
                 (pb::FileFormat::Lines | pb::FileFormat::Unspecified, _) => ").lines()",
             });
         }
+        Some(SourceKind::Random(r)) => match r.seed {
+            Some(seed) => {
+                let _ = write!(out, "random(seed={seed})");
+            }
+            None => out.push_str("random()"),
+        },
     }
     out.push_str(&render_ops(&def.ops));
     out
@@ -119,6 +125,21 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 render_parse_example(&mut out, p);
                 Ok(())
             }
+            Some(OpKind::PaddedBatch(p)) => {
+                render_padded_batch(&mut out, p);
+                Ok(())
+            }
+            Some(OpKind::Unbatch(_)) => write!(out, ".unbatch()"),
+            Some(OpKind::IgnoreErrors(i)) if i.log_warning => {
+                write!(out, ".ignore_errors(log_warning=true)")
+            }
+            Some(OpKind::IgnoreErrors(_)) => write!(out, ".ignore_errors()"),
+            Some(OpKind::Cache(c)) if c.filename.is_empty() => write!(out, ".cache()"),
+            Some(OpKind::Cache(c)) => {
+                out.push_str(".cache(");
+                quote(&mut out, c.filename.as_bytes());
+                write!(out, ")")
+            }
             // Shown for reading only: a Python function has no text form to parse back.
             Some(OpKind::PyFunction(f)) => {
                 let _ = write!(out, ".{}(", syntax_name(f));
@@ -128,6 +149,50 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
         };
     }
     out
+}
+
+/// `.padded_batch(4, padded_shapes=[[-1, 5]], padding_values=[float32(0.5)],
+/// drop_remainder=true)`, the defaults left out.
+fn render_padded_batch(out: &mut String, p: &pb::PaddedBatchOp) {
+    let _ = write!(out, ".padded_batch({}", p.batch_size);
+    if !p.padded_shapes.is_empty() {
+        out.push_str(", padded_shapes=[");
+        for (i, s) in p.padded_shapes.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let dims: Vec<String> = s.dims.iter().map(i64::to_string).collect();
+            let _ = write!(out, "[{}]", dims.join(", "));
+        }
+        out.push(']');
+    }
+    if !p.padding_values.is_empty() {
+        out.push_str(", padding_values=[");
+        for (i, v) in p.padding_values.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            match Tensor::from_proto(v) {
+                Ok(t) => {
+                    let d = t.dtype();
+                    let implied = implied_dtype(d == DType::String, d.is_float(), d == DType::Bool);
+                    if implied == d {
+                        render_values(out, &t);
+                    } else {
+                        let _ = write!(out, "{d}(");
+                        render_values(out, &t);
+                        out.push(')');
+                    }
+                }
+                Err(_) => out.push_str("<invalid tensor>"),
+            }
+        }
+        out.push(']');
+    }
+    if p.drop_remainder {
+        out.push_str(", drop_remainder=true");
+    }
+    out.push(')');
 }
 
 /// `.parse_example(label=fixed(int64), v=fixed(float32, shape=[2], default=[0.0, 1.0]),

@@ -9,9 +9,13 @@ use sluice_element::{pb, DatasetError};
 use crate::slices::Slices;
 use crate::source_rules::{not_expanded, range_len, Reading};
 
-/// How many split providers the definition has: one, for its source.
-pub fn num_split_providers(_def: &pb::DatasetDef) -> u32 {
-    1
+/// How many split providers the definition has: one, for its source; none for `random`, which
+/// has nothing to split (as in tf.data, whose random dataset has no split provider).
+pub fn num_split_providers(def: &pb::DatasetDef) -> u32 {
+    match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+        Some(pb::source::Kind::Random(_)) => 0,
+        _ => 1,
+    }
 }
 
 /// How many splits provider `provider` has: a range's length, a slices tensor's first dimension,
@@ -38,7 +42,42 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
             Reading::from_proto(fs)?;
             Ok(fs.files.len() as u64)
         }
+        Some(pb::source::Kind::Random(_)) => Err(no_random_splits()),
     }
+}
+
+/// What distributed_epoch cannot run, refused by the dispatcher when the job is created and by
+/// the worker's executor: a `random` source (no splits, as in tf.data), and a `cache` (a worker
+/// would replay its own splits of one repetition, or a file of another run, instead of reading
+/// the splits the dispatcher hands it).
+pub fn check_distributed_epoch(def: &pb::DatasetDef) -> Result<(), DatasetError> {
+    if let Some(pb::source::Kind::Random(_)) = def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+        return Err(no_random_splits());
+    }
+    if def
+        .ops
+        .iter()
+        .any(|op| matches!(op.kind, Some(pb::op::Kind::Cache(_))))
+    {
+        return Err(DatasetError::invalid(
+            "cache cannot run in distributed_epoch mode: a worker would replay the splits it \
+             read in one pass (or a cache file of another run) instead of the splits the \
+             dispatcher hands it, so elements would repeat or go missing; apply cache after \
+             distribute, or use parallel_epochs",
+        ));
+    }
+    Ok(())
+}
+
+/// Why distributed_epoch cannot read a `random` source: tf.data's reason, and what to do.
+pub fn no_random_splits() -> DatasetError {
+    DatasetError::invalid(
+        "Cannot create split providers for dataset of type RandomDataset, because the dataset \
+         is not unary (instead having arity 0), and no custom implementation of \
+         `MakeSplitProvider` is defined: Dataset.random has no splits to hand out, so \
+         distributed_epoch cannot read it; use parallel_epochs (each worker draws its own \
+         stream) or off",
+    )
 }
 
 #[cfg(test)]

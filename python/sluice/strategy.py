@@ -207,14 +207,22 @@ auto_shard_policy='AUTO')
 
     def experimental_distribute_dataset(self, dataset: Dataset) -> DistributedDataset:
         """``dataset`` is batched by the global batch size; each step gives each local replica
-        its part of a global batch (sizes as tf's rebatching)."""
+        its part of a global batch (sizes as tf's rebatching).
+
+        The auto-shard policy is the dataset's own when its options set one
+        (``options.experimental_distribute.auto_shard_policy``, where tf reads it), else
+        this strategy's ``auto_shard_policy``."""
+        policy = self.auto_shard_policy
+        distribute = dataset.options().experimental_distribute
+        if distribute._is_set("auto_shard_policy"):
+            policy = distribute.auto_shard_policy.name
         return DistributedDataset(
             _native.DistributedDataset.rebatched(
                 dataset._native,
                 self.num_replicas_in_sync,
                 self.num_input_pipelines,
                 self.input_pipeline_id,
-                self.auto_shard_policy,
+                policy,
             )
         )
 

@@ -156,8 +156,94 @@ impl Dataset {
         Ok(Dataset::new(Pipeline::Local(dataset)))
     }
 
+    /// tf.data's `Dataset.random(seed)`.
+    #[staticmethod]
+    #[pyo3(signature = (seed=None))]
+    fn random(seed: Option<u64>) -> Dataset {
+        Dataset::new(Pipeline::Local(LocalDataset::random(seed)))
+    }
+
     fn map(&self, function: &str) -> Dataset {
         chain!(self, |d| d.map(function))
+    }
+
+    /// `padded_shapes`: one list of dims (-1: the batch's largest) per flattened component, or
+    /// empty; `padding_values`: one `[dtype, shape, data]` scalar per component, or empty.
+    fn padded_batch(
+        &self,
+        batch_size: u64,
+        drop_remainder: bool,
+        padded_shapes: Vec<Vec<i64>>,
+        padding_values: Vec<(String, Vec<usize>, Bound<'_, PyAny>)>,
+    ) -> PyResult<Dataset> {
+        let values = padding_values
+            .into_iter()
+            .map(|(dtype, shape, data)| tensor_from_parts(&dtype, shape, &data))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(chain!(self, |d| d.padded_batch(
+            batch_size,
+            drop_remainder,
+            padded_shapes.clone(),
+            values.clone()
+        )))
+    }
+
+    /// Computes the element spec from the definition alone (no element is produced), raising
+    /// what the ops' spec rules refuse.
+    fn check_static_spec(&self) -> PyResult<()> {
+        self.static_spec().map(|_| ())
+    }
+
+    fn unbatch(&self) -> Dataset {
+        chain!(self, |d| d.unbatch())
+    }
+
+    fn ignore_errors(&self, log_warning: bool) -> Dataset {
+        chain!(self, |d| d.ignore_errors(log_warning))
+    }
+
+    fn cache(&self, filename: &str) -> Dataset {
+        chain!(self, |d| d.cache(filename))
+    }
+
+    fn shard_hint(&self) -> Dataset {
+        chain!(self, |d| d.shard_hint())
+    }
+
+    /// tf.data's `with_options`, carried in a local definition (a dataset read from the service
+    /// took its options when it was registered): `None` / 0 leaves a field as it is.
+    #[pyo3(signature = (deterministic, external_state_policy, auto_shard_policy))]
+    fn with_options(
+        &self,
+        deterministic: Option<bool>,
+        external_state_policy: i32,
+        auto_shard_policy: i32,
+    ) -> Dataset {
+        let options = pb::DatasetOptions {
+            deterministic,
+            external_state_policy,
+            auto_shard_policy,
+        };
+        match &self.pipeline {
+            Pipeline::Local(d) => Dataset::new(Pipeline::Local(d.clone().with_options(&options))),
+            Pipeline::Service(_) => Dataset::new(self.pipeline.clone()),
+        }
+    }
+
+    /// The options a local definition carries, as `(deterministic, external_state_policy,
+    /// auto_shard_policy)`; `None` for a dataset read from the service.
+    fn def_options(&self) -> Option<(Option<bool>, i32, i32)> {
+        match &self.pipeline {
+            Pipeline::Local(d) => {
+                let o = d.def().options.unwrap_or_default();
+                Some((
+                    o.deterministic,
+                    o.external_state_policy,
+                    o.auto_shard_policy,
+                ))
+            }
+            Pipeline::Service(_) => None,
+        }
     }
 
     fn filter(&self, predicate: &str) -> Dataset {

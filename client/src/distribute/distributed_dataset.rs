@@ -262,6 +262,7 @@ fn shard_for_pipeline(
             let local = pb::DatasetDef {
                 source: None,
                 ops: s.local_ops().to_vec(),
+                options: None,
             };
             let sharded = auto_shard(&local, policy, n, index)?;
             let mut service = s.without_local_ops();

@@ -76,8 +76,11 @@ pub(crate) fn compute_batch_size<'a>(
     for op in ops.rev() {
         match &op.kind {
             Some(Kind::Batch(b)) => return usize::try_from(b.batch_size).ok(),
+            Some(Kind::PaddedBatch(b)) => return usize::try_from(b.batch_size).ok(),
             Some(
                 Kind::Filter(_)
+                | Kind::IgnoreErrors(_)
+                | Kind::Cache(_)
                 | Kind::Prefetch(_)
                 | Kind::Repeat(_)
                 | Kind::Shard(_)
@@ -92,6 +95,7 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::DecodeImage(_)
                 | Kind::Resize(_)
                 | Kind::ParseExample(_)
+                | Kind::Unbatch(_)
                 | Kind::PyFunction(_),
             )
             | None => return None,

@@ -5,7 +5,11 @@
 //! no memory could hold fails with `ResourceExhausted` instead of growing without end; the
 //! fill loop checks the cancellation flag, as it may pull many elements before yielding.
 
+use std::sync::Arc;
+
 use sluice_element::{Cancellation, DatasetError, Element, Tensor};
+
+use super::padded_batch::Padding;
 
 use crate::memory_budget::Reservation;
 use sluice_element::ElementIter;
@@ -24,6 +28,8 @@ pub(crate) struct BatchIter {
     held: Reservation,
     cancel: Cancellation,
     done: bool,
+    /// `padded_batch`: how each component is padded before stacking.
+    padding: Option<Arc<Padding>>,
 }
 
 impl BatchIter {
@@ -42,6 +48,15 @@ impl BatchIter {
             held,
             cancel,
             done: false,
+            padding: None,
+        }
+    }
+
+    /// This batch padding each component as `padding` says (`padded_batch`).
+    pub(crate) fn padded(self, padding: Arc<Padding>) -> Self {
+        BatchIter {
+            padding: Some(padding),
+            ..self
         }
     }
 }
@@ -70,9 +85,13 @@ impl Iterator for BatchIter {
             &mut self.pending,
             Vec::with_capacity(self.size.min(MAX_PREALLOCATED)),
         );
+        let batch = match &self.padding {
+            None => stack(parts),
+            Some(padding) => padding.pad_and_stack(parts, &self.held),
+        };
         // The batch is handed on: downstream holds it now.
         self.held.clear();
-        Some(stack(parts))
+        Some(batch)
     }
 }
 

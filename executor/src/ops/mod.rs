@@ -2,9 +2,12 @@
 //! skip, shard) are closures in `executor.rs`.
 
 pub(crate) mod batch;
+pub(crate) mod cache;
+pub(crate) mod padded_batch;
 pub(crate) mod prefetch;
 pub(crate) mod repeat;
 pub(crate) mod shuffle;
+pub(crate) mod unbatch;
 
 use std::sync::Arc;
 

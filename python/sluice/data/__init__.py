@@ -17,7 +17,17 @@ built-in functions, which run natively (``identity``, ``square``, ``negate``, ``
 
 from __future__ import annotations
 
+from sluice.data import experimental
 from sluice.data.dataset import AUTOTUNE, Dataset, TextLineDataset, TFRecordDataset
+from sluice.data.options import Options
 from sluice.data.tensor_spec import TensorSpec
 
-__all__ = ["AUTOTUNE", "Dataset", "TFRecordDataset", "TextLineDataset", "TensorSpec"]
+__all__ = [
+    "AUTOTUNE",
+    "Dataset",
+    "Options",
+    "TFRecordDataset",
+    "TextLineDataset",
+    "TensorSpec",
+    "experimental",
+]

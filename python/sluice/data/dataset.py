@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import glob as _glob
+import os as _os
 import weakref
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -11,8 +12,9 @@ import numpy as np
 
 from sluice import _functions, _native
 from sluice._tensors import tensor_parts as _tensor_parts
+from sluice.data.options import Options
 from sluice.data.tensor_spec import TensorSpec
-from sluice.errors import InvalidArgumentError, OpError
+from sluice.errors import InvalidArgumentError, InvalidArgumentValueError, OpError
 
 # Epochs not yet ended. A reader that exits mid-epoch closes them on the way out, so the
 # dispatcher hears at once that its clients are gone (as tf.data's iterators release theirs
@@ -32,6 +34,9 @@ def _close_live_epochs() -> None:
 
 AUTOTUNE = -1
 """tf.data's ``AUTOTUNE``, accepted by :meth:`Dataset.prefetch`."""
+
+# tf.data's SHARD_HINT (exported by `sluice.data.experimental`).
+_SHARD_HINT = -1
 
 # Elements ``prefetch(AUTOTUNE)`` buffers.
 _AUTOTUNE_PREFETCH = 16
@@ -54,12 +59,19 @@ class Dataset:
     the service instead, and each ``iter()`` of that dataset is a new epoch.
     """
 
-    __slots__ = ("_native", "_files")
+    __slots__ = ("_native", "_files", "_options")
 
-    def __init__(self, native: _native.Dataset, files: Optional[List[str]] = None) -> None:
+    def __init__(
+        self,
+        native: _native.Dataset,
+        files: Optional[List[str]] = None,
+        options: Optional[Options] = None,
+    ) -> None:
         self._native = native
         # The file names of a `list_files` dataset, for TFRecordDataset/TextLineDataset.
         self._files = files
+        # What `with_options` set so far (carried in a local definition too).
+        self._options = options
 
     # Sources.
 
@@ -74,6 +86,37 @@ class Dataset:
             raise InvalidArgumentError(f"range takes 1 to 3 arguments, got {len(args)}")
         start, stop, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
         return Dataset(_native.Dataset.range(int(start), int(stop), int(step)))
+
+    @staticmethod
+    def random(
+        seed: Optional[int] = None,
+        rerandomize_each_iteration: Optional[bool] = None,
+        name: Optional[str] = None,
+    ) -> "Dataset":
+        """Pseudo-random ``int64`` scalars without end, as tf.data's ``Dataset.random``.
+
+        With a ``seed`` every iteration yields the same stream (tf.data's default); without
+        one each iteration draws its own. The stream is Sluice's own (SplitMix64), not
+        TensorFlow's: the same seed gives other numbers than in tf.data::
+
+            >>> a = list(Dataset.random(seed=4).take(3).as_numpy_iterator())
+            >>> a == list(Dataset.random(seed=4).take(3).as_numpy_iterator())
+            True
+            >>> Dataset.random().cardinality()
+            -1
+
+        It has no splits: ``distributed_epoch`` refuses it (as tf.data service does, having
+        no split provider for it); ``parallel_epochs`` gives each worker its own stream.
+        """
+        del name
+        if rerandomize_each_iteration and seed is not None:
+            raise InvalidArgumentError(
+                "random(seed=..., rerandomize_each_iteration=True) is not supported: a seeded "
+                "stream is the same on every iteration; leave the seed out for fresh draws"
+            )
+        if seed is not None and not 0 <= int(seed) < 2**64:
+            raise InvalidArgumentError(f"`seed` must be between 0 and 2**64 - 1, got {seed}")
+        return Dataset(_native.Dataset.random(None if seed is None else int(seed)))
 
     @staticmethod
     def from_tensor_slices(tensors: Any) -> "Dataset":
@@ -181,9 +224,7 @@ class Dataset:
             return self._chain(self._native.filter(predicate))
         return self._py_function(_functions.KIND_FILTER, predicate, 0, None)
 
-    def flat_map(
-        self, map_func: Callable[..., Any], output_signature: Any = None
-    ) -> "Dataset":
+    def flat_map(self, map_func: Callable[..., Any], output_signature: Any = None) -> "Dataset":
         """Replaces each element by the elements of what ``map_func`` returns: a
         :class:`Dataset` or any iterable (a list, a numpy array's rows). Where it runs and how
         it travels is as for :meth:`map`.
@@ -274,17 +315,141 @@ class Dataset:
         n = 2**64 - 1 if count < 0 else int(count)
         return self._chain(self._native.skip(n))
 
-    def shard(self, num_shards: int, index: int) -> "Dataset":
+    def shard(self, num_shards: int, index: int, name: Optional[str] = None) -> "Dataset":
         """Every ``num_shards``-th element, starting at ``index``.
 
         >>> [int(x) for x in Dataset.range(7).shard(3, 1).as_numpy_iterator()]
         [1, 4]
+
+        ``num_shards`` may be ``sluice.data.experimental.SHARD_HINT`` (then ``index`` is not
+        used, as in tf.data): a placeholder that the ``HINT`` auto-shard policy (of the
+        service's ``ShardingPolicy.HINT``, or of a distribute strategy) replaces by
+        ``shard(num_workers, worker_index)``. A pipeline that runs with the placeholder left
+        in place fails. Bad arguments raise tf.data's texts::
+
+            >>> try:
+            ...     Dataset.range(7).shard(0, 0)
+            ... except ValueError as e:
+            ...     print(e)
+            Number of shards must be greater than zero (currently num_shards = 0).
         """
-        if not 0 <= index < num_shards:
-            raise InvalidArgumentError(
-                f"Index must be in [0, num_shards); got index {index}, num_shards {num_shards}"
+        del name
+        num_shards, index = int(num_shards), int(index)
+        if num_shards == _SHARD_HINT:
+            return self._chain(self._native.shard_hint())
+        if num_shards <= 0:
+            raise InvalidArgumentValueError(
+                f"Number of shards must be greater than zero (currently num_shards = {num_shards})."
             )
-        return self._chain(self._native.shard(int(num_shards), int(index)))
+        if not 0 <= index < num_shards:
+            raise InvalidArgumentValueError(
+                f"Index must be between 0 and {num_shards - 1} (currently index = {index})."
+            )
+        return self._chain(self._native.shard(num_shards, index))
+
+    def padded_batch(
+        self,
+        batch_size: int,
+        padded_shapes: Any = None,
+        padding_values: Any = None,
+        drop_remainder: bool = False,
+        name: Optional[str] = None,
+    ) -> "Dataset":
+        """Batches ``batch_size`` elements, each component first padded to a common shape, as
+        tf.data's ``padded_batch``.
+
+        ``padded_shapes`` has the element's structure (tuples and dicts of shapes; a shape is
+        a list of sizes, ``None`` or ``-1`` for "the batch's largest"); ``None`` pads every
+        dimension to the batch's largest. A component larger than its given size fails
+        (naming both shapes). ``padding_values`` has the element's structure too, one scalar
+        per component (a Python number or string takes the component's dtype; a numpy value
+        must have it); ``None`` pads with 0, ``False`` or ``b""``::
+
+            >>> ds = Dataset.range(1, 4).map(lambda n: np.arange(n))
+            >>> [b.tolist() for b in ds.padded_batch(2)]
+            [[[0, 0], [0, 1]], [[0, 1, 2]]]
+            >>> [b.tolist() for b in ds.padded_batch(3, padded_shapes=[4], padding_values=-1)]
+            [[[0, -1, -1, -1], [0, 1, -1, -1], [0, 1, 2, -1]]]
+
+        A padded component larger than 4 GiB per batch is refused (before anything is
+        allocated), and the batch being built counts against a worker's memory budget.
+        """
+        del name
+        size = _positive(batch_size, "batch_size")
+        # Only given shapes or values need the spec (which, for a Python function's output
+        # without a signature, takes an element).
+        spec = None if padded_shapes is None and padding_values is None else self.element_spec
+        leaves = _spec_leaves(spec)
+        shapes: List[List[int]] = []
+        if padded_shapes is not None:
+            given = _flatten_up_to(spec, padded_shapes, "padded_shapes")
+            shapes = [_padded_shape(s, i) for i, s in enumerate(given)]
+        values: List[Any] = []
+        if padding_values is not None:
+            given = _flatten_up_to(spec, padding_values, "padding_values")
+            values = [_padding_value(v, leaf) for v, leaf in zip(given, leaves)]
+        return self._checked(self._native.padded_batch(size, bool(drop_remainder), shapes, values))
+
+    def unbatch(self, name: Optional[str] = None) -> "Dataset":
+        """Splits each element into the rows of its first dimension, which every component
+        must share (tf.data's ``unbatch``; a scalar component is an error).
+
+        >>> [int(x) for x in Dataset.range(5).batch(2).unbatch()]
+        [0, 1, 2, 3, 4]
+        """
+        del name
+        return self._checked(self._native.unbatch())
+
+    def ignore_errors(self, log_warning: bool = False, name: Optional[str] = None) -> "Dataset":
+        """Drops the elements whose computation failed (a Python function that raised, a
+        corrupt record, ...) and goes on, as tf.data's ``ignore_errors``; with
+        ``log_warning`` each dropped error is logged (on the worker that ran it).
+
+        Unlike tf.data, which drops every error, errors that mean the pipeline itself cannot
+        go on still end it: cancellation, a worker's memory budget, its link to the
+        dispatcher, a missing or broken Python executor, a file outside a server's data
+        roots::
+
+            >>> ds = Dataset.range(5).map(lambda x: 10 // int(x - 2)).ignore_errors()
+            >>> [int(x) for x in ds]
+            [-5, -10, 10, 5]
+        """
+        del name
+        return self._chain(self._native.ignore_errors(bool(log_warning)))
+
+    def cache(self, filename: Any = "", name: Optional[str] = None) -> "Dataset":
+        """Keeps the elements of the first complete pass and replays them on later passes
+        (a ``repeat`` after the cache), as tf.data's ``cache``.
+
+        ``filename`` ``""`` keeps them in memory (on a worker, against its memory budget);
+        a path writes them to that file, only once a pass has ended (an interrupted pass
+        leaves no file), and a pass that finds the file reads it instead, also in a later
+        run. On a worker the file must be inside the worker's data roots. A cache cannot run
+        before ``distribute`` in ``distributed_epoch`` mode (it would replay one worker's
+        splits): apply it after ``distribute`` there.
+
+        >>> ds = Dataset.range(3).map(lambda x: x * 2).cache().repeat(2)
+        >>> [int(x) for x in ds]
+        [0, 2, 4, 0, 2, 4]
+        """
+        del name
+        return self._chain(self._native.cache(_os.fspath(filename)))
+
+    def with_options(self, options: Options, name: Optional[str] = None) -> "Dataset":
+        """This dataset with ``options`` (a :class:`sluice.data.Options`) merged into its
+        own: fields set in ``options`` win, as tf.data merges them. They travel in the
+        definition; see :class:`~sluice.data.Options` for what each does here."""
+        del name
+        merged = self.options().merge(options)
+        native = self._native.with_options(*merged._codes())
+        return Dataset(native, self._files, merged)
+
+    def options(self) -> Options:
+        """The options set on this dataset (tf.data's defaults for fields never set)."""
+        if self._options is not None:
+            return self._options.merge(Options())
+        codes = self._native.def_options()
+        return Options() if codes is None else Options._from_codes(codes)
 
     def prefetch(self, buffer_size: int) -> "Dataset":
         """Produces up to ``buffer_size`` elements ahead (``AUTOTUNE``: Sluice picks)."""
@@ -324,9 +489,7 @@ class Dataset:
             raise InvalidArgumentError(f"decode_image channels must be 1, 3 or 4, got {channels!r}")
         return self._chain(self._native.decode_image(_image_key(key), int(channels)))
 
-    def resize(
-        self, key: Optional[str] = None, size: Optional[Sequence[int]] = None
-    ) -> "Dataset":
+    def resize(self, key: Optional[str] = None, size: Optional[Sequence[int]] = None) -> "Dataset":
         """Resizes ``uint8`` or ``float32`` images of shape ``(h, w, channels)`` bilinearly to
         ``size = (height, width)``; 1 to 4 channels. Shrinking is antialiased (the filter
         widens with the scale).
@@ -348,10 +511,9 @@ class Dataset:
         height, width = (int(s) for s in size)
         for name, side in (("height", height), ("width", width)):
             if not 1 <= side <= 16384:
-                raise InvalidArgumentError(
-                    f"resize {name} must be between 1 and 16384, got {side}"
-                )
+                raise InvalidArgumentError(f"resize {name} must be between 1 and 16384, got {side}")
         return self._chain(self._native.resize(_image_key(key), height, width))
+
     def parse_example(self, features: Mapping[str, Any]) -> "Dataset":
         """Parses each element, a serialized ``tf.train.Example``, into a dict of arrays, one per
         feature: ``features`` maps names to :class:`sluice.io.FixedLenFeature` or
@@ -450,7 +612,13 @@ class Dataset:
         return f"<Dataset {self._native!r}>"
 
     def _chain(self, native: _native.Dataset) -> "Dataset":
-        return Dataset(native)
+        return Dataset(native, None, self._options)
+
+    def _checked(self, native: _native.Dataset) -> "Dataset":
+        """``_chain``, raising at once (as tf.data does when the op is built) what the new op's
+        static spec refuses; a spec known only from elements is checked when they exist."""
+        native.check_static_spec()
+        return self._chain(native)
 
 
 def _image_key(key: Any) -> Optional[str]:
@@ -522,6 +690,92 @@ def _check_signature(signature: Any) -> None:
             "output_signature must be sluice.data.TensorSpec values in tuples and dicts, got "
             f"{type(signature).__name__}"
         )
+
+
+def _spec_leaves(spec: Any) -> List[Any]:
+    """The TensorSpecs of an element spec, flattened as tf.data does (dicts by sorted key)."""
+    if isinstance(spec, tuple):
+        return [leaf for s in spec for leaf in _spec_leaves(s)]
+    if isinstance(spec, dict):
+        return [leaf for k in sorted(spec) for leaf in _spec_leaves(spec[k])]
+    return [spec]
+
+
+def _flatten_up_to(spec: Any, value: Any, what: str) -> List[Any]:
+    """``value``'s parts at the positions of ``spec``'s leaves (tf's ``flatten_up_to``):
+    below a leaf, ``value`` is one shape or padding value, whatever it holds."""
+    if isinstance(spec, tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(spec):
+            raise InvalidArgumentValueError(
+                f"`{what}` must have the element's structure: expected a tuple of "
+                f"{len(spec)}, got {value!r}"
+            )
+        return [leaf for s, v in zip(spec, value) for leaf in _flatten_up_to(s, v, what)]
+    if isinstance(spec, dict):
+        if not isinstance(value, Mapping) or sorted(value) != sorted(spec):
+            raise InvalidArgumentValueError(
+                f"`{what}` must have the element's structure: expected a dict with keys "
+                f"{sorted(spec)}, got {value!r}"
+            )
+        return [leaf for k in sorted(spec) for leaf in _flatten_up_to(spec[k], value[k], what)]
+    return [value]
+
+
+def _padded_shape(shape: Any, component: int) -> List[int]:
+    """A padded shape as the definition holds it: sizes, -1 for the batch's largest."""
+    if hasattr(shape, "as_list"):
+        shape = shape.as_list()
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = [shape]
+    if isinstance(shape, np.ndarray):
+        shape = shape.tolist()
+    if not isinstance(shape, (list, tuple)):
+        raise InvalidArgumentValueError(
+            f"padded shape of component {component} must be a list of sizes (None or -1 for "
+            f"the batch's largest), got {shape!r}"
+        )
+    dims = []
+    for d in shape:
+        if d is None:
+            dims.append(-1)
+        elif isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= -1:
+            dims.append(int(d))
+        else:
+            raise InvalidArgumentValueError(
+                f"padded shape of component {component} has dimension {d!r}; a dimension is "
+                "a size, or None or -1 for the batch's largest"
+            )
+    return dims
+
+
+def _padding_value(value: Any, spec: Any) -> Any:
+    """A padding value as ``[dtype, shape, data]`` of the component's dtype: a Python scalar
+    takes it, a numpy value must have it (tf.data's TypeError otherwise)."""
+    dtype = "string" if spec.dtype == "string" else np.dtype(spec.dtype).name
+    if isinstance(value, (str, bytes)):
+        array: Any = np.array(value, dtype=object)
+        have = "string"
+    elif isinstance(value, (bool, int, float)) and dtype != "string":
+        target = np.dtype(dtype)
+        ok = isinstance(value, bool) == (target.kind == "b") and not (
+            isinstance(value, float) and target.kind in "iu"
+        )
+        have = dtype if ok else type(value).__name__
+        array = np.array(value, dtype=target) if ok else None
+    else:
+        array = np.asarray(value)
+        have = "string" if array.dtype.kind in "SUO" else array.dtype.name
+    if have != dtype:
+        raise TypeError(
+            f"Invalid `padding_values`. `padding_values` values type {have} does not match "
+            f"type {dtype} of the corresponding input component."
+        )
+    if array.shape != ():
+        raise InvalidArgumentValueError(
+            "Invalid `padding_values`. `padding_values` values should be scalars, but got "
+            f"{list(array.shape)}."
+        )
+    return tuple(_tensor_parts(array))
 
 
 def _positive(value: int, name: str) -> int:
