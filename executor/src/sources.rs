@@ -34,6 +34,8 @@ pub(crate) enum Source {
         /// The file and record of the element yielded last (see `OriginCell`).
         origin: OriginCell,
     },
+    /// `from_tensors`: one element, one split.
+    Tensors(Element),
 }
 
 impl Source {
@@ -67,6 +69,12 @@ impl Source {
                     origin: OriginCell::default(),
                 })
             }
+            Some(pb::source::Kind::Tensors(t)) => {
+                Ok(Source::Tensors(sluice_pipeline::tensors_value(t)?))
+            }
+            Some(_) => Err(DatasetError::invalid(
+                "internal: a zip, sample or choose source is not a leaf source",
+            )),
         }
     }
 
@@ -74,7 +82,7 @@ impl Source {
     pub(crate) fn origin(&self) -> Option<&OriginCell> {
         match self {
             Source::Files { origin, .. } => Some(origin),
-            Source::Range { .. } | Source::Slices(_) => None,
+            Source::Range { .. } | Source::Slices(_) | Source::Tensors(_) => None,
         }
     }
 
@@ -82,7 +90,7 @@ impl Source {
     /// element's position in the source.
     pub(crate) fn split_is_one_element(&self) -> bool {
         match self {
-            Source::Range { .. } | Source::Slices(_) => true,
+            Source::Range { .. } | Source::Slices(_) | Source::Tensors(_) => true,
             Source::Files { .. } => false,
         }
     }
@@ -92,6 +100,7 @@ impl Source {
             Source::Range { len, .. } => *len,
             Source::Slices(s) => s.len() as u64,
             Source::Files { files, .. } => files.len() as u64,
+            Source::Tensors(_) => 1,
         }
     }
 
@@ -120,6 +129,7 @@ impl Source {
                         .flat_map(move |f| file_elements(f, reading, &access, &origin)),
                 )
             }
+            Source::Tensors(e) => Box::new(std::iter::once(Ok(e.clone()))),
         }
     }
 
@@ -142,6 +152,7 @@ impl Source {
                 access,
                 origin,
             } => file_elements(files[index as usize].clone(), *reading, access, origin),
+            Source::Tensors(e) => Box::new(std::iter::once(Ok(e.clone()))),
         })
     }
 }

@@ -30,6 +30,7 @@ impl Parser {
                 | "decode_image"
                 | "resize"
                 | "parse_example"
+                | "concatenate"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -68,6 +69,7 @@ impl Parser {
                 }
             }
             "take" => builder.take(self.u64_arg("take count")?),
+            "concatenate" => builder.concatenate(self.nested_dataset()?.into_def()),
             "skip" => builder.skip(self.u64_arg("skip count")?),
             "shard" if self.shard_hint_arg() => {
                 // As in tf.data, the index next to a SHARD_HINT is not used: the HINT policy

@@ -2,6 +2,7 @@
 //! skip, shard) are closures in `executor.rs`.
 
 pub(crate) mod batch;
+pub(crate) mod nested;
 pub(crate) mod prefetch;
 pub(crate) mod repeat;
 pub(crate) mod shuffle;
