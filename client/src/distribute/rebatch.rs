@@ -92,7 +92,8 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::DecodeImage(_)
                 | Kind::Resize(_)
                 | Kind::ParseExample(_)
-                | Kind::PyFunction(_),
+                | Kind::PyFunction(_)
+                | Kind::Concatenate(_),
             )
             | None => return None,
         }
