@@ -178,8 +178,7 @@ fn files_sources_of_nested_datasets_are_expanded_and_checked_against_the_roots()
     expand_files(&mut def, &rooted.access).unwrap();
     let mut lists = Vec::new();
     sluice_pipeline::nested::walk(&def, |d, _| {
-        if let Some(pb::source::Kind::Files(fs)) = d.source.as_ref().and_then(|s| s.kind.as_ref())
-        {
+        if let Some(pb::source::Kind::Files(fs)) = d.source.as_ref().and_then(|s| s.kind.as_ref()) {
             lists.push(fs.files.clone());
         }
     });

@@ -105,7 +105,7 @@ impl Iterator for ConcatIter {
 pub(crate) enum Picker {
     /// `sample_from_datasets`: at random, proportionally to the weights of the inputs not yet
     /// ended.
-    Sample { rng: StdRng, weights: Vec<f64> },
+    Sample { rng: Box<StdRng>, weights: Vec<f64> },
     /// `choose_from_datasets`: the next int64 scalar of the choice dataset.
     Choose(ElementIter),
 }
@@ -146,7 +146,7 @@ impl MixIter {
             weights.to_vec()
         };
         Picker::Sample {
-            rng: StdRng::seed_from_u64(seed),
+            rng: Box::new(StdRng::seed_from_u64(seed)),
             weights,
         }
     }
@@ -167,7 +167,7 @@ impl MixIter {
                 if live.is_empty() {
                     return Ok(None);
                 }
-                if !(total > 0.0) {
+                if total.is_nan() || total <= 0.0 {
                     // Only inputs of weight 0 are left: none can be drawn.
                     return Ok(None);
                 }
