@@ -228,6 +228,11 @@ def test_distributed_epoch_splits_the_one_splittable_source(cluster):
     assert Counter(ints(read(joined, "distributed_epoch", cluster))) == Counter(
         list(range(10)) + [99, 99]
     )
+    # Python functions inside nested datasets run on the workers.
+    mapped = Dataset.zip(Dataset.range(10).map(lambda x: x * 2), Dataset.from_tensors(1).repeat())
+    assert sorted(pairs(read(mapped, "distributed_epoch", cluster))) == [
+        (2 * i, 1) for i in range(10)
+    ]
     # A lone from_tensors is one split.
     assert ints(read(Dataset.from_tensors(5), "distributed_epoch", cluster)) == [5]
 
