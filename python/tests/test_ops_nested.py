@@ -256,3 +256,21 @@ def test_distributed_epoch_refuses_several_splittable_sources(cluster, build, te
         build().apply(sluice.distribute("distributed_epoch", cluster.target))
     # parallel_epochs runs them.
     assert read(build().take(2), "parallel_epochs", cluster)
+
+
+def test_static_sharding_shards_the_output_of_nested_datasets():
+    from conftest import start_cluster, stop_cluster
+
+    cluster = start_cluster(2, worker_addresses=["127.0.0.1:%port%", "127.0.0.1:%port%"])
+    try:
+        zipped = Dataset.zip(Dataset.range(10), Dataset.from_tensors(7).repeat())
+        # DATA: each worker keeps every other element of the whole zip: together, each once.
+        got = sorted(pairs(read(zipped, "data", cluster)))
+        assert got == [(i, 7) for i in range(10)]
+        # FILE_OR_DATA: a range is no files source, so DATA it is.
+        joined = Dataset.range(5).concatenate(Dataset.range(10, 15))
+        assert sorted(ints(read(joined, "file_or_data", cluster))) == list(range(5)) + list(
+            range(10, 15)
+        )
+    finally:
+        stop_cluster(cluster)
