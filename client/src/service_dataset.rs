@@ -310,6 +310,9 @@ impl DispatcherClientExt for DispatcherClient {
                 other => other,
             })?;
         let definition = response.dataset.unwrap_or_default();
+        if mode == ShardingPolicy::Dynamic {
+            sluice_pipeline::split_source_index(&definition)?;
+        }
         let metadata = response.metadata.unwrap_or_default();
         let element_spec = metadata
             .element_spec

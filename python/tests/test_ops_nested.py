@@ -254,6 +254,10 @@ def test_distributed_epoch_splits_the_one_splittable_source(cluster):
 def test_distributed_epoch_refuses_several_splittable_sources(cluster, build, text):
     with pytest.raises(InvalidArgumentError, match=text):
         build().apply(sluice.distribute("distributed_epoch", cluster.target))
+    # Registered, it is refused when read by id in distributed_epoch mode.
+    dataset_id = sluice.register_dataset(cluster.target, build())
+    with pytest.raises(InvalidArgumentError, match=text):
+        sluice.from_dataset_id("distributed_epoch", cluster.target, dataset_id)
     # parallel_epochs runs them.
     assert read(build().take(2), "parallel_epochs", cluster)
 
