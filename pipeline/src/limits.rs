@@ -27,10 +27,12 @@ pub const DEFAULT_MAX_PIPELINE_DEPTH: usize = 64;
 /// The largest definition a server accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PipelineLimits {
-    /// The most ops a definition may have (`--max-pipeline-ops`).
+    /// The most ops a definition may have, those of its nested datasets included, each nested
+    /// dataset counting one more for its source (`--max-pipeline-ops`).
     pub max_ops: usize,
-    /// The deepest nesting of tuples and dicts a definition's structures may have
-    /// (`--max-pipeline-depth`); a plain tensor is depth 0.
+    /// The deepest nesting of tuples and dicts a definition's structures may have, and of
+    /// datasets in datasets (`--max-pipeline-depth`); a plain tensor, and a definition without
+    /// nested datasets, is depth 0.
     pub max_depth: usize,
 }
 
