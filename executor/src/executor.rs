@@ -7,6 +7,12 @@
 //! derived seed. Functions are resolved when the pipeline is built, so an unknown name fails
 //! `iterate` itself, not the first element.
 //!
+//! A definition that holds others (zip, sample_from_datasets and choose_from_datasets sources,
+//! concatenate ops) is built the same way, each nested definition to a factory of its own
+//! (`build`), combined by the iterators of `ops::nested`. In distributed_epoch mode exactly one
+//! source of the tree reads splits (`split_source`); every other source is read whole, and a
+//! `repeat` counts passes by the splits of the split source when that lies below it.
+//!
 //! Two things a pipeline's owner hands in through `ExecOptions` reach every op: the memory
 //! budget (ops that hold elements reserve their bytes on it) and the cancellation flag (ops
 //! that may pull many elements before yielding one check it inside their loops).

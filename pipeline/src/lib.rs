@@ -17,7 +17,8 @@
 //!   other), and walks over a whole tree without recursion.
 //! - `limits`: `PipelineLimits`, the most ops and the deepest structures a server builds.
 //! - `autoshard`: `auto_shard`, tf.data's auto-shard rewrite for static sharding policies.
-//! - `splits`: `num_split_providers` and `num_splits`, for distributed_epoch.
+//! - `splits`: `num_split_providers`, `num_splits` and `split_source` (the one source of a
+//!   definition that gives the splits), for distributed_epoch.
 //! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
 //! - `source_rules`: range lengths, how a files source is read (`Reading`), its file list.
 //! - `image_spec`: the rules of `decode_image` and `resize`, with their bounds.
