@@ -217,12 +217,16 @@ def test_distributed_epoch_splits_the_one_splittable_source(cluster):
     )
     got = sorted((int(a), int(b), int(c)) for a, (b, c) in read(nested, "distributed_epoch", cluster))
     assert got == [(1, i * i, 2) for i in range(10)]
-    # The choice dataset is the splittable source: each choice is made once, by one worker.
-    choice = Dataset.from_tensor_slices(np.array([0, 1] * 10, dtype=np.int64))
+    # The choice dataset is the splittable source: each choice is made once, by one worker
+    # (tf.data's dynamic sharding test of choose_from_datasets, with constant inputs).
+    words = [b"foo", b"bar", b"baz"]
+    choices = np.random.default_rng(5).integers(3, size=(15,), dtype=np.int64)
     chosen = Dataset.choose_from_datasets(
-        [Dataset.from_tensors(b"a").repeat(), Dataset.from_tensors(b"b").repeat()], choice
+        [Dataset.from_tensors(w).repeat() for w in words], Dataset.from_tensor_slices(choices)
     )
-    assert Counter(read(chosen, "distributed_epoch", cluster)) == {b"a": 10, b"b": 10}
+    assert Counter(read(chosen, "distributed_epoch", cluster)) == Counter(
+        words[i] for i in choices
+    )
     # The range's splits once, the whole from_tensors on each worker.
     joined = Dataset.range(10).concatenate(Dataset.from_tensors(99))
     assert Counter(ints(read(joined, "distributed_epoch", cluster))) == Counter(
