@@ -307,12 +307,14 @@ fn parse_optional_duration(text: &str) -> Result<Option<Duration>, humantime::Du
 /// How large a definition a server builds (dispatcher and worker alike).
 #[derive(Args, Debug)]
 pub struct PipelineLimitArgs {
-    /// The most ops a dataset definition may have; a larger one is refused with
+    /// The most ops a dataset definition may have, counting those of nested datasets (each
+    /// nested dataset one more, for its source); a larger one is refused with
     /// INVALID_ARGUMENT (at registration on a dispatcher, before its task runs on a worker).
     #[arg(long, value_name = "N", default_value_t = sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS)]
     pub max_pipeline_ops: usize,
-    /// The deepest nesting of tuples and dicts a definition may hold (in a from_slices
-    /// source, or a Python op's output spec).
+    /// The deepest nesting of tuples and dicts a definition may hold (in a from_slices or
+    /// from_tensors source, or a Python op's output spec), and of datasets in datasets (zip,
+    /// concatenate, sample_from_datasets, choose_from_datasets).
     #[arg(long, value_name = "N", default_value_t = sluice_pipeline::DEFAULT_MAX_PIPELINE_DEPTH)]
     pub max_pipeline_depth: usize,
 }

@@ -313,6 +313,11 @@ impl DispatcherClientExt for DispatcherClient {
         options: DistributeOptions,
     ) -> Result<ServiceDataset, ClientError> {
         options.validate()?;
+        if mode == ShardingPolicy::Dynamic {
+            // Refused before registering: only a definition with one splittable source has
+            // the split provider distributed_epoch hands out.
+            sluice_pipeline::split_source_index(dataset.def())?;
+        }
         let register = RegisterOptions {
             compression: options.compression,
             dataset_id: None,
@@ -349,6 +354,9 @@ impl DispatcherClientExt for DispatcherClient {
                 other => other,
             })?;
         let definition = response.dataset.unwrap_or_default();
+        if mode == ShardingPolicy::Dynamic {
+            sluice_pipeline::split_source_index(&definition)?;
+        }
         let metadata = response.metadata.unwrap_or_default();
         let element_spec = metadata
             .element_spec
@@ -437,17 +445,26 @@ fn service_dataset(
 /// Makes a relative file pattern absolute against this process's current directory, so workers
 /// and dispatchers elsewhere read the files the user meant.
 fn absolutize_file_pattern(def: &mut dpb::DatasetDef) -> Result<(), ClientError> {
-    let Some(dpb::source::Kind::Files(files)) = def.source.as_mut().and_then(|s| s.kind.as_mut())
-    else {
-        return Ok(());
-    };
-    if !files.files.is_empty() || std::path::Path::new(&files.pattern).is_absolute() {
-        return Ok(());
-    }
-    let cwd = std::env::current_dir()
-        .map_err(|e| ClientError::InvalidArgument(format!("current directory: {e}")))?;
-    files.pattern = cwd.join(&files.pattern).to_string_lossy().into_owned();
-    Ok(())
+    // Every files source, nested datasets' included.
+    let mut result = Ok(());
+    sluice_pipeline::nested::walk_mut(def, &mut |d| {
+        let Some(dpb::source::Kind::Files(files)) = d.source.as_mut().and_then(|s| s.kind.as_mut())
+        else {
+            return;
+        };
+        if !files.files.is_empty() || std::path::Path::new(&files.pattern).is_absolute() {
+            return;
+        }
+        match std::env::current_dir() {
+            Ok(cwd) => files.pattern = cwd.join(&files.pattern).to_string_lossy().into_owned(),
+            Err(e) => {
+                result = Err(ClientError::InvalidArgument(format!(
+                    "current directory: {e}"
+                )))
+            }
+        }
+    });
+    result
 }
 
 /// The cardinality tf.data reports for a dataset read through the service, from the registered

@@ -38,6 +38,38 @@ fn a_range_gets_its_split_count_cardinality_and_computed_spec() {
 }
 
 #[test]
+fn a_nested_definition_has_a_split_provider_only_with_one_splittable_source() {
+    use sluice_element::{Element, Tensor};
+    use sluice_pipeline::Transform;
+    let x = Element::Tensor(Tensor::scalar_i64(7));
+    // (definition, splits per provider, cardinality)
+    let cases: Vec<(Dataset, Vec<u64>, i64)> = vec![
+        (
+            Dataset::zip(vec![
+                Dataset::range(10),
+                Dataset::from_tensors(&x).repeat_forever(),
+            ]),
+            vec![10],
+            10,
+        ),
+        (Dataset::from_tensors(&x), vec![1], 1),
+        // Two splittable sources: registered (parallel_epochs and the static modes run it),
+        // with no provider for distributed_epoch.
+        (
+            Dataset::range(3).concatenate(Dataset::range(4).into_def()),
+            Vec::new(),
+            7,
+        ),
+    ];
+    for (dataset, splits, cardinality) in cases {
+        let prepared =
+            Registration::prepare(request(Some(dataset.clone().into_def())), &no_roots()).unwrap();
+        assert_eq!(prepared.num_splits, splits, "{dataset}");
+        assert_eq!(prepared.metadata.cardinality, cardinality, "{dataset}");
+    }
+}
+
+#[test]
 fn a_file_pattern_is_expanded_sorted_and_counted_as_one_split_per_file() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["b.txt", "a.txt", "c.csv"] {

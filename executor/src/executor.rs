@@ -7,6 +7,12 @@
 //! derived seed. Functions are resolved when the pipeline is built, so an unknown name fails
 //! `iterate` itself, not the first element.
 //!
+//! A definition that holds others (zip, sample_from_datasets and choose_from_datasets sources,
+//! concatenate ops) is built the same way, each nested definition to a factory of its own
+//! (`build`), combined by the iterators of `ops::nested`. In distributed_epoch mode exactly one
+//! source of the tree reads splits (`split_source`); every other source is read whole, and a
+//! `repeat` counts passes by the splits of the split source when that lies below it.
+//!
 //! Two things a pipeline's owner hands in through `ExecOptions` reach every op: the memory
 //! budget (ops that hold elements reserve their bytes on it) and the cancellation flag (ops
 //! that may pull many elements before yielding one check it inside their loops).
@@ -29,20 +35,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sluice_element::pb::op::Kind as OpKind;
+use sluice_element::pb::source::Kind as SourceKind;
 use sluice_element::{
     pb, Cancellation, DatasetError, Element, ElementIter, OriginCell, PythonRunner, Tensor,
 };
 use sluice_formats::{expand_files, image_ops, ExampleParser, FileAccess};
 use sluice_pipeline::image_spec;
+use sluice_pipeline::nested::{is_leaf_source, source_children, source_kind};
 use sluice_pipeline::source_rules::has_file_list;
-use sluice_pipeline::{validate, FunctionRegistry, MapFn, PipelineLimits, PredicateFn};
+use sluice_pipeline::{
+    split_source, validate, FunctionRegistry, MapFn, PipelineLimits, PredicateFn,
+};
 
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
 use crate::ops::cache::cache_factory;
-use crate::ops::padded_batch::Padding;
+use crate::ops::nested::{ConcatIter, MixIter, Picker, ZipIter, ZipShape};
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
+use crate::ops::padded_batch::Padding;
 use crate::ops::shuffle::{pass_seed, ShuffleIter};
 use crate::ops::unbatch::UnbatchIter;
 use crate::ops::Factory;
@@ -114,36 +125,77 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         expand_files(&mut def, &opts.file_access)?;
     }
     validate(&def, &opts.registry)?;
-    let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
-    if opts.splits.is_some() {
-        sluice_pipeline::check_distributed_epoch(&def)?;
-    }
-    let carried = match &opts.splits {
-        None => 0,
-        Some(_) => enumerate_prefix(&def.ops, &source)?,
+    // In distributed_epoch mode: the one source of the tree that gets the splits.
+    let split = match &opts.splits {
+        None => None,
+        Some(_) => {
+            sluice_pipeline::check_distributed_epoch(&def)?;
+            Some(split_source(&def)? as *const pb::DatasetDef)
+        }
     };
+    let built = build(&def, opts, split)?;
+    (built.factory)()
+}
+
+/// A definition (or a nested one) ready to iterate: its factory, and in distributed_epoch mode
+/// the count of splits its split source received, when the split source lies in it.
+struct Built {
+    factory: Factory,
+    received: Option<SplitCount>,
+}
+
+/// Builds `def`'s factory. `split` is the definition whose source gets the splits in
+/// distributed_epoch mode (`None` otherwise); every other source is read whole.
+fn build(
+    def: &pb::DatasetDef,
+    opts: &ExecOptions,
+    split: Option<*const pb::DatasetDef>,
+) -> Result<Built, DatasetError> {
+    let is_split = split.is_some_and(|p| std::ptr::eq(def, p));
+    let mut carried = 0;
     // `Some` while the source's origin cell is exact for the next op.
-    let mut origin = source.origin().cloned();
+    let mut origin = None;
     // In distributed_epoch mode, with splits to hand out: what `repeat` counts passes by.
-    let received = (opts.splits.is_some() && source.num_splits() > 0).then(SplitCount::default);
-    let mut factory: Factory = match &opts.splits {
-        None => Arc::new(move || Ok(source.iter_all())),
-        Some(supplier) => {
-            let supplier = supplier.clone();
-            let repetitions = AtomicU64::new(0);
-            let cancel = opts.cancel.clone();
-            let received = received.clone().unwrap_or_default();
-            Arc::new(move || {
-                let repetition = repetitions.fetch_add(1, Ordering::Relaxed);
-                Ok(Box::new(SplitIter::new(
-                    source.clone(),
-                    supplier.clone(),
-                    repetition,
-                    received.clone(),
-                    carried > 0,
-                    cancel.clone(),
-                )) as ElementIter)
-            })
+    let mut received = None;
+    let mut factory: Factory = match source_kind(def) {
+        Some(kind) if !is_leaf_source(kind) => {
+            let (factory, nested_received) = build_combined(def, kind, opts, split)?;
+            if nested_received.is_some() && def.ops.iter().any(is_enumerate) {
+                return Err(DatasetError::invalid(
+                    "enumerate in distributed_epoch mode needs a range or from_slices source \
+                     directly before it, not a zip, sample_from_datasets or \
+                     choose_from_datasets over the split source: its index is the element's \
+                     split index, its position in the source",
+                ));
+            }
+            received = nested_received;
+            factory
+        }
+        _ => {
+            let source = Arc::new(Source::from_def(def, &opts.file_access)?);
+            origin = source.origin().cloned();
+            match (&opts.splits, is_split) {
+                (Some(supplier), true) => {
+                    carried = enumerate_prefix(&def.ops, &source)?;
+                    let count = SplitCount::default();
+                    received = (source.num_splits() > 0).then(|| count.clone());
+                    let supplier = supplier.clone();
+                    let repetitions = AtomicU64::new(0);
+                    let cancel = opts.cancel.clone();
+                    Arc::new(move || {
+                        let repetition = repetitions.fetch_add(1, Ordering::Relaxed);
+                        Ok(Box::new(SplitIter::new(
+                            source.clone(),
+                            supplier.clone(),
+                            repetition,
+                            count.clone(),
+                            carried > 0,
+                            cancel.clone(),
+                        )) as ElementIter)
+                    })
+                }
+                _ => Arc::new(move || Ok(source.iter_all())),
+            }
         }
     };
     for (i, op) in def.ops.iter().enumerate() {
@@ -170,6 +222,18 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
                     )) as ElementIter)
                 })
             }
+            Some(OpKind::Concatenate(c)) => {
+                let other = c
+                    .other
+                    .as_ref()
+                    .ok_or_else(|| DatasetError::invalid("concatenate has no dataset to append"))?;
+                let other = build(other, opts, split)?;
+                received = received.or(other.received);
+                let (upstream, second) = (factory, other.factory);
+                Arc::new(move || {
+                    Ok(Box::new(ConcatIter::new(upstream()?, second.clone())) as ElementIter)
+                })
+            }
             Some(OpKind::Cache(c)) => cache_factory(factory, c, opts)?,
             _ => {
                 let stage = Stage::new(op, opts)?.naming_origin(naming);
@@ -181,7 +245,74 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
             factory = guard_factory(factory);
         }
     }
-    factory()
+    Ok(Built { factory, received })
+}
+
+fn is_enumerate(op: &pb::Op) -> bool {
+    matches!(op.kind, Some(OpKind::Enumerate(_)))
+}
+
+/// The factory of a zip, sample or choose source over its nested definitions, and the split
+/// count of the one holding the split source, if any.
+fn build_combined(
+    def: &pb::DatasetDef,
+    kind: &SourceKind,
+    opts: &ExecOptions,
+    split: Option<*const pb::DatasetDef>,
+) -> Result<(Factory, Option<SplitCount>), DatasetError> {
+    let mut received = None;
+    let mut inputs = Vec::new();
+    for input in source_children(def) {
+        let built = build(input, opts, split)?;
+        received = received.or(built.received);
+        inputs.push(built.factory);
+    }
+    let open = |inputs: &[Factory]| -> Result<Vec<ElementIter>, DatasetError> {
+        inputs.iter().map(|f| f()).collect()
+    };
+    let cancel = opts.cancel.clone();
+    let factory: Factory = match kind {
+        SourceKind::Zip(z) => {
+            let shape = if z.keys.is_empty() {
+                ZipShape::Tuple
+            } else {
+                ZipShape::Dict(z.keys.clone())
+            };
+            Arc::new(move || {
+                Ok(Box::new(ZipIter::new(open(&inputs)?, shape.clone())) as ElementIter)
+            })
+        }
+        SourceKind::Sample(s) => {
+            // No seed: one random seed per pipeline, derived per pass as shuffle's is.
+            let seed = s.seed.unwrap_or_else(rand::random);
+            let (weights, stop) = (s.weights.clone(), s.stop_on_empty_dataset);
+            let passes = AtomicU64::new(0);
+            Arc::new(move || {
+                let pass = passes.fetch_add(1, Ordering::Relaxed);
+                let picker = MixIter::sampler(&weights, inputs.len(), pass_seed(seed, pass));
+                Ok(
+                    Box::new(MixIter::new(open(&inputs)?, picker, stop, cancel.clone()))
+                        as ElementIter,
+                )
+            })
+        }
+        SourceKind::Choose(c) => {
+            // `source_children` lists the choice dataset last.
+            let choice = inputs.pop().ok_or_else(|| {
+                DatasetError::invalid("choose_from_datasets has no choice dataset")
+            })?;
+            let stop = c.stop_on_empty_dataset;
+            Arc::new(move || {
+                let picker = Picker::Choose(choice()?);
+                Ok(
+                    Box::new(MixIter::new(open(&inputs)?, picker, stop, cancel.clone()))
+                        as ElementIter,
+                )
+            })
+        }
+        _ => unreachable!("only zip, sample and choose sources hold datasets"),
+    };
+    Ok((factory, received))
 }
 
 /// Whether the source's origin cell still holds the origin of the element `op` passes on: `op`
@@ -209,7 +340,8 @@ fn keeps_origin(op: &pb::Op) -> bool {
             | OpKind::PyFunction(_)
             | OpKind::PaddedBatch(_)
             | OpKind::Unbatch(_)
-            | OpKind::Cache(_),
+            | OpKind::Cache(_)
+            | OpKind::Concatenate(_),
         )
         | None => false,
     }
@@ -445,6 +577,12 @@ impl StageKind {
             Some(OpKind::IgnoreErrors(i)) => StageKind::IgnoreErrors {
                 log_warning: i.log_warning,
             },
+            Some(OpKind::Concatenate(_)) => {
+                return Err(DatasetError::invalid(
+                    "concatenate cannot be applied to a distributed dataset on the client; put \
+                     it in the dataset before distribute",
+                ))
+            }
             Some(OpKind::Take(t)) => StageKind::Take(to_usize(t.count)),
             Some(OpKind::Skip(s)) => StageKind::Skip(s.count),
             Some(OpKind::Shard(s)) if s.hint => return Err(DatasetError::UnresolvedShardHint),
@@ -729,6 +867,10 @@ mod origin_tests;
 #[cfg(test)]
 #[path = "executor_depth_tests.rs"]
 mod depth_tests;
+
+#[cfg(test)]
+#[path = "executor_nested_tests.rs"]
+mod nested_tests;
 
 #[cfg(test)]
 #[path = "executor_linear_tests.rs"]

@@ -39,6 +39,8 @@ pub(crate) enum Source {
     Random {
         seed: Option<u64>,
     },
+    /// `from_tensors`: one element, one split.
+    Tensors(Element),
 }
 
 impl Source {
@@ -73,6 +75,12 @@ impl Source {
                 })
             }
             Some(pb::source::Kind::Random(r)) => Ok(Source::Random { seed: r.seed }),
+            Some(pb::source::Kind::Tensors(t)) => {
+                Ok(Source::Tensors(sluice_pipeline::tensors_value(t)?))
+            }
+            Some(_) => Err(DatasetError::invalid(
+                "internal: a zip, sample or choose source is not a leaf source",
+            )),
         }
     }
 
@@ -80,7 +88,7 @@ impl Source {
     pub(crate) fn origin(&self) -> Option<&OriginCell> {
         match self {
             Source::Files { origin, .. } => Some(origin),
-            Source::Range { .. } | Source::Slices(_) | Source::Random { .. } => None,
+            Source::Range { .. } | Source::Slices(_) | Source::Random { .. } | Source::Tensors(_) => None,
         }
     }
 
@@ -88,7 +96,7 @@ impl Source {
     /// element's position in the source.
     pub(crate) fn split_is_one_element(&self) -> bool {
         match self {
-            Source::Range { .. } | Source::Slices(_) => true,
+            Source::Range { .. } | Source::Slices(_) | Source::Tensors(_) => true,
             Source::Files { .. } | Source::Random { .. } => false,
         }
     }
@@ -99,6 +107,7 @@ impl Source {
             Source::Slices(s) => s.len() as u64,
             Source::Files { files, .. } => files.len() as u64,
             Source::Random { .. } => 0,
+            Source::Tensors(_) => 1,
         }
     }
 
@@ -135,6 +144,7 @@ impl Source {
                     ))))
                 }))
             }
+            Source::Tensors(e) => Box::new(std::iter::once(Ok(e.clone()))),
         }
     }
 
@@ -158,6 +168,7 @@ impl Source {
                 origin,
             } => file_elements(files[index as usize].clone(), *reading, access, origin),
             Source::Random { .. } => return Err(sluice_pipeline::no_random_splits()),
+            Source::Tensors(e) => Box::new(std::iter::once(Ok(e.clone()))),
         })
     }
 }

@@ -19,7 +19,35 @@ pub(crate) const MAX_MATCHED_FILES: usize = 100_000;
 /// may run in another directory). A no-op for other sources. An already filled list (a raw
 /// request may send one) is kept as it is when unrestricted; with data roots, every matched or
 /// listed file must pass them, and the stored list holds their canonical paths.
+///
+/// Every files source of the definition is expanded, those of nested datasets (zip inputs,
+/// concatenate's other dataset, ...) included, each under the same rules.
 pub fn expand_files(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(), DatasetError> {
+    // Walked with a heap stack (this crate does without `sluice-pipeline` on a dispatcher, so
+    // it lists the nested definitions itself).
+    let mut stack = vec![def];
+    while let Some(d) = stack.pop() {
+        expand_one(d, access)?;
+        if let Some(kind) = d.source.as_mut().and_then(|s| s.kind.as_mut()) {
+            match kind {
+                pb::source::Kind::Zip(z) => stack.extend(z.inputs.iter_mut()),
+                pb::source::Kind::Sample(s) => stack.extend(s.inputs.iter_mut()),
+                pb::source::Kind::Choose(c) => {
+                    stack.extend(c.inputs.iter_mut().chain(c.choice.iter_mut()))
+                }
+                _ => {}
+            }
+        }
+        for op in &mut d.ops {
+            if let Some(pb::op::Kind::Concatenate(c)) = &mut op.kind {
+                stack.extend(c.other.as_mut());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn expand_one(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(), DatasetError> {
     let Some(pb::Source {
         kind: Some(pb::source::Kind::Files(fs)),
     }) = def.source.as_mut()

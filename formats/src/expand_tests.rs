@@ -165,3 +165,33 @@ fn too_many_listed_files_are_refused_naming_the_limit() {
         )
     );
 }
+
+#[test]
+fn files_sources_of_nested_datasets_are_expanded_and_checked_against_the_roots() {
+    use sluice_pipeline::Transform;
+    let rooted = Rooted::new();
+    let inside = format!("{}/data/*.txt", rooted.base.display());
+    let a = Dataset::files(&rooted.path("data/a.txt")).lines();
+    let mut def = Dataset::zip(vec![Dataset::range(3), Dataset::files(&inside).lines()])
+        .concatenate(a.into_def())
+        .into_def();
+    expand_files(&mut def, &rooted.access).unwrap();
+    let mut lists = Vec::new();
+    sluice_pipeline::nested::walk(&def, |d, _| {
+        if let Some(pb::source::Kind::Files(fs)) = d.source.as_ref().and_then(|s| s.kind.as_ref()) {
+            lists.push(fs.files.clone());
+        }
+    });
+    assert_eq!(
+        lists,
+        [
+            vec![rooted.path("data/a.txt"), rooted.path("data/b.txt")],
+            vec![rooted.path("data/a.txt")],
+        ]
+    );
+    // A nested source outside the roots is refused like a top-level one.
+    let secret = Dataset::files(&rooted.path("outside/secret.txt")).lines();
+    let mut def = Dataset::choose_from_datasets(vec![secret], Dataset::range(1), true).into_def();
+    let err = expand_files(&mut def, &rooted.access).unwrap_err();
+    assert!(err.to_string().contains("outside the data roots"), "{err}");
+}

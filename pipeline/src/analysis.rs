@@ -6,7 +6,7 @@
 
 use sluice_element::pb::op::Kind as OpKind;
 use sluice_element::pb::source::Kind as SourceKind;
-use sluice_element::{pb, DType, DatasetError, ElementSpec};
+use sluice_element::{pb, DType, DatasetError, Element, ElementSpec};
 
 use crate::batching;
 use crate::example_spec::ExampleSpec;
@@ -33,6 +33,34 @@ pub fn element_spec(
         Some(SourceKind::Slices(s)) => Slices::from_proto(s)?.row_spec(),
         Some(SourceKind::Files(_)) => ElementSpec::scalar(DType::String),
         Some(SourceKind::Random(_)) => ElementSpec::scalar(DType::Int64),
+        Some(SourceKind::Tensors(t)) => tensors_value(t)?.spec(),
+        Some(SourceKind::Zip(z)) => {
+            check_zip(z)?;
+            let specs = z
+                .inputs
+                .iter()
+                .map(|d| element_spec(d, registry))
+                .collect::<Result<Vec<_>, _>>()?;
+            if z.keys.is_empty() {
+                ElementSpec::Tuple(specs)
+            } else {
+                ElementSpec::Dict(z.keys.iter().cloned().zip(specs).collect())
+            }
+        }
+        Some(SourceKind::Sample(s)) => {
+            check_sample(s)?;
+            common_input_spec(&s.inputs, registry)?
+        }
+        Some(SourceKind::Choose(c)) => {
+            let choice = choice_of(c)?;
+            if element_spec(choice, registry)? != ElementSpec::scalar(DType::Int64) {
+                return Err(DatasetError::invalid(
+                    "Invalid `choice_dataset`. Elements of `choice_dataset` must be scalar of \
+                     type `tf.int64`.",
+                ));
+            }
+            common_input_spec(&c.inputs, registry)?
+        }
     };
     ops_element_spec(spec, &def.ops, registry)
 }
@@ -66,6 +94,18 @@ pub fn ops_element_spec(
             Some(OpKind::PyFunction(f)) => python_op::output_spec(f, spec)?,
             Some(OpKind::PaddedBatch(p)) => batching::padded_batch_spec(p, &spec)?,
             Some(OpKind::Unbatch(_)) => batching::unbatch_spec(&spec)?,
+            Some(OpKind::Concatenate(c)) => {
+                let other = c
+                    .other
+                    .as_ref()
+                    .ok_or_else(|| DatasetError::invalid("concatenate has no dataset to append"))?;
+                let other_spec = element_spec(other, registry)?;
+                common_spec(&spec, &other_spec).ok_or_else(|| {
+                    DatasetError::invalid(format!(
+                        "Incompatible dataset elements:\n  {spec} vs.   {other_spec}"
+                    ))
+                })?
+            }
             Some(
                 OpKind::IgnoreErrors(_)
                 | OpKind::Cache(_)
@@ -92,6 +132,27 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
         },
         Some(SourceKind::Files(_)) => UNKNOWN,
         Some(SourceKind::Random(_)) => INFINITE,
+        Some(SourceKind::Tensors(_)) => 1,
+        // tf.data's: the shortest input, an unknown input making it unknown.
+        Some(SourceKind::Zip(z)) => {
+            let cards: Vec<i64> = z.inputs.iter().map(cardinality).collect();
+            if cards.is_empty() {
+                0
+            } else if cards.contains(&UNKNOWN) {
+                UNKNOWN
+            } else {
+                cards
+                    .into_iter()
+                    .filter(|c| *c != INFINITE)
+                    .min()
+                    .unwrap_or(INFINITE)
+            }
+        }
+        Some(SourceKind::Sample(s)) => mixed_cardinality(&s.inputs, s.stop_on_empty_dataset),
+        Some(SourceKind::Choose(c)) => match c.choice.first().map(cardinality) {
+            Some(0) => 0,
+            _ => UNKNOWN,
+        },
     };
     for (i, op) in def.ops.iter().enumerate() {
         n = match &op.kind {
@@ -131,6 +192,14 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
                     }
                 }
             },
+            Some(OpKind::Concatenate(c)) => {
+                let other = c.other.as_ref().map_or(UNKNOWN, cardinality);
+                match (n, other) {
+                    (UNKNOWN, _) | (_, UNKNOWN) => UNKNOWN,
+                    (INFINITE, _) | (_, INFINITE) => INFINITE,
+                    (a, b) => a.saturating_add(b),
+                }
+            }
             Some(OpKind::PyFunction(f)) => match python_op::kind_of(f) {
                 Ok(pb::PyFunctionKind::Map) => n,
                 _ => UNKNOWN,
@@ -185,6 +254,161 @@ fn batched_cardinality(n: i64, batch_size: u64, drop_remainder: bool) -> i64 {
     }
 }
 
+/// The choice dataset of `choose_from_datasets` (its list holds exactly one).
+pub fn choice_of(c: &pb::ChooseSource) -> Result<&pb::DatasetDef, DatasetError> {
+    match c.choice.as_slice() {
+        [choice] => Ok(choice),
+        _ => Err(DatasetError::invalid(
+            "choose_from_datasets needs exactly one choice dataset",
+        )),
+    }
+}
+
+/// The one element of a `from_tensors` source.
+pub fn tensors_value(t: &pb::TensorsSource) -> Result<Element, DatasetError> {
+    let value = t
+        .value
+        .as_ref()
+        .ok_or_else(|| DatasetError::invalid("from_tensors has no value"))?;
+    slices::structure_from_proto(value)
+}
+
+fn check_zip(z: &pb::ZipSource) -> Result<(), DatasetError> {
+    if z.inputs.is_empty() {
+        return Err(DatasetError::invalid(
+            "Invalid `datasets`. `datasets` should not be empty.",
+        ));
+    }
+    if !z.keys.is_empty() {
+        if z.keys.len() != z.inputs.len() {
+            return Err(DatasetError::invalid(format!(
+                "zip has {} keys for {} datasets",
+                z.keys.len(),
+                z.inputs.len()
+            )));
+        }
+        if z.keys.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(DatasetError::invalid("zip keys must be unique and sorted"));
+        }
+    }
+    Ok(())
+}
+
+/// `sample_from_datasets`' argument checks: inputs present, one finite non-negative weight per
+/// input (or none).
+pub(crate) fn check_sample(s: &pb::SampleSource) -> Result<(), DatasetError> {
+    if s.inputs.is_empty() {
+        return Err(DatasetError::invalid(
+            "Invalid `datasets`. `datasets` should not be empty.",
+        ));
+    }
+    if !s.weights.is_empty() {
+        if s.weights.len() != s.inputs.len() {
+            return Err(DatasetError::invalid(format!(
+                "Invalid `weights`. The shape of `weights` should be compatible with \
+                 `[len(datasets)]` but is [{}] for {} datasets.",
+                s.weights.len(),
+                s.inputs.len()
+            )));
+        }
+        if s.weights.iter().any(|w| !w.is_finite() || *w < 0.0) {
+            return Err(DatasetError::invalid(
+                "Invalid `weights`. Every weight must be finite and not negative.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The spec every input of sample or choose shares: their most specific common spec; inputs
+/// whose structures or dtypes differ are refused as tf.data refuses them.
+fn common_input_spec(
+    inputs: &[pb::DatasetDef],
+    registry: &FunctionRegistry,
+) -> Result<ElementSpec, DatasetError> {
+    let Some(first) = inputs.first() else {
+        return Err(DatasetError::invalid(
+            "Invalid `datasets`. `datasets` should not be empty.",
+        ));
+    };
+    let mut spec = element_spec(first, registry)?;
+    for (i, input) in inputs.iter().enumerate().skip(1) {
+        let other = element_spec(input, registry)?;
+        spec = common_spec(&spec, &other).ok_or_else(|| {
+            DatasetError::invalid(format!(
+                "Invalid `datasets`. The elements of all datasets must have compatible \
+                 structures and types: dataset 0 has {spec}, dataset {i} has {other}."
+            ))
+        })?;
+    }
+    Ok(spec)
+}
+
+/// The most specific spec both `a` and `b` fit (tf.data's most specific common supertype):
+/// the same structure and dtypes, each dimension kept where both agree and unknown where they
+/// differ. `None` when structures, dtypes or ranks differ. An unknown spec (a Python op's
+/// output before its first element) is compatible with anything and stays unknown.
+pub fn common_spec(a: &ElementSpec, b: &ElementSpec) -> Option<ElementSpec> {
+    Some(match (a, b) {
+        (ElementSpec::Unknown, _) | (_, ElementSpec::Unknown) => ElementSpec::Unknown,
+        (
+            ElementSpec::Tensor { dtype, shape },
+            ElementSpec::Tensor {
+                dtype: d2,
+                shape: s2,
+            },
+        ) => {
+            if dtype != d2 || shape.len() != s2.len() {
+                return None;
+            }
+            let shape = shape
+                .iter()
+                .zip(s2)
+                .map(|(x, y)| if x == y { *x } else { None })
+                .collect();
+            ElementSpec::Tensor {
+                dtype: *dtype,
+                shape,
+            }
+        }
+        (ElementSpec::Tuple(x), ElementSpec::Tuple(y)) if x.len() == y.len() => ElementSpec::Tuple(
+            x.iter()
+                .zip(y)
+                .map(|(p, q)| common_spec(p, q))
+                .collect::<Option<_>>()?,
+        ),
+        (ElementSpec::Dict(x), ElementSpec::Dict(y))
+            if x.len() == y.len() && x.keys().eq(y.keys()) =>
+        {
+            ElementSpec::Dict(
+                x.iter()
+                    .zip(y.values())
+                    .map(|((k, p), q)| Some((k.clone(), common_spec(p, q)?)))
+                    .collect::<Option<_>>()?,
+            )
+        }
+        _ => return None,
+    })
+}
+
+/// sample_from_datasets' cardinality, tf.data's rule: infinite when an input is infinite and
+/// drawing goes on past the ends of the others (or when every input is infinite), otherwise
+/// not known statically.
+fn mixed_cardinality(inputs: &[pb::DatasetDef], stop_on_empty: bool) -> i64 {
+    let cards: Vec<i64> = inputs.iter().map(cardinality).collect();
+    if cards.is_empty() {
+        return 0;
+    }
+    let infinite = |c: &i64| *c == INFINITE;
+    if cards.iter().all(infinite) || (!stop_on_empty && cards.iter().any(infinite)) {
+        return INFINITE;
+    }
+    if cards.iter().all(|c| *c == 0) {
+        return 0;
+    }
+    UNKNOWN
+}
+
 fn clamp(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -218,6 +442,14 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             Reading::from_proto(fs)?;
         }
         Some(SourceKind::Random(_)) => {}
+        Some(SourceKind::Tensors(t)) => {
+            tensors_value(t)?;
+        }
+        Some(SourceKind::Zip(_) | SourceKind::Sample(_) | SourceKind::Choose(_)) => {
+            for input in crate::nested::source_children(def) {
+                validate(input, registry)?;
+            }
+        }
     }
     for op in &def.ops {
         match &op.kind {
@@ -232,6 +464,14 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                 ExampleSpec::new(p)?;
             }
             Some(OpKind::PyFunction(f)) => python_op::check(f)?,
+            Some(OpKind::Concatenate(c)) => match &c.other {
+                Some(other) => validate(other, registry)?,
+                None => {
+                    return Err(DatasetError::invalid(
+                        "concatenate has no dataset to append",
+                    ))
+                }
+            },
             Some(OpKind::Batch(b)) if b.batch_size == 0 => {
                 return Err(DatasetError::invalid("batch size must be positive, got 0"));
             }

@@ -11,7 +11,8 @@
 //!   tf.data does), so every shard runs the whole pipeline and keeps elements `k ≡ index (mod n)`.
 //! - `Auto` is `File`, falling back to `Data` only when the source is unshardable by file; like
 //!   tf.data, too few files is an error, not a fallback.
-//! - `Hint` replaces every `shard(SHARD_HINT, SHARD_HINT)` placeholder by `shard(n, index)`; a
+//! - `Hint` replaces every `shard(SHARD_HINT, SHARD_HINT)` placeholder, nested datasets'
+//!   included, by `shard(n, index)`; a
 //!   pipeline without placeholders is unchanged.
 //! - `Off` returns the definition unchanged.
 //!
@@ -27,6 +28,7 @@ use sluice_element::pb::op::Kind as OpKind;
 use sluice_element::pb::source::Kind as SourceKind;
 use sluice_element::{pb, DatasetError};
 
+use crate::nested::{is_leaf_source, source_kind, walk, walk_mut};
 use crate::render::render_def;
 use crate::source_rules::not_expanded;
 
@@ -78,36 +80,51 @@ fn shard_by_file(
     num_shards: u64,
     index: u64,
 ) -> Result<pb::DatasetDef, DatasetError> {
-    if !matches!(
-        def.source.as_ref().and_then(|s| s.kind.as_ref()),
-        Some(SourceKind::Files(_))
-    ) {
+    let mut unshardable = None;
+    walk(def, |d, _| match source_kind(d) {
+        Some(kind) if is_leaf_source(kind) && !matches!(kind, SourceKind::Files(_)) => {
+            unshardable.get_or_insert(d);
+        }
+        _ => {}
+    });
+    if let Some(d) = unshardable {
         let source = pb::DatasetDef {
-            source: def.source.clone(),
+            source: d.source.clone(),
             ops: Vec::new(),
             options: None,
         };
         return Err(DatasetError::UnshardableSource(render_def(&source)));
     }
     let mut out = def.clone();
-    let Some(SourceKind::Files(fs)) = out.source.as_mut().and_then(|s| s.kind.as_mut()) else {
-        unreachable!("checked above that the source is files");
-    };
-    if fs.files.is_empty() {
-        return Err(not_expanded(fs));
+    let mut failed = None;
+    walk_mut(&mut out, &mut |d| {
+        let Some(SourceKind::Files(fs)) = d.source.as_mut().and_then(|s| s.kind.as_mut()) else {
+            return;
+        };
+        if failed.is_some() {
+            return;
+        }
+        if fs.files.is_empty() {
+            failed = Some(not_expanded(fs));
+            return;
+        }
+        let num_files = fs.files.len() as u64;
+        if num_files < num_shards {
+            failed = Some(DatasetError::invalid(not_enough_files(
+                num_files, num_shards,
+            )));
+            return;
+        }
+        fs.files = std::mem::take(&mut fs.files)
+            .into_iter()
+            .skip(index as usize)
+            .step_by(num_shards as usize)
+            .collect();
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
-    let num_files = fs.files.len() as u64;
-    if num_files < num_shards {
-        return Err(DatasetError::invalid(not_enough_files(
-            num_files, num_shards,
-        )));
-    }
-    fs.files = std::mem::take(&mut fs.files)
-        .into_iter()
-        .skip(index as usize)
-        .step_by(num_shards as usize)
-        .collect();
-    Ok(out)
 }
 
 /// tf.data's text (from `ShardDatasetOp`), with the advice that concerns tf.distribute replaced
@@ -136,11 +153,13 @@ fn shard_by_data(def: &pb::DatasetDef, num_shards: u64, index: u64) -> pb::Datas
 
 fn shard_by_hint(def: &pb::DatasetDef, num_shards: u64, index: u64) -> pb::DatasetDef {
     let mut out = def.clone();
-    for op in &mut out.ops {
-        if matches!(&op.kind, Some(OpKind::Shard(s)) if s.hint) {
-            *op = shard_op(num_shards, index);
+    walk_mut(&mut out, &mut |d| {
+        for op in &mut d.ops {
+            if matches!(&op.kind, Some(OpKind::Shard(s)) if s.hint) {
+                *op = shard_op(num_shards, index);
+            }
         }
-    }
+    });
     out
 }
 

@@ -99,6 +99,61 @@ impl Dataset {
         self
     }
 
+    /// One element, `value` itself (a tensor, or a tuple or dict of them), as tf.data's
+    /// `from_tensors`.
+    pub fn from_tensors(value: &Element) -> Dataset {
+        Dataset::with_source(SourceKind::Tensors(pb::TensorsSource {
+            value: Some(crate::slices::structure_to_proto(value)),
+        }))
+    }
+
+    /// tf.data's `zip` of a tuple of datasets: element i is the tuple of the inputs' elements i;
+    /// it ends with the shortest input. Nest zips for nested tuples.
+    pub fn zip(inputs: Vec<Dataset>) -> Dataset {
+        Dataset::with_source(SourceKind::Zip(pb::ZipSource {
+            inputs: inputs.into_iter().map(Dataset::into_def).collect(),
+            keys: Vec::new(),
+        }))
+    }
+
+    /// tf.data's `zip` of a dict of datasets: element i is the dict of the inputs' elements i
+    /// under their keys (kept sorted, as dict specs are).
+    pub fn zip_dict(mut inputs: Vec<(String, Dataset)>) -> Dataset {
+        inputs.sort_by(|a, b| a.0.cmp(&b.0));
+        let (keys, inputs): (Vec<String>, Vec<pb::DatasetDef>) =
+            inputs.into_iter().map(|(k, d)| (k, d.into_def())).unzip();
+        Dataset::with_source(SourceKind::Zip(pb::ZipSource { inputs, keys }))
+    }
+
+    /// tf.data's `sample_from_datasets`: each element comes from an input drawn at random with
+    /// probability proportional to `weights` (equal when `None`).
+    pub fn sample_from_datasets(
+        inputs: Vec<Dataset>,
+        weights: Option<Vec<f64>>,
+        seed: Option<u64>,
+        stop_on_empty_dataset: bool,
+    ) -> Dataset {
+        Dataset::with_source(SourceKind::Sample(pb::SampleSource {
+            inputs: inputs.into_iter().map(Dataset::into_def).collect(),
+            weights: weights.unwrap_or_default(),
+            seed,
+            stop_on_empty_dataset,
+        }))
+    }
+
+    /// tf.data's `choose_from_datasets`: `choice` (int64 scalars) picks the input of each element.
+    pub fn choose_from_datasets(
+        inputs: Vec<Dataset>,
+        choice: Dataset,
+        stop_on_empty_dataset: bool,
+    ) -> Dataset {
+        Dataset::with_source(SourceKind::Choose(pb::ChooseSource {
+            inputs: inputs.into_iter().map(Dataset::into_def).collect(),
+            choice: vec![choice.into_def()],
+            stop_on_empty_dataset,
+        }))
+    }
+
     /// Files matching a glob pattern, expanded at registration (see `expand_files`).
     pub fn files(pattern: &str) -> FilesBuilder {
         FilesBuilder {
@@ -278,6 +333,14 @@ pub trait Transform: Sized {
     /// runs where the pipeline runs, with the runner of `ExecOptions::python`.
     fn py_function(self, function: pb::PyFunctionOp) -> Self {
         self.push_op(op(OpKind::PyFunction(function)))
+    }
+
+    /// Every element of this dataset, then every element of `other` (tf.data's `concatenate`;
+    /// the element specs must be compatible).
+    fn concatenate(self, other: pb::DatasetDef) -> Self {
+        self.push_op(op(OpKind::Concatenate(pb::ConcatenateOp {
+            other: Some(other),
+        })))
     }
 }
 

@@ -13,9 +13,12 @@
 //!   `parser_features` (`parse_example` and `tfrecord` arguments) and `parser_image` (image op
 //!   arguments).
 //! - `analysis`: `element_spec`, `cardinality` and `validate` of a definition.
+//! - `nested`: the definitions a definition holds (zip, sample, choose inputs, concatenate's
+//!   other), and walks over a whole tree without recursion.
 //! - `limits`: `PipelineLimits`, the most ops and the deepest structures a server builds.
 //! - `autoshard`: `auto_shard`, tf.data's auto-shard rewrite for static sharding policies.
-//! - `splits`: `num_split_providers` and `num_splits`, for distributed_epoch.
+//! - `splits`: `num_split_providers`, `num_splits` and `split_source` (the one source of a
+//!   definition that gives the splits), for distributed_epoch.
 //! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
 //! - `source_rules`: range lengths, how a files source is read (`Reading`), its file list.
 //! - `image_spec`: the rules of `decode_image` and `resize`, with their bounds.
@@ -33,6 +36,7 @@ pub mod example_spec;
 pub mod image_spec;
 mod lexer;
 mod limits;
+pub mod nested;
 mod parser;
 pub mod python_op;
 mod registry;
@@ -46,16 +50,23 @@ mod fuzz_tests;
 #[cfg(test)]
 mod linear_ops_tests;
 
-pub use analysis::{cardinality, element_spec, ops_element_spec, validate, INFINITE, UNKNOWN};
+pub use analysis::{
+    cardinality, choice_of, common_spec, element_spec, ops_element_spec, tensors_value, validate,
+    INFINITE, UNKNOWN,
+};
 pub use autoshard::{auto_shard, AutoShardPolicy};
 pub use dataset::{merge_options, Dataset, FilesBuilder, Transform};
 pub use example_spec::{fixed_len_feature, var_len_feature, ExampleSpec};
 pub use image_spec::{MAX_IMAGE_BYTES, MAX_IMAGE_SIDE};
 pub use limits::{
-    nesting_depth, PipelineLimits, DEFAULT_MAX_PIPELINE_DEPTH, DEFAULT_MAX_PIPELINE_OPS,
+    nested_size, nesting_depth, PipelineLimits, DEFAULT_MAX_PIPELINE_DEPTH,
+    DEFAULT_MAX_PIPELINE_OPS,
 };
 pub use parser::{parse, parse_ops};
 pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use render::{render_def, render_ops};
 pub use slices::Slices;
-pub use splits::{check_distributed_epoch, no_random_splits, num_split_providers, num_splits};
+pub use splits::{
+    check_distributed_epoch, no_random_splits, num_split_providers, num_splits, split_source,
+    split_source_index,
+};

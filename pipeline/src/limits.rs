@@ -2,11 +2,13 @@
 //! done with it (at registration on the dispatcher, and again on the worker before a task's
 //! pipeline is built).
 //!
-//! Two measures: the number of ops, and the nesting depth of the structures a definition holds
-//! (the tuples and dicts of a slices source, and of a Python op's declared output spec). A
-//! definition has no nested datasets: it is one source and a flat list of ops, so the ops are
-//! counted, never nested. The checks themselves use no recursion: a definition past the limits
-//! is measured with the same bounded stack as any other.
+//! Two measures: the number of ops, and the nesting depth of what a definition holds: the
+//! tuples and dicts of a slices or tensors source and of a Python op's declared output spec, and
+//! the datasets nested in it (the inputs of zip, sample_from_datasets and choose_from_datasets,
+//! concatenate's other dataset). The ops of every nested definition count, and each nested
+//! definition counts as one more (its source), so a wide fan-out is bounded like a long chain.
+//! The checks themselves use no recursion: a definition past the limits is measured with the
+//! same bounded stack as any other.
 
 use sluice_element::pb;
 use sluice_element::pb::op::Kind as OpKind;
@@ -25,10 +27,12 @@ pub const DEFAULT_MAX_PIPELINE_DEPTH: usize = 64;
 /// The largest definition a server accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PipelineLimits {
-    /// The most ops a definition may have (`--max-pipeline-ops`).
+    /// The most ops a definition may have, those of its nested datasets included, each nested
+    /// dataset counting one more for its source (`--max-pipeline-ops`).
     pub max_ops: usize,
-    /// The deepest nesting of tuples and dicts a definition's structures may have
-    /// (`--max-pipeline-depth`); a plain tensor is depth 0.
+    /// The deepest nesting of tuples and dicts a definition's structures may have, and of
+    /// datasets in datasets (`--max-pipeline-depth`); a plain tensor, and a definition without
+    /// nested datasets, is depth 0.
     pub max_depth: usize,
 }
 
@@ -45,7 +49,15 @@ impl PipelineLimits {
     /// Refuses a definition with more ops, or deeper structures, than the limits allow, with
     /// `DatasetError::InvalidArgument` naming the count, the limit and the flag that sets it.
     pub fn check(&self, def: &pb::DatasetDef) -> Result<(), DatasetError> {
-        self.check_op_count(def.ops.len())?;
+        let (ops, datasets) = nested_size(def);
+        self.check_op_count(ops)?;
+        if datasets > self.max_depth {
+            return Err(DatasetError::invalid(format!(
+                "the dataset definition nests datasets {datasets} levels deep, more than the \
+                 limit of {} (--max-pipeline-depth)",
+                self.max_depth
+            )));
+        }
         let depth = nesting_depth(def);
         if depth > self.max_depth {
             return Err(DatasetError::invalid(format!(
@@ -70,22 +82,41 @@ impl PipelineLimits {
     }
 }
 
-/// The deepest nesting of tuples and dicts in `def`'s slices source and Python ops' output
-/// specs, counted without recursion.
+/// The ops of `def` and of every definition nested in it, each nested definition counting one
+/// more (its source), and how deep the datasets nest (0: none nested), counted without
+/// recursion.
+pub fn nested_size(def: &pb::DatasetDef) -> (usize, usize) {
+    let (mut ops, mut deepest) = (0usize, 0usize);
+    crate::nested::walk(def, |d, level| {
+        ops = ops
+            .saturating_add(d.ops.len())
+            .saturating_add(usize::from(level > 0));
+        deepest = deepest.max(level);
+    });
+    (ops, deepest)
+}
+
+/// The deepest nesting of tuples and dicts in the slices and tensors sources and Python ops'
+/// output specs of `def` and every definition nested in it, counted without recursion.
 pub fn nesting_depth(def: &pb::DatasetDef) -> usize {
     let mut deepest = 0;
-    if let Some(SourceKind::Slices(s)) = def.source.as_ref().and_then(|s| s.kind.as_ref()) {
-        if let Some(structure) = &s.structure {
+    crate::nested::walk(def, |def, _| {
+        let structure = match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+            Some(SourceKind::Slices(s)) => s.structure.as_ref(),
+            Some(SourceKind::Tensors(t)) => t.value.as_ref(),
+            _ => None,
+        };
+        if let Some(structure) = structure {
             deepest = deepest.max(structure_depth(structure));
         }
-    }
-    for op in &def.ops {
-        if let Some(OpKind::PyFunction(f)) = &op.kind {
-            if let Some(spec) = &f.output_spec {
-                deepest = deepest.max(spec_depth(spec));
+        for op in &def.ops {
+            if let Some(OpKind::PyFunction(f)) = &op.kind {
+                if let Some(spec) = &f.output_spec {
+                    deepest = deepest.max(spec_depth(spec));
+                }
             }
         }
-    }
+    });
     deepest
 }
 
@@ -191,6 +222,125 @@ mod tests {
         for (def, want) in cases {
             let got = limits.check(&def).map_err(|e| e.to_string());
             assert_eq!(got.err().as_deref(), want, "{def:?}");
+        }
+    }
+
+    /// `zip` of `zip` of ... `depth` levels deep, each level also `concatenate`-ing a range.
+    fn nested_zips(depth: usize) -> pb::DatasetDef {
+        let mut ds = Dataset::range(3);
+        for _ in 0..depth {
+            ds = Dataset::zip(vec![ds, Dataset::range(2)]);
+        }
+        ds.into_def()
+    }
+
+    fn wide_zip(inputs: usize, ops_each: usize) -> pb::DatasetDef {
+        Dataset::zip((0..inputs).map(|_| maps_ds(ops_each)).collect()).into_def()
+    }
+
+    fn maps_ds(n: usize) -> Dataset {
+        Dataset::from_def(maps(n))
+    }
+
+    #[test]
+    fn nested_datasets_count_their_ops_and_their_depth() {
+        let limits = PipelineLimits {
+            max_ops: 10,
+            max_depth: 3,
+        };
+        let concatenated = Dataset::range(1)
+            .concatenate(Dataset::range(2).concatenate(maps(4)).into_def())
+            .into_def();
+        let choose = Dataset::choose_from_datasets(
+            vec![maps_ds(2), maps_ds(2)],
+            Dataset::range(2).repeat_forever(),
+            true,
+        )
+        .into_def();
+        // (definition, expected error)
+        let cases: Vec<(pb::DatasetDef, Option<&str>)> = vec![
+            (nested_zips(3), None),
+            (
+                nested_zips(4),
+                Some(
+                    "the dataset definition nests datasets 4 levels deep, more than the limit \
+                     of 3 (--max-pipeline-depth)",
+                ),
+            ),
+            // 5 inputs, each one source and one op: 10.
+            (wide_zip(5, 1), None),
+            (
+                wide_zip(6, 1),
+                Some(
+                    "the dataset definition has 12 ops, more than the limit of 10 \
+                     (--max-pipeline-ops)",
+                ),
+            ),
+            // concatenate ops 2, nested sources 2, maps 4.
+            (concatenated, None),
+            // inputs 2 * (1 + 2), choice 1 + 1.
+            (choose, None),
+            (
+                Dataset::from_tensors(&tuple_element(4)).into_def(),
+                Some(
+                    "the dataset definition nests tuples and dicts 4 levels deep, more than \
+                     the limit of 3 (--max-pipeline-depth)",
+                ),
+            ),
+            (
+                Dataset::zip(vec![Dataset::from_def(slices_def(4))]).into_def(),
+                Some(
+                    "the dataset definition nests tuples and dicts 4 levels deep, more than \
+                     the limit of 3 (--max-pipeline-depth)",
+                ),
+            ),
+        ];
+        for (def, want) in cases {
+            let got = limits.check(&def).map_err(|e| e.to_string());
+            assert_eq!(got.err().as_deref(), want, "{def:?}");
+        }
+    }
+
+    fn tuple_element(depth: usize) -> sluice_element::Element {
+        use sluice_element::{Element, Tensor};
+        let mut e = Element::Tensor(Tensor::scalar_i64(1));
+        for _ in 0..depth {
+            e = Element::Tuple(vec![e]);
+        }
+        e
+    }
+
+    #[test]
+    fn hostile_nesting_is_measured_without_recursion() {
+        // Far deeper than any stack would survive if measured recursively.
+        let mut def = Dataset::range(1).into_def();
+        for _ in 0..200_000 {
+            def = pb::DatasetDef {
+                source: Some(pb::Source {
+                    kind: Some(SourceKind::Zip(pb::ZipSource {
+                        inputs: vec![def],
+                        keys: Vec::new(),
+                    })),
+                }),
+                ops: Vec::new(),
+                options: None,
+            };
+        }
+        let err = PipelineLimits::default().check(&def).unwrap_err();
+        assert!(err.to_string().contains("200000 ops"), "{err}");
+        let (ops, depth) = nested_size(&def);
+        assert_eq!((ops, depth), (200_000, 200_000));
+        // A huge fan-out of empty datasets is counted, not built.
+        let wide = Dataset::zip((0..20_000).map(|_| Dataset::range(1)).collect()).into_def();
+        assert!(PipelineLimits::default().check(&wide).is_err());
+        // Dropping the deep definition must not overflow either: take it apart by hand.
+        let mut stack = vec![def];
+        while let Some(mut d) = stack.pop() {
+            stack.extend(
+                crate::nested::children_mut(&mut d)
+                    .into_iter()
+                    .map(std::mem::take),
+            );
         }
     }
 

@@ -13,8 +13,10 @@ use literals::tensor_from_literal;
 
 pub(crate) const TRANSFORMATIONS: &str =
     "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
-     enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache";
-const SOURCES: &str = "range, from_slices, files, random";
+     enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, \
+     concatenate";
+const SOURCES: &str =
+    "range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets";
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 pub(crate) const SHARD_HINT: &str = "SHARD_HINT";
 
@@ -38,6 +40,9 @@ pub fn parse_ops(expr: &str) -> Result<Vec<pb::Op>, DatasetError> {
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// How many dataset expressions enclose the one being parsed (zip inputs, concatenate's
+    /// argument, ...): bounded, so an expression from anyone cannot exhaust the stack.
+    depth: usize,
 }
 
 impl Parser {
@@ -45,6 +50,7 @@ impl Parser {
         Ok(Parser {
             tokens: tokenize(expr)?,
             pos: 0,
+            depth: 0,
         })
     }
 
@@ -200,6 +206,60 @@ impl Parser {
         Ok(s)
     }
 
+    /// A dataset expression inside another one: a source and its `.op(...)` chain, up to the
+    /// `,` or `)` that follows it.
+    fn nested_dataset(&mut self) -> Result<Dataset, DatasetError> {
+        let col = self.peek().col;
+        if self.depth >= crate::limits::DEFAULT_MAX_PIPELINE_DEPTH {
+            return Err(parse_error(
+                col,
+                format!(
+                    "datasets nested deeper than {} levels",
+                    crate::limits::DEFAULT_MAX_PIPELINE_DEPTH
+                ),
+            ));
+        }
+        self.depth += 1;
+        let mut ds = self.source()?;
+        while self.is_punct('.') {
+            self.next();
+            ds = ds.push_op(self.op()?);
+        }
+        self.depth -= 1;
+        Ok(ds)
+    }
+
+    /// `[a, b, ...]`: a list of dataset expressions.
+    fn dataset_list(&mut self) -> Result<Vec<Dataset>, DatasetError> {
+        self.expect_punct('[', "'[' and a list of datasets")?;
+        let mut out = Vec::new();
+        while !self.is_punct(']') {
+            out.push(self.nested_dataset()?);
+            if self.is_punct(',') {
+                self.next();
+            } else if !self.is_punct(']') {
+                return Err(self.unexpected("']' or ','"));
+            }
+        }
+        self.next();
+        Ok(out)
+    }
+
+    /// `key=` before a zip input (an identifier or a quoted string), if one comes next.
+    fn zip_key(&mut self) -> Result<Option<String>, DatasetError> {
+        let is_key = matches!(self.peek().tok, Tok::Ident(_) | Tok::Str(_))
+            && self
+                .tokens
+                .get(self.pos + 1)
+                .is_some_and(|t| t.tok == Tok::Punct('='));
+        if !is_key {
+            return Ok(None);
+        }
+        let key = self.string_arg("a key")?;
+        self.next();
+        Ok(Some(key))
+    }
+
     fn source(&mut self) -> Result<Dataset, DatasetError> {
         let t = self.next();
         let Tok::Ident(name) = &t.tok else {
@@ -257,6 +317,100 @@ impl Parser {
                     self.close()?;
                 }
                 Ok(Dataset::from_slices(tensor_from_literal(&lit, dtype)?))
+            }
+            "from_tensors" => {
+                self.expect_punct('(', "'('")?;
+                let lit = self.literal()?;
+                let mut dtype = None;
+                if self.comma_or_close()? {
+                    if !self.keyword("dtype") {
+                        return Err(self.unexpected("'dtype='"));
+                    }
+                    let t = self.peek().clone();
+                    let name = self.string_arg("a dtype name")?;
+                    dtype = Some(name.parse::<DType>().map_err(|_| {
+                        parse_error(
+                            t.col,
+                            format!("unknown dtype '{name}'; expected one of {}", dtype_names()),
+                        )
+                    })?);
+                    self.close()?;
+                }
+                let value = sluice_element::Element::Tensor(tensor_from_literal(&lit, dtype)?);
+                Ok(Dataset::from_tensors(&value))
+            }
+            "zip" => {
+                self.expect_punct('(', "'('")?;
+                let mut inputs = Vec::new();
+                let mut keyed = Vec::new();
+                loop {
+                    let col = self.peek().col;
+                    let key = self.zip_key()?;
+                    let ds = self.nested_dataset()?;
+                    match key {
+                        Some(k) if inputs.is_empty() => keyed.push((k, ds)),
+                        None if keyed.is_empty() => inputs.push(ds),
+                        _ => {
+                            return Err(parse_error(
+                                col,
+                                "zip takes datasets all with keys or all without",
+                            ))
+                        }
+                    }
+                    if !self.comma_or_close()? {
+                        break;
+                    }
+                }
+                if keyed.is_empty() {
+                    Ok(Dataset::zip(inputs))
+                } else {
+                    let mut keys: Vec<&String> = keyed.iter().map(|(k, _)| k).collect();
+                    keys.sort();
+                    if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
+                        return Err(parse_error(
+                            t.col,
+                            format!("zip has the key '{}' twice", w[0]),
+                        ));
+                    }
+                    Ok(Dataset::zip_dict(keyed))
+                }
+            }
+            "sample_from_datasets" => {
+                self.expect_punct('(', "'('")?;
+                let inputs = self.dataset_list()?;
+                let (mut weights, mut seed, mut stop) = (None, None, false);
+                while self.comma_or_close()? {
+                    if self.keyword("weights") {
+                        let lit = self.literal()?;
+                        let t = tensor_from_literal(&lit, Some(DType::Float64))?;
+                        weights = Some(t.to_values::<f64>().unwrap_or_default());
+                    } else if self.keyword("seed") {
+                        seed = Some(self.u64_arg("seed")?);
+                    } else if self.keyword("stop_on_empty_dataset") {
+                        stop = self.bool_arg("true or false")?;
+                    } else {
+                        return Err(
+                            self.unexpected("'weights=', 'seed=' or 'stop_on_empty_dataset='")
+                        );
+                    }
+                }
+                Ok(Dataset::sample_from_datasets(inputs, weights, seed, stop))
+            }
+            "choose_from_datasets" => {
+                self.expect_punct('(', "'('")?;
+                let inputs = self.dataset_list()?;
+                self.expect_punct(',', "',' and the choice dataset")?;
+                self.keyword("choice_dataset");
+                let choice = self.nested_dataset()?;
+                let mut stop = true;
+                if self.comma_or_close()? {
+                    if !self.keyword("stop_on_empty_dataset") {
+                        return Err(self.unexpected("'stop_on_empty_dataset='"));
+                    }
+                    stop = self.bool_arg("true or false")?;
+                    self.close()?;
+                }
+                Ok(Dataset::choose_from_datasets(inputs, choice, stop))
             }
             "files" => {
                 self.expect_punct('(', "'('")?;

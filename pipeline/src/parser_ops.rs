@@ -34,6 +34,7 @@ impl Parser {
                 | "unbatch"
                 | "ignore_errors"
                 | "cache"
+                | "concatenate"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -72,6 +73,7 @@ impl Parser {
                 }
             }
             "take" => builder.take(self.u64_arg("take count")?),
+            "concatenate" => builder.concatenate(self.nested_dataset()?.into_def()),
             "skip" => builder.skip(self.u64_arg("skip count")?),
             "shard" if self.shard_hint_arg() => {
                 // As in tf.data, the index next to a SHARD_HINT is not used: the HINT policy

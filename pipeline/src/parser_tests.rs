@@ -175,10 +175,10 @@ fn malformed_expressions_name_the_column() {
         ("range(10", "invalid dataset expression at column 9: expected ')' or ',', found end of input"),
         (
             "range(10).mapp(square)",
-            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache",
+            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, concatenate",
         ),
-        ("rang(10)", "unknown source 'rang' at column 1; expected one of range, from_slices, files, random"),
-        ("", "invalid dataset expression at column 1: expected a source (range, from_slices, files, random), found end of input"),
+        ("rang(10)", "unknown source 'rang' at column 1; expected one of range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets"),
+        ("", "invalid dataset expression at column 1: expected a source (range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets), found end of input"),
         ("range(20).batch(0)", "invalid dataset expression at column 17: batch size must be positive, found 0"),
         ("range(20).batch(-4)", "invalid dataset expression at column 17: batch size must be positive, found -4"),
         ("range(0, 10, 0)", "invalid dataset expression at column 14: range step must not be zero"),
@@ -257,7 +257,7 @@ fn op_chains() {
     }
     assert_eq!(
         parse_ops("range(10)").unwrap_err().to_string(),
-        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache"
+        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, concatenate"
     );
     assert_eq!(
         parse_ops("map(square) batch(2)").unwrap_err().to_string(),

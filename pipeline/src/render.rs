@@ -3,7 +3,7 @@
 //!
 //! Invariant: `parse(&d.to_string()) == Ok(d)` for every definition the builder or the parser can
 //! produce (a `files` source renders its pattern only: the expanded list is registration state),
-//! except slices of a tuple or dict, which render as `from_slices(([1, 2], [3, 4]))` or
+//! except slices (and `from_tensors`) of a tuple or dict, which render as `from_slices(([1, 2], [3, 4]))` or
 //! `from_slices({"a": [1, 2]})` for reading but which the text syntax does not parse.
 
 use std::fmt::{self, Write as _};
@@ -64,6 +64,56 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
             }
             None => out.push_str("random()"),
         },
+        Some(SourceKind::Tensors(t)) => {
+            out.push_str("from_tensors(");
+            match crate::analysis::tensors_value(t) {
+                Ok(value) => render_columns(&mut out, &value),
+                Err(_) => out.push_str("<invalid tensor>"),
+            }
+            out.push(')');
+        }
+        Some(SourceKind::Zip(z)) => {
+            out.push_str("zip(");
+            for (i, input) in z.inputs.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                if let Some(key) = z.keys.get(i) {
+                    function_name(&mut out, key);
+                    out.push('=');
+                }
+                out.push_str(&render_def(input));
+            }
+            out.push(')');
+        }
+        Some(SourceKind::Sample(s)) => {
+            out.push_str("sample_from_datasets(");
+            render_list(&mut out, &s.inputs);
+            if !s.weights.is_empty() {
+                let weights: Vec<String> = s.weights.iter().map(|w| format!("{w:?}")).collect();
+                let _ = write!(out, ", weights=[{}]", weights.join(", "));
+            }
+            if let Some(seed) = s.seed {
+                let _ = write!(out, ", seed={seed}");
+            }
+            if s.stop_on_empty_dataset {
+                out.push_str(", stop_on_empty_dataset=true");
+            }
+            out.push(')');
+        }
+        Some(SourceKind::Choose(c)) => {
+            out.push_str("choose_from_datasets(");
+            render_list(&mut out, &c.inputs);
+            out.push_str(", ");
+            match crate::analysis::choice_of(c) {
+                Ok(choice) => out.push_str(&render_def(choice)),
+                Err(_) => out.push_str("<no choice dataset>"),
+            }
+            if !c.stop_on_empty_dataset {
+                out.push_str(", stop_on_empty_dataset=false");
+            }
+            out.push(')');
+        }
     }
     out.push_str(&render_ops(&def.ops));
     out
@@ -140,6 +190,10 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 quote(&mut out, c.filename.as_bytes());
                 write!(out, ")")
             }
+            Some(OpKind::Concatenate(c)) => match &c.other {
+                Some(other) => write!(out, ".concatenate({})", render_def(other)),
+                None => write!(out, ".concatenate(<no dataset>)"),
+            },
             // Shown for reading only: a Python function has no text form to parse back.
             Some(OpKind::PyFunction(f)) => {
                 let _ = write!(out, ".{}(", syntax_name(f));
@@ -274,6 +328,18 @@ pub(crate) fn implied_dtype(has_string: bool, has_float: bool, has_bool: bool) -
     } else {
         DType::Int64
     }
+}
+
+/// `[a, b]`: a list of datasets.
+fn render_list(out: &mut String, defs: &[pb::DatasetDef]) {
+    out.push('[');
+    for (i, d) in defs.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&render_def(d));
+    }
+    out.push(']');
 }
 
 /// A tensor as `render_tensor`; a tuple as `(a, b)` (`(a,)` for one item), a dict as

@@ -164,7 +164,7 @@ fn drop_first_dim(spec: ElementSpec) -> ElementSpec {
     }
 }
 
-fn structure_to_proto(e: &Element) -> pb::SlicesStructure {
+pub(crate) fn structure_to_proto(e: &Element) -> pb::SlicesStructure {
     let kind = match e {
         Element::Tensor(t) => StructureKind::Tensor(t.to_proto()),
         Element::Tuple(items) => StructureKind::Tuple(pb::SlicesList {
@@ -183,7 +183,7 @@ fn structure_to_proto(e: &Element) -> pb::SlicesStructure {
     pb::SlicesStructure { kind: Some(kind) }
 }
 
-fn structure_from_proto(st: &pb::SlicesStructure) -> Result<Element, DatasetError> {
+pub(crate) fn structure_from_proto(st: &pb::SlicesStructure) -> Result<Element, DatasetError> {
     let missing = || DatasetError::invalid("from_slices structure has an empty entry");
     Ok(match st.kind.as_ref().ok_or_else(missing)? {
         StructureKind::Tensor(t) => Element::Tensor(Tensor::from_proto(t)?),

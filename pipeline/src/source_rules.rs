@@ -17,12 +17,16 @@ pub fn range_len(start: i64, stop: i64, step: i64) -> u64 {
     n as u64
 }
 
-/// Whether `def` has a files source whose list is filled in.
+/// Whether `def` (or a dataset nested in it) has a files source whose list is filled in.
 pub fn has_file_list(def: &pb::DatasetDef) -> bool {
-    matches!(
-        def.source.as_ref().and_then(|s| s.kind.as_ref()),
-        Some(pb::source::Kind::Files(fs)) if !fs.files.is_empty()
-    )
+    let mut found = false;
+    crate::nested::walk(def, |d, _| {
+        found |= matches!(
+            d.source.as_ref().and_then(|s| s.kind.as_ref()),
+            Some(pb::source::Kind::Files(fs)) if !fs.files.is_empty()
+        );
+    });
+    found
 }
 
 /// The error for a files source whose file list is not filled in where it must be.

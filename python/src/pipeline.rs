@@ -163,6 +163,71 @@ impl Dataset {
         Dataset::new(Pipeline::Local(LocalDataset::random(seed)))
     }
 
+    /// One element: `value`, read as `columns_from_py` reads columns (a tensor, or tuples and
+    /// dicts of them, of any rank).
+    #[staticmethod]
+    fn from_tensors(value: &Bound<'_, PyAny>) -> PyResult<Dataset> {
+        let value = columns_from_py(value)?;
+        Ok(Dataset::new(Pipeline::Local(LocalDataset::from_tensors(
+            &value,
+        ))))
+    }
+
+    /// `zip` of local datasets: a tuple, or a dict when `keys` names each input.
+    #[staticmethod]
+    #[pyo3(signature = (inputs, keys=None))]
+    fn zip(inputs: Vec<PyRef<'_, Dataset>>, keys: Option<Vec<String>>) -> PyResult<Dataset> {
+        let inputs = local_inputs(&inputs, "zip")?;
+        let dataset = match keys {
+            None => LocalDataset::zip(inputs),
+            Some(keys) => LocalDataset::zip_dict(keys.into_iter().zip(inputs).collect()),
+        };
+        checked(dataset)
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (inputs, weights, seed, stop_on_empty_dataset))]
+    fn sample_from_datasets(
+        inputs: Vec<PyRef<'_, Dataset>>,
+        weights: Option<Vec<f64>>,
+        seed: Option<u64>,
+        stop_on_empty_dataset: bool,
+    ) -> PyResult<Dataset> {
+        let inputs = local_inputs(&inputs, "sample_from_datasets")?;
+        checked(LocalDataset::sample_from_datasets(
+            inputs,
+            weights,
+            seed,
+            stop_on_empty_dataset,
+        ))
+    }
+
+    #[staticmethod]
+    fn choose_from_datasets(
+        inputs: Vec<PyRef<'_, Dataset>>,
+        choice: PyRef<'_, Dataset>,
+        stop_on_empty_dataset: bool,
+    ) -> PyResult<Dataset> {
+        let inputs = local_inputs(&inputs, "choose_from_datasets")?;
+        let choice = choice.local()?.clone();
+        checked(LocalDataset::choose_from_datasets(
+            inputs,
+            choice,
+            stop_on_empty_dataset,
+        ))
+    }
+
+    /// This dataset, then `other` (both local).
+    fn concatenate(&self, other: PyRef<'_, Dataset>) -> PyResult<Dataset> {
+        let other = other.local()?.def().clone();
+        let Pipeline::Local(d) = &self.pipeline else {
+            return Err(invalid_argument(
+                "concatenate cannot follow distribute: put it in the dataset before distribute",
+            ));
+        };
+        checked(d.clone().concatenate(other))
+    }
+
     fn map(&self, function: &str) -> Dataset {
         chain!(self, |d| d.map(function))
     }
@@ -500,6 +565,26 @@ impl Dataset {
 }
 
 /// The service dataset of `pipeline`, which a reader's state needs (see `check_stateful`).
+/// The local definitions of a nested op's inputs; a dataset read from the service is refused.
+fn local_inputs(inputs: &[PyRef<'_, Dataset>], op: &str) -> PyResult<Vec<LocalDataset>> {
+    inputs
+        .iter()
+        .map(|d| match &d.pipeline {
+            Pipeline::Local(l) => Ok(l.clone()),
+            Pipeline::Service(_) => Err(invalid_argument(format!(
+                "{op} takes datasets built here, not datasets read from the service"
+            ))),
+        })
+        .collect()
+}
+
+/// A nested definition, checked (element specs compatible, arguments sane) before it is used.
+fn checked(dataset: LocalDataset) -> PyResult<Dataset> {
+    sluice_pipeline::validate(dataset.def(), &ExecOptions::default().registry)
+        .map_err(dataset_error)?;
+    Ok(Dataset::new(Pipeline::Local(dataset)))
+}
+
 fn service_of(pipeline: &Pipeline) -> PyResult<&ServiceDataset> {
     match pipeline {
         Pipeline::Local(_) => Err(no_local_state()),

@@ -96,7 +96,8 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Resize(_)
                 | Kind::ParseExample(_)
                 | Kind::Unbatch(_)
-                | Kind::PyFunction(_),
+                | Kind::PyFunction(_)
+                | Kind::Concatenate(_),
             )
             | None => return None,
         }

@@ -4,6 +4,8 @@
 pub(crate) mod batch;
 pub(crate) mod cache;
 pub(crate) mod padded_batch;
+
+pub(crate) mod nested;
 pub(crate) mod prefetch;
 pub(crate) mod repeat;
 pub(crate) mod shuffle;

@@ -141,6 +141,130 @@ class Dataset:
         return Dataset(_native.Dataset.from_slices(dtype, shape, data))
 
     @staticmethod
+    def from_tensors(tensors: Any, name: Optional[str] = None) -> "Dataset":
+        """One element: ``tensors`` itself (an array or anything ``numpy.asarray`` takes, or a
+        tuple or dict of them, nested), as tf.data's ``from_tensors``::
+
+            >>> list(Dataset.from_tensors([1, 2]).as_numpy_iterator())
+            [array([1, 2])]
+            >>> [(int(a), d) for a, d in Dataset.from_tensors((7, {"b": "x"}))]
+            [(7, {'b': b'x'})]
+
+        ``Dataset.from_tensors(x).repeat()`` is the usual endless companion of another dataset
+        in :meth:`zip`.
+        """
+        del name
+        return Dataset(_native.Dataset.from_tensors(_columns(tensors)))
+
+    @staticmethod
+    def zip(*args: Any, datasets: Any = None, name: Optional[str] = None) -> "Dataset":
+        """Element ``i`` is the structure of the datasets' elements ``i``: ``zip(a, b)`` or
+        ``zip((a, b))`` gives tuples, ``zip({"x": a, "y": b})`` dicts, and structures nest
+        (``zip((a, (b, c)))``). It ends with the shortest dataset, as tf.data's::
+
+            >>> ds = Dataset.zip(Dataset.range(3), Dataset.range(10, 20))
+            >>> [(int(a), int(b)) for a, b in ds]
+            [(0, 10), (1, 11), (2, 12)]
+            >>> [{k: int(v) for k, v in d.items()}
+            ...  for d in Dataset.zip({"x": Dataset.range(2), "y": Dataset.range(5, 7)})]
+            [{'x': 0, 'y': 5}, {'x': 1, 'y': 6}]
+        """
+        del name
+        if args and datasets is not None:
+            raise TypeError("Both `*args` and `datasets` cannot be set.")
+        if len(args) == 1:
+            datasets = args[0]
+        elif args:
+            datasets = args
+        if datasets is None:
+            raise TypeError("Must pass at least one dataset to `zip`.")
+        return _zip_structure(datasets)
+
+    @staticmethod
+    def sample_from_datasets(
+        datasets: Sequence["Dataset"],
+        weights: Optional[Sequence[float]] = None,
+        seed: Optional[int] = None,
+        stop_on_empty_dataset: bool = False,
+        rerandomize_each_iteration: Optional[bool] = None,
+    ) -> "Dataset":
+        """Each element is the next one of a dataset drawn at random, with probability
+        proportional to its weight (equal weights by default). A dataset that ends is left out
+        of later draws; with ``stop_on_empty_dataset`` the first one that ends ends this one.
+        A ``seed`` fixes the draws; each epoch (or pass of a ``repeat``) draws anew::
+
+            >>> ds = Dataset.sample_from_datasets(
+            ...     [Dataset.range(3), Dataset.range(10, 13)], weights=[1.0, 0.0], seed=1)
+            >>> [int(x) for x in ds]
+            [0, 1, 2]
+
+        The datasets' element specs must be compatible (same structure and dtypes);
+        ``weights`` is a list of non-negative numbers, one per dataset (a dataset of weights
+        is not supported).
+        """
+        del rerandomize_each_iteration  # every pass draws anew
+        inputs = _dataset_list(datasets)
+        if weights is not None:
+            if isinstance(weights, Dataset):
+                raise InvalidArgumentError(
+                    "sample_from_datasets: `weights` as a Dataset is not supported; pass a list"
+                )
+            weights = [float(w) for w in np.asarray(weights, dtype=np.float64).reshape(-1)]
+            if len(weights) != len(inputs):
+                raise ValueError(
+                    "Invalid `weights`. `weights` should have the same length as `datasets` "
+                    f"but got `len(weights)={len(weights)}` vs. `len(datasets)={len(inputs)}`."
+                )
+        return _incompatible_as_type_error(
+            lambda: _native.Dataset.sample_from_datasets(
+                [d._native for d in inputs],
+                weights,
+                None if seed is None else int(seed) % 2**64,
+                bool(stop_on_empty_dataset),
+            )
+        )
+
+    @staticmethod
+    def choose_from_datasets(
+        datasets: Sequence["Dataset"],
+        choice_dataset: "Dataset",
+        stop_on_empty_dataset: bool = True,
+    ) -> "Dataset":
+        """Each element of ``choice_dataset`` (int64 scalars) picks the dataset whose next
+        element comes next. With ``stop_on_empty_dataset`` (the default) a pick of a dataset
+        that ended ends this one; without it, such picks are skipped::
+
+            >>> choice = Dataset.range(3).repeat(2)
+            >>> ds = Dataset.choose_from_datasets(
+            ...     [Dataset.from_tensors(b"a").repeat(), Dataset.from_tensors(b"b").repeat(),
+            ...      Dataset.from_tensors(b"c").repeat()], choice)
+            >>> list(ds)
+            [b'a', b'b', b'c', b'a', b'b', b'c']
+
+        A choice outside ``[0, len(datasets))`` fails the epoch with
+        :class:`~sluice.errors.InvalidArgumentError`.
+        """
+        inputs = _dataset_list(datasets)
+        if not isinstance(choice_dataset, Dataset):
+            raise TypeError(
+                "Invalid `choice_dataset`. `choice_dataset` should be a `tf.data.Dataset` but "
+                f"is {type(choice_dataset)}."
+            )
+        spec = choice_dataset.element_spec
+        if not (
+            isinstance(spec, TensorSpec) and tuple(spec.shape) == () and str(spec.dtype) == "int64"
+        ):
+            raise TypeError(
+                "Invalid `choice_dataset`. Elements of `choice_dataset` must be scalar of type "
+                "`tf.int64`."
+            )
+        return _incompatible_as_type_error(
+            lambda: _native.Dataset.choose_from_datasets(
+                [d._native for d in inputs], choice_dataset._native, bool(stop_on_empty_dataset)
+            )
+        )
+
+    @staticmethod
     def list_files(
         file_pattern: Union[str, Sequence[str]],
         shuffle: Optional[bool] = None,
@@ -542,6 +666,21 @@ class Dataset:
         parts = [_feature_parts(str(name), f) for name, f in features.items()]
         return self._chain(self._native.parse_example(parts))
 
+    def concatenate(self, dataset: "Dataset", name: Optional[str] = None) -> "Dataset":
+        """Every element of this dataset, then every element of ``dataset``. The element specs
+        must be compatible (same structure and dtypes; shapes that differ become unknown
+        dimensions), or :class:`TypeError` is raised, as tf.data raises it::
+
+            >>> [int(x) for x in Dataset.range(3).concatenate(Dataset.range(10, 12))]
+            [0, 1, 2, 10, 11]
+        """
+        del name
+        if not isinstance(dataset, Dataset):
+            raise TypeError(
+                f"`dataset` must be a Dataset to concatenate, got {type(dataset).__name__}"
+            )
+        return _incompatible_as_type_error(lambda: self._native.concatenate(dataset._native))
+
     def apply(self, transformation_func: Callable[["Dataset"], "Dataset"]) -> "Dataset":
         """``transformation_func(self)``, e.g. ``dataset.apply(sluice.distribute(...))``."""
         result = transformation_func(self)
@@ -619,6 +758,63 @@ class Dataset:
         static spec refuses; a spec known only from elements is checked when they exist."""
         native.check_static_spec()
         return self._chain(native)
+
+
+def _zip_structure(datasets: Any) -> Dataset:
+    """The zip of a (nested) tuple or dict of datasets; a bare dataset is itself."""
+    if isinstance(datasets, Dataset):
+        return datasets
+    if isinstance(datasets, tuple):
+        return Dataset(_native.Dataset.zip([_zip_structure(d)._native for d in datasets], None))
+    if isinstance(datasets, dict):
+        for k in datasets:
+            if not isinstance(k, str):
+                raise TypeError(f"`zip` dict keys must be str, got {k!r}")
+        return Dataset(
+            _native.Dataset.zip(
+                [_zip_structure(d)._native for d in datasets.values()], list(datasets)
+            )
+        )
+    if isinstance(datasets, list):
+        raise TypeError(
+            "Invalid input to `zip`. Inputs are expected to be (nested) structures of "
+            "`tf.data.Dataset` objects. Python `list` is not supported and you should use "
+            "`tuple` instead."
+        )
+    raise TypeError(
+        "Invalid input to `zip`. Inputs are expected to be (nested) structures of "
+        f"`tf.data.Dataset` objects, got {type(datasets).__name__}."
+    )
+
+
+def _dataset_list(datasets: Any) -> List[Dataset]:
+    """``datasets`` of sample/choose_from_datasets: a non-empty list of datasets."""
+    if isinstance(datasets, Dataset) or not isinstance(datasets, (list, tuple)):
+        raise TypeError(
+            "Invalid `datasets`. `datasets` should be a list of `tf.data.Dataset`s, got "
+            f"{type(datasets).__name__}."
+        )
+    if not datasets:
+        raise ValueError("Invalid `datasets`. `datasets` should not be empty.")
+    for d in datasets:
+        if not isinstance(d, Dataset):
+            raise TypeError(
+                "Invalid `datasets`. `datasets` should be a list of `tf.data.Dataset`s, got "
+                f"an element of type {type(d).__name__}."
+            )
+    return list(datasets)
+
+
+def _incompatible_as_type_error(build: Callable[[], _native.Dataset]) -> Dataset:
+    """Builds a nested dataset; element specs that do not fit together raise ``TypeError``
+    (as tf.data raises it), other refusals as they are."""
+    try:
+        return Dataset(build())
+    except InvalidArgumentError as e:
+        text = str(e)
+        if "Incompatible dataset elements" in text or "compatible structures" in text:
+            raise TypeError(text) from e
+        raise
 
 
 def _image_key(key: Any) -> Optional[str]:

@@ -29,6 +29,13 @@ fn apply_table() {
             (iteration(5000, 0), iter_client(2000, 3000)),
             (static_worker("h:2", &["h:%port%", "h:%port%"]), workers_tasks(&[4001])),
         ]),
+        ("a dataset without a split provider is refused in distributed_epoch mode only", vec![
+            (register_without_provider("nested"), registered("nested")),
+            (job("nested", Dynamic, None), invalid("Dataset nested has no split provider, so it cannot be read in distributed_epoch mode: its definition must have exactly one splittable source (range, from_slices or files); use parallel_epochs or a static sharding policy")),
+            (job("nested", Dynamic, Some("d")), invalid("Dataset nested has no split provider, so it cannot be read in distributed_epoch mode: its definition must have exactly one splittable source (range, from_slices or files); use parallel_epochs or a static sharding policy")),
+            (job("nested", Off, None), job_id(5000)),
+            (job("nested", Data, Some("d")), job_id(5001)),
+        ]),
         ("named jobs are shared; anonymous jobs are always new", vec![
             (register(None, b"a"), registered("1000")),
             (job("1000", Off, Some("shared")), job_id(5000)),

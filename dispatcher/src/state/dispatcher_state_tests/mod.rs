@@ -36,6 +36,16 @@ fn register(id: Option<&str>, def: &[u8]) -> Update {
         num_splits: vec![3],
     }
 }
+/// A dataset whose definition has no split provider (two splittable sources in nested
+/// datasets, say): no split counts.
+fn register_without_provider(id: &str) -> Update {
+    Update::RegisterDataset {
+        dataset_id: Some(DatasetId(id.into())),
+        def: b"nested".to_vec(),
+        metadata: meta(),
+        num_splits: Vec::new(),
+    }
+}
 /// `register` with the cardinality the dispatcher computed (-1 infinite, -2 unknown).
 fn register_with_cardinality(id: &str, def: &[u8], cardinality: i64) -> Update {
     Update::RegisterDataset {
