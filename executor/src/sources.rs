@@ -88,7 +88,10 @@ impl Source {
     pub(crate) fn origin(&self) -> Option<&OriginCell> {
         match self {
             Source::Files { origin, .. } => Some(origin),
-            Source::Range { .. } | Source::Slices(_) | Source::Random { .. } | Source::Tensors(_) => None,
+            Source::Range { .. }
+            | Source::Slices(_)
+            | Source::Random { .. }
+            | Source::Tensors(_) => None,
         }
     }
 

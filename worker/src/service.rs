@@ -291,6 +291,8 @@ async fn serve<S: FetchSource>(
 ) {
     // The source reached its end (every element is in the ledger).
     let mut ended = false;
+    // The source let the end go to the reader (`FetchSource::before_end`).
+    let mut end_cleared = false;
     loop {
         if let Some(failure) = source.failed() {
             let _ = tx.send(Ok(failed_batch(failure, Packed::default()))).await;
@@ -306,8 +308,9 @@ async fn serve<S: FetchSource>(
             let Some((header, elements)) = reader.next_unsent(MAX_BATCH_BYTES) else {
                 continue; // acknowledged meanwhile: nothing left to send
             };
-            // The end goes with the last elements when nothing else is left to send.
-            let last = ended && !reader.has_unsent();
+            // The end goes with the last elements when nothing else is left to send, once the
+            // source lets it go (`before_end`): until then they go without it.
+            let last = ended && end_cleared && !reader.has_unsent();
             let batch = ElementBatch {
                 end_of_sequence: last,
                 ..with_elements(header, elements)
@@ -318,6 +321,24 @@ async fn serve<S: FetchSource>(
             if last {
                 return await_end_ack(reader, requests, &state).await;
             }
+            continue;
+        }
+        if ended && !end_cleared {
+            // Every element is sent: the end waits for the source, hearing the reader meanwhile.
+            let may_end = loop {
+                tokio::select! {
+                    may_end = source.before_end() => break may_end,
+                    more = requests.message() => match hear(&mut reader, more, &tx).await {
+                        Heard::Request => continue,
+                        Heard::Over => return,
+                    },
+                }
+            };
+            if !may_end {
+                // Not an end (the worker is stopping): as for a stopped task, the reader retries.
+                return;
+            }
+            end_cleared = true;
             continue;
         }
         if ended {
@@ -370,19 +391,6 @@ async fn serve<S: FetchSource>(
         if !message.is_empty() {
             reader.record(message.finish());
             source.recorded(taken);
-        }
-        if ended {
-            let may_end = tokio::select! {
-                may_end = source.before_end() => may_end,
-                _ = tx.closed() => return,
-            };
-            if !may_end {
-                // Not an end: as for a stopped task, the reader retries.
-                if let Some((header, elements)) = reader.next_unsent(MAX_BATCH_BYTES) {
-                    let _ = tx.send(Ok(with_elements(header, elements))).await;
-                }
-                return;
-            }
         }
         if let Some(failure) = failure {
             // The epoch fails: what was taken goes with the failure, unnumbered.
