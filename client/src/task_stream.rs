@@ -386,6 +386,12 @@ async fn fetch(
             let _ = credits_tx.try_send(resume.request(config, 0));
             return Ok(());
         }
+        if held.count() == 0 {
+            // No credits left, and none to grant until the caller takes elements (a reader
+            // that holds its window full): acknowledge what arrived now, since an exactly-once
+            // task's end waits for its readers' acknowledgements.
+            let _ = credits_tx.try_send(resume.request(config, 0));
+        }
     }
 }
 

@@ -276,3 +276,16 @@ def test_worker_errors_keep_their_class_file_sharding_of_a_range_is_not_found(tm
             list(ds)
     finally:
         stop_cluster(c)
+
+
+def test_file_sources_take_bytes_and_path_file_names(tmp_path):  # type: ignore[no-untyped-def]
+    """A file name may be bytes (what a function over ``list_files`` receives), a path or a numpy
+    scalar, as tf.data takes them; each names the file, not a list of its characters."""
+    import pathlib
+
+    path = tmp_path / "a.txt"
+    path.write_text("x\ny\n")
+    for name in (str(path), bytes(path), pathlib.Path(path), np.bytes_(bytes(path)), [bytes(path)]):
+        assert [bytes(v) for v in TextLineDataset(name)] == [b"x", b"y"], name
+    files = Dataset.list_files(str(tmp_path / "*.txt"))
+    assert [bytes(v) for v in files.flat_map(TextLineDataset)] == [b"x", b"y"]

@@ -857,11 +857,31 @@ def _files(
                 "`filenames` must be a pattern, a list of file names or a list_files dataset"
             )
         files: Optional[List[str]] = list(filenames._files)
-    elif isinstance(filenames, str):
-        return Dataset(_native.Dataset.files(filenames, fmt, None, compression))
+    elif _is_file_name(filenames):
+        pattern = _file_name(filenames)
+        return Dataset(_native.Dataset.files(pattern, fmt, None, compression))
     else:
-        files = [str(f) for f in filenames]
+        files = [_file_name(f) for f in filenames]
     return Dataset(_native.Dataset.files(",".join(files), fmt, files, compression))
+
+
+def _is_file_name(value: Any) -> bool:
+    """One file name (or pattern), as tf.data takes them: a str, bytes (what an element of
+    ``list_files`` is when a function receives it), a path, or a numpy scalar of those."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    return isinstance(value, (str, bytes, np.str_, np.bytes_, _os.PathLike))
+
+
+def _file_name(value: Any) -> str:
+    """A file name as a str: bytes decoded as the file system encodes names."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bytes, np.bytes_)):
+        return _os.fsdecode(bytes(value))
+    if isinstance(value, _os.PathLike):
+        return _os.fspath(value)
+    return str(value)
 
 
 def _parallel_calls(value: Optional[int]) -> int:
