@@ -73,6 +73,11 @@ const LOCAL_OPS_TAKE_NO_STATE: &str = "a reader with ops after `distribute` take
 /// that the current pass's reader has gone.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
+/// The wait before the next pass of a `repeat()` after `distribute` that read nothing: the
+/// first, and the most it grows to.
+const EMPTY_PASS_WAIT: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(1));
+
 /// Permits released at once as the caller takes elements.
 const RELEASE_EVERY: usize = 64;
 
@@ -130,8 +135,11 @@ impl ElementStream {
 
     /// The passes of a `repeat` chained after `distribute`: each pass is a new epoch of the
     /// job (its next repetition, as tf.data repeats a dataset read from the service), `count`
-    /// of them (`None`: for ever; a pass that yields nothing ends it, as tf.data's `repeat`
-    /// ends over an empty input), then the ops chained after the repeat.
+    /// of them (`None`: for ever), then the ops chained after the repeat. As in tf.data, an
+    /// empty pass does not end a `repeat()` over the service (a reader that joins a shared job
+    /// late finds its first repetitions finished, and empty): the next pass starts after a
+    /// wait that grows while passes stay empty, so an empty job is not asked for new epochs in
+    /// a loop.
     pub(crate) fn repeated<F, Fut>(
         mut next_pass: F,
         count: Option<u64>,
@@ -147,6 +155,7 @@ impl ElementStream {
         let stop = cancel.clone();
         let passes = tokio::spawn(async move {
             let mut pass = 0u64;
+            let mut empty_wait = EMPTY_PASS_WAIT.0;
             while count.is_none_or(|count| pass < count) {
                 let mut stream = match next_pass().await {
                     Ok(stream) => stream,
@@ -183,8 +192,14 @@ impl ElementStream {
                     }
                 }
                 pass += 1;
-                if !yielded && count.is_none() {
-                    return;
+                if yielded {
+                    empty_wait = EMPTY_PASS_WAIT.0;
+                } else if count.is_none() {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(empty_wait) => {}
+                    }
+                    empty_wait = (empty_wait * 2).min(EMPTY_PASS_WAIT.1);
                 }
             }
         });

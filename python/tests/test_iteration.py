@@ -274,6 +274,21 @@ def test_repeat_forever_after_distribute_reads_on_and_closes_cleanly(cluster):  
     )
 
 
-def test_repeat_after_distribute_of_an_empty_epoch_ends(cluster):  # type: ignore[no-untyped-def]
-    ds = Dataset.range(0).apply(sluice.distribute("parallel_epochs", cluster.target))
-    assert list(ds.repeat()) == []
+def test_repeat_after_distribute_reads_on_past_empty_epochs(cluster):  # type: ignore[no-untyped-def]
+    """A reader that joins a shared job late finds its first repetitions finished (empty
+    epochs); a ``repeat()`` after ``distribute`` reads on to the job's live repetition, as
+    tf.data's does, and a counted repeat of empty epochs is empty."""
+
+    def shared() -> sluice.data.Dataset:
+        return Dataset.range(10).apply(
+            sluice.distribute("parallel_epochs", cluster.target, job_name="shared_job")
+        )
+
+    first = iter(shared().repeat())
+    # Three epochs of two workers.
+    assert sorted(int(next(first)) for _ in range(60)) == sorted(list(range(10)) * 6)
+    late = iter(shared().repeat())
+    # Its first repetitions are over; it reads the ones `first` is not reading.
+    assert all(0 <= int(next(late)) < 10 for _ in range(20))
+    empty = Dataset.range(0).apply(sluice.distribute("parallel_epochs", cluster.target))
+    assert list(empty.repeat(3)) == []

@@ -38,10 +38,8 @@ from tfdata_conformance._cluster import (
     py,
 )
 
-_GROUPS = "Dataset.from_tensors, Dataset.concatenate, Dataset.random"
 
 
-@missing(_GROUPS)
 @pytest.mark.parametrize("num_consumers", [1, 2, 5])
 @pytest.mark.parametrize("num_workers", [1, 3])
 def testBasic(num_workers, num_consumers):
@@ -52,7 +50,6 @@ def testBasic(num_workers, num_consumers):
     check_coordinated_read_groups(results, num_consumers)
 
 
-@missing(_GROUPS)
 def testConsumerRestart():
     """Ports CoordinatedReadTest.testConsumerRestart."""
     cluster = TestCluster(num_workers=1, python_executors=1)

@@ -260,7 +260,6 @@ def testNoCompression():
     assert_dataset_produces(dataset2.take(10), list(range(10)))
 
 
-@bug("a second reader of a shared cross-trainer-cache job with another compression is accepted")
 def testCompressionMismatch():
     """Ports CrossTrainerCacheTest.testCompressionMismatch."""
     cluster = _create_cluster(num_workers=1)

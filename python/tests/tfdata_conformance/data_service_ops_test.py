@@ -45,11 +45,6 @@ from tfdata_conformance._cluster import (
     wait_until,
 )
 
-_REPEAT = bug(
-    "repeat after distribute is refused (InvalidArgumentError: repeat cannot be applied to a "
-    "distributed dataset on the client)"
-)
-
 
 @pytest.mark.parametrize("work_dir,fault_tolerant_mode", all_cluster_configurations())
 def testDistributeBasic(work_dir, fault_tolerant_mode):
@@ -163,7 +158,6 @@ def testMultipleEpochs():
         assert_dataset_produces(ds, list(range(num_elements)))
 
 
-@_REPEAT
 def testRepeatedDataset():
     """Ports DataServiceOpsTest.testRepeatedDataset."""
     cluster = TestCluster(num_workers=1)
@@ -328,7 +322,6 @@ def testSharedJobNameMultiIteration():
     assert_dataset_produces(ds1, [])
 
 
-@_REPEAT
 def testSharedJobNameRepeat():
     """Ports DataServiceOpsTest.testSharedJobNameRepeat."""
     cluster = TestCluster(num_workers=1)
@@ -350,7 +343,6 @@ def testSharedJobNameRepeat():
     assert_count_equal(num_repetitions * list(range(num_elements)), results)
 
 
-@_REPEAT
 def testSharedJobNameRepeatEmptyJob():
     """Ports DataServiceOpsTest.testSharedJobNameRepeatEmptyJob."""
     cluster = TestCluster(num_workers=1)
@@ -653,7 +645,7 @@ def testDistributeInvalidProcessingMode():
         ds.apply(sluice.distribute(processing_mode="invalid", service="grpc://localhost:5000"))
 
 
-@missing("Dataset.zip")
+@missing("Dataset.zip of datasets read from the service", raises=errors.InvalidArgumentError)
 def testZipDifferentProcessingModesDatasets():
     """Ports DataServiceOpsTest.testZipDifferentProcessingModesDatasets."""
     cluster = TestCluster(num_workers=1)
@@ -670,7 +662,7 @@ def testZipDifferentProcessingModesDatasets():
     )
 
 
-@missing("Dataset.zip")
+@missing("Dataset.zip of datasets read from the service", raises=errors.InvalidArgumentError)
 def testZipDifferentProcessingModesDatasetsSharedJobName():
     """Ports DataServiceOpsTest.testZipDifferentProcessingModesDatasetsSharedJobName."""
     cluster = TestCluster(num_workers=1)
@@ -740,7 +732,6 @@ def testRegisteringDatasetAsTfFunction():
     """Ports DataServiceOpsTest.testRegisteringDatasetAsTfFunction."""
 
 
-@missing("Dataset.zip")
 def testFromDatasetIdMultipleComponents():
     """Ports DataServiceOpsTest.testFromDatasetIdMultipleComponents."""
     cluster = TestCluster(num_workers=1)
@@ -989,7 +980,6 @@ def testTwoLevelDistribute():
     assert get_next.rest() == []
 
 
-@missing("Dataset.from_tensors")
 def testDistributeLargeGraph():
     """Ports DataServiceOpsTest.testDistributeLargeGraph."""
     cluster = TestCluster(num_workers=1, work_dir=NO_WORK_DIR, fault_tolerant_mode=False)

@@ -48,13 +48,6 @@ from tfdata_conformance._cluster import (
     wait_until,
 )
 
-_READ_AHEAD = (
-    "deep read-ahead: the first worker produces the whole epoch (2 × cores + 100 elements) into "
-    "the reader's buffers and its task, and with it the iteration, finishes while the reader is "
-    "halfway"
-)
-
-
 def testDispatcherStop():
     """Ports FaultToleranceTest.testDispatcherStop."""
     cluster = TestCluster(num_workers=1)
@@ -211,7 +204,6 @@ def testStartServersLate():
     start_servers_thread.join()
 
 
-@bug(_READ_AHEAD + ", so the worker added then gets no task")
 def testAddWorkerMidJob():
     """Ports FaultToleranceTest.testAddWorkerMidJob."""
     cluster = TestCluster(num_workers=1)
@@ -248,10 +240,6 @@ def testRemoveMoreWorkersThanMaxOutstandingRequests():
         iterator()
 
 
-@bug(
-    _READ_AHEAD
-    + ", so the restarted worker gets no task and the epoch ends instead of starting over"
-)
 @pytest.mark.parametrize("work_dir,fault_tolerant_mode", all_cluster_configurations())
 @pytest.mark.parametrize("use_same_port", [True, False])
 def testRestartWorker(use_same_port, work_dir, fault_tolerant_mode):
@@ -306,7 +294,6 @@ def testChangeProcessingModeAfterRestart():
         Next(ds)()
 
 
-@missing("Dataset.from_tensors")
 @pytest.mark.parametrize("work_dir", [TMP_WORK_DIR, NO_WORK_DIR])
 def testDistributeLargeGraphThenRegisterWorker(work_dir):
     """Ports FaultToleranceTest.testDistributeLargeGraphThenRegisterWorker."""

@@ -42,11 +42,6 @@ from tfdata_conformance._cluster import (
 
 ShardingPolicy = sluice.ShardingPolicy
 
-_REPEAT = bug(
-    "repeat after distribute is refused (InvalidArgumentError: repeat cannot be applied to a "
-    "distributed dataset on the client)"
-)
-
 _WORKER_COUNTS = pytest.mark.parametrize(
     "num_local_workers,num_remote_workers", [(1, 0), (1, 3), (3, 0), (3, 3)]
 )
@@ -73,7 +68,6 @@ def testLocalWorkers(num_local_workers, num_remote_workers):
     )
 
 
-@_REPEAT
 @_WORKER_COUNTS
 def testRepeatedDataset(num_local_workers, num_remote_workers):
     """Ports LocalWorkersTest.testRepeatedDataset."""
@@ -132,10 +126,6 @@ def testDynamicSharding(num_local_workers, num_remote_workers):
     assert_dataset_produces(ds, list(range(num_elements)), assert_items_equal=True)
 
 
-@bug(
-    "deep read-ahead starves late consumers: the first readers of the shared job buffer the "
-    "whole epoch, so a later consumer reaches the end before its 10th element"
-)
 def testMultipleConsumers():
     """Ports LocalWorkersTest.testMultipleConsumers."""
     num_local_workers, num_remote_workers = 1, 3
@@ -292,7 +282,6 @@ def testMultipleEpochsSharedJob(num_remote_workers):
             assert py(get_next()) == i
 
 
-@_REPEAT
 @pytest.mark.parametrize("job_name", [None, "shared_job_name"])
 @pytest.mark.parametrize("num_remote_workers", [0, 3])
 def testRepeatDistributedDataset(num_remote_workers, job_name):
@@ -303,10 +292,6 @@ def testRepeatDistributedDataset(num_remote_workers, job_name):
     assert_dataset_produces(dataset, list(range(10)) * 3)
 
 
-@bug(
-    "worker errors reach the reader as InternalError instead of their class: the deleted "
-    "local task's FailedPreconditionError arrives as InternalError"
-)
 @pytest.mark.parametrize("num_remote_workers", [0, 3])
 def testReadFromDeletedTask(num_remote_workers):
     """Ports LocalTaskGarbageCollectTest.testReadFromDeletedTask."""

@@ -51,7 +51,6 @@ def _empty_dataset_with_hint_shard():
     return Dataset.range(0).shard(_shard_hint(), _shard_hint())
 
 
-_HINT = missing("SHARD_HINT in the Python API (sluice.data.experimental.SHARD_HINT)")
 
 # (name, dataset_fn, sharding_policy, expected cardinality): tf.data's v2 cases, then those of
 # both API versions.
@@ -82,7 +81,7 @@ _CASES = [
 
 def _params():
     return [
-        pytest.param(fn, policy, expected, id=name, marks=[_HINT] if "Hint" in name else [])
+        pytest.param(fn, policy, expected, id=name)
         for name, fn, policy, expected in _CASES
     ]
 
