@@ -75,8 +75,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// The wait before the next pass of a `repeat()` after `distribute` that read nothing: the
 /// first, and the most it grows to.
-const EMPTY_PASS_WAIT: (Duration, Duration) =
-    (Duration::from_millis(10), Duration::from_secs(1));
+const EMPTY_PASS_WAIT: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
 /// Permits released at once as the caller takes elements.
 const RELEASE_EVERY: usize = 64;
