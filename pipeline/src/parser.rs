@@ -84,6 +84,26 @@ impl Parser {
         }
     }
 
+    /// The rest of a literal source's arguments: `)`, or `, dtype="NAME")`.
+    fn optional_dtype(&mut self) -> Result<Option<DType>, DatasetError> {
+        if !self.comma_or_close()? {
+            return Ok(None);
+        }
+        if !self.keyword("dtype") {
+            return Err(self.unexpected("'dtype='"));
+        }
+        let t = self.peek().clone();
+        let name = self.string_arg("a dtype name")?;
+        let dtype = name.parse::<DType>().map_err(|_| {
+            parse_error(
+                t.col,
+                format!("unknown dtype '{name}'; expected one of {}", dtype_names()),
+            )
+        })?;
+        self.close()?;
+        Ok(Some(dtype))
+    }
+
     /// After an argument: `,` (returns true) or `)` (returns false, consumed).
     fn comma_or_close(&mut self) -> Result<bool, DatasetError> {
         if self.is_punct(',') {
@@ -301,41 +321,13 @@ impl Parser {
                     return Err(self.unexpected("'['"));
                 }
                 let lit = self.literal()?;
-                let mut dtype = None;
-                if self.comma_or_close()? {
-                    if !self.keyword("dtype") {
-                        return Err(self.unexpected("'dtype='"));
-                    }
-                    let t = self.peek().clone();
-                    let name = self.string_arg("a dtype name")?;
-                    dtype = Some(name.parse::<DType>().map_err(|_| {
-                        parse_error(
-                            t.col,
-                            format!("unknown dtype '{name}'; expected one of {}", dtype_names()),
-                        )
-                    })?);
-                    self.close()?;
-                }
+                let dtype = self.optional_dtype()?;
                 Ok(Dataset::from_slices(tensor_from_literal(&lit, dtype)?))
             }
             "from_tensors" => {
                 self.expect_punct('(', "'('")?;
                 let lit = self.literal()?;
-                let mut dtype = None;
-                if self.comma_or_close()? {
-                    if !self.keyword("dtype") {
-                        return Err(self.unexpected("'dtype='"));
-                    }
-                    let t = self.peek().clone();
-                    let name = self.string_arg("a dtype name")?;
-                    dtype = Some(name.parse::<DType>().map_err(|_| {
-                        parse_error(
-                            t.col,
-                            format!("unknown dtype '{name}'; expected one of {}", dtype_names()),
-                        )
-                    })?);
-                    self.close()?;
-                }
+                let dtype = self.optional_dtype()?;
                 let value = sluice_element::Element::Tensor(tensor_from_literal(&lit, dtype)?);
                 Ok(Dataset::from_tensors(&value))
             }
