@@ -288,7 +288,16 @@ def _service(service: Service) -> str:
 
 
 def _compression(compression: Optional[str]) -> str:
-    return "none" if compression is None else str(compression)
+    """``"auto"`` or ``"none"``: tf.data's ``"AUTO"`` and ``None`` (any case, as tf.data's
+    spellings); anything else is tf.data's ``ValueError``. Sluice compresses with snappy only
+    where it shrinks an element (``"AUTO"``); it has no forced ``"SNAPPY"``."""
+    if compression is None:
+        return "none"
+    if isinstance(compression, str) and compression.lower() in ("auto", "none"):
+        return compression.lower()
+    raise InvalidArgumentValueError(
+        f"Invalid `compression` argument: {compression}. Must be one of ['auto', 'none']."
+    )
 
 
 def _outstanding(value: Optional[int]) -> Optional[int]:

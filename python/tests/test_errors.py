@@ -92,6 +92,7 @@ def test_invalid_argument_compression_and_target_workers(cluster):
             sluice.distribute("parallel_epochs", cluster.target, compression="zip")
         )
     assert str(e.value) == "Invalid `compression` argument: zip. Must be one of ['auto', 'none']."
+    assert isinstance(e.value, ValueError)  # tf.data's class
     with pytest.raises(errors.InvalidArgumentError) as e:
         Dataset.range(3).apply(
             sluice.distribute("parallel_epochs", cluster.target, target_workers="nearby")

@@ -55,7 +55,6 @@ def testDistributeBasic(work_dir, fault_tolerant_mode):
     assert_dataset_produces(ds, list(range(num_elements)))
 
 
-@bug("an invalid compression raises InvalidArgumentError, which is no ValueError (tf.data's class)")
 def testDistributeInvalidCompression():
     """Ports DataServiceOpsTest.testDistributeInvalidCompression."""
     cluster = TestCluster(num_workers=1)
