@@ -227,3 +227,21 @@ def _python_function_error(
         except Exception:  # a class whose constructor wants other arguments
             pass
     return PythonFunctionError(*args)
+
+
+_SERVER_START_CLASSES: dict = {}
+
+
+def server_start_error(error: OpError) -> OpError:
+    """``error``, raised by a server that could not start, as an instance of its own class that
+    is also a ``RuntimeError`` (tf.data's class for a server that cannot start), with the same
+    message: code written for tf.data catches it, and code written for Sluice still sees its
+    class (``FailedPreconditionError`` for a worker outside the worker list, ...)."""
+    cls = type(error)
+    if isinstance(error, RuntimeError):
+        return error
+    both = _SERVER_START_CLASSES.get(cls)
+    if both is None:
+        both = type(cls.__name__, (cls, RuntimeError), {"__module__": cls.__module__})
+        _SERVER_START_CLASSES[cls] = both
+    return both(error.message)

@@ -20,7 +20,12 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from sluice import _native
-from sluice.errors import FailedPreconditionError, InvalidArgumentError
+from sluice.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OpError,
+    server_start_error,
+)
 
 __all__ = ["DispatcherConfig", "DispatchServer", "WorkerConfig", "WorkerServer"]
 
@@ -184,7 +189,10 @@ class _Server:
         if self._native is not None:
             return
         _check_protocol(self._config.protocol)
-        self._native = self._launch()
+        try:
+            self._native = self._launch()
+        except OpError as e:
+            raise server_start_error(e) from None
 
     def _launch(self) -> object:
         """The native server for ``self._config``, serving."""

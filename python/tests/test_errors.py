@@ -119,6 +119,20 @@ def test_failed_precondition_worker_not_in_the_worker_list():
         dispatcher.stop()
 
 
+def test_a_server_that_cannot_start_raises_its_class_which_is_also_a_runtime_error():
+    """tf.data raises RuntimeError for a server that cannot start; Sluice's class stays."""
+    dispatcher = sluice.DispatchServer(sluice.DispatcherConfig(worker_addresses=["10.255.255.1:1"]))
+    try:
+        with pytest.raises(RuntimeError) as e:
+            sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target))
+        assert isinstance(e.value, errors.FailedPreconditionError)
+        assert type(e.value).__name__ == "FailedPreconditionError"
+        with pytest.raises(RuntimeError, match="Worker tags cannot be empty."):
+            sluice.WorkerServer(sluice.WorkerConfig(dispatcher.target, worker_tags=[""]))
+    finally:
+        dispatcher.stop()
+
+
 def test_invalid_argument_a_definition_over_max_definition_size():
     dispatcher = sluice.DispatchServer(sluice.DispatcherConfig(max_definition_size=1000))
     try:

@@ -99,10 +99,6 @@ _FILE_SHARD = missing(
     "as TFRecordDataset(list_files(...)): Found an unshardable source dataset)",
     raises=errors.OpError,
 )
-_WORKER_START = bug(
-    "a worker that fails to start raises FailedPreconditionError, which is no RuntimeError "
-    "(tf.data's class for a server that cannot start)"
-)
 
 
 _FILE_OR_DATA_SHARD = pytest.mark.xfail(
@@ -482,7 +478,6 @@ def testNamedPorts(root):
     assert_dataset_produces(dataset, [3, 8, 13, 18])
 
 
-@_WORKER_START
 def testInvalidPorts(root):
     """Ports AutoShardTest.testInvalidPorts."""
     with pytest.raises(RuntimeError, match="The worker's address is not configured"):
@@ -509,7 +504,6 @@ def testEmptyWorkerList(root):
         get_dataset_output(dataset)
 
 
-@_WORKER_START
 def testWorkerNotFound(root):
     """Ports AutoShardTest.testWorkerNotFound."""
     worker_addresses = [f"fake_worker_{i}" for i in range(5)]
@@ -519,7 +513,6 @@ def testWorkerNotFound(root):
         )
 
 
-@_WORKER_START
 def testMoreWorkersThanConfigured(root):
     """Ports AutoShardTest.testMoreWorkersThanConfigured."""
     worker_addresses = ["localhost:%port%"]

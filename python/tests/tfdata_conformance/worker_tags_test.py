@@ -197,10 +197,6 @@ def testUnusedTags():
     assert_dataset_produces(dataset, 4 * list(range(num_elements)), assert_items_equal=True)
 
 
-@bug(
-    "a worker that fails to start raises InvalidArgumentError, which is no RuntimeError "
-    "(tf.data's class for a server that cannot start)"
-)
 def testInvalidTag():
     """Ports WorkerTagsTest.testInvalidTag."""
     with pytest.raises(RuntimeError, match="Worker tags cannot be empty."):
