@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import glob as _glob
 import os as _os
+import threading
 import weakref
 from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -25,11 +26,22 @@ _live_epochs: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
 
 @atexit.register
 def _close_live_epochs() -> None:
-    for epoch in list(_live_epochs):
+    # All at once: each close waits (a bounded time) for the dispatcher to hear, and one after
+    # another they added up when it was gone (each epoch its own wait).
+    def close(epoch: "_native.Iterator") -> None:
         try:
             epoch.close()
         except OpError:
             pass  # exiting: a release that fails falls to the dispatcher's client timeout
+
+    closing = [
+        threading.Thread(target=close, args=(epoch,), name="sluice-close", daemon=True)
+        for epoch in list(_live_epochs)
+    ]
+    for thread in closing:
+        thread.start()
+    for thread in closing:
+        thread.join()
 
 
 AUTOTUNE = -1
