@@ -3,8 +3,11 @@
 //! when the caller takes the element; see `element_stream`).
 //!
 //! A reader told its `max_outstanding_requests` keeps exactly that many. Without it (tf.data's
-//! `AUTOTUNE`) the window starts small and doubles each time the caller finds nothing to read
-//! after taking at least half a window since the last growth, up to the autotuned maximum. A
+//! `AUTOTUNE`) the window opens when the caller first asks for an element (as tf.data's reader
+//! starts fetching at its first `get_next`: a reader made and not read yet holds nothing a worker
+//! restart would have it read twice), starts small, and doubles each time the caller finds
+//! nothing to read after taking at least half a window since the last growth, up to the
+//! autotuned maximum. A
 //! caller that keeps up with its workers grows it in a few round trips to the depth that
 //! throughput needs; one that reads slowly, or one consumer among many of a shared job, keeps
 //! a small one. So a task does not drain into one reader's buffer at the start: the other
@@ -22,29 +25,43 @@ pub(crate) const INITIAL_AUTOTUNED: u32 = 8;
 pub(crate) struct ReadAhead {
     permits: Arc<Semaphore>,
     max: u32,
+    /// The window it opens with at the caller's first request (growing windows).
+    initial: u32,
     growth: Mutex<Growth>,
 }
 
 #[derive(Debug)]
 struct Growth {
+    /// 0 until a growing window opens.
     size: u32,
     /// Elements the caller had taken when the window last grew.
     grown_at: u64,
 }
 
 impl ReadAhead {
-    /// A window of `size`, always.
+    /// A window of `size`, always, open from the start.
     pub(crate) fn fixed(size: u32) -> ReadAhead {
-        ReadAhead::growing(size, size)
-    }
-
-    /// A window of `initial` (at most `max`) that grows up to `max` while the caller starves.
-    pub(crate) fn growing(initial: u32, max: u32) -> ReadAhead {
-        let size = initial.clamp(1, max.max(1));
+        let size = size.max(1);
         ReadAhead {
             permits: Arc::new(Semaphore::new(size as usize)),
-            max: max.max(1),
+            max: size,
+            initial: size,
             growth: Mutex::new(Growth { size, grown_at: 0 }),
+        }
+    }
+
+    /// A window that opens at `initial` (at most `max`) when the caller first starves, and
+    /// grows up to `max` while it starves.
+    pub(crate) fn growing(initial: u32, max: u32) -> ReadAhead {
+        let max = max.max(1);
+        ReadAhead {
+            permits: Arc::new(Semaphore::new(0)),
+            max,
+            initial: initial.clamp(1, max),
+            growth: Mutex::new(Growth {
+                size: 0,
+                grown_at: 0,
+            }),
         }
     }
 
@@ -69,6 +86,14 @@ impl ReadAhead {
     /// before the first elements arrive is latency, not a window too small.
     pub(crate) fn starved(&self, taken: u64) {
         let mut growth = self.lock();
+        if growth.size == 0 {
+            self.permits.add_permits(self.initial as usize);
+            *growth = Growth {
+                size: self.initial,
+                grown_at: taken,
+            };
+            return;
+        }
         if growth.size >= self.max || taken < growth.grown_at + u64::from(growth.size / 2).max(1) {
             return;
         }
@@ -97,6 +122,7 @@ mod tests {
             (
                 ReadAhead::growing(8, 64),
                 vec![
+                    (0, 8),   // the first request opens the window
                     (0, 8),   // waiting for the first elements: latency
                     (3, 8),   // under half a window since the start
                     (4, 16),  // half a window: grows
@@ -107,10 +133,21 @@ mod tests {
                 ],
             ),
             (ReadAhead::growing(100, 10), vec![(0, 10), (1000, 10)]),
-            (ReadAhead::growing(0, 4), vec![(0, 1), (1, 2), (2, 4)]),
+            (
+                ReadAhead::growing(0, 4),
+                vec![(0, 1), (0, 1), (1, 2), (2, 4)],
+            ),
             (ReadAhead::fixed(3), vec![(0, 3), (10, 3), (1000, 3)]),
         ];
         for (window, steps) in cases {
+            if window.max != window.initial || window.size() == 0 {
+                assert_eq!(
+                    window.size(),
+                    0,
+                    "a growing window opens at the first request"
+                );
+                assert_eq!(window.permits.available_permits(), 0);
+            }
             for (taken, want) in steps {
                 window.starved(taken);
                 assert_eq!(window.size(), want, "after starving at {taken}");

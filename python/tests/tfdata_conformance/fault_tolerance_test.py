@@ -38,7 +38,6 @@ from tfdata_conformance._cluster import (
     assert_count_equal,
     assert_dataset_produces,
     bug,
-    flaky,
     get_dataset_output,
     make_distributed_dataset,
     make_distributed_range_dataset,
@@ -153,10 +152,6 @@ def testDispatcherAndWorkerRestart():
     assert_dataset_produces(ds, list(range(num_elements)))
 
 
-@flaky(
-    "worker restart on the same port can hang an iteration: a read after both workers "
-    "restart sometimes waits past the deadline (seen under load)"
-)
 def testDispatcherAndMultiWorkerRestart():
     """Ports FaultToleranceTest.testDispatcherAndMultiWorkerRestart."""
     num_workers = 2
