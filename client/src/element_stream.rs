@@ -77,6 +77,23 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// first, and the most it grows to.
 const EMPTY_PASS_WAIT: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
+/// `rx`, through the ops chained after `distribute` (run in this process) when there are any.
+fn through_local_ops(
+    rx: flume::Receiver<Delivery>,
+    ops: &[dpb::Op],
+    python: Option<Arc<dyn PythonRunner>>,
+    cancel: &CancellationToken,
+) -> Result<flume::Receiver<Delivery>, ClientError> {
+    if ops.is_empty() {
+        return Ok(rx);
+    }
+    let options = ExecOptions {
+        python,
+        ..ExecOptions::default()
+    };
+    run_local_ops(rx, ops, &options, cancel.clone())
+}
+
 /// Permits released at once as the caller takes elements.
 const RELEASE_EVERY: usize = 64;
 
@@ -115,15 +132,7 @@ impl ElementStream {
             cancel.child_token(),
         );
         let driver = tokio::spawn(driver.run());
-        let rx = if local_ops.is_empty() {
-            rx
-        } else {
-            let options = ExecOptions {
-                python,
-                ..ExecOptions::default()
-            };
-            run_local_ops(rx, &local_ops, &options, cancel.clone())?
-        };
+        let rx = through_local_ops(rx, &local_ops, python, &cancel)?;
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(driver);
         stream.read_ahead = Some(read_ahead);
@@ -202,15 +211,7 @@ impl ElementStream {
                 }
             }
         });
-        let rx = if after.is_empty() {
-            rx
-        } else {
-            let options = ExecOptions {
-                python,
-                ..ExecOptions::default()
-            };
-            run_local_ops(rx, &after, &options, cancel.clone())?
-        };
+        let rx = through_local_ops(rx, &after, python, &cancel)?;
         let mut stream = ElementStream::over(rx, cancel);
         stream.driver = Some(passes);
         stream.checkpointing = Err(LOCAL_OPS_TAKE_NO_STATE.to_string());
