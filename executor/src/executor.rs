@@ -34,11 +34,13 @@ use sluice_element::{
 };
 use sluice_formats::{expand_files, image_ops, ExampleParser, FileAccess};
 use sluice_pipeline::image_spec;
+use sluice_pipeline::interleave::{self as interleave_rules, resolve_template};
 use sluice_pipeline::source_rules::has_file_list;
 use sluice_pipeline::{validate, FunctionRegistry, MapFn, PipelineLimits, PredicateFn};
 
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
+use crate::ops::interleave::{InterleaveSpec, MakeInner};
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
 use crate::ops::shuffle::{pass_seed, ShuffleIter};
@@ -192,10 +194,14 @@ fn keeps_origin(op: &pb::Op) -> bool {
             | OpKind::Enumerate(_)
             | OpKind::DecodeImage(_)
             | OpKind::Resize(_)
-            | OpKind::ParseExample(_),
+            | OpKind::ParseExample(_)
+            | OpKind::TakeWhile(_),
         ) => true,
         Some(OpKind::Prefetch(p)) => p.buffer_size == 0,
-        Some(OpKind::Batch(_) | OpKind::Shuffle(_) | OpKind::PyFunction(_)) | None => false,
+        Some(
+            OpKind::Batch(_) | OpKind::Shuffle(_) | OpKind::PyFunction(_) | OpKind::Interleave(_),
+        )
+        | None => false,
     }
 }
 
@@ -238,7 +244,7 @@ pub fn apply_ops(
     ops: &[pb::Op],
     opts: &ExecOptions,
 ) -> Result<ElementIter, DatasetError> {
-    opts.limits.check_op_count(ops.len())?;
+    opts.limits.check_ops(ops)?;
     let mut it = input;
     for (i, op) in ops.iter().enumerate() {
         if let Some(OpKind::Repeat(_)) = op.kind {
@@ -285,6 +291,9 @@ enum StageKind {
     Python(PythonStage),
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
+    Interleave(InterleaveSpec),
+    /// The elements before the first one the predicate drops.
+    TakeWhile(PredicateFn),
     /// A map on a carrier's element, keeping its split index.
     MapCarried(MapFn),
     /// `enumerate` on carriers: the index is `start + split index`. The last one of the prefix
@@ -429,6 +438,10 @@ impl StageKind {
             Some(OpKind::PyFunction(f)) => {
                 StageKind::Python(python_fn::prepare(f, opts.python.as_ref())?)
             }
+            Some(OpKind::TakeWhile(t)) => {
+                StageKind::TakeWhile(opts.registry.filter_fn(&t.predicate)?)
+            }
+            Some(OpKind::Interleave(i)) => StageKind::Interleave(interleave_spec(i, opts)?),
         })
     }
 
@@ -517,6 +530,28 @@ impl StageKind {
                 Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
             StageKind::Python(stage) => stage.apply(input, cancel.clone()),
+            StageKind::Interleave(spec) => spec.apply(input, memory, cancel),
+            StageKind::TakeWhile(pred) => {
+                let (pred, mut input) = (pred.clone(), input);
+                let mut ended = false;
+                // An error (of the input or the predicate) is yielded and the stage goes on.
+                Box::new(std::iter::from_fn(move || {
+                    if ended {
+                        return None;
+                    }
+                    match input.next()? {
+                        Ok(e) => match pred(&e) {
+                            Ok(true) => Some(Ok(e)),
+                            Ok(false) => {
+                                ended = true;
+                                None
+                            }
+                            Err(err) => Some(Err(err)),
+                        },
+                        Err(err) => Some(Err(err)),
+                    }
+                }))
+            }
             StageKind::Prefetch(0) => input,
             StageKind::Prefetch(n) => {
                 prefetch(input, *n, Reservation::new(memory.clone(), "prefetch"))
@@ -563,6 +598,45 @@ impl StageKind {
             }
         })
     }
+}
+
+/// An interleave op ready to run: its inner datasets made from its template (run natively with
+/// `opts`, never split: the splits are the outer source's) or by its Python function.
+fn interleave_spec(
+    op: &pb::InterleaveOp,
+    opts: &ExecOptions,
+) -> Result<InterleaveSpec, DatasetError> {
+    interleave_rules::check(op, &opts.registry)?;
+    let make: MakeInner = match (&op.template, &op.function) {
+        (Some(template), _) => {
+            let template = template.clone();
+            let inner_opts = ExecOptions {
+                splits: None,
+                ..opts.clone()
+            };
+            Arc::new(move |e| iterate(&resolve_template(&template, &e)?, &inner_opts))
+        }
+        (None, Some(f)) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |e| stage.call_outputs(e))
+        }
+        (None, None) => unreachable!("check refuses an interleave without template or function"),
+    };
+    let cycle_length = match op.cycle_length {
+        // tf.data's AUTOTUNE default: the CPU count.
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => to_usize(n),
+    };
+    let parallel = op.num_parallel_calls.map(|n| match n {
+        0 => cycle_length,
+        n => to_usize(n).min(interleave_rules::MAX_PARALLEL_CYCLE_LENGTH as usize),
+    });
+    Ok(InterleaveSpec {
+        make,
+        cycle_length,
+        block_length: to_usize(op.block_length),
+        parallel,
+    })
 }
 
 /// What a filtering op yields for an element it drops: nothing (its loop goes on to the next
@@ -618,3 +692,7 @@ mod origin_tests;
 #[cfg(test)]
 #[path = "executor_depth_tests.rs"]
 mod depth_tests;
+
+#[cfg(test)]
+#[path = "executor_interleave_tests.rs"]
+mod interleave_tests;

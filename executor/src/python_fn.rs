@@ -46,6 +46,7 @@ pub(crate) fn prepare(
         function,
         in_flight,
         name: op.name.clone(),
+        ends_on_drop: op.kind == pb::PyFunctionKind::TakeWhile as i32,
     })
 }
 
@@ -56,9 +57,27 @@ pub(crate) struct PythonStage {
     /// How many calls are kept in flight.
     in_flight: usize,
     name: String,
+    /// take_while: the first element the predicate drops ends the stage.
+    ends_on_drop: bool,
 }
 
 impl PythonStage {
+    /// The outputs of one call, waited for (an interleave's inner dataset).
+    pub(crate) fn call_outputs(&self, input: Element) -> Result<ElementIter, DatasetError> {
+        match self.function.call(input).recv() {
+            Ok(Ok(outputs)) => Ok(Box::new(outputs.into_iter().map(Ok))),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(self.went_away()),
+        }
+    }
+
+    fn went_away(&self) -> DatasetError {
+        DatasetError::PythonRuntime(format!(
+            "python function '{}': its executor went away without a result",
+            self.name
+        ))
+    }
+
     pub(crate) fn apply(&self, input: ElementIter, cancel: Cancellation) -> ElementIter {
         Box::new(OrderedCalls {
             input: Some(input),
@@ -124,14 +143,16 @@ impl Iterator for OrderedCalls {
             match self.pending.pop_front()? {
                 Pending::Failed(err) => return Some(Err(err)),
                 Pending::Call(rx) => match rx.recv() {
+                    Ok(Ok(outputs)) if outputs.is_empty() && self.stage.ends_on_drop => {
+                        // take_while: nothing after the first dropped element is yielded; the
+                        // calls started past it are abandoned.
+                        self.input = None;
+                        self.pending.clear();
+                        return None;
+                    }
                     Ok(Ok(outputs)) => self.ready = outputs.into_iter(),
                     Ok(Err(err)) => return Some(Err(err)),
-                    Err(_) => {
-                        return Some(Err(DatasetError::PythonRuntime(format!(
-                            "python function '{}': its executor went away without a result",
-                            self.stage.name
-                        ))))
-                    }
+                    Err(_) => return Some(Err(self.stage.went_away())),
                 },
             }
         }

@@ -67,6 +67,9 @@ impl Source {
                     origin: OriginCell::default(),
                 })
             }
+            Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
+                "an element source is only valid as the source of an interleave's template",
+            )),
         }
     }
 

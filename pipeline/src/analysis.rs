@@ -10,6 +10,7 @@ use sluice_element::{pb, DType, DatasetError, ElementSpec};
 
 use crate::example_spec::ExampleSpec;
 use crate::image_spec;
+use crate::interleave;
 use crate::python_op;
 use crate::registry::FunctionRegistry;
 use crate::slices::{self, Slices};
@@ -26,13 +27,24 @@ pub fn element_spec(
     def: &pb::DatasetDef,
     registry: &FunctionRegistry,
 ) -> Result<ElementSpec, DatasetError> {
-    let spec = match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+    ops_element_spec(element_spec_of_source(def)?, &def.ops, registry)
+}
+
+/// The spec of the elements of `def`'s source.
+pub(crate) fn element_spec_of_source(def: &pb::DatasetDef) -> Result<ElementSpec, DatasetError> {
+    Ok(match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
         None => return Err(DatasetError::invalid("dataset definition has no source")),
         Some(SourceKind::Range(_)) => ElementSpec::scalar(DType::Int64),
         Some(SourceKind::Slices(s)) => Slices::from_proto(s)?.row_spec(),
         Some(SourceKind::Files(_)) => ElementSpec::scalar(DType::String),
-    };
-    ops_element_spec(spec, &def.ops, registry)
+        Some(SourceKind::Element(_)) => return Err(element_source_outside_template()),
+    })
+}
+
+fn element_source_outside_template() -> DatasetError {
+    DatasetError::invalid(
+        "an element source is only valid as the source of an interleave's template",
+    )
 }
 
 /// The spec after `ops` of elements of spec `input`: what a chain of ops applied after the
@@ -62,6 +74,11 @@ pub fn ops_element_spec(
                 ExampleSpec::new(p)?.element_spec()
             }
             Some(OpKind::PyFunction(f)) => python_op::output_spec(f, spec)?,
+            Some(OpKind::Interleave(i)) => interleave::output_spec(i, spec, registry)?,
+            Some(OpKind::TakeWhile(t)) => {
+                registry.filter_fn(&t.predicate)?;
+                spec
+            }
             Some(
                 OpKind::Shuffle(_)
                 | OpKind::Repeat(_)
@@ -84,7 +101,7 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
             Some(d) => clamp(d),
             None => UNKNOWN,
         },
-        Some(SourceKind::Files(_)) => UNKNOWN,
+        Some(SourceKind::Files(_) | SourceKind::Element(_)) => UNKNOWN,
     };
     for op in &def.ops {
         n = match &op.kind {
@@ -98,7 +115,9 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
                 | OpKind::Resize(_)
                 | OpKind::ParseExample(_),
             ) => n,
-            Some(OpKind::Filter(_)) => UNKNOWN,
+            // As tf.data: how many elements pass a predicate, or how many the inner datasets
+            // have, is not known statically.
+            Some(OpKind::Filter(_) | OpKind::TakeWhile(_) | OpKind::Interleave(_)) => UNKNOWN,
             Some(OpKind::PyFunction(f)) => match python_op::kind_of(f) {
                 Ok(pb::PyFunctionKind::Map) => n,
                 _ => UNKNOWN,
@@ -179,8 +198,19 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             }
             Reading::from_proto(fs)?;
         }
+        Some(SourceKind::Element(_)) => return Err(element_source_outside_template()),
     }
-    for op in &def.ops {
+    validate_ops(&def.ops, registry)?;
+    element_spec(def, registry).map(|_| ())
+}
+
+/// Checks each op of a chain as `validate` does (an interleave's template included), without
+/// computing the element spec.
+pub(crate) fn validate_ops(
+    ops: &[pb::Op],
+    registry: &FunctionRegistry,
+) -> Result<(), DatasetError> {
+    for op in ops {
         match &op.kind {
             None => return Err(DatasetError::invalid("dataset definition has an empty op")),
             Some(OpKind::Map(m)) => {
@@ -192,7 +222,19 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             Some(OpKind::ParseExample(p)) => {
                 ExampleSpec::new(p)?;
             }
-            Some(OpKind::PyFunction(f)) => python_op::check(f)?,
+            Some(OpKind::PyFunction(f)) => {
+                python_op::check(f)?;
+                if python_op::kind_of(f)? == pb::PyFunctionKind::Interleave {
+                    return Err(DatasetError::invalid(format!(
+                        "python function '{}' of kind interleave is only valid in an interleave op",
+                        f.name
+                    )));
+                }
+            }
+            Some(OpKind::Interleave(i)) => interleave::check(i, registry)?,
+            Some(OpKind::TakeWhile(t)) => {
+                registry.filter_fn(&t.predicate)?;
+            }
             Some(OpKind::Batch(b)) if b.batch_size == 0 => {
                 return Err(DatasetError::invalid("batch size must be positive, got 0"));
             }
@@ -229,7 +271,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             ) => {}
         }
     }
-    element_spec(def, registry).map(|_| ())
+    Ok(())
 }
 
 #[cfg(test)]

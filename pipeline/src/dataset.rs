@@ -91,6 +91,34 @@ impl Dataset {
         }
     }
 
+    /// The source of an interleave template (see `Transform::interleave`): every line of the
+    /// file the outer element names, as `TextLineDataset(f)`.
+    pub fn element_lines() -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Files(pb::ElementFiles {
+            format: pb::FileFormat::Lines as i32,
+            compression: pb::RecordCompression::None as i32,
+        }))
+    }
+
+    /// The source of an interleave template: every record of the TFRecord file the outer
+    /// element names, as `TFRecordDataset(f, compression_type)`.
+    pub fn element_tfrecord(compression: pb::RecordCompression) -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Files(pb::ElementFiles {
+            format: pb::FileFormat::Tfrecord as i32,
+            compression: compression as i32,
+        }))
+    }
+
+    /// The source of an interleave template: the outer element sliced along its first
+    /// dimension, as `from_tensor_slices(x)`.
+    pub fn element_slices() -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Slices(pb::ElementSlices {}))
+    }
+
+    fn element_source(kind: pb::element_source::Kind) -> Dataset {
+        Dataset::with_source(SourceKind::Element(pb::ElementSource { kind: Some(kind) }))
+    }
+
     pub fn from_def(def: pb::DatasetDef) -> Dataset {
         Dataset { def }
     }
@@ -214,6 +242,53 @@ pub trait Transform: Sized {
     fn parse_example(self, mut features: Vec<pb::FeatureSpec>) -> Self {
         features.sort_by(|a, b| a.name.cmp(&b.name));
         self.push_op(op(OpKind::ParseExample(pb::ParseExampleOp { features })))
+    }
+
+    /// tf.data's `interleave(map_func, cycle_length, block_length)`: each element becomes the
+    /// dataset `template` (whose source is usually an element source, e.g.
+    /// `Dataset::element_tfrecord`), and `cycle_length` of them (0: the CPU count, as
+    /// AUTOTUNE) are read in turn, `block_length` elements each, in tf.data's order. Read one
+    /// after another in the caller's thread; see `parallel_interleave`.
+    fn interleave(self, template: Dataset, cycle_length: u64, block_length: u64) -> Self {
+        self.push_op(op(OpKind::Interleave(pb::InterleaveOp {
+            template: Some(template.into_def()),
+            function: None,
+            cycle_length,
+            block_length,
+            num_parallel_calls: None,
+        })))
+    }
+
+    /// `interleave` with `num_parallel_calls`: the open inner datasets are read ahead
+    /// concurrently, at most `num_parallel_calls` at a time (0: as many as `cycle_length`).
+    /// The order is the same as `interleave`'s.
+    fn parallel_interleave(
+        self,
+        template: Dataset,
+        cycle_length: u64,
+        block_length: u64,
+        num_parallel_calls: u64,
+    ) -> Self {
+        self.push_op(op(OpKind::Interleave(pb::InterleaveOp {
+            template: Some(template.into_def()),
+            function: None,
+            cycle_length,
+            block_length,
+            num_parallel_calls: Some(num_parallel_calls),
+        })))
+    }
+
+    /// tf.data's `take_while(predicate)`: the elements before the first one for which the
+    /// named predicate is false.
+    fn take_while(self, predicate: &str) -> Self {
+        self.push_op(op(OpKind::TakeWhile(pb::TakeWhileOp {
+            predicate: predicate.to_string(),
+        })))
+    }
+
+    /// An interleave op as built elsewhere (the Python package's, with a Python function).
+    fn interleave_op(self, interleave: pb::InterleaveOp) -> Self {
+        self.push_op(op(OpKind::Interleave(interleave)))
     }
 
     /// A user's Python function (map, filter or flat_map), pickled by the Python package. It

@@ -20,6 +20,7 @@
 //! - `source_rules`: range lengths, how a files source is read (`Reading`), its file list.
 //! - `image_spec`: the rules of `decode_image` and `resize`, with their bounds.
 //! - `example_spec`: the rules of `parse_example`: feature specs checked into an `ExampleSpec`.
+//! - `interleave`: the rules of `interleave` and of its template (`resolve_template`).
 //! - `python_op`: the rules of a Python op (kind, well-formedness, output spec).
 //! - `registry`: `FunctionRegistry` of named map and filter functions.
 //! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
@@ -30,6 +31,7 @@ mod builtins;
 mod dataset;
 pub mod example_spec;
 pub mod image_spec;
+pub mod interleave;
 mod lexer;
 mod limits;
 mod parser;

@@ -3,10 +3,11 @@
 //! pipeline is built).
 //!
 //! Two measures: the number of ops, and the nesting depth of the structures a definition holds
-//! (the tuples and dicts of a slices source, and of a Python op's declared output spec). A
-//! definition has no nested datasets: it is one source and a flat list of ops, so the ops are
-//! counted, never nested. The checks themselves use no recursion: a definition past the limits
-//! is measured with the same bounded stack as any other.
+//! (the tuples and dicts of a slices source, and of a Python op's declared output spec). An
+//! interleave's template is a nested definition: its ops count with the others, and each
+//! template is one level of nesting more, which adds to the depth of the structures inside it.
+//! The checks themselves use no recursion: a definition past the limits is measured with the
+//! same bounded stack as any other.
 
 use sluice_element::pb;
 use sluice_element::pb::op::Kind as OpKind;
@@ -45,12 +46,32 @@ impl PipelineLimits {
     /// Refuses a definition with more ops, or deeper structures, than the limits allow, with
     /// `DatasetError::InvalidArgument` naming the count, the limit and the flag that sets it.
     pub fn check(&self, def: &pb::DatasetDef) -> Result<(), DatasetError> {
-        self.check_op_count(def.ops.len())?;
-        let depth = nesting_depth(def);
+        self.check_op_count(count_ops(std::slice::from_ref(def), &[]))?;
+        self.check_depth(nesting_depth(def))
+    }
+
+    /// Checks an op chain applied to a stream (ops after `distribute`): its ops, those of its
+    /// templates included, and its nesting.
+    pub fn check_ops(&self, ops: &[pb::Op]) -> Result<(), DatasetError> {
+        self.check_op_count(count_ops(&[], ops))?;
+        let deepest = ops
+            .iter()
+            .filter_map(|op| match &op.kind {
+                Some(OpKind::Interleave(i)) => i.template.as_ref(),
+                _ => None,
+            })
+            .map(|t| nesting_depth(t) + 1)
+            .chain(std::iter::once(ops_depth(ops)))
+            .max()
+            .unwrap_or(0);
+        self.check_depth(deepest)
+    }
+
+    fn check_depth(&self, depth: usize) -> Result<(), DatasetError> {
         if depth > self.max_depth {
             return Err(DatasetError::invalid(format!(
-                "the dataset definition nests tuples and dicts {depth} levels deep, more than \
-                 the limit of {} (--max-pipeline-depth)",
+                "the dataset definition nests tuples, dicts and interleave templates {depth} \
+                 levels deep, more than the limit of {} (--max-pipeline-depth)",
                 self.max_depth
             )));
         }
@@ -70,23 +91,56 @@ impl PipelineLimits {
     }
 }
 
-/// The deepest nesting of tuples and dicts in `def`'s slices source and Python ops' output
-/// specs, counted without recursion.
+/// The deepest nesting in `def`: of tuples and dicts in its slices source and its Python ops'
+/// output specs, each interleave template adding one level to what it holds. Counted without
+/// recursion.
 pub fn nesting_depth(def: &pb::DatasetDef) -> usize {
     let mut deepest = 0;
-    if let Some(SourceKind::Slices(s)) = def.source.as_ref().and_then(|s| s.kind.as_ref()) {
-        if let Some(structure) = &s.structure {
-            deepest = deepest.max(structure_depth(structure));
-        }
-    }
-    for op in &def.ops {
-        if let Some(OpKind::PyFunction(f)) = &op.kind {
-            if let Some(spec) = &f.output_spec {
-                deepest = deepest.max(spec_depth(spec));
+    let mut stack = vec![(def, 0usize)];
+    while let Some((d, level)) = stack.pop() {
+        let mut own = ops_depth(&d.ops);
+        if let Some(SourceKind::Slices(s)) = d.source.as_ref().and_then(|s| s.kind.as_ref()) {
+            if let Some(structure) = &s.structure {
+                own = own.max(structure_depth(structure));
             }
         }
+        deepest = deepest.max(level.saturating_add(own));
+        stack.extend(d.ops.iter().filter_map(template).map(|t| (t, level + 1)));
     }
     deepest
+}
+
+/// The deepest output spec of a chain's own Python ops (not of its templates' ops).
+fn ops_depth(ops: &[pb::Op]) -> usize {
+    ops.iter()
+        .filter_map(|op| match &op.kind {
+            Some(OpKind::PyFunction(f)) => f.output_spec.as_ref(),
+            Some(OpKind::Interleave(i)) => i.function.as_ref().and_then(|f| f.output_spec.as_ref()),
+            _ => None,
+        })
+        .map(spec_depth)
+        .max()
+        .unwrap_or(0)
+}
+
+fn template(op: &pb::Op) -> Option<&pb::DatasetDef> {
+    match &op.kind {
+        Some(OpKind::Interleave(i)) => i.template.as_ref(),
+        _ => None,
+    }
+}
+
+/// The ops of `defs` and of `ops`, with those of every template inside them, counted without
+/// recursion.
+fn count_ops(defs: &[pb::DatasetDef], ops: &[pb::Op]) -> usize {
+    let mut count = 0usize;
+    let mut stack: Vec<&[pb::Op]> = defs.iter().map(|d| d.ops.as_slice()).collect();
+    stack.push(ops);
+    while let Some(chain) = stack.pop() {
+        count = count.saturating_add(chain.len());
+        stack.extend(chain.iter().filter_map(template).map(|t| t.ops.as_slice()));
+    }
+    count
 }
 
 fn structure_depth(root: &pb::SlicesStructure) -> usize {
@@ -182,7 +236,7 @@ mod tests {
             (
                 slices_def(3),
                 Some(
-                    "the dataset definition nests tuples and dicts 3 levels deep, more than \
+                    "the dataset definition nests tuples, dicts and interleave templates 3 levels deep, more than \
                      the limit of 2 (--max-pipeline-depth)",
                 ),
             ),

@@ -13,8 +13,10 @@ use literals::tensor_from_literal;
 
 pub(crate) const TRANSFORMATIONS: &str =
     "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
-     enumerate, decode_image, resize, parse_example";
+     enumerate, decode_image, resize, parse_example, interleave, take_while";
 const SOURCES: &str = "range, from_slices, files";
+/// The most interleave templates an expression may nest (each is parsed recursively).
+const MAX_TEMPLATE_NESTING: usize = 16;
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 pub(crate) const SHARD_HINT: &str = "SHARD_HINT";
 
@@ -38,6 +40,8 @@ pub fn parse_ops(expr: &str) -> Result<Vec<pb::Op>, DatasetError> {
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// How many interleave templates enclose the current position.
+    templates: usize,
 }
 
 impl Parser {
@@ -45,6 +49,7 @@ impl Parser {
         Ok(Parser {
             tokens: tokenize(expr)?,
             pos: 0,
+            templates: 0,
         })
     }
 
@@ -287,6 +292,23 @@ impl Parser {
                 self.close()?;
                 Ok(builder.tfrecord_compressed(compression))
             }
+            "element_lines" | "element_tfrecord" | "element_slices" if self.templates > 0 => {
+                self.expect_punct('(', "'('")?;
+                let ds = match name.as_str() {
+                    "element_lines" => Dataset::element_lines(),
+                    "element_slices" => Dataset::element_slices(),
+                    _ if self.is_punct(')') => {
+                        Dataset::element_tfrecord(pb::RecordCompression::None)
+                    }
+                    _ => Dataset::element_tfrecord(self.compression_arg()?),
+                };
+                self.close()?;
+                Ok(ds)
+            }
+            "element_lines" | "element_tfrecord" | "element_slices" => Err(parse_error(
+                t.col,
+                format!("{name}() is only valid as the source of an interleave's template"),
+            )),
             _ => Err(DatasetError::Parse {
                 column: t.col,
                 message: format!(
@@ -295,6 +317,27 @@ impl Parser {
                 ),
             }),
         }
+    }
+
+    /// An interleave's template: a source and its ops, up to the `,` or `)` that ends it.
+    pub(super) fn template(&mut self) -> Result<Dataset, DatasetError> {
+        if self.templates >= MAX_TEMPLATE_NESTING {
+            return Err(parse_error(
+                self.peek().col,
+                format!("interleave templates nest more than {MAX_TEMPLATE_NESTING} deep"),
+            ));
+        }
+        self.templates += 1;
+        let result = (|| {
+            let mut ds = self.source()?;
+            while self.is_punct('.') {
+                self.next();
+                ds = ds.push_op(self.op()?);
+            }
+            Ok(ds)
+        })();
+        self.templates -= 1;
+        result
     }
 
     /// `.op(...)` until the end. With `bare_first`, the first op may omit its `.`.

@@ -30,6 +30,8 @@ impl Parser {
                 | "decode_image"
                 | "resize"
                 | "parse_example"
+                | "interleave"
+                | "take_while"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -42,6 +44,30 @@ impl Parser {
         let b = match name.as_str() {
             "map" => builder.map(&self.string_arg("a function name")?),
             "filter" => builder.filter(&self.string_arg("a function name")?),
+            "take_while" => builder.take_while(&self.string_arg("a predicate name")?),
+            "interleave" => {
+                let template = self.template()?;
+                let (mut cycle, mut block, mut parallel) = (0, 1, None);
+                while self.more_args()? {
+                    let col = self.peek().col;
+                    if self.keyword("cycle_length") {
+                        cycle = self.u64_arg("cycle_length")?;
+                    } else if self.keyword("block_length") {
+                        block = self.positive_arg("block_length")?;
+                    } else if self.keyword("num_parallel_calls") {
+                        parallel = Some(self.u64_arg("num_parallel_calls")?);
+                    } else {
+                        return Err(parse_error(
+                            col,
+                            "expected 'cycle_length=', 'block_length=' or 'num_parallel_calls='",
+                        ));
+                    }
+                }
+                match parallel {
+                    Some(n) => builder.parallel_interleave(template, cycle, block, n),
+                    None => builder.interleave(template, cycle, block),
+                }
+            }
             "batch" => {
                 let n = self.positive_arg("batch size")?;
                 let mut drop = false;

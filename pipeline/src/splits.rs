@@ -38,6 +38,9 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
             Reading::from_proto(fs)?;
             Ok(fs.files.len() as u64)
         }
+        Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
+            "an element source is only valid as the source of an interleave's template",
+        )),
     }
 }
 

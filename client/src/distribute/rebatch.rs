@@ -83,16 +83,25 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Shard(_)
                 | Kind::Shuffle(_)
                 | Kind::Skip(_)
-                | Kind::Take(_),
+                | Kind::Take(_)
+                | Kind::TakeWhile(_),
             ) => continue,
-            Some(Kind::PyFunction(f)) if f.kind() == pb::PyFunctionKind::Filter => continue,
+            Some(Kind::PyFunction(f))
+                if matches!(
+                    f.kind(),
+                    pb::PyFunctionKind::Filter | pb::PyFunctionKind::TakeWhile
+                ) =>
+            {
+                continue
+            }
             Some(
                 Kind::Map(_)
                 | Kind::Enumerate(_)
                 | Kind::DecodeImage(_)
                 | Kind::Resize(_)
                 | Kind::ParseExample(_)
-                | Kind::PyFunction(_),
+                | Kind::PyFunction(_)
+                | Kind::Interleave(_),
             )
             | None => return None,
         }

@@ -1,7 +1,8 @@
-//! Iterators of the ops that keep state between elements. Stateless ops (map, filter, take,
+//! Iterators of the ops that keep state between elements (interleave's among them). Stateless ops (map, filter, take,
 //! skip, shard) are closures in `executor.rs`.
 
 pub(crate) mod batch;
+pub(crate) mod interleave;
 pub(crate) mod prefetch;
 pub(crate) mod repeat;
 pub(crate) mod shuffle;
