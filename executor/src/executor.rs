@@ -40,6 +40,7 @@ use sluice_pipeline::{validate, FunctionRegistry, MapFn, PipelineLimits, Predica
 
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
+use crate::ops::group_by_window::{GroupSpec, KeyFn, ReduceFn, WindowSizeFn};
 use crate::ops::interleave::{InterleaveSpec, MakeInner};
 use crate::ops::prefetch::prefetch;
 use crate::ops::repeat::RepeatIter;
@@ -114,6 +115,11 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
     }
     validate(&def, &opts.registry)?;
     let source = Arc::new(Source::from_def(&def, &opts.file_access)?);
+    if opts.splits.is_some() {
+        if let Some(err) = sluice_pipeline::python_op::unsplittable_generator(&def) {
+            return Err(err);
+        }
+    }
     let carried = match &opts.splits {
         None => 0,
         Some(_) => enumerate_prefix(&def.ops, &source)?,
@@ -199,7 +205,11 @@ fn keeps_origin(op: &pb::Op) -> bool {
         ) => true,
         Some(OpKind::Prefetch(p)) => p.buffer_size == 0,
         Some(
-            OpKind::Batch(_) | OpKind::Shuffle(_) | OpKind::PyFunction(_) | OpKind::Interleave(_),
+            OpKind::Batch(_)
+            | OpKind::Shuffle(_)
+            | OpKind::PyFunction(_)
+            | OpKind::Interleave(_)
+            | OpKind::GroupByWindow(_),
         )
         | None => false,
     }
@@ -292,6 +302,7 @@ enum StageKind {
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
     Interleave(InterleaveSpec),
+    GroupByWindow(GroupSpec),
     /// The elements before the first one the predicate drops.
     TakeWhile(PredicateFn),
     /// A map on a carrier's element, keeping its split index.
@@ -442,6 +453,7 @@ impl StageKind {
                 StageKind::TakeWhile(opts.registry.filter_fn(&t.predicate)?)
             }
             Some(OpKind::Interleave(i)) => StageKind::Interleave(interleave_spec(i, opts)?),
+            Some(OpKind::GroupByWindow(g)) => StageKind::GroupByWindow(group_spec(g, opts)?),
         })
     }
 
@@ -531,6 +543,7 @@ impl StageKind {
             }
             StageKind::Python(stage) => stage.apply(input, cancel.clone()),
             StageKind::Interleave(spec) => spec.apply(input, memory, cancel),
+            StageKind::GroupByWindow(spec) => spec.apply(input, memory, cancel),
             StageKind::TakeWhile(pred) => {
                 let (pred, mut input) = (pred.clone(), input);
                 let mut ended = false;
@@ -637,6 +650,83 @@ fn interleave_spec(
         block_length: to_usize(op.block_length),
         parallel,
     })
+}
+
+/// A group_by_window op ready to run: its key and window size functions, and its reduction by
+/// its template (run natively with `opts` on the window's elements) or its Python function.
+fn group_spec(op: &pb::GroupByWindowOp, opts: &ExecOptions) -> Result<GroupSpec, DatasetError> {
+    sluice_pipeline::group_by_window::check(op, &opts.registry)?;
+    let key: KeyFn = match &op.key_function {
+        Some(f) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |e| single_int64(stage.call_one(e.clone())?, KEY_NOT_INT64))
+        }
+        None => {
+            let f = opts.registry.map_fn(&op.key)?.0;
+            Arc::new(move |e| single_int64(vec![f(e.clone())?], KEY_NOT_INT64))
+        }
+    };
+    let window_size: WindowSizeFn = match &op.window_size_function {
+        Some(f) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |key| {
+                let size = single_int64(
+                    stage.call_one(Element::Tensor(Tensor::scalar_i64(key)))?,
+                    "`window_size_func` must return a single tf.int64 scalar tensor.",
+                )?;
+                u64::try_from(size).ok().filter(|n| *n > 0).ok_or_else(|| {
+                    DatasetError::invalid(format!(
+                        "Window size must be greater than zero, but got {size}."
+                    ))
+                })
+            })
+        }
+        None => {
+            let n = op.window_size;
+            Arc::new(move |_| Ok(n))
+        }
+    };
+    let reduce: ReduceFn = match (&op.reduce, &op.reduce_function) {
+        (Some(template), _) => {
+            let ops = template.ops.clone();
+            let inner_opts = ExecOptions {
+                splits: None,
+                ..opts.clone()
+            };
+            Arc::new(move |_, window| {
+                apply_ops(Box::new(window.into_iter().map(Ok)), &ops, &inner_opts)
+            })
+        }
+        (None, Some(f)) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |key, window| {
+                let input = Element::Tuple(vec![
+                    Element::Tensor(Tensor::scalar_i64(key)),
+                    Element::Tuple(window),
+                ]);
+                stage.call_outputs(input)
+            })
+        }
+        (None, None) => unreachable!("check refuses a group_by_window without a reduction"),
+    };
+    Ok(GroupSpec {
+        key,
+        window_size,
+        reduce,
+    })
+}
+
+/// tf.data's text for a key that is not an int64 scalar.
+const KEY_NOT_INT64: &str = "`key_func` must return a single tf.int64 scalar tensor.";
+
+/// The one int64 scalar a function returned, or the error `message`.
+fn single_int64(outputs: Vec<Element>, message: &str) -> Result<i64, DatasetError> {
+    match outputs.as_slice() {
+        [Element::Tensor(t)] if t.dtype() == sluice_element::DType::Int64 && t.rank() == 0 => t
+            .as_i64_scalar()
+            .ok_or_else(|| DatasetError::invalid(message.to_string())),
+        _ => Err(DatasetError::invalid(message.to_string())),
+    }
 }
 
 /// What a filtering op yields for an element it drops: nothing (its loop goes on to the next

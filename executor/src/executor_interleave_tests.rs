@@ -377,8 +377,9 @@ fn interleave_arguments_and_templates_are_checked_with_tf_data_texts() {
         .into_def())
     .contains("interleave reads files named by scalar string elements"));
     // An element source outside a template.
-    assert!(err(Dataset::element_lines().into_def())
-        .contains("an element source is only valid as the source of an interleave's template"));
+    assert!(err(Dataset::element_lines().into_def()).contains(
+        "an element source is only valid as the source of a template (interleave, group_by_window)"
+    ));
     // A template whose function does not exist.
     assert!(err(rows(&[1], &[1])
         .interleave(Dataset::element_slices().map("nope"), 2, 1)
@@ -487,4 +488,125 @@ fn take_while_stops_at_the_first_element_the_predicate_drops() {
     .err()
     .unwrap();
     assert!(unknown.to_string().contains("nope"));
+}
+
+fn json_rows(def: &pb::DatasetDef) -> Vec<String> {
+    iterate(def, &ExecOptions::default())
+        .unwrap()
+        .map(|e| match e {
+            Ok(e) => e.to_json().to_string(),
+            Err(err) => format!("error: {err}"),
+        })
+        .collect()
+}
+
+fn int_slices(v: &[i64]) -> Dataset {
+    Dataset::from_slices(Tensor::from_i64s(vec![v.len()], v).unwrap())
+}
+
+#[test]
+fn group_by_window_reduces_full_windows_as_they_fill_and_the_rest_in_key_order() {
+    let batch = |n| Dataset::element_window().batch(n);
+    let cases: Vec<(Dataset, Vec<&str>)> = vec![
+        (
+            int_slices(&[1, 2, 1, 3, 2, 1, 1, 3]).group_by_window("identity", 2, batch(2)),
+            vec!["[1,1]", "[2,2]", "[1,1]", "[3,3]"],
+        ),
+        // Groups left at the end: smallest key first, as tf.data's ordered map of groups.
+        (
+            int_slices(&[5, 1, 5, 2, 1]).group_by_window("identity", 3, batch(3)),
+            vec!["[1,1]", "[2]", "[5,5]"],
+        ),
+        // The reduce template takes any ops; its dataset may have several elements.
+        (
+            int_slices(&[2, 3, 2, 3]).group_by_window(
+                "identity",
+                2,
+                Dataset::element_window().map("square").take(1),
+            ),
+            vec!["4", "9"],
+        ),
+        (
+            int_slices(&[4, 4, 4, 7]).group_by_window("identity", 1, batch(5)),
+            vec!["[4]", "[4]", "[4]", "[7]"],
+        ),
+    ];
+    for (ds, want) in cases {
+        assert_eq!(json_rows(&ds.clone().into_def()), want, "{ds}");
+    }
+}
+
+#[test]
+fn group_by_window_checks_its_key_and_window_size_with_tf_data_texts() {
+    let floats = Dataset::from_slices(Tensor::from_f64s(vec![1], &[1.5]).unwrap()).group_by_window(
+        "identity",
+        2,
+        Dataset::element_window(),
+    );
+    assert_eq!(
+        json_rows(&floats.into_def()),
+        ["error: `key_func` must return a single tf.int64 scalar tensor."]
+    );
+    let err = iterate(
+        &int_slices(&[1])
+            .group_by_window("identity", 0, Dataset::element_window())
+            .into_def(),
+        &ExecOptions::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("Either the `window_size` argument or the `window_size_func` argument must be specified."),
+        "{err}"
+    );
+    let err = iterate(
+        &int_slices(&[1])
+            .group_by_window("identity", 2, Dataset::element_lines())
+            .into_def(),
+        &ExecOptions::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("reduce template must start from its window"),
+        "{err}"
+    );
+    // A window source anywhere else is refused.
+    let err = iterate(
+        &int_slices(&[1])
+            .interleave(Dataset::element_window(), 1, 1)
+            .into_def(),
+        &ExecOptions::default(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("only valid in group_by_window's reduce template"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_reduce_template_counts_against_the_pipeline_limits() {
+    let opts = ExecOptions {
+        limits: PipelineLimits {
+            max_ops: 5,
+            max_depth: 4,
+        },
+        ..Default::default()
+    };
+    let reduce = (0..5).fold(Dataset::element_window(), |d, _| d.map("identity"));
+    let err = iterate(
+        &int_slices(&[1])
+            .group_by_window("identity", 1, reduce)
+            .into_def(),
+        &opts,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("has 6 ops, more than the limit of 5"), "{err}");
 }

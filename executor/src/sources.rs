@@ -68,7 +68,7 @@ impl Source {
                 })
             }
             Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
-                "an element source is only valid as the source of an interleave's template",
+                "an element source is only valid as the source of a template (interleave, group_by_window)",
             )),
         }
     }

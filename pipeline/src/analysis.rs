@@ -9,6 +9,7 @@ use sluice_element::pb::source::Kind as SourceKind;
 use sluice_element::{pb, DType, DatasetError, ElementSpec};
 
 use crate::example_spec::ExampleSpec;
+use crate::group_by_window;
 use crate::image_spec;
 use crate::interleave;
 use crate::python_op;
@@ -43,7 +44,7 @@ pub(crate) fn element_spec_of_source(def: &pb::DatasetDef) -> Result<ElementSpec
 
 fn element_source_outside_template() -> DatasetError {
     DatasetError::invalid(
-        "an element source is only valid as the source of an interleave's template",
+        "an element source is only valid as the source of a template (interleave, group_by_window)",
     )
 }
 
@@ -75,6 +76,7 @@ pub fn ops_element_spec(
             }
             Some(OpKind::PyFunction(f)) => python_op::output_spec(f, spec)?,
             Some(OpKind::Interleave(i)) => interleave::output_spec(i, spec, registry)?,
+            Some(OpKind::GroupByWindow(g)) => group_by_window::output_spec(g, spec, registry)?,
             Some(OpKind::TakeWhile(t)) => {
                 registry.filter_fn(&t.predicate)?;
                 spec
@@ -117,7 +119,12 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
             ) => n,
             // As tf.data: how many elements pass a predicate, or how many the inner datasets
             // have, is not known statically.
-            Some(OpKind::Filter(_) | OpKind::TakeWhile(_) | OpKind::Interleave(_)) => UNKNOWN,
+            Some(
+                OpKind::Filter(_)
+                | OpKind::TakeWhile(_)
+                | OpKind::Interleave(_)
+                | OpKind::GroupByWindow(_),
+            ) => UNKNOWN,
             Some(OpKind::PyFunction(f)) => match python_op::kind_of(f) {
                 Ok(pb::PyFunctionKind::Map) => n,
                 _ => UNKNOWN,
@@ -224,14 +231,19 @@ pub(crate) fn validate_ops(
             }
             Some(OpKind::PyFunction(f)) => {
                 python_op::check(f)?;
-                if python_op::kind_of(f)? == pb::PyFunctionKind::Interleave {
+                if matches!(
+                    python_op::kind_of(f)?,
+                    pb::PyFunctionKind::Interleave | pb::PyFunctionKind::GroupReduce
+                ) {
                     return Err(DatasetError::invalid(format!(
-                        "python function '{}' of kind interleave is only valid in an interleave op",
-                        f.name
+                        "python function '{}' of kind {} is only valid inside its op",
+                        f.name,
+                        python_op::syntax_name(f)
                     )));
                 }
             }
             Some(OpKind::Interleave(i)) => interleave::check(i, registry)?,
+            Some(OpKind::GroupByWindow(g)) => group_by_window::check(g, registry)?,
             Some(OpKind::TakeWhile(t)) => {
                 registry.filter_fn(&t.predicate)?;
             }

@@ -58,6 +58,11 @@ pub fn auto_shard(
             "index should be >= 0 and < {num_shards}, currently {index}"
         )));
     }
+    if policy != AutoShardPolicy::Off {
+        if let Some(err) = crate::python_op::unsplittable_generator(def) {
+            return Err(err);
+        }
+    }
     match policy {
         AutoShardPolicy::Off => Ok(def.clone()),
         // tf.data skips the FILE rewrite for a single shard: every file is shard 0's anyway,

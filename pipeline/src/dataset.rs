@@ -115,6 +115,11 @@ impl Dataset {
         Dataset::element_source(pb::element_source::Kind::Slices(pb::ElementSlices {}))
     }
 
+    /// The source of a group_by_window's reduce template: the elements of one window.
+    pub fn element_window() -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Window(pb::ElementWindow {}))
+    }
+
     fn element_source(kind: pb::element_source::Kind) -> Dataset {
         Dataset::with_source(SourceKind::Element(pb::ElementSource { kind: Some(kind) }))
     }
@@ -284,6 +289,26 @@ pub trait Transform: Sized {
         self.push_op(op(OpKind::TakeWhile(pb::TakeWhileOp {
             predicate: predicate.to_string(),
         })))
+    }
+
+    /// tf.data's `group_by_window`: elements are grouped by the int64 scalar key the named map
+    /// function gives; a group of `window_size` elements (and each group left at the end, in
+    /// key order) becomes the dataset `reduce` (whose source is `Dataset::element_window()`),
+    /// whose elements are yielded.
+    fn group_by_window(self, key: &str, window_size: u64, reduce: Dataset) -> Self {
+        self.push_op(op(OpKind::GroupByWindow(pb::GroupByWindowOp {
+            key_function: None,
+            window_size,
+            window_size_function: None,
+            reduce: Some(reduce.into_def()),
+            reduce_function: None,
+            key: key.to_string(),
+        })))
+    }
+
+    /// A group_by_window op as built elsewhere (the Python package's, with Python functions).
+    fn group_by_window_op(self, group: pb::GroupByWindowOp) -> Self {
+        self.push_op(op(OpKind::GroupByWindow(group)))
     }
 
     /// An interleave op as built elsewhere (the Python package's, with a Python function).

@@ -80,11 +80,16 @@ fn check_template(
                 reading_of(f)?;
             }
             Some(ElementKind::Slices(_)) => {}
+            Some(ElementKind::Window(_)) => return Err(window_outside_group()),
         },
         // An ordinary source: the same inner dataset for every element.
         _ => return crate::analysis::validate(template, registry),
     }
     validate_ops(&template.ops, registry)
+}
+
+fn window_outside_group() -> DatasetError {
+    DatasetError::invalid("a window source is only valid in group_by_window's reduce template")
 }
 
 /// How an element source's files are read; compression applies to tfrecord files only.
@@ -143,6 +148,7 @@ fn element_source_spec(
             check_sliceable(&input)?;
             Ok(drop_first_dim(input))
         }
+        Some(ElementKind::Window(_)) => Err(window_outside_group()),
     }
 }
 
@@ -200,6 +206,7 @@ pub fn resolve_template(
         Some(ElementKind::Slices(_)) => {
             SourceKind::Slices(Slices::new(element.clone())?.to_proto())
         }
+        Some(ElementKind::Window(_)) => return Err(window_outside_group()),
     };
     Ok(pb::DatasetDef {
         source: Some(pb::Source { kind: Some(source) }),

@@ -31,10 +31,7 @@ fn expressions_with_templates_parse_and_render_back() {
 #[test]
 fn element_sources_and_bad_arguments_are_refused_by_the_parser() {
     for (text, message) in [
-        (
-            "element_lines()",
-            "only valid as the source of an interleave's template",
-        ),
+        ("element_lines()", "only valid as the source of a template"),
         (
             "range(2).interleave(element_lines(), block_length=0)",
             "block_length",
@@ -108,4 +105,25 @@ fn validation_refuses_malformed_interleaves() {
     )
     .contains("block_length must be greater than zero."));
     assert!(check(Dataset::range(2).take_while("nope").into_def()).contains("nope"));
+}
+
+#[test]
+fn group_by_window_expressions_parse_and_render_back() {
+    let text = "from_slices([1, 2]).group_by_window(identity, window_size=2, \
+                reduce=element_window().batch(2))";
+    let ds = parse(text).unwrap();
+    assert_eq!(ds.to_string(), text);
+    let registry = FunctionRegistry::global();
+    assert_eq!(
+        element_spec(ds.def(), &registry).unwrap(),
+        ElementSpec::Tensor {
+            dtype: DType::Int64,
+            shape: vec![None]
+        }
+    );
+    assert_eq!(cardinality(ds.def()), UNKNOWN);
+    let err = parse("range(2).group_by_window(identity, window_size=0, reduce=element_window())")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("window_size"), "{err}");
 }

@@ -56,10 +56,7 @@ impl PipelineLimits {
         self.check_op_count(count_ops(&[], ops))?;
         let deepest = ops
             .iter()
-            .filter_map(|op| match &op.kind {
-                Some(OpKind::Interleave(i)) => i.template.as_ref(),
-                _ => None,
-            })
+            .filter_map(template)
             .map(|t| nesting_depth(t) + 1)
             .chain(std::iter::once(ops_depth(ops)))
             .max()
@@ -116,6 +113,10 @@ fn ops_depth(ops: &[pb::Op]) -> usize {
         .filter_map(|op| match &op.kind {
             Some(OpKind::PyFunction(f)) => f.output_spec.as_ref(),
             Some(OpKind::Interleave(i)) => i.function.as_ref().and_then(|f| f.output_spec.as_ref()),
+            Some(OpKind::GroupByWindow(g)) => g
+                .reduce_function
+                .as_ref()
+                .and_then(|f| f.output_spec.as_ref()),
             _ => None,
         })
         .map(spec_depth)
@@ -123,9 +124,11 @@ fn ops_depth(ops: &[pb::Op]) -> usize {
         .unwrap_or(0)
 }
 
+/// The nested definition an op holds: an interleave's template, a group_by_window's reduce.
 fn template(op: &pb::Op) -> Option<&pb::DatasetDef> {
     match &op.kind {
         Some(OpKind::Interleave(i)) => i.template.as_ref(),
+        Some(OpKind::GroupByWindow(g)) => g.reduce.as_ref(),
         _ => None,
     }
 }

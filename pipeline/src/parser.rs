@@ -13,7 +13,7 @@ use literals::tensor_from_literal;
 
 pub(crate) const TRANSFORMATIONS: &str =
     "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
-     enumerate, decode_image, resize, parse_example, interleave, take_while";
+     enumerate, decode_image, resize, parse_example, interleave, take_while, group_by_window";
 const SOURCES: &str = "range, from_slices, files";
 /// The most interleave templates an expression may nest (each is parsed recursively).
 const MAX_TEMPLATE_NESTING: usize = 16;
@@ -292,11 +292,14 @@ impl Parser {
                 self.close()?;
                 Ok(builder.tfrecord_compressed(compression))
             }
-            "element_lines" | "element_tfrecord" | "element_slices" if self.templates > 0 => {
+            "element_lines" | "element_tfrecord" | "element_slices" | "element_window"
+                if self.templates > 0 =>
+            {
                 self.expect_punct('(', "'('")?;
                 let ds = match name.as_str() {
                     "element_lines" => Dataset::element_lines(),
                     "element_slices" => Dataset::element_slices(),
+                    "element_window" => Dataset::element_window(),
                     _ if self.is_punct(')') => {
                         Dataset::element_tfrecord(pb::RecordCompression::None)
                     }
@@ -305,10 +308,12 @@ impl Parser {
                 self.close()?;
                 Ok(ds)
             }
-            "element_lines" | "element_tfrecord" | "element_slices" => Err(parse_error(
-                t.col,
-                format!("{name}() is only valid as the source of an interleave's template"),
-            )),
+            "element_lines" | "element_tfrecord" | "element_slices" | "element_window" => {
+                Err(parse_error(
+                    t.col,
+                    format!("{name}() is only valid as the source of a template"),
+                ))
+            }
             _ => Err(DatasetError::Parse {
                 column: t.col,
                 message: format!(

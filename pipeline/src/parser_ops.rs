@@ -32,6 +32,7 @@ impl Parser {
                 | "parse_example"
                 | "interleave"
                 | "take_while"
+                | "group_by_window"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -45,6 +46,20 @@ impl Parser {
             "map" => builder.map(&self.string_arg("a function name")?),
             "filter" => builder.filter(&self.string_arg("a function name")?),
             "take_while" => builder.take_while(&self.string_arg("a predicate name")?),
+            "group_by_window" => {
+                let key = self.string_arg("a key function name")?;
+                self.expect_punct(',', "','")?;
+                if !self.keyword("window_size") {
+                    return Err(self.unexpected("'window_size='"));
+                }
+                let window_size = self.positive_arg("window_size")?;
+                self.expect_punct(',', "','")?;
+                if !self.keyword("reduce") {
+                    return Err(self.unexpected("'reduce='"));
+                }
+                let reduce = self.template()?;
+                builder.group_by_window(&key, window_size, reduce)
+            }
             "interleave" => {
                 let template = self.template()?;
                 let (mut cycle, mut block, mut parallel) = (0, 1, None);

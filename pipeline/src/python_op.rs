@@ -61,6 +61,24 @@ pub(crate) fn syntax_name(op: &pb::PyFunctionOp) -> &'static str {
         Ok(pb::PyFunctionKind::FlatMap) => "py_flat_map",
         Ok(pb::PyFunctionKind::Interleave) => "py_interleave",
         Ok(pb::PyFunctionKind::TakeWhile) => "py_take_while",
+        Ok(pb::PyFunctionKind::Generator) => "py_generator",
+        Ok(pb::PyFunctionKind::GroupReduce) => "py_group_reduce",
         _ => "py_function",
     }
+}
+
+/// Why a definition cannot be split, when one of its ops (not a template's) runs a generator
+/// (`from_generator`): its elements are one sequence only that generator can produce.
+pub fn unsplittable_generator(def: &pb::DatasetDef) -> Option<DatasetError> {
+    def.ops.iter().find_map(|op| match &op.kind {
+        Some(pb::op::Kind::PyFunction(f)) if f.kind == pb::PyFunctionKind::Generator as i32 => {
+            Some(DatasetError::invalid(format!(
+                "from_generator ('{}') cannot be split between workers: its elements are one \
+                 sequence only the generator can produce; read it with parallel_epochs (every \
+                 worker runs the generator), or iterate it locally",
+                f.name
+            )))
+        }
+        _ => None,
+    })
 }

@@ -70,6 +70,7 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
                 (pb::FileFormat::Lines | pb::FileFormat::Unspecified, _) => "element_lines()",
             },
             Some(pb::element_source::Kind::Slices(_)) => "element_slices()",
+            Some(pb::element_source::Kind::Window(_)) => "element_window()",
             None => "<no element source>",
         }),
     }
@@ -148,6 +149,30 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 );
                 if let Some(n) = i.num_parallel_calls {
                     let _ = write!(out, ", num_parallel_calls={n}");
+                }
+                write!(out, ")")
+            }
+            Some(OpKind::GroupByWindow(g)) => {
+                out.push_str(".group_by_window(");
+                match &g.key_function {
+                    // Python functions are shown for reading only.
+                    Some(f) => quote(&mut out, f.name.as_bytes()),
+                    None => function_name(&mut out, &g.key),
+                }
+                match &g.window_size_function {
+                    Some(f) => {
+                        out.push_str(", window_size_func=");
+                        quote(&mut out, f.name.as_bytes());
+                    }
+                    None => {
+                        let _ = write!(out, ", window_size={}", g.window_size);
+                    }
+                }
+                out.push_str(", reduce=");
+                match (&g.reduce, &g.reduce_function) {
+                    (Some(t), _) => out.push_str(&render_def(t)),
+                    (None, Some(f)) => quote(&mut out, f.name.as_bytes()),
+                    (None, None) => out.push_str("<no reduce>"),
                 }
                 write!(out, ")")
             }

@@ -39,7 +39,7 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
             Ok(fs.files.len() as u64)
         }
         Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
-            "an element source is only valid as the source of an interleave's template",
+            "an element source is only valid as the source of a template (interleave, group_by_window)",
         )),
     }
 }

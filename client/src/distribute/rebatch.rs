@@ -101,7 +101,8 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Resize(_)
                 | Kind::ParseExample(_)
                 | Kind::PyFunction(_)
-                | Kind::Interleave(_),
+                | Kind::Interleave(_)
+                | Kind::GroupByWindow(_),
             )
             | None => return None,
         }

@@ -2,6 +2,7 @@
 //! skip, shard) are closures in `executor.rs`.
 
 pub(crate) mod batch;
+pub(crate) mod group_by_window;
 pub(crate) mod interleave;
 pub(crate) mod prefetch;
 pub(crate) mod repeat;
