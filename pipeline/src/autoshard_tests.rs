@@ -1,4 +1,5 @@
 use super::*;
+use crate::dataset::{Dataset, Transform};
 use crate::parser::parse;
 
 /// A lines source whose expansion is already recorded, as in a registered definition.
@@ -183,6 +184,34 @@ fn invalid_shard_numbers_are_refused() {
         assert_eq!(
             auto_shard(&def, policy, 3, 3).unwrap_err().to_string(),
             "index should be >= 0 and < 3, currently 3"
+        );
+    }
+}
+
+#[test]
+fn a_generator_is_refused_by_every_sharding_policy_but_off() {
+    let mut ds = Dataset::range(1);
+    ds = ds.py_function(pb::PyFunctionOp {
+        kind: pb::PyFunctionKind::Generator as i32,
+        pickled: b"g".to_vec(),
+        name: "gen".into(),
+        python_version: "3.11".into(),
+        cloudpickle_version: "3".into(),
+        num_parallel_calls: 0,
+        output_spec: None,
+    });
+    let def = ds.into_def();
+    assert!(auto_shard(&def, AutoShardPolicy::Off, 2, 0).is_ok());
+    for policy in [
+        AutoShardPolicy::File,
+        AutoShardPolicy::Data,
+        AutoShardPolicy::Auto,
+        AutoShardPolicy::Hint,
+    ] {
+        let err = auto_shard(&def, policy, 2, 0).unwrap_err().to_string();
+        assert!(
+            err.contains("from_generator ('gen') cannot be split"),
+            "{err}"
         );
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Two measures: the number of ops, and the nesting depth of the structures a definition holds
 //! (the tuples and dicts of a slices source, and of a Python op's declared output spec). An
-//! interleave's template is a nested definition: its ops count with the others, and each
+//! interleave's template and a group_by_window's reduce template are nested definitions: their
+//! ops count with the others, and each
 //! template is one level of nesting more, which adds to the depth of the structures inside it.
 //! The checks themselves use no recursion: a definition past the limits is measured with the
 //! same bounded stack as any other.
@@ -67,7 +68,7 @@ impl PipelineLimits {
     fn check_depth(&self, depth: usize) -> Result<(), DatasetError> {
         if depth > self.max_depth {
             return Err(DatasetError::invalid(format!(
-                "the dataset definition nests tuples, dicts and interleave templates {depth} \
+                "the dataset definition nests tuples, dicts and templates {depth} \
                  levels deep, more than the limit of {} (--max-pipeline-depth)",
                 self.max_depth
             )));
@@ -89,7 +90,7 @@ impl PipelineLimits {
 }
 
 /// The deepest nesting in `def`: of tuples and dicts in its slices source and its Python ops'
-/// output specs, each interleave template adding one level to what it holds. Counted without
+/// output specs, each template (interleave, group_by_window reduce) adding one level to what it holds. Counted without
 /// recursion.
 pub fn nesting_depth(def: &pb::DatasetDef) -> usize {
     let mut deepest = 0;
@@ -239,7 +240,7 @@ mod tests {
             (
                 slices_def(3),
                 Some(
-                    "the dataset definition nests tuples, dicts and interleave templates 3 levels deep, more than \
+                    "the dataset definition nests tuples, dicts and templates 3 levels deep, more than \
                      the limit of 2 (--max-pipeline-depth)",
                 ),
             ),
