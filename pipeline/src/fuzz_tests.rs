@@ -42,6 +42,12 @@ const EXPRESSIONS: &[&str] = &[
      xy=fixed(float32, shape=[2], default=[0.0, 1.0]), tags=var(bytes), \"odd name\"=var(int64))",
     "files(\"d/*.tfrecord\").tfrecord(\"ZLIB\").decode_image(key=\"img\", channels=1)\
      .resize(32, 48, key=\"img\")",
+    "from_slices([\"a\", \"b\"]).interleave(element_lines().take_while(is_even), cycle_length=2, \
+     block_length=3, num_parallel_calls=0)",
+    "range(3).interleave(range(1).interleave(element_tfrecord(compression=\"GZIP\"), \
+     cycle_length=1), block_length=2)",
+    "from_slices([1, 2]).group_by_window(identity, window_size=2, \
+     reduce=element_window().interleave(element_slices(), cycle_length=1).batch(2))",
 ];
 
 const EXPRESSION_TOKENS: &[&str] = &[
@@ -63,6 +69,18 @@ const EXPRESSION_TOKENS: &[&str] = &[
     ".decode_image(",
     ".resize(",
     ".parse_example(",
+    ".interleave(",
+    ".take_while(",
+    ".group_by_window(",
+    "element_lines()",
+    "element_tfrecord(",
+    "element_slices()",
+    "element_window()",
+    "cycle_length=",
+    "block_length=",
+    "num_parallel_calls=",
+    "window_size=",
+    "reduce=",
     "fixed(",
     "var(",
     "[",

@@ -351,7 +351,7 @@ class Dataset:
 
             >>> ds = Dataset.range(10).group_by_window(
             ...     lambda x: x % 2, lambda key, window: window.batch(5), window_size=5)
-            >>> [list(b) for b in ds]
+            >>> [b.tolist() for b in ds]
             [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
 
         ``reduce_func`` is called once here with placeholders: when it returns ops applied to
