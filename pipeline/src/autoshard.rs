@@ -138,11 +138,26 @@ fn shard_by_data(def: &pb::DatasetDef, num_shards: u64, index: u64) -> pb::Datas
     out
 }
 
+/// Every placeholder replaced, those in templates (interleave, group_by_window) included:
+/// the chains are walked with a stack, not recursion.
 fn shard_by_hint(def: &pb::DatasetDef, num_shards: u64, index: u64) -> pb::DatasetDef {
     let mut out = def.clone();
-    for op in &mut out.ops {
-        if matches!(&op.kind, Some(OpKind::Shard(s)) if s.hint) {
-            *op = shard_op(num_shards, index);
+    let mut chains: Vec<&mut Vec<pb::Op>> = vec![&mut out.ops];
+    while let Some(ops) = chains.pop() {
+        for op in ops.iter_mut() {
+            if matches!(&op.kind, Some(OpKind::Shard(s)) if s.hint) {
+                *op = shard_op(num_shards, index);
+                continue;
+            }
+            match &mut op.kind {
+                Some(OpKind::Interleave(pb::InterleaveOp {
+                    template: Some(t), ..
+                }))
+                | Some(OpKind::GroupByWindow(pb::GroupByWindowOp {
+                    reduce: Some(t), ..
+                })) => chains.push(&mut t.ops),
+                _ => {}
+            }
         }
     }
     out

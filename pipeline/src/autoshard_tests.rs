@@ -215,3 +215,16 @@ fn a_generator_is_refused_by_every_sharding_policy_but_off() {
         );
     }
 }
+
+#[test]
+fn the_hint_policy_resolves_placeholders_inside_templates_too() {
+    let def = expr(
+        "range(4).shard(SHARD_HINT, SHARD_HINT).interleave(range(6).shard(SHARD_HINT, \
+         SHARD_HINT), cycle_length=2)",
+    );
+    let out = auto_shard(&def, AutoShardPolicy::Hint, 3, 1).unwrap();
+    assert_eq!(
+        render_def(&out),
+        "range(4).shard(3, 1).interleave(range(6).shard(3, 1), cycle_length=2, block_length=1)"
+    );
+}
