@@ -317,3 +317,26 @@ def test_group_by_window_and_bucketing_on_the_workers(two_workers):
     buckets = seqs.bucket_by_sequence_length(len, [5], [4, 4])
     got = [b.shape for b in buckets.apply(sluice.distribute("parallel_epochs", two_workers))]
     assert sorted(got) == sorted([(4, 4), (4, 8)] * 2)
+
+
+def test_a_parallel_interleave_keeps_exactly_once_delivery_when_a_worker_stops(tmp_path):
+    from conftest import start_cluster, stop_cluster
+
+    paths = write_records(tmp_path, 8, 500)
+    every = sorted(f"{f}:{i}".encode() for f in range(len(paths)) for i in range(500))
+    # A short worker timeout, so the stopped worker's task moves soon.
+    cluster = start_cluster(2, worker_timeout_ms=1000, data_roots=[str(tmp_path)])
+    try:
+        files = Dataset.from_tensor_slices(paths)
+        ds = files.interleave(
+            TFRecordDataset, cycle_length=3, block_length=2, num_parallel_calls=AUTOTUNE
+        ).apply(sluice.distribute("distributed_epoch", cluster.target, max_outstanding_requests=4))
+        it = iter(ds)
+        seen = [next(it) for _ in range(700)]
+        # Both workers hold records leased and not yet read; the task that takes the stopped
+        # worker's stream over reads its files again in the same order and skips what was read.
+        cluster.workers[0].stop()
+        seen.extend(it)
+        assert sorted(seen) == every
+    finally:
+        stop_cluster(cluster)
