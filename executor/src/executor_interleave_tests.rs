@@ -607,3 +607,33 @@ fn a_reduce_template_counts_against_the_pipeline_limits() {
     .to_string();
     assert!(err.contains("has 6 ops, more than the limit of 5"), "{err}");
 }
+
+#[test]
+fn a_parallel_interleave_holds_its_queued_elements_against_the_memory_budget() {
+    // Two inner datasets of 20 elements of 100 int64s (800 bytes) each.
+    let outer = Dataset::from_slices(Tensor::from_i64s(vec![2, 20, 100], &[7; 4000]).unwrap());
+    let budget = crate::memory_budget::MemoryBudget::new(4_000, "--memory-budget");
+    let opts = ExecOptions {
+        memory: Some(budget.share("the test's pipeline")),
+        ..Default::default()
+    };
+    // Read one after another nothing is held: every element comes through.
+    let sequential = outer
+        .clone()
+        .interleave(Dataset::element_slices(), 2, 1)
+        .into_def();
+    assert_eq!(iterate(&sequential, &opts).unwrap().count(), 40);
+    // Read ahead, the queues pass the budget: an error, not unbounded memory.
+    let parallel = outer
+        .parallel_interleave(Dataset::element_slices(), 2, 1, 0)
+        .into_def();
+    let errors: Vec<String> = iterate(&parallel, &opts)
+        .unwrap()
+        .filter_map(|e| e.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.starts_with("interleave needs")),
+        "{errors:?}"
+    );
+    assert_eq!(budget.used(), 0, "every queued byte is given back");
+}
