@@ -182,6 +182,12 @@ def test_interleaved_files_through_the_service(tmp_path, two_workers):
     assert sorted(got) == sorted(
         line for p in lines for line in open(p, "rb").read().splitlines()
     )
+    # After distribute, in this process: a template over the elements read.
+    names = Dataset.from_tensor_slices(paths[:2]).apply(
+        sluice.distribute("distributed_epoch", two_workers)
+    )
+    here = names.interleave(TFRecordDataset, cycle_length=2)
+    assert sorted(here) == [f"{f}:{i}".encode() for f in range(2) for i in range(5)]
     short = Dataset.range(100).take_while(lambda x: x < 7)
     assert sorted(ints(short.apply(sluice.distribute("parallel_epochs", two_workers)))) == sorted(
         list(range(7)) * 2
