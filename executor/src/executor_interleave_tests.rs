@@ -637,3 +637,26 @@ fn a_parallel_interleave_holds_its_queued_elements_against_the_memory_budget() {
     );
     assert_eq!(budget.used(), 0, "every queued byte is given back");
 }
+
+#[test]
+fn nested_parallel_interleaves_start_a_bounded_number_of_threads() {
+    use crate::ops::interleave::{reader_threads, MAX_READER_THREADS};
+    // Unbounded, 128 readers at each level would start 128 * 128 threads.
+    let inner = Dataset::range(64).parallel_interleave(Dataset::range(2), 64, 1, 0);
+    let def = Dataset::range(64)
+        .parallel_interleave(inner, 64, 1, 0)
+        .into_def();
+    let mut count = 0usize;
+    let mut most = 0;
+    for e in iterate(&def, &ExecOptions::default()).unwrap() {
+        e.unwrap();
+        count += 1;
+        most = most.max(reader_threads());
+    }
+    assert_eq!(count, 64 * 64 * 2);
+    assert!(most <= MAX_READER_THREADS, "{most} reading threads");
+    assert!(
+        most > 64,
+        "the interleaves read in parallel ({most} threads)"
+    );
+}

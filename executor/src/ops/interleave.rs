@@ -16,6 +16,7 @@
 //! elements are held against the memory budget, as prefetch's are.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -28,6 +29,14 @@ pub(crate) type MakeInner = Arc<dyn Fn(Element) -> Result<ElementIter, DatasetEr
 
 /// How many elements each reading thread queues ahead of the cursor.
 const QUEUE_PER_READER: usize = 16;
+
+/// The most reading threads of all interleaves in the process together. Past it, an inner
+/// dataset is read in the interleave's own thread, as without `num_parallel_calls`: nested
+/// parallel interleaves (a template holding one) multiply their threads, and a definition must
+/// not be able to make a worker start threads without bound.
+pub(crate) const MAX_READER_THREADS: usize = 1024;
+
+static READER_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// An interleave's settings, resolved.
 #[derive(Clone)]
@@ -185,13 +194,24 @@ impl Readers {
     /// Starts reading `element`'s inner dataset on a thread of its own. The thread ends when
     /// the dataset does, or when the returned iterator is dropped (its next send fails).
     fn open(&self, make: MakeInner, element: Element) -> ElementIter {
+        if READER_THREADS.fetch_add(1, Ordering::SeqCst) >= MAX_READER_THREADS {
+            READER_THREADS.fetch_sub(1, Ordering::SeqCst);
+            return match make(element) {
+                Ok(inner) => inner,
+                Err(err) => Box::new(std::iter::once(Err(err))),
+            };
+        }
         let (tx, rx) = sync_channel(QUEUE_PER_READER);
         let held = Arc::new(Reservation::new(self.memory.clone(), "interleave"));
         let (permits, cancel, producer_held) =
             (self.permits.clone(), self.cancel.clone(), held.clone());
         // Kept to read inline if no thread can be started (an element's tensors are shared).
         let (inline_make, inline_element) = (make.clone(), element.clone());
+        // Counted out when the thread ends, however it ends, or when it cannot start (the
+        // closure is dropped then).
+        let counted = CountedThread;
         let read = move || {
+            let _counted = counted;
             let mut inner = match permits.run(|| make(element)) {
                 Ok(inner) => inner,
                 Err(err) => {
@@ -230,6 +250,21 @@ impl Readers {
                 Err(err) => Box::new(std::iter::once(Err(err))),
             },
         }
+    }
+}
+
+/// How many reading threads run now, in the whole process.
+#[cfg(test)]
+pub(crate) fn reader_threads() -> usize {
+    READER_THREADS.load(Ordering::SeqCst)
+}
+
+/// One reading thread in `READER_THREADS`, counted out when dropped.
+struct CountedThread;
+
+impl Drop for CountedThread {
+    fn drop(&mut self) {
+        READER_THREADS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
