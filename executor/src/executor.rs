@@ -41,6 +41,7 @@ use sluice_element::{
 };
 use sluice_formats::{expand_files, image_ops, ExampleParser, FileAccess};
 use sluice_pipeline::image_spec;
+use sluice_pipeline::interleave::{self as interleave_rules, resolve_template};
 use sluice_pipeline::nested::{is_leaf_source, source_children, source_kind};
 use sluice_pipeline::source_rules::has_file_list;
 use sluice_pipeline::{
@@ -50,6 +51,8 @@ use sluice_pipeline::{
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
 use crate::ops::cache::cache_factory;
+use crate::ops::group_by_window::{GroupSpec, KeyFn, ReduceFn, WindowSizeFn};
+use crate::ops::interleave::{InterleaveSpec, MakeInner};
 use crate::ops::nested::{ConcatIter, MixIter, Picker, ZipIter, ZipShape};
 use crate::ops::padded_batch::Padding;
 use crate::ops::prefetch::prefetch;
@@ -129,6 +132,9 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
     let split = match &opts.splits {
         None => None,
         Some(_) => {
+            if let Some(err) = sluice_pipeline::python_op::unsplittable_generator(&def) {
+                return Err(err);
+            }
             sluice_pipeline::check_distributed_epoch(&def)?;
             Some(split_source(&def)? as *const pb::DatasetDef)
         }
@@ -331,7 +337,8 @@ fn keeps_origin(op: &pb::Op) -> bool {
             | OpKind::DecodeImage(_)
             | OpKind::Resize(_)
             | OpKind::ParseExample(_)
-            | OpKind::IgnoreErrors(_),
+            | OpKind::IgnoreErrors(_)
+            | OpKind::TakeWhile(_),
         ) => true,
         Some(OpKind::Prefetch(p)) => p.buffer_size == 0,
         Some(
@@ -341,7 +348,9 @@ fn keeps_origin(op: &pb::Op) -> bool {
             | OpKind::PaddedBatch(_)
             | OpKind::Unbatch(_)
             | OpKind::Cache(_)
-            | OpKind::Concatenate(_),
+            | OpKind::Concatenate(_)
+            | OpKind::Interleave(_)
+            | OpKind::GroupByWindow(_),
         )
         | None => false,
     }
@@ -386,7 +395,7 @@ pub fn apply_ops(
     ops: &[pb::Op],
     opts: &ExecOptions,
 ) -> Result<ElementIter, DatasetError> {
-    opts.limits.check_op_count(ops.len())?;
+    opts.limits.check_ops(ops)?;
     let mut it = input;
     for (i, op) in ops.iter().enumerate() {
         if let Some(OpKind::Repeat(_)) = op.kind {
@@ -456,6 +465,10 @@ enum StageKind {
     },
     /// `(start + i, element)` for the i-th element of each new iterator.
     Enumerate(i64),
+    Interleave(InterleaveSpec),
+    GroupByWindow(GroupSpec),
+    /// The elements before the first one the predicate drops.
+    TakeWhile(PredicateFn),
     /// A map on a carrier's element, keeping its split index.
     MapCarried(MapFn),
     /// `enumerate` on carriers: the index is `start + split index`. The last one of the prefix
@@ -616,6 +629,11 @@ impl StageKind {
             Some(OpKind::PyFunction(f)) => {
                 StageKind::Python(python_fn::prepare(f, opts.python.as_ref())?)
             }
+            Some(OpKind::TakeWhile(t)) => {
+                StageKind::TakeWhile(opts.registry.filter_fn(&t.predicate)?)
+            }
+            Some(OpKind::Interleave(i)) => StageKind::Interleave(interleave_spec(i, opts)?),
+            Some(OpKind::GroupByWindow(g)) => StageKind::GroupByWindow(group_spec(g, opts)?),
         })
     }
 
@@ -736,6 +754,29 @@ impl StageKind {
                 Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
             StageKind::Python(stage) => stage.apply(input, cancel.clone()),
+            StageKind::Interleave(spec) => spec.apply(input, memory, cancel),
+            StageKind::GroupByWindow(spec) => spec.apply(input, memory, cancel),
+            StageKind::TakeWhile(pred) => {
+                let (pred, mut input) = (pred.clone(), input);
+                let mut ended = false;
+                // An error (of the input or the predicate) is yielded and the stage goes on.
+                Box::new(std::iter::from_fn(move || {
+                    if ended {
+                        return None;
+                    }
+                    match input.next()? {
+                        Ok(e) => match pred(&e) {
+                            Ok(true) => Some(Ok(e)),
+                            Ok(false) => {
+                                ended = true;
+                                None
+                            }
+                            Err(err) => Some(Err(err)),
+                        },
+                        Err(err) => Some(Err(err)),
+                    }
+                }))
+            }
             StageKind::Prefetch(0) => input,
             StageKind::Prefetch(n) => {
                 prefetch(input, *n, Reservation::new(memory.clone(), "prefetch"))
@@ -814,6 +855,122 @@ fn ends_the_pipeline(err: &DatasetError) -> bool {
     }
 }
 
+/// An interleave op ready to run: its inner datasets made from its template (run natively with
+/// `opts`, never split: the splits are the outer source's) or by its Python function.
+fn interleave_spec(
+    op: &pb::InterleaveOp,
+    opts: &ExecOptions,
+) -> Result<InterleaveSpec, DatasetError> {
+    interleave_rules::check(op, &opts.registry)?;
+    let make: MakeInner = match (&op.template, &op.function) {
+        (Some(template), _) => {
+            let template = template.clone();
+            let inner_opts = ExecOptions {
+                splits: None,
+                ..opts.clone()
+            };
+            Arc::new(move |e| iterate(&resolve_template(&template, &e)?, &inner_opts))
+        }
+        (None, Some(f)) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |e| stage.call_outputs(e))
+        }
+        (None, None) => unreachable!("check refuses an interleave without template or function"),
+    };
+    let cycle_length = match op.cycle_length {
+        // tf.data's AUTOTUNE default: the CPU count.
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => to_usize(n),
+    };
+    let parallel = op.num_parallel_calls.map(|n| match n {
+        0 => cycle_length,
+        n => to_usize(n).min(interleave_rules::MAX_PARALLEL_CYCLE_LENGTH as usize),
+    });
+    Ok(InterleaveSpec {
+        make,
+        cycle_length,
+        block_length: to_usize(op.block_length),
+        parallel,
+    })
+}
+
+/// A group_by_window op ready to run: its key and window size functions, and its reduction by
+/// its template (run natively with `opts` on the window's elements) or its Python function.
+fn group_spec(op: &pb::GroupByWindowOp, opts: &ExecOptions) -> Result<GroupSpec, DatasetError> {
+    sluice_pipeline::group_by_window::check(op, &opts.registry)?;
+    let key: KeyFn = match &op.key_function {
+        Some(f) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |e| single_int64(stage.call_one(e.clone())?, KEY_NOT_INT64))
+        }
+        None => {
+            let f = opts.registry.map_fn(&op.key)?.0;
+            Arc::new(move |e| single_int64(vec![f(e.clone())?], KEY_NOT_INT64))
+        }
+    };
+    let window_size: WindowSizeFn = match &op.window_size_function {
+        Some(f) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |key| {
+                let size = single_int64(
+                    stage.call_one(Element::Tensor(Tensor::scalar_i64(key)))?,
+                    "`window_size_func` must return a single tf.int64 scalar tensor.",
+                )?;
+                u64::try_from(size).ok().filter(|n| *n > 0).ok_or_else(|| {
+                    DatasetError::invalid(format!(
+                        "Window size must be greater than zero, but got {size}."
+                    ))
+                })
+            })
+        }
+        None => {
+            let n = op.window_size;
+            Arc::new(move |_| Ok(n))
+        }
+    };
+    let reduce: ReduceFn = match (&op.reduce, &op.reduce_function) {
+        (Some(template), _) => {
+            let ops = template.ops.clone();
+            let inner_opts = ExecOptions {
+                splits: None,
+                ..opts.clone()
+            };
+            Arc::new(move |_, window| {
+                apply_ops(Box::new(window.into_iter().map(Ok)), &ops, &inner_opts)
+            })
+        }
+        (None, Some(f)) => {
+            let stage = python_fn::prepare(f, opts.python.as_ref())?;
+            Arc::new(move |key, window| {
+                let input = Element::Tuple(vec![
+                    Element::Tensor(Tensor::scalar_i64(key)),
+                    Element::Tuple(window),
+                ]);
+                stage.call_outputs(input)
+            })
+        }
+        (None, None) => unreachable!("check refuses a group_by_window without a reduction"),
+    };
+    Ok(GroupSpec {
+        key,
+        window_size,
+        reduce,
+    })
+}
+
+/// tf.data's text for a key that is not an int64 scalar.
+const KEY_NOT_INT64: &str = "`key_func` must return a single tf.int64 scalar tensor.";
+
+/// The one int64 scalar a function returned, or the error `message`.
+fn single_int64(outputs: Vec<Element>, message: &str) -> Result<i64, DatasetError> {
+    match outputs.as_slice() {
+        [Element::Tensor(t)] if t.dtype() == sluice_element::DType::Int64 && t.rank() == 0 => t
+            .as_i64_scalar()
+            .ok_or_else(|| DatasetError::invalid(message.to_string())),
+        _ => Err(DatasetError::invalid(message.to_string())),
+    }
+}
+
 /// What a filtering op yields for an element it drops: nothing (its loop goes on to the next
 /// element), or `Cancelled` once the pipeline is stopped.
 fn dropped(cancel: &Cancellation) -> Option<Result<Element, DatasetError>> {
@@ -875,3 +1032,7 @@ mod nested_tests;
 #[cfg(test)]
 #[path = "executor_linear_tests.rs"]
 mod linear_tests;
+
+#[cfg(test)]
+#[path = "executor_interleave_tests.rs"]
+mod interleave_tests;

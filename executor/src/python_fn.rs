@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use sluice_element::{
     pb, CallResult, Cancellation, DatasetError, Element, ElementIter, PythonFunction, PythonRunner,
+    Tensor,
 };
 use sluice_pipeline::python_op;
 
@@ -46,6 +47,8 @@ pub(crate) fn prepare(
         function,
         in_flight,
         name: op.name.clone(),
+        ends_on_drop: op.kind == pb::PyFunctionKind::TakeWhile as i32,
+        generator: op.kind == pb::PyFunctionKind::Generator as i32,
     })
 }
 
@@ -56,10 +59,46 @@ pub(crate) struct PythonStage {
     /// How many calls are kept in flight.
     in_flight: usize,
     name: String,
+    /// take_while: the first element the predicate drops ends the stage.
+    ends_on_drop: bool,
+    /// from_generator: each input element starts a run of the generator, read in chunks.
+    generator: bool,
 }
 
+/// The first chunk a generator run is asked for; each next one doubles, up to the most.
+const FIRST_CHUNK: i64 = 16;
+const MOST_CHUNK: i64 = 1024;
+
 impl PythonStage {
+    /// The outputs of one call, waited for (an interleave's inner dataset).
+    pub(crate) fn call_outputs(&self, input: Element) -> Result<ElementIter, DatasetError> {
+        Ok(Box::new(self.call_one(input)?.into_iter().map(Ok)))
+    }
+
+    /// The outputs of one call, waited for.
+    pub(crate) fn call_one(&self, input: Element) -> Result<Vec<Element>, DatasetError> {
+        match self.function.call(input).recv() {
+            Ok(result) => result,
+            Err(_) => Err(self.went_away()),
+        }
+    }
+
+    fn went_away(&self) -> DatasetError {
+        DatasetError::PythonRuntime(format!(
+            "python function '{}': its executor went away without a result",
+            self.name
+        ))
+    }
+
     pub(crate) fn apply(&self, input: ElementIter, cancel: Cancellation) -> ElementIter {
+        if self.generator {
+            return Box::new(GeneratorRuns {
+                input,
+                stage: self.clone(),
+                run: None,
+                cancel,
+            });
+        }
         Box::new(OrderedCalls {
             input: Some(input),
             stage: self.clone(),
@@ -124,16 +163,94 @@ impl Iterator for OrderedCalls {
             match self.pending.pop_front()? {
                 Pending::Failed(err) => return Some(Err(err)),
                 Pending::Call(rx) => match rx.recv() {
+                    Ok(Ok(outputs)) if outputs.is_empty() && self.stage.ends_on_drop => {
+                        // take_while: nothing after the first dropped element is yielded; the
+                        // calls started past it are abandoned.
+                        self.input = None;
+                        self.pending.clear();
+                        return None;
+                    }
                     Ok(Ok(outputs)) => self.ready = outputs.into_iter(),
                     Ok(Err(err)) => return Some(Err(err)),
-                    Err(_) => {
-                        return Some(Err(DatasetError::PythonRuntime(format!(
-                            "python function '{}': its executor went away without a result",
-                            self.stage.name
-                        ))))
-                    }
+                    Err(_) => return Some(Err(self.stage.went_away())),
                 },
             }
+        }
+    }
+}
+
+/// from_generator: each input element starts a run of the generator, whose elements are asked
+/// for in chunks of growing size, one call at a time: `(token, start, count)` in, the run's
+/// elements `start..start + count` out, fewer at its end. The token names the run, so an
+/// executor that holds it goes on where it stopped (another one starts the generator again
+/// and skips to `start`).
+struct GeneratorRuns {
+    input: ElementIter,
+    stage: PythonStage,
+    run: Option<Run>,
+    cancel: Cancellation,
+}
+
+struct Run {
+    token: i64,
+    next: i64,
+    chunk: i64,
+    ready: std::vec::IntoIter<Element>,
+    ended: bool,
+}
+
+impl Iterator for GeneratorRuns {
+    type Item = Result<Element, DatasetError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Err(e) = self.cancel.check() {
+                return Some(Err(e));
+            }
+            let Some(run) = self.run.as_mut() else {
+                match self.input.next()? {
+                    Ok(_) => {
+                        self.run = Some(Run {
+                            token: rand::random::<i64>(),
+                            next: 0,
+                            chunk: FIRST_CHUNK,
+                            ready: Vec::new().into_iter(),
+                            ended: false,
+                        });
+                        continue;
+                    }
+                    Err(err) => return Some(Err(err)),
+                }
+            };
+            if let Some(e) = run.ready.next() {
+                return Some(Ok(e));
+            }
+            if run.ended {
+                self.run = None;
+                continue;
+            }
+            let request = Element::Tuple(
+                [run.token, run.next, run.chunk]
+                    .into_iter()
+                    .map(|v| Element::Tensor(Tensor::scalar_i64(v)))
+                    .collect(),
+            );
+            let outputs = match self.stage.function.call(request).recv() {
+                Ok(Ok(outputs)) => outputs,
+                Ok(Err(err)) => {
+                    self.run = None;
+                    return Some(Err(err));
+                }
+                Err(_) => {
+                    self.run = None;
+                    return Some(Err(self.stage.went_away()));
+                }
+            };
+            let got = i64::try_from(outputs.len()).unwrap_or(i64::MAX);
+            run.ended = got < run.chunk;
+            run.next = run.next.saturating_add(got);
+            run.chunk = (run.chunk * 2).min(MOST_CHUNK);
+            run.ready = outputs.into_iter();
         }
     }
 }

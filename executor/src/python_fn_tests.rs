@@ -245,3 +245,31 @@ fn specs_and_cardinality() {
     assert_eq!(spec, ElementSpec::Unknown);
     assert_eq!(ElementSpec::from_proto(&spec.to_proto()).unwrap(), spec);
 }
+
+#[test]
+fn a_python_take_while_ends_at_the_first_dropped_element_and_an_interleave_function_makes_inner_datasets(
+) {
+    use pb::PyFunctionKind::{Interleave, TakeWhile};
+    let runner = Arc::new(ThreadRunner::default());
+    let slices = Dataset::from_slices(Tensor::from_i64s(vec![6], &[0, 2, 4, 5, 6, 8]).unwrap());
+    let got: Vec<i64> = run(&with_op(slices, op(TakeWhile, "keep_even")), &runner)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(got, [0, 2, 4]);
+    // The inner datasets [1], [2, 2], [3, 3, 3], interleaved two at a time, read sequentially
+    // and in parallel.
+    for parallel in [None, Some(0)] {
+        let def = Dataset::range_with(1, 4, 1)
+            .interleave_op(pb::InterleaveOp {
+                template: None,
+                function: Some(op(Interleave, "repeat_self")),
+                cycle_length: 2,
+                block_length: 1,
+                num_parallel_calls: parallel,
+            })
+            .into_def();
+        let got: Vec<i64> = run(&def, &runner).into_iter().map(Result::unwrap).collect();
+        assert_eq!(got, [1, 2, 2, 3, 3, 3], "{parallel:?}");
+    }
+}

@@ -74,6 +74,9 @@ impl Source {
                     origin: OriginCell::default(),
                 })
             }
+            Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
+                "an element source is only valid as the source of a template (interleave, group_by_window)",
+            )),
             Some(pb::source::Kind::Random(r)) => Ok(Source::Random { seed: r.seed }),
             Some(pb::source::Kind::Tensors(t)) => {
                 Ok(Source::Tensors(sluice_pipeline::tensors_value(t)?))

@@ -10,7 +10,9 @@ use sluice_element::{pb, DType, DatasetError, Element, ElementSpec};
 
 use crate::batching;
 use crate::example_spec::ExampleSpec;
+use crate::group_by_window;
 use crate::image_spec;
+use crate::interleave;
 use crate::python_op;
 use crate::registry::FunctionRegistry;
 use crate::slices::{self, Slices};
@@ -27,7 +29,15 @@ pub fn element_spec(
     def: &pb::DatasetDef,
     registry: &FunctionRegistry,
 ) -> Result<ElementSpec, DatasetError> {
-    let spec = match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+    ops_element_spec(element_spec_of_source(def, registry)?, &def.ops, registry)
+}
+
+/// The spec of the elements of `def`'s source.
+pub(crate) fn element_spec_of_source(
+    def: &pb::DatasetDef,
+    registry: &FunctionRegistry,
+) -> Result<ElementSpec, DatasetError> {
+    Ok(match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
         None => return Err(DatasetError::invalid("dataset definition has no source")),
         Some(SourceKind::Range(_)) => ElementSpec::scalar(DType::Int64),
         Some(SourceKind::Slices(s)) => Slices::from_proto(s)?.row_spec(),
@@ -61,8 +71,14 @@ pub fn element_spec(
             }
             common_input_spec(&c.inputs, registry)?
         }
-    };
-    ops_element_spec(spec, &def.ops, registry)
+        Some(SourceKind::Element(_)) => return Err(element_source_outside_template()),
+    })
+}
+
+fn element_source_outside_template() -> DatasetError {
+    DatasetError::invalid(
+        "an element source is only valid as the source of a template (interleave, group_by_window)",
+    )
 }
 
 /// The spec after `ops` of elements of spec `input`: what a chain of ops applied after the
@@ -106,6 +122,12 @@ pub fn ops_element_spec(
                     ))
                 })?
             }
+            Some(OpKind::Interleave(i)) => interleave::output_spec(i, spec, registry)?,
+            Some(OpKind::GroupByWindow(g)) => group_by_window::output_spec(g, spec, registry)?,
+            Some(OpKind::TakeWhile(t)) => {
+                registry.filter_fn(&t.predicate)?;
+                spec
+            }
             Some(
                 OpKind::IgnoreErrors(_)
                 | OpKind::Cache(_)
@@ -130,7 +152,7 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
             Some(d) => clamp(d),
             None => UNKNOWN,
         },
-        Some(SourceKind::Files(_)) => UNKNOWN,
+        Some(SourceKind::Files(_) | SourceKind::Element(_)) => UNKNOWN,
         Some(SourceKind::Random(_)) => INFINITE,
         Some(SourceKind::Tensors(_)) => 1,
         // tf.data's: the shortest input, an unknown input making it unknown.
@@ -166,7 +188,14 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
                 | OpKind::Resize(_)
                 | OpKind::ParseExample(_),
             ) => n,
-            Some(OpKind::Filter(_)) => UNKNOWN,
+            // As tf.data: how many elements pass a predicate, or how many the inner datasets
+            // have, is not known statically.
+            Some(
+                OpKind::Filter(_)
+                | OpKind::TakeWhile(_)
+                | OpKind::Interleave(_)
+                | OpKind::GroupByWindow(_),
+            ) => UNKNOWN,
             // Any element may be dropped; an endless input stays endless.
             Some(OpKind::IgnoreErrors(_)) => match n {
                 INFINITE => INFINITE,
@@ -450,8 +479,19 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                 validate(input, registry)?;
             }
         }
+        Some(SourceKind::Element(_)) => return Err(element_source_outside_template()),
     }
-    for op in &def.ops {
+    validate_ops(&def.ops, registry)?;
+    element_spec(def, registry).map(|_| ())
+}
+
+/// Checks each op of a chain as `validate` does (an interleave's template included), without
+/// computing the element spec.
+pub(crate) fn validate_ops(
+    ops: &[pb::Op],
+    registry: &FunctionRegistry,
+) -> Result<(), DatasetError> {
+    for op in ops {
         match &op.kind {
             None => return Err(DatasetError::invalid("dataset definition has an empty op")),
             Some(OpKind::Map(m)) => {
@@ -463,7 +503,6 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             Some(OpKind::ParseExample(p)) => {
                 ExampleSpec::new(p)?;
             }
-            Some(OpKind::PyFunction(f)) => python_op::check(f)?,
             Some(OpKind::Concatenate(c)) => match &c.other {
                 Some(other) => validate(other, registry)?,
                 None => {
@@ -472,6 +511,24 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                     ))
                 }
             },
+            Some(OpKind::PyFunction(f)) => {
+                python_op::check(f)?;
+                if matches!(
+                    python_op::kind_of(f)?,
+                    pb::PyFunctionKind::Interleave | pb::PyFunctionKind::GroupReduce
+                ) {
+                    return Err(DatasetError::invalid(format!(
+                        "python function '{}' of kind {} is only valid inside its op",
+                        f.name,
+                        python_op::syntax_name(f)
+                    )));
+                }
+            }
+            Some(OpKind::Interleave(i)) => interleave::check(i, registry)?,
+            Some(OpKind::GroupByWindow(g)) => group_by_window::check(g, registry)?,
+            Some(OpKind::TakeWhile(t)) => {
+                registry.filter_fn(&t.predicate)?;
+            }
             Some(OpKind::Batch(b)) if b.batch_size == 0 => {
                 return Err(DatasetError::invalid("batch size must be positive, got 0"));
             }
@@ -511,7 +568,7 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             ) => {}
         }
     }
-    element_spec(def, registry).map(|_| ())
+    Ok(())
 }
 
 /// A cache's file name: empty (memory) or a path without NUL bytes, and not a directory name.

@@ -28,7 +28,7 @@ use sluice_element::pb::op::Kind as OpKind;
 use sluice_element::pb::source::Kind as SourceKind;
 use sluice_element::{pb, DatasetError};
 
-use crate::nested::{is_leaf_source, source_kind, walk, walk_mut};
+use crate::nested::{is_leaf_source, source_kind, walk, walk_all_mut, walk_mut};
 use crate::render::render_def;
 use crate::source_rules::not_expanded;
 
@@ -59,6 +59,11 @@ pub fn auto_shard(
         return Err(DatasetError::invalid(format!(
             "index should be >= 0 and < {num_shards}, currently {index}"
         )));
+    }
+    if policy != AutoShardPolicy::Off {
+        if let Some(err) = crate::python_op::unsplittable_generator(def) {
+            return Err(err);
+        }
     }
     match policy {
         AutoShardPolicy::Off => Ok(def.clone()),
@@ -151,9 +156,11 @@ fn shard_by_data(def: &pb::DatasetDef, num_shards: u64, index: u64) -> pb::Datas
     out
 }
 
+/// Every placeholder replaced, those in templates (interleave, group_by_window) included:
+/// the chains are walked with a stack, not recursion.
 fn shard_by_hint(def: &pb::DatasetDef, num_shards: u64, index: u64) -> pb::DatasetDef {
     let mut out = def.clone();
-    walk_mut(&mut out, &mut |d| {
+    walk_all_mut(&mut out, &mut |d| {
         for op in &mut d.ops {
             if matches!(&op.kind, Some(OpKind::Shard(s)) if s.hint) {
                 *op = shard_op(num_shards, index);

@@ -1,4 +1,5 @@
 use super::*;
+use crate::dataset::{Dataset, Transform};
 use crate::parser::parse;
 
 /// A lines source whose expansion is already recorded, as in a registered definition.
@@ -185,4 +186,45 @@ fn invalid_shard_numbers_are_refused() {
             "index should be >= 0 and < 3, currently 3"
         );
     }
+}
+
+#[test]
+fn a_generator_is_refused_by_every_sharding_policy_but_off() {
+    let mut ds = Dataset::range(1);
+    ds = ds.py_function(pb::PyFunctionOp {
+        kind: pb::PyFunctionKind::Generator as i32,
+        pickled: b"g".to_vec(),
+        name: "gen".into(),
+        python_version: "3.11".into(),
+        cloudpickle_version: "3".into(),
+        num_parallel_calls: 0,
+        output_spec: None,
+    });
+    let def = ds.into_def();
+    assert!(auto_shard(&def, AutoShardPolicy::Off, 2, 0).is_ok());
+    for policy in [
+        AutoShardPolicy::File,
+        AutoShardPolicy::Data,
+        AutoShardPolicy::Auto,
+        AutoShardPolicy::Hint,
+    ] {
+        let err = auto_shard(&def, policy, 2, 0).unwrap_err().to_string();
+        assert!(
+            err.contains("from_generator ('gen') cannot be split"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn the_hint_policy_resolves_placeholders_inside_templates_too() {
+    let def = expr(
+        "range(4).shard(SHARD_HINT, SHARD_HINT).interleave(range(6).shard(SHARD_HINT, \
+         SHARD_HINT), cycle_length=2)",
+    );
+    let out = auto_shard(&def, AutoShardPolicy::Hint, 3, 1).unwrap();
+    assert_eq!(
+        render_def(&out),
+        "range(4).shard(3, 1).interleave(range(6).shard(3, 1), cycle_length=2, block_length=1)"
+    );
 }

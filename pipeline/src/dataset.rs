@@ -161,6 +161,39 @@ impl Dataset {
         }
     }
 
+    /// The source of an interleave template (see `Transform::interleave`): every line of the
+    /// file the outer element names, as `TextLineDataset(f)`.
+    pub fn element_lines() -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Files(pb::ElementFiles {
+            format: pb::FileFormat::Lines as i32,
+            compression: pb::RecordCompression::None as i32,
+        }))
+    }
+
+    /// The source of an interleave template: every record of the TFRecord file the outer
+    /// element names, as `TFRecordDataset(f, compression_type)`.
+    pub fn element_tfrecord(compression: pb::RecordCompression) -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Files(pb::ElementFiles {
+            format: pb::FileFormat::Tfrecord as i32,
+            compression: compression as i32,
+        }))
+    }
+
+    /// The source of an interleave template: the outer element sliced along its first
+    /// dimension, as `from_tensor_slices(x)`.
+    pub fn element_slices() -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Slices(pb::ElementSlices {}))
+    }
+
+    /// The source of a group_by_window's reduce template: the elements of one window.
+    pub fn element_window() -> Dataset {
+        Dataset::element_source(pb::element_source::Kind::Window(pb::ElementWindow {}))
+    }
+
+    fn element_source(kind: pb::element_source::Kind) -> Dataset {
+        Dataset::with_source(SourceKind::Element(pb::ElementSource { kind: Some(kind) }))
+    }
+
     pub fn from_def(def: pb::DatasetDef) -> Dataset {
         Dataset { def }
     }
@@ -327,6 +360,73 @@ pub trait Transform: Sized {
         self.push_op(op(OpKind::Cache(pb::CacheOp {
             filename: filename.to_string(),
         })))
+    }
+
+    /// tf.data's `interleave(map_func, cycle_length, block_length)`: each element becomes the
+    /// dataset `template` (whose source is usually an element source, e.g.
+    /// `Dataset::element_tfrecord`), and `cycle_length` of them (0: the CPU count, as
+    /// AUTOTUNE) are read in turn, `block_length` elements each, in tf.data's order. Read one
+    /// after another in the caller's thread; see `parallel_interleave`.
+    fn interleave(self, template: Dataset, cycle_length: u64, block_length: u64) -> Self {
+        self.push_op(op(OpKind::Interleave(pb::InterleaveOp {
+            template: Some(template.into_def()),
+            function: None,
+            cycle_length,
+            block_length,
+            num_parallel_calls: None,
+        })))
+    }
+
+    /// `interleave` with `num_parallel_calls`: the open inner datasets are read ahead
+    /// concurrently, at most `num_parallel_calls` at a time (0: as many as `cycle_length`).
+    /// The order is the same as `interleave`'s.
+    fn parallel_interleave(
+        self,
+        template: Dataset,
+        cycle_length: u64,
+        block_length: u64,
+        num_parallel_calls: u64,
+    ) -> Self {
+        self.push_op(op(OpKind::Interleave(pb::InterleaveOp {
+            template: Some(template.into_def()),
+            function: None,
+            cycle_length,
+            block_length,
+            num_parallel_calls: Some(num_parallel_calls),
+        })))
+    }
+
+    /// tf.data's `take_while(predicate)`: the elements before the first one for which the
+    /// named predicate is false.
+    fn take_while(self, predicate: &str) -> Self {
+        self.push_op(op(OpKind::TakeWhile(pb::TakeWhileOp {
+            predicate: predicate.to_string(),
+        })))
+    }
+
+    /// tf.data's `group_by_window`: elements are grouped by the int64 scalar key the named map
+    /// function gives; a group of `window_size` elements (and each group left at the end, in
+    /// key order) becomes the dataset `reduce` (whose source is `Dataset::element_window()`),
+    /// whose elements are yielded.
+    fn group_by_window(self, key: &str, window_size: u64, reduce: Dataset) -> Self {
+        self.push_op(op(OpKind::GroupByWindow(pb::GroupByWindowOp {
+            key_function: None,
+            window_size,
+            window_size_function: None,
+            reduce: Some(reduce.into_def()),
+            reduce_function: None,
+            key: key.to_string(),
+        })))
+    }
+
+    /// A group_by_window op as built elsewhere (the Python package's, with Python functions).
+    fn group_by_window_op(self, group: pb::GroupByWindowOp) -> Self {
+        self.push_op(op(OpKind::GroupByWindow(group)))
+    }
+
+    /// An interleave op as built elsewhere (the Python package's, with a Python function).
+    fn interleave_op(self, interleave: pb::InterleaveOp) -> Self {
+        self.push_op(op(OpKind::Interleave(interleave)))
     }
 
     /// A user's Python function (map, filter or flat_map), pickled by the Python package. It

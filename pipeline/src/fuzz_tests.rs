@@ -46,6 +46,12 @@ const EXPRESSIONS: &[&str] = &[
      drop_remainder=true).unbatch()",
     "random().ignore_errors(log_warning=true).cache(\"c\").padded_batch(2, \
      padding_values=[\"p\", float32(nan), true])",
+    "from_slices([\"a\", \"b\"]).interleave(element_lines().take_while(is_even), cycle_length=2, \
+     block_length=3, num_parallel_calls=0)",
+    "range(3).interleave(range(1).interleave(element_tfrecord(compression=\"GZIP\"), \
+     cycle_length=1), block_length=2)",
+    "from_slices([1, 2]).group_by_window(identity, window_size=2, \
+     reduce=element_window().interleave(element_slices(), cycle_length=1).batch(2))",
 ];
 
 const EXPRESSION_TOKENS: &[&str] = &[
@@ -75,6 +81,18 @@ const EXPRESSION_TOKENS: &[&str] = &[
     ".decode_image(",
     ".resize(",
     ".parse_example(",
+    ".interleave(",
+    ".take_while(",
+    ".group_by_window(",
+    "element_lines()",
+    "element_tfrecord(",
+    "element_slices()",
+    "element_window()",
+    "cycle_length=",
+    "block_length=",
+    "num_parallel_calls=",
+    "window_size=",
+    "reduce=",
     "fixed(",
     "var(",
     "[",

@@ -23,6 +23,8 @@
 //! - `source_rules`: range lengths, how a files source is read (`Reading`), its file list.
 //! - `image_spec`: the rules of `decode_image` and `resize`, with their bounds.
 //! - `example_spec`: the rules of `parse_example`: feature specs checked into an `ExampleSpec`.
+//! - `group_by_window`: the rules of `group_by_window` (its key, window size and reduce).
+//! - `interleave`: the rules of `interleave` and of its template (`resolve_template`).
 //! - `python_op`: the rules of a Python op (kind, well-formedness, output spec).
 //! - `registry`: `FunctionRegistry` of named map and filter functions.
 //! - `builtins`: the built-in functions (`identity`, `square`, `is_even`, ...).
@@ -33,7 +35,9 @@ pub mod batching;
 mod builtins;
 mod dataset;
 pub mod example_spec;
+pub mod group_by_window;
 pub mod image_spec;
+pub mod interleave;
 mod lexer;
 mod limits;
 pub mod nested;

@@ -3,17 +3,21 @@
 //! pipeline is built).
 //!
 //! Two measures: the number of ops, and the nesting depth of what a definition holds: the
-//! tuples and dicts of a slices or tensors source and of a Python op's declared output spec, and
-//! the datasets nested in it (the inputs of zip, sample_from_datasets and choose_from_datasets,
-//! concatenate's other dataset). The ops of every nested definition count, and each nested
-//! definition counts as one more (its source), so a wide fan-out is bounded like a long chain.
-//! The checks themselves use no recursion: a definition past the limits is measured with the
-//! same bounded stack as any other.
+//! tuples and dicts of a slices or tensors source and of a Python op's declared output spec, the
+//! datasets nested in it (the inputs of zip, sample_from_datasets and choose_from_datasets,
+//! concatenate's other dataset), and the templates of its ops (an interleave's inner dataset, a
+//! group_by_window's reduce). The ops of every nested definition count, and each nested dataset
+//! counts as one more (its source), so a wide fan-out is bounded like a long chain. Datasets
+//! nest up to the depth limit; each template adds a level to the structures inside it. The
+//! checks themselves use no recursion: a definition past the limits is measured with the same
+//! bounded stack as any other.
 
 use sluice_element::pb;
 use sluice_element::pb::op::Kind as OpKind;
 use sluice_element::pb::source::Kind as SourceKind;
 use sluice_element::DatasetError;
+
+use crate::nested::{children, op_template};
 
 /// The default of [`PipelineLimits::max_ops`]. Real tf.data pipelines rarely exceed a few
 /// hundred ops; ten thousand leaves them room by a wide margin while bounding the work one
@@ -51,6 +55,26 @@ impl PipelineLimits {
     pub fn check(&self, def: &pb::DatasetDef) -> Result<(), DatasetError> {
         let (ops, datasets) = nested_size(def);
         self.check_op_count(ops)?;
+        self.check_dataset_depth(datasets)?;
+        self.check_depth(nesting_depth(def))
+    }
+
+    /// Checks an op chain applied to a stream (ops after `distribute`): its ops, those of its
+    /// templates included, and its nesting.
+    pub fn check_ops(&self, ops: &[pb::Op]) -> Result<(), DatasetError> {
+        let (mut count, mut datasets, mut depth) = (ops.len(), 0, ops_depth(ops));
+        for template in ops.iter().filter_map(op_template) {
+            let (template_ops, template_datasets) = nested_size(template);
+            count = count.saturating_add(template_ops);
+            datasets = datasets.max(template_datasets);
+            depth = depth.max(nesting_depth(template).saturating_add(1));
+        }
+        self.check_op_count(count)?;
+        self.check_dataset_depth(datasets)?;
+        self.check_depth(depth)
+    }
+
+    fn check_dataset_depth(&self, datasets: usize) -> Result<(), DatasetError> {
         if datasets > self.max_depth {
             return Err(DatasetError::invalid(format!(
                 "the dataset definition nests datasets {datasets} levels deep, more than the \
@@ -58,11 +82,14 @@ impl PipelineLimits {
                 self.max_depth
             )));
         }
-        let depth = nesting_depth(def);
+        Ok(())
+    }
+
+    fn check_depth(&self, depth: usize) -> Result<(), DatasetError> {
         if depth > self.max_depth {
             return Err(DatasetError::invalid(format!(
-                "the dataset definition nests tuples and dicts {depth} levels deep, more than \
-                 the limit of {} (--max-pipeline-depth)",
+                "the dataset definition nests tuples, dicts and templates {depth} \
+                 levels deep, more than the limit of {} (--max-pipeline-depth)",
                 self.max_depth
             )));
         }
@@ -82,42 +109,80 @@ impl PipelineLimits {
     }
 }
 
-/// The ops of `def` and of every definition nested in it, each nested definition counting one
-/// more (its source), and how deep the datasets nest (0: none nested), counted without
+/// The ops of `def` and of every definition nested in it, templates included, each nested
+/// dataset (not a template: it is its op's argument) counting one more (its source), and how
+/// deep the datasets nest (0: none nested; templates do not count here), counted without
 /// recursion.
 pub fn nested_size(def: &pb::DatasetDef) -> (usize, usize) {
     let (mut ops, mut deepest) = (0usize, 0usize);
-    crate::nested::walk(def, |d, level| {
+    walk_levels(def, |d, datasets, _| {
         ops = ops
             .saturating_add(d.ops.len())
-            .saturating_add(usize::from(level > 0));
-        deepest = deepest.max(level);
+            .saturating_add(usize::from(datasets > 0));
+        deepest = deepest.max(datasets);
     });
     (ops, deepest)
 }
 
-/// The deepest nesting of tuples and dicts in the slices and tensors sources and Python ops'
-/// output specs of `def` and every definition nested in it, counted without recursion.
+/// The deepest nesting in `def`: of tuples and dicts in the slices and tensors sources and
+/// Python ops' output specs of `def` and every definition nested in it, each template
+/// (interleave, group_by_window's reduce) adding one level to what it holds. Counted without
+/// recursion.
 pub fn nesting_depth(def: &pb::DatasetDef) -> usize {
     let mut deepest = 0;
-    crate::nested::walk(def, |def, _| {
-        let structure = match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
+    walk_levels(def, |d, _, templates| {
+        let mut own = ops_depth(&d.ops);
+        let structure = match d.source.as_ref().and_then(|s| s.kind.as_ref()) {
             Some(SourceKind::Slices(s)) => s.structure.as_ref(),
             Some(SourceKind::Tensors(t)) => t.value.as_ref(),
             _ => None,
         };
         if let Some(structure) = structure {
-            deepest = deepest.max(structure_depth(structure));
+            own = own.max(structure_depth(structure));
         }
-        for op in &def.ops {
-            if let Some(OpKind::PyFunction(f)) = &op.kind {
-                if let Some(spec) = &f.output_spec {
-                    deepest = deepest.max(spec_depth(spec));
-                }
-            }
-        }
+        deepest = deepest.max(templates.saturating_add(own));
     });
     deepest
+}
+
+/// Visits `root` and every definition nested in it, each with how many datasets (`children`)
+/// and how many templates (`op_template`) enclose it, with a heap stack.
+fn walk_levels<'a>(
+    root: &'a pb::DatasetDef,
+    mut visit: impl FnMut(&'a pb::DatasetDef, usize, usize),
+) {
+    let mut stack = vec![(root, 0usize, 0usize)];
+    while let Some((def, datasets, templates)) = stack.pop() {
+        visit(def, datasets, templates);
+        stack.extend(
+            children(def)
+                .into_iter()
+                .map(|c| (c, datasets + 1, templates)),
+        );
+        stack.extend(
+            def.ops
+                .iter()
+                .filter_map(op_template)
+                .map(|t| (t, datasets, templates + 1)),
+        );
+    }
+}
+
+/// The deepest output spec of a chain's own Python ops (not of its templates' ops).
+fn ops_depth(ops: &[pb::Op]) -> usize {
+    ops.iter()
+        .filter_map(|op| match &op.kind {
+            Some(OpKind::PyFunction(f)) => f.output_spec.as_ref(),
+            Some(OpKind::Interleave(i)) => i.function.as_ref().and_then(|f| f.output_spec.as_ref()),
+            Some(OpKind::GroupByWindow(g)) => g
+                .reduce_function
+                .as_ref()
+                .and_then(|f| f.output_spec.as_ref()),
+            _ => None,
+        })
+        .map(spec_depth)
+        .max()
+        .unwrap_or(0)
 }
 
 fn structure_depth(root: &pb::SlicesStructure) -> usize {
@@ -214,7 +279,7 @@ mod tests {
             (
                 slices_def(3),
                 Some(
-                    "the dataset definition nests tuples and dicts 3 levels deep, more than \
+                    "the dataset definition nests tuples, dicts and templates 3 levels deep, more than \
                      the limit of 2 (--max-pipeline-depth)",
                 ),
             ),
@@ -283,14 +348,14 @@ mod tests {
             (
                 Dataset::from_tensors(&tuple_element(4)).into_def(),
                 Some(
-                    "the dataset definition nests tuples and dicts 4 levels deep, more than \
+                    "the dataset definition nests tuples, dicts and templates 4 levels deep, more than \
                      the limit of 3 (--max-pipeline-depth)",
                 ),
             ),
             (
                 Dataset::zip(vec![Dataset::from_def(slices_def(4))]).into_def(),
                 Some(
-                    "the dataset definition nests tuples and dicts 4 levels deep, more than \
+                    "the dataset definition nests tuples, dicts and templates 4 levels deep, more than \
                      the limit of 3 (--max-pipeline-depth)",
                 ),
             ),

@@ -38,19 +38,22 @@ pub fn children(def: &pb::DatasetDef) -> Vec<&pb::DatasetDef> {
 
 /// `children`, mutably (same order).
 pub fn children_mut(def: &mut pb::DatasetDef) -> Vec<&mut pb::DatasetDef> {
-    let mut out: Vec<&mut pb::DatasetDef> = match def.source.as_mut().and_then(|s| s.kind.as_mut())
-    {
-        Some(SourceKind::Zip(z)) => z.inputs.iter_mut().collect(),
-        Some(SourceKind::Sample(s)) => s.inputs.iter_mut().collect(),
-        Some(SourceKind::Choose(c)) => c.inputs.iter_mut().chain(&mut c.choice).collect(),
-        _ => Vec::new(),
-    };
+    let mut out = source_children_mut(&mut def.source);
     for op in &mut def.ops {
         if let Some(OpKind::Concatenate(c)) = &mut op.kind {
             out.extend(c.other.as_mut());
         }
     }
     out
+}
+
+fn source_children_mut(source: &mut Option<pb::Source>) -> Vec<&mut pb::DatasetDef> {
+    match source.as_mut().and_then(|s| s.kind.as_mut()) {
+        Some(SourceKind::Zip(z)) => z.inputs.iter_mut().collect(),
+        Some(SourceKind::Sample(s)) => s.inputs.iter_mut().collect(),
+        Some(SourceKind::Choose(c)) => c.inputs.iter_mut().chain(&mut c.choice).collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// Visits `root` and every definition nested in it, depth first, each with its nesting level
@@ -73,6 +76,37 @@ pub fn walk_mut(root: &mut pb::DatasetDef, f: &mut impl FnMut(&mut pb::DatasetDe
     }
 }
 
+/// The template an op holds: an interleave's inner dataset, a group_by_window's reduce. A
+/// template is built per element on the worker and reads no split of the job, so templates are
+/// not among `children`.
+pub fn op_template(op: &pb::Op) -> Option<&pb::DatasetDef> {
+    match &op.kind {
+        Some(OpKind::Interleave(i)) => i.template.as_ref(),
+        Some(OpKind::GroupByWindow(g)) => g.reduce.as_ref(),
+        _ => None,
+    }
+}
+
+/// `walk_mut`, with the templates of every definition's ops visited too.
+pub fn walk_all_mut(root: &mut pb::DatasetDef, f: &mut impl FnMut(&mut pb::DatasetDef)) {
+    let mut stack = vec![root];
+    while let Some(def) = stack.pop() {
+        f(def);
+        let mut nested = Vec::new();
+        let pb::DatasetDef { source, ops, .. } = def;
+        nested.extend(source_children_mut(source));
+        for op in ops.iter_mut() {
+            match &mut op.kind {
+                Some(OpKind::Concatenate(c)) => nested.extend(c.other.as_mut()),
+                Some(OpKind::Interleave(i)) => nested.extend(i.template.as_mut()),
+                Some(OpKind::GroupByWindow(g)) => nested.extend(g.reduce.as_mut()),
+                _ => {}
+            }
+        }
+        stack.extend(nested.into_iter().rev());
+    }
+}
+
 /// Whether `def`'s source reads data itself (range, slices, files, tensors) rather than
 /// combining nested datasets.
 pub fn is_leaf_source(kind: &SourceKind) -> bool {
@@ -82,7 +116,8 @@ pub fn is_leaf_source(kind: &SourceKind) -> bool {
         | SourceKind::Slices(_)
         | SourceKind::Files(_)
         | SourceKind::Tensors(_)
-        | SourceKind::Random(_) => true,
+        | SourceKind::Random(_)
+        | SourceKind::Element(_) => true,
         SourceKind::Zip(_) | SourceKind::Sample(_) | SourceKind::Choose(_) => false,
     }
 }

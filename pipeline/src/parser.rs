@@ -14,9 +14,11 @@ use literals::tensor_from_literal;
 pub(crate) const TRANSFORMATIONS: &str =
     "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
      enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, \
-     concatenate";
+     concatenate, interleave, take_while, group_by_window";
 const SOURCES: &str =
     "range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets";
+/// The most interleave templates an expression may nest (each is parsed recursively).
+const MAX_TEMPLATE_NESTING: usize = 16;
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
 pub(crate) const SHARD_HINT: &str = "SHARD_HINT";
 
@@ -43,6 +45,8 @@ struct Parser {
     /// How many dataset expressions enclose the one being parsed (zip inputs, concatenate's
     /// argument, ...): bounded, so an expression from anyone cannot exhaust the stack.
     depth: usize,
+    /// How many interleave templates enclose the current position.
+    templates: usize,
 }
 
 impl Parser {
@@ -51,6 +55,7 @@ impl Parser {
             tokens: tokenize(expr)?,
             pos: 0,
             depth: 0,
+            templates: 0,
         })
     }
 
@@ -443,6 +448,28 @@ impl Parser {
                 self.close()?;
                 Ok(Dataset::random(seed))
             }
+            "element_lines" | "element_tfrecord" | "element_slices" | "element_window"
+                if self.templates > 0 =>
+            {
+                self.expect_punct('(', "'('")?;
+                let ds = match name.as_str() {
+                    "element_lines" => Dataset::element_lines(),
+                    "element_slices" => Dataset::element_slices(),
+                    "element_window" => Dataset::element_window(),
+                    _ if self.is_punct(')') => {
+                        Dataset::element_tfrecord(pb::RecordCompression::None)
+                    }
+                    _ => Dataset::element_tfrecord(self.compression_arg()?),
+                };
+                self.close()?;
+                Ok(ds)
+            }
+            "element_lines" | "element_tfrecord" | "element_slices" | "element_window" => {
+                Err(parse_error(
+                    t.col,
+                    format!("{name}() is only valid as the source of a template"),
+                ))
+            }
             _ => Err(DatasetError::Parse {
                 column: t.col,
                 message: format!(
@@ -451,6 +478,27 @@ impl Parser {
                 ),
             }),
         }
+    }
+
+    /// An interleave's template: a source and its ops, up to the `,` or `)` that ends it.
+    pub(super) fn template(&mut self) -> Result<Dataset, DatasetError> {
+        if self.templates >= MAX_TEMPLATE_NESTING {
+            return Err(parse_error(
+                self.peek().col,
+                format!("interleave templates nest more than {MAX_TEMPLATE_NESTING} deep"),
+            ));
+        }
+        self.templates += 1;
+        let result = (|| {
+            let mut ds = self.source()?;
+            while self.is_punct('.') {
+                self.next();
+                ds = ds.push_op(self.op()?);
+            }
+            Ok(ds)
+        })();
+        self.templates -= 1;
+        result
     }
 
     /// `.op(...)` until the end. With `bare_first`, the first op may omit its `.`.

@@ -35,6 +35,9 @@ impl Parser {
                 | "ignore_errors"
                 | "cache"
                 | "concatenate"
+                | "interleave"
+                | "take_while"
+                | "group_by_window"
         );
         if !known {
             return Err(DatasetError::Parse {
@@ -47,6 +50,44 @@ impl Parser {
         let b = match name.as_str() {
             "map" => builder.map(&self.string_arg("a function name")?),
             "filter" => builder.filter(&self.string_arg("a function name")?),
+            "take_while" => builder.take_while(&self.string_arg("a predicate name")?),
+            "group_by_window" => {
+                let key = self.string_arg("a key function name")?;
+                self.expect_punct(',', "','")?;
+                if !self.keyword("window_size") {
+                    return Err(self.unexpected("'window_size='"));
+                }
+                let window_size = self.positive_arg("window_size")?;
+                self.expect_punct(',', "','")?;
+                if !self.keyword("reduce") {
+                    return Err(self.unexpected("'reduce='"));
+                }
+                let reduce = self.template()?;
+                builder.group_by_window(&key, window_size, reduce)
+            }
+            "interleave" => {
+                let template = self.template()?;
+                let (mut cycle, mut block, mut parallel) = (0, 1, None);
+                while self.more_args()? {
+                    let col = self.peek().col;
+                    if self.keyword("cycle_length") {
+                        cycle = self.u64_arg("cycle_length")?;
+                    } else if self.keyword("block_length") {
+                        block = self.positive_arg("block_length")?;
+                    } else if self.keyword("num_parallel_calls") {
+                        parallel = Some(self.u64_arg("num_parallel_calls")?);
+                    } else {
+                        return Err(parse_error(
+                            col,
+                            "expected 'cycle_length=', 'block_length=' or 'num_parallel_calls='",
+                        ));
+                    }
+                }
+                match parallel {
+                    Some(n) => builder.parallel_interleave(template, cycle, block, n),
+                    None => builder.interleave(template, cycle, block),
+                }
+            }
             "batch" => {
                 let n = self.positive_arg("batch size")?;
                 let mut drop = false;

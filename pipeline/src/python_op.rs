@@ -38,14 +38,14 @@ pub fn check(op: &pb::PyFunctionOp) -> Result<(), DatasetError> {
     Ok(())
 }
 
-/// The spec of the op's output for input of spec `input`: a filter keeps it; a map or flat_map
+/// The spec of the op's output for input of spec `input`: a filter or take_while keeps it; a map or flat_map
 /// has the spec the user gave, or `Unknown`.
 pub(crate) fn output_spec(
     op: &pb::PyFunctionOp,
     input: ElementSpec,
 ) -> Result<ElementSpec, DatasetError> {
     Ok(match kind_of(op)? {
-        pb::PyFunctionKind::Filter => input,
+        pb::PyFunctionKind::Filter | pb::PyFunctionKind::TakeWhile => input,
         _ => match &op.output_spec {
             Some(spec) => ElementSpec::from_proto(spec)?,
             None => ElementSpec::Unknown,
@@ -59,6 +59,26 @@ pub(crate) fn syntax_name(op: &pb::PyFunctionOp) -> &'static str {
         Ok(pb::PyFunctionKind::Map) => "py_map",
         Ok(pb::PyFunctionKind::Filter) => "py_filter",
         Ok(pb::PyFunctionKind::FlatMap) => "py_flat_map",
+        Ok(pb::PyFunctionKind::Interleave) => "py_interleave",
+        Ok(pb::PyFunctionKind::TakeWhile) => "py_take_while",
+        Ok(pb::PyFunctionKind::Generator) => "py_generator",
+        Ok(pb::PyFunctionKind::GroupReduce) => "py_group_reduce",
         _ => "py_function",
     }
+}
+
+/// Why a definition cannot be split, when one of its ops (not a template's) runs a generator
+/// (`from_generator`): its elements are one sequence only that generator can produce.
+pub fn unsplittable_generator(def: &pb::DatasetDef) -> Option<DatasetError> {
+    def.ops.iter().find_map(|op| match &op.kind {
+        Some(pb::op::Kind::PyFunction(f)) if f.kind == pb::PyFunctionKind::Generator as i32 => {
+            Some(DatasetError::invalid(format!(
+                "from_generator ('{}') cannot be split between workers: its elements are one \
+                 sequence only the generator can produce; read it with parallel_epochs (every \
+                 worker runs the generator), or iterate it locally",
+                f.name
+            )))
+        }
+        _ => None,
+    })
 }

@@ -114,6 +114,21 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
             }
             out.push(')');
         }
+        Some(SourceKind::Element(e)) => out.push_str(match &e.kind {
+            Some(pb::element_source::Kind::Files(f)) => match (f.format(), f.compression()) {
+                (pb::FileFormat::Tfrecord, pb::RecordCompression::None) => "element_tfrecord()",
+                (pb::FileFormat::Tfrecord, pb::RecordCompression::Gzip) => {
+                    "element_tfrecord(compression=\"GZIP\")"
+                }
+                (pb::FileFormat::Tfrecord, pb::RecordCompression::Zlib) => {
+                    "element_tfrecord(compression=\"ZLIB\")"
+                }
+                (pb::FileFormat::Lines | pb::FileFormat::Unspecified, _) => "element_lines()",
+            },
+            Some(pb::element_source::Kind::Slices(_)) => "element_slices()",
+            Some(pb::element_source::Kind::Window(_)) => "element_window()",
+            None => "<no element source>",
+        }),
     }
     out.push_str(&render_ops(&def.ops));
     out
@@ -194,6 +209,53 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 Some(other) => write!(out, ".concatenate({})", render_def(other)),
                 None => write!(out, ".concatenate(<no dataset>)"),
             },
+            Some(OpKind::Interleave(i)) => {
+                out.push_str(".interleave(");
+                match (&i.template, &i.function) {
+                    (Some(t), _) => out.push_str(&render_def(t)),
+                    // Shown for reading only, as a Python op.
+                    (None, Some(f)) => quote(&mut out, f.name.as_bytes()),
+                    (None, None) => out.push_str("<no template>"),
+                }
+                let _ = write!(
+                    out,
+                    ", cycle_length={}, block_length={}",
+                    i.cycle_length, i.block_length
+                );
+                if let Some(n) = i.num_parallel_calls {
+                    let _ = write!(out, ", num_parallel_calls={n}");
+                }
+                write!(out, ")")
+            }
+            Some(OpKind::GroupByWindow(g)) => {
+                out.push_str(".group_by_window(");
+                match &g.key_function {
+                    // Python functions are shown for reading only.
+                    Some(f) => quote(&mut out, f.name.as_bytes()),
+                    None => function_name(&mut out, &g.key),
+                }
+                match &g.window_size_function {
+                    Some(f) => {
+                        out.push_str(", window_size_func=");
+                        quote(&mut out, f.name.as_bytes());
+                    }
+                    None => {
+                        let _ = write!(out, ", window_size={}", g.window_size);
+                    }
+                }
+                out.push_str(", reduce=");
+                match (&g.reduce, &g.reduce_function) {
+                    (Some(t), _) => out.push_str(&render_def(t)),
+                    (None, Some(f)) => quote(&mut out, f.name.as_bytes()),
+                    (None, None) => out.push_str("<no reduce>"),
+                }
+                write!(out, ")")
+            }
+            Some(OpKind::TakeWhile(t)) => {
+                out.push_str(".take_while(");
+                function_name(&mut out, &t.predicate);
+                write!(out, ")")
+            }
             // Shown for reading only: a Python function has no text form to parse back.
             Some(OpKind::PyFunction(f)) => {
                 let _ = write!(out, ".{}(", syntax_name(f));

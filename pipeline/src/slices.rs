@@ -143,7 +143,7 @@ fn row_of(e: &Element, index: usize) -> Result<Element, DatasetError> {
     })
 }
 
-fn drop_first_dim(spec: ElementSpec) -> ElementSpec {
+pub(crate) fn drop_first_dim(spec: ElementSpec) -> ElementSpec {
     match spec {
         ElementSpec::Tensor { dtype, mut shape } => {
             if !shape.is_empty() {

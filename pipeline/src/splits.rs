@@ -47,7 +47,8 @@ pub fn split_source_index(def: &pb::DatasetDef) -> Result<usize, DatasetError> {
             Some(SourceKind::Choose(_)) => {
                 combiner.get_or_insert("choose_from_datasets");
             }
-            Some(SourceKind::Tensors(_) | SourceKind::Random(_)) | None => {}
+            Some(SourceKind::Tensors(_) | SourceKind::Random(_) | SourceKind::Element(_))
+            | None => {}
         }
         if d.ops
             .iter()
@@ -118,6 +119,9 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
             Reading::from_proto(fs)?;
             Ok(fs.files.len() as u64)
         }
+        Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
+            "an element source is only valid as the source of a template (interleave, group_by_window)",
+        )),
         Some(pb::source::Kind::Tensors(_)) => Ok(1),
         Some(pb::source::Kind::Random(_)) => Err(no_random_splits()),
         _ => Err(DatasetError::invalid("dataset definition has no source")),

@@ -101,7 +101,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             try:
                 element = _native.decode_element(body, _ID.size)
                 outputs = _functions.call(op_kind, fn, element)
-                if op_kind == _functions.KIND_FILTER:
+                if op_kind in (_functions.KIND_FILTER, _functions.KIND_TAKE_WHILE):
                     reply, payload = KEEP, b"\x01" if outputs else b"\x00"
                 else:
                     parts = [_functions.output_parts(o) for o in outputs]

@@ -8,7 +8,9 @@ version that wrote them, since a pickle loads only under those.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import os
 import sys
 import sysconfig
@@ -26,8 +28,20 @@ from sluice._tensors import tensor_parts
 KIND_MAP = 1
 KIND_FILTER = 2
 KIND_FLAT_MAP = 3
+KIND_INTERLEAVE = 4
+KIND_TAKE_WHILE = 5
+KIND_GENERATOR = 6
+KIND_GROUP_REDUCE = 7
 
-KIND_NAMES = {KIND_MAP: "map", KIND_FILTER: "filter", KIND_FLAT_MAP: "flat_map"}
+KIND_NAMES = {
+    KIND_MAP: "map",
+    KIND_FILTER: "filter",
+    KIND_FLAT_MAP: "flat_map",
+    KIND_INTERLEAVE: "interleave",
+    KIND_TAKE_WHILE: "take_while",
+    KIND_GENERATOR: "from_generator",
+    KIND_GROUP_REDUCE: "group_by_window",
+}
 
 
 def python_version() -> str:
@@ -273,18 +287,91 @@ def exception_parts(
 
 def call(kind: int, fn: Callable[..., Any], element: Any) -> List[Any]:
     """The outputs of ``fn`` on ``element`` for an op of ``kind``: one for a map, none or the
-    element itself for a filter, every element of what a flat_map returns.
+    element itself for a filter or a take_while, every element of what a flat_map or an
+    interleave's function returns.
 
     A tuple element is passed as positional arguments, as tf.data does; anything else as one.
+    A generator's call gets ``(run token, start, count)`` and returns that chunk of the run.
     """
+    if kind == KIND_GENERATOR:
+        return _generator_chunk(fn, *element)
     result = fn(*element) if isinstance(element, tuple) else fn(element)
     if kind == KIND_MAP:
         return [result]
-    if kind == KIND_FILTER:
+    if kind in (KIND_FILTER, KIND_TAKE_WHILE):
         return [element] if _truth(result) else []
-    if kind == KIND_FLAT_MAP:
+    if kind in (KIND_FLAT_MAP, KIND_INTERLEAVE, KIND_GROUP_REDUCE):
         return list(result)
     raise ValueError(f"unknown Python function kind {kind}")
+
+
+class Generator:
+    """``from_generator``'s callable: ``generator(*args)``, pickled together."""
+
+    def __init__(self, generator: Callable[..., Any], args: Tuple[Any, ...]) -> None:
+        self.generator = generator
+        self.args = args
+        # Named as the generator in messages.
+        target = generator if hasattr(generator, "__qualname__") else type(generator)
+        self.__qualname__ = getattr(target, "__qualname__", type(generator).__name__)
+        self.__module__ = getattr(target, "__module__", None) or "?"
+
+    def __call__(self) -> Any:
+        return self.generator(*self.args)
+
+
+class GroupReduce:
+    """``group_by_window``'s ``reduce_func`` run in Python: ``reduce_func(key, window)`` with
+    the window's elements as a dataset."""
+
+    def __init__(self, reduce_func: Callable[..., Any]) -> None:
+        self.reduce_func = reduce_func
+        target = reduce_func if hasattr(reduce_func, "__qualname__") else type(reduce_func)
+        self.__qualname__ = getattr(target, "__qualname__", type(reduce_func).__name__)
+        self.__module__ = getattr(target, "__module__", None) or "?"
+
+    def __call__(self, key: Any, window: Tuple[Any, ...]) -> Any:
+        from sluice.data import Dataset, TensorSpec
+
+        def spec(e: Any) -> Any:
+            if isinstance(e, tuple):
+                return tuple(spec(x) for x in e)
+            if isinstance(e, dict):
+                return {k: spec(v) for k, v in e.items()}
+            a = np.asarray(e)
+            return TensorSpec(a.shape, "string" if a.dtype.kind in "SOU" else a.dtype)
+
+        elements = list(window)
+        signature = spec(elements[0]) if elements else TensorSpec((), "int64")
+        ds = Dataset.from_generator(lambda: iter(elements), output_signature=signature)
+        return self.reduce_func(key, ds)
+
+
+# The generator runs this process is in the middle of, by (function, run token): the iterator
+# and how many elements it gave. A few only: a run whose chunk went to another process starts
+# again there and skips ahead.
+_RUNS: "collections.OrderedDict[Tuple[int, int], Tuple[Any, int]]" = collections.OrderedDict()
+_RUNS_LOCK = threading.Lock()
+_MOST_RUNS = 64
+
+
+def _generator_chunk(fn: Callable[[], Any], token: Any, start: Any, count: Any) -> List[Any]:
+    """Elements ``start .. start + count`` of the generator run ``token`` (fewer at its end)."""
+    key, start, count = (id(fn), int(token)), int(start), int(count)
+    with _RUNS_LOCK:
+        held = _RUNS.pop(key, None)
+    if held is not None and held[1] == start:
+        it = held[0]
+    else:
+        it = iter(fn())
+        collections.deque(itertools.islice(it, start), maxlen=0)
+    out = list(itertools.islice(it, count))
+    if len(out) == count:
+        with _RUNS_LOCK:
+            _RUNS[key] = (it, start + count)
+            while len(_RUNS) > _MOST_RUNS:
+                _RUNS.popitem(last=False)
+    return out
 
 
 def _truth(value: Any) -> bool:

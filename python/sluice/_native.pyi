@@ -31,6 +31,41 @@ class Dataset:
         files: Optional[List[str]] = None,
         compression: Optional[str] = None,
     ) -> Dataset: ...
+    @staticmethod
+    def element_files(format: str, compression: Optional[str] = None) -> Dataset: ...
+    @staticmethod
+    def element_slices() -> Dataset: ...
+    def interleave(
+        self,
+        template: Dataset,
+        cycle_length: int,
+        block_length: int,
+        num_parallel_calls: Optional[int] = None,
+    ) -> Dataset: ...
+    def py_interleave(
+        self,
+        pickled: bytes,
+        name: str,
+        python_version: str,
+        cloudpickle_version: str,
+        cycle_length: int,
+        block_length: int,
+        num_parallel_calls: Optional[int] = None,
+        output_spec: Any = None,
+    ) -> Dataset: ...
+    def take_while(self, predicate: str) -> Dataset: ...
+    def unsplittable(self) -> Optional[str]: ...
+    @staticmethod
+    def element_window() -> Dataset: ...
+    def group_by_window(
+        self,
+        key: Union[str, Tuple[bytes, str, str, str]],
+        window_size: int,
+        window_size_fn: Optional[Tuple[bytes, str, str, str]],
+        reduce_template: Optional[Dataset],
+        reduce_fn: Optional[Tuple[bytes, str, str, str]],
+        output_spec: Any = None,
+    ) -> Dataset: ...
     def map(self, function: str) -> Dataset: ...
     def filter(self, predicate: str) -> Dataset: ...
     def batch(self, batch_size: int, drop_remainder: bool) -> Dataset: ...

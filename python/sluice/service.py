@@ -113,6 +113,10 @@ def distribute(
     delivery = _delivery(delivery)
 
     def _apply(dataset: Dataset) -> Dataset:
+        if mode.lower() not in ("off", "parallel_epochs"):
+            refusal = dataset._native.unsplittable()
+            if refusal is not None:
+                raise InvalidArgumentError(refusal)
         native = _native.distribute(
             dataset._native,
             mode,

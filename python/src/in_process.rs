@@ -115,7 +115,8 @@ impl PythonFunction for InProcessFunction {
 
 impl InProcessFunction {
     fn call_here(&self, py: Python<'_>, input: Element) -> CallResult {
-        let filter = self.kind == pb::PyFunctionKind::Filter as i32;
+        let filter = self.kind == pb::PyFunctionKind::Filter as i32
+            || self.kind == pb::PyFunctionKind::TakeWhile as i32;
         // A filter hands back the element it keeps: the input, kept here (a clone shares the
         // tensors' buffers; their arrays are read-only to the predicate then).
         let kept = filter.then(|| input.clone());

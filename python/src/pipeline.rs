@@ -49,6 +49,26 @@ macro_rules! chain {
     };
 }
 
+/// A pickled function as Python hands it over: `(pickled, name, python_version,
+/// cloudpickle_version)`.
+type PickledFn = (Vec<u8>, String, String, String);
+
+fn pickled_op(
+    (pickled, name, python_version, cloudpickle_version): PickledFn,
+    kind: pb::PyFunctionKind,
+    output_spec: Option<ElementSpec>,
+) -> pb::PyFunctionOp {
+    pb::PyFunctionOp {
+        kind: kind as i32,
+        pickled,
+        name,
+        python_version,
+        cloudpickle_version,
+        num_parallel_calls: 0,
+        output_spec: output_spec.map(|s| s.to_proto()),
+    }
+}
+
 #[pyclass(frozen, module = "sluice._native")]
 pub struct Dataset {
     pub pipeline: Pipeline,
@@ -226,6 +246,156 @@ impl Dataset {
             ));
         };
         checked(d.clone().concatenate(other))
+    }
+
+    /// The source of an interleave template: the file the outer element names, read as
+    /// `format` (`lines` or `tfrecord`, `compression` as for `files`).
+    #[staticmethod]
+    #[pyo3(signature = (format, compression=None))]
+    fn element_files(format: &str, compression: Option<&str>) -> PyResult<Dataset> {
+        let compression = compression_from_py(compression)?;
+        let dataset = match format {
+            "lines" if compression == pb::RecordCompression::None => LocalDataset::element_lines(),
+            "lines" => return Err(invalid_argument("text lines cannot be read compressed")),
+            "tfrecord" => LocalDataset::element_tfrecord(compression),
+            other => return Err(invalid_argument(format!("unknown file format '{other}'"))),
+        };
+        Ok(Dataset::new(Pipeline::Local(dataset)))
+    }
+
+    /// The source of an interleave template: the outer element sliced along its first
+    /// dimension.
+    #[staticmethod]
+    fn element_slices() -> Dataset {
+        Dataset::new(Pipeline::Local(LocalDataset::element_slices()))
+    }
+
+    /// `interleave` with `template` (a local dataset) as each element's inner dataset;
+    /// `num_parallel_calls` `None` reads sequentially, 0 is AUTOTUNE.
+    #[pyo3(signature = (template, cycle_length, block_length, num_parallel_calls=None))]
+    fn interleave(
+        &self,
+        template: &Dataset,
+        cycle_length: u64,
+        block_length: u64,
+        num_parallel_calls: Option<u64>,
+    ) -> PyResult<Dataset> {
+        let op = pb::InterleaveOp {
+            template: Some(template.local()?.def().clone()),
+            function: None,
+            cycle_length,
+            block_length,
+            num_parallel_calls,
+        };
+        let registry = ExecOptions::default().registry;
+        sluice_pipeline::interleave::check(&op, &registry).map_err(dataset_error)?;
+        let chained = chain!(self, |d| d.interleave_op(op.clone()));
+        // The template must take the elements it is given (a file name, a sliceable tensor):
+        // refused here, as tf.data refuses it when tracing.
+        if let Pipeline::Local(d) = &chained.pipeline {
+            sluice_pipeline::element_spec(d.def(), &registry).map_err(dataset_error)?;
+        }
+        Ok(chained)
+    }
+
+    /// `interleave` whose inner datasets are what a Python function returns (pickled as for
+    /// `py_function`, of kind interleave).
+    #[pyo3(signature = (pickled, name, python_version, cloudpickle_version, cycle_length, block_length, num_parallel_calls=None, output_spec=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_interleave(
+        &self,
+        pickled: &Bound<'_, PyBytes>,
+        name: String,
+        python_version: String,
+        cloudpickle_version: String,
+        cycle_length: u64,
+        block_length: u64,
+        num_parallel_calls: Option<u64>,
+        output_spec: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Dataset> {
+        let output_spec = output_spec.map(spec_from_py).transpose()?;
+        let op = pb::InterleaveOp {
+            template: None,
+            function: Some(pb::PyFunctionOp {
+                kind: pb::PyFunctionKind::Interleave as i32,
+                pickled: pickled.as_bytes().to_vec(),
+                name,
+                python_version,
+                cloudpickle_version,
+                num_parallel_calls: 0,
+                output_spec: output_spec.map(|s| s.to_proto()),
+            }),
+            cycle_length,
+            block_length,
+            num_parallel_calls,
+        };
+        sluice_pipeline::interleave::check(&op, &ExecOptions::default().registry)
+            .map_err(dataset_error)?;
+        Ok(chain!(self, |d| d.interleave_op(op.clone())))
+    }
+
+    /// Why this dataset cannot be split between workers (it runs a generator), or `None`.
+    fn unsplittable(&self) -> Option<String> {
+        match &self.pipeline {
+            Pipeline::Local(d) => {
+                sluice_pipeline::python_op::unsplittable_generator(d.def()).map(|e| e.to_string())
+            }
+            Pipeline::Service(_) => None,
+        }
+    }
+
+    /// The source of a group_by_window's reduce template: the window's elements.
+    #[staticmethod]
+    fn element_window() -> Dataset {
+        Dataset::new(Pipeline::Local(LocalDataset::element_window()))
+    }
+
+    /// `group_by_window`: `key` a registered map function's name or a pickled function
+    /// `(pickled, name, python_version, cloudpickle_version)` (as `py_function` takes them, of
+    /// kind map), the window size fixed (`window_size_fn` `None`) or by a pickled function,
+    /// the reduction by a template (a local dataset from `element_window`) or a pickled
+    /// function of kind group_reduce with its optional output spec.
+    #[pyo3(signature = (key, window_size, window_size_fn, reduce_template, reduce_fn, output_spec=None))]
+    fn group_by_window(
+        &self,
+        key: &Bound<'_, PyAny>,
+        window_size: u64,
+        window_size_fn: Option<PickledFn>,
+        reduce_template: Option<&Dataset>,
+        reduce_fn: Option<PickledFn>,
+        output_spec: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Dataset> {
+        let output_spec = output_spec.map(spec_from_py).transpose()?;
+        let (key_function, key) = match key.extract::<String>() {
+            Ok(name) => (None, name),
+            Err(_) => (
+                Some(pickled_op(key.extract()?, pb::PyFunctionKind::Map, None)),
+                String::new(),
+            ),
+        };
+        let op = pb::GroupByWindowOp {
+            key_function,
+            window_size,
+            window_size_function: window_size_fn
+                .map(|f| pickled_op(f, pb::PyFunctionKind::Map, None)),
+            reduce: reduce_template
+                .map(|t| t.local().map(|d| d.def().clone()))
+                .transpose()?,
+            reduce_function: reduce_fn
+                .map(|f| pickled_op(f, pb::PyFunctionKind::GroupReduce, output_spec.clone())),
+            key,
+        };
+        let registry = ExecOptions::default().registry;
+        sluice_pipeline::group_by_window::check(&op, &registry).map_err(dataset_error)?;
+        let chained = chain!(self, |d| d.group_by_window_op(op.clone()));
+        if let Pipeline::Local(d) = &chained.pipeline {
+            sluice_pipeline::element_spec(d.def(), &registry).map_err(dataset_error)?;
+        }
+        Ok(chained)
+    }
+
+    fn take_while(&self, predicate: &str) -> Dataset {
+        chain!(self, |d| d.take_while(predicate))
     }
 
     fn map(&self, function: &str) -> Dataset {

@@ -86,9 +86,17 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::Shard(_)
                 | Kind::Shuffle(_)
                 | Kind::Skip(_)
-                | Kind::Take(_),
+                | Kind::Take(_)
+                | Kind::TakeWhile(_),
             ) => continue,
-            Some(Kind::PyFunction(f)) if f.kind() == pb::PyFunctionKind::Filter => continue,
+            Some(Kind::PyFunction(f))
+                if matches!(
+                    f.kind(),
+                    pb::PyFunctionKind::Filter | pb::PyFunctionKind::TakeWhile
+                ) =>
+            {
+                continue
+            }
             Some(
                 Kind::Map(_)
                 | Kind::Enumerate(_)
@@ -97,7 +105,9 @@ pub(crate) fn compute_batch_size<'a>(
                 | Kind::ParseExample(_)
                 | Kind::Unbatch(_)
                 | Kind::PyFunction(_)
-                | Kind::Concatenate(_),
+                | Kind::Concatenate(_)
+                | Kind::Interleave(_)
+                | Kind::GroupByWindow(_),
             )
             | None => return None,
         }

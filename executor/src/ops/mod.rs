@@ -1,11 +1,12 @@
-//! Iterators of the ops that keep state between elements. Stateless ops (map, filter, take,
-//! skip, shard) are closures in `executor.rs`.
+//! Iterators of the ops that keep state between elements (interleave's among them). Stateless
+//! ops (map, filter, take, skip, shard) are closures in `executor.rs`.
 
 pub(crate) mod batch;
 pub(crate) mod cache;
-pub(crate) mod padded_batch;
-
+pub(crate) mod group_by_window;
+pub(crate) mod interleave;
 pub(crate) mod nested;
+pub(crate) mod padded_batch;
 pub(crate) mod prefetch;
 pub(crate) mod repeat;
 pub(crate) mod shuffle;

@@ -9,8 +9,10 @@ values: numpy scalars, arrays, ``bytes`` for strings, tuples and dicts kept::
     >>> list(Dataset.range(5).map("square").batch(2).as_numpy_iterator())
     [array([0, 1]), array([4, 9]), array([16])]
 
-``map``, ``filter`` and ``flat_map`` take any Python callable; before ``distribute`` it runs
-on the workers, after it in this process. ``map`` and ``filter`` also take the names of
+``map``, ``filter``, ``flat_map``, ``interleave``, ``take_while``, ``group_by_window`` and
+``Dataset.from_generator`` take any Python callable; before ``distribute`` it runs on the
+workers, after it in this process (``interleave`` and ``group_by_window`` run natively what
+they can trace). ``map`` and ``filter`` also take the names of
 built-in functions, which run natively (``identity``, ``square``, ``negate``, ``add_one``,
 ``to_float``; ``is_even``, ``is_odd``).
 """

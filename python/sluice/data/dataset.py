@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, List, Mapping, Optional, Sequence, U
 import numpy as np
 
 from sluice import _functions, _native
+from sluice.data import _padding
 from sluice._tensors import tensor_parts as _tensor_parts
 from sluice.data.options import Options
 from sluice.data.tensor_spec import TensorSpec
@@ -147,6 +148,8 @@ class Dataset:
             >>> [(int(x), d) for x, d in ds]
             [(1, {'y': b'a'}), (2, {'y': b'b'})]
         """
+        if isinstance(tensors, _Element):
+            return Dataset(_native.Dataset.element_slices())
         if isinstance(tensors, (tuple, dict)):
             return Dataset(_native.Dataset.from_structured_slices(_columns(tensors)))
         dtype, shape, data = _tensor_parts(tensors)
@@ -277,6 +280,59 @@ class Dataset:
         )
 
     @staticmethod
+    def from_generator(
+        generator: Callable[..., Any],
+        output_types: Any = None,
+        output_shapes: Any = None,
+        args: Optional[Sequence[Any]] = None,
+        output_signature: Any = None,
+    ) -> "Dataset":
+        """The elements a Python generator yields, as tf.data's ``from_generator``:
+        ``generator(*args)`` returns an iterable (a generator function's call, a list, ...),
+        read as it goes; each pass of a ``repeat`` calls it again.
+
+            >>> def count(n):
+            ...     yield from range(n)
+            >>> ds = Dataset.from_generator(count, args=(3,),
+            ...                             output_signature=TensorSpec((), "int64"))
+            >>> [int(x) for x in ds]
+            [0, 1, 2]
+
+        The element spec is ``output_signature`` (``TensorSpec`` leaves), or ``output_types``
+        with ``output_shapes`` (both structures alike); with ``output_types`` alone it is the
+        first element's. Through the service the generator runs on the workers' Python
+        executors (pickled with cloudpickle, as :meth:`map`'s function), in
+        ``parallel_epochs`` mode only: a generator's elements are one sequence that cannot be
+        split, so ``distributed_epoch`` and the static sharding modes refuse it.
+        """
+        if not callable(generator):
+            raise TypeError("`generator` must be a Python callable.")
+        if output_signature is not None:
+            if output_types is not None:
+                raise TypeError(
+                    "The `output_types` argument can not be used together with the "
+                    "`output_signature` argument."
+                )
+            if output_shapes is not None:
+                raise TypeError(
+                    "The `output_shapes` argument can not be used together with the "
+                    "`output_signature` argument."
+                )
+            signature = output_signature
+        elif output_types is None:
+            raise TypeError(
+                "To specify the output signature you need to provide either the "
+                "`output_signature` argument or the `output_types` argument."
+            )
+        elif output_shapes is None:
+            signature = None
+        else:
+            signature = _signature_of(output_types, output_shapes)
+        call_args = tuple(np.asarray(a) if isinstance(a, (list, tuple)) else a for a in args or ())
+        fn = _functions.Generator(generator, call_args)
+        return Dataset.range(1)._py_function(_functions.KIND_GENERATOR, fn, 0, signature)
+
+    @staticmethod
     def list_files(
         file_pattern: Union[str, Sequence[str]],
         shuffle: Optional[bool] = None,
@@ -372,6 +428,232 @@ class Dataset:
         [0, 0, 1, 1]
         """
         return self._py_function(_functions.KIND_FLAT_MAP, map_func, 0, output_signature)
+
+    def interleave(
+        self,
+        map_func: Callable[..., Any],
+        cycle_length: Optional[int] = None,
+        block_length: Optional[int] = None,
+        num_parallel_calls: Optional[int] = None,
+        deterministic: Optional[bool] = None,
+        output_signature: Any = None,
+    ) -> "Dataset":
+        """Maps each element to a dataset with ``map_func`` and interleaves them, as tf.data:
+        ``cycle_length`` of them are open at once and read in turn, ``block_length`` elements
+        from each (1 by default); an exhausted one is replaced by the next element's. It is the
+        way to read many files at once::
+
+            >>> files = Dataset.list_files("/data/*.tfrecord")       # doctest: +SKIP
+            >>> ds = files.interleave(TFRecordDataset, cycle_length=4,
+            ...                       num_parallel_calls=AUTOTUNE)  # doctest: +SKIP
+            >>> ds = Dataset.from_tensor_slices([[1, 2, 3], [4, 5, 6]]).interleave(
+            ...     Dataset.from_tensor_slices, cycle_length=2)
+            >>> [int(x) for x in ds]
+            [1, 4, 2, 5, 3, 6]
+
+        ``cycle_length`` ``None`` or ``AUTOTUNE`` is the machine's CPU count, as in tf.data.
+        With ``num_parallel_calls`` (a number, or ``AUTOTUNE`` for ``cycle_length`` of them)
+        the open datasets are read ahead concurrently, each by its own thread; without it they
+        are read one after another. The order is tf.data's deterministic one either way
+        (``deterministic`` is accepted and changes nothing), so the output depends only on the
+        input's order, which exactly-once delivery needs.
+
+        ``map_func`` is called once here with a placeholder for the element. When it returns a
+        dataset built from it with this package's sources (``TFRecordDataset(f)``,
+        ``TextLineDataset(f)``, ``Dataset.from_tensor_slices(x)``, then any ops), that
+        dataset is the template every element's inner dataset is made from, and a worker runs
+        it natively, without Python. Otherwise (the function does something else with the
+        element, or takes a tuple element's parts) it runs per element as a Python function,
+        as :meth:`flat_map` does, each call's dataset or iterable read whole into memory;
+        ``output_signature`` then gives its element spec.
+        """
+        del deterministic  # the order is always the deterministic one
+        if not callable(map_func):
+            raise InvalidArgumentError(
+                f"interleave takes a Python callable, got {type(map_func).__name__}"
+            )
+        cycle = 0 if cycle_length is None or cycle_length == AUTOTUNE else cycle_length
+        if cycle_length is not None and cycle_length != AUTOTUNE and cycle <= 0:
+            raise InvalidArgumentError("cycle_length must be greater than zero.")
+        block = 1 if block_length is None else block_length
+        if block <= 0:
+            raise InvalidArgumentError("block_length must be greater than zero.")
+        if num_parallel_calls is None:
+            parallel: Optional[int] = None
+        elif num_parallel_calls == AUTOTUNE:
+            parallel = 0
+        elif num_parallel_calls <= 0:
+            raise InvalidArgumentError(
+                "num_parallel_calls must be greater than zero or AUTOTUNE, got "
+                f"{num_parallel_calls}"
+            )
+        else:
+            parallel = int(num_parallel_calls)
+        template = _trace(map_func)
+        if template is not None:
+            return self._chain(
+                self._native.interleave(template._native, int(cycle), int(block), parallel)
+            )
+        if output_signature is not None:
+            _check_signature(output_signature)
+        p = self._pickled(_functions.KIND_INTERLEAVE, map_func)
+        return self._chain(
+            self._native.py_interleave(
+                p.pickled,
+                p.name,
+                p.python_version,
+                p.cloudpickle_version,
+                int(cycle),
+                int(block),
+                parallel,
+                output_signature,
+            )
+        )
+
+    def group_by_window(
+        self,
+        key_func: Union[str, Callable[..., Any]],
+        reduce_func: Callable[[Any, "Dataset"], "Dataset"],
+        window_size: Optional[int] = None,
+        window_size_func: Optional[Callable[[Any], Any]] = None,
+    ) -> "Dataset":
+        """Groups elements by key and reduces each window of a group to a dataset, as
+        tf.data's ``group_by_window``.
+
+        ``key_func`` maps an element to an int64 scalar key (a Python callable, or the name of
+        a built-in map function). Elements go to their key's group; when a group holds its
+        window size (``window_size``, or ``window_size_func(key)``, asked once per key), it is
+        handed to ``reduce_func(key, window)`` as a dataset, and the elements of the dataset it
+        returns are yielded. At the end the groups left are reduced, smallest key first::
+
+            >>> ds = Dataset.range(10).group_by_window(
+            ...     lambda x: x % 2, lambda key, window: window.batch(5), window_size=5)
+            >>> [b.tolist() for b in ds]
+            [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+
+        ``reduce_func`` is called once here with placeholders: when it returns ops applied to
+        the window (``window.batch(n)``, ``window.map(f).take(1)``) without using the key, the
+        worker runs them natively. Otherwise it runs in Python per window, on a dataset of the
+        window's elements.
+        """
+        if (window_size is not None and window_size_func) or not (
+            window_size is not None or window_size_func
+        ):
+            raise ValueError(
+                "Either the `window_size` argument or the `window_size_func` argument must be "
+                "specified."
+            )
+        if window_size is not None and window_size <= 0:
+            raise InvalidArgumentError(
+                f"Window size must be greater than zero, but got {window_size}."
+            )
+        if not callable(reduce_func):
+            raise InvalidArgumentError(
+                f"reduce_func must be a Python callable, got {type(reduce_func).__name__}"
+            )
+        key = key_func if isinstance(key_func, str) else self._pickled_parts(key_func)
+        size_fn = None if window_size_func is None else self._pickled_parts(window_size_func)
+        window = Dataset(_native.Dataset.element_window())
+        try:
+            traced = reduce_func(_Element(), window)
+        except Exception:  # noqa: BLE001 - any failure means: run it as a Python function
+            traced = None
+        if (
+            isinstance(traced, Dataset)
+            and not traced._native.is_service()
+            and repr(traced._native).startswith("element_window()")
+        ):
+            native = self._native.group_by_window(
+                key, int(window_size or 0), size_fn, traced._native, None
+            )
+        else:
+            reduce = self._pickled_parts(_functions.GroupReduce(reduce_func))
+            native = self._native.group_by_window(
+                key, int(window_size or 0), size_fn, None, reduce
+            )
+        return self._chain(native)
+
+    def bucket_by_sequence_length(
+        self,
+        element_length_func: Callable[..., Any],
+        bucket_boundaries: Sequence[int],
+        bucket_batch_sizes: Sequence[int],
+        padded_shapes: Any = None,
+        padding_values: Any = None,
+        pad_to_bucket_boundary: bool = False,
+        no_padding: bool = False,
+        drop_remainder: bool = False,
+    ) -> "Dataset":
+        """Batches elements of similar lengths together, as tf.data's
+        ``bucket_by_sequence_length``: an element of length ``element_length_func(element)``
+        goes to the bucket ``i`` with ``bucket_boundaries[i-1] <= length <
+        bucket_boundaries[i]``, and each bucket is batched by ``bucket_batch_sizes[i]``
+        (``len(bucket_boundaries) + 1`` of them), its components padded to the longest in the
+        batch (or ``padded_shapes``; ``None`` dimensions there are the longest, or the bucket's
+        boundary minus 1 with ``pad_to_bucket_boundary``) with ``padding_values`` (0 and
+        ``b""`` by default); ``no_padding`` stacks them as they are.
+
+            >>> ds = Dataset.from_generator(
+            ...     lambda: (np.arange(n) for n in [1, 5, 2, 6]),
+            ...     output_signature=TensorSpec((None,), "int64"))
+            >>> [b.tolist() for b in ds.bucket_by_sequence_length(len, [4], [2, 2])]
+            [[[0, 0], [0, 1]], [[0, 1, 2, 3, 4, 0], [0, 1, 2, 3, 4, 5]]]
+
+        It is ``group_by_window`` with Python functions: they run on the workers' Python
+        executors (or here).
+        """
+        boundaries = [int(b) for b in bucket_boundaries]
+        sizes = [int(b) for b in bucket_batch_sizes]
+        if len(sizes) != len(boundaries) + 1:
+            raise ValueError(
+                "`len(bucket_batch_sizes)` must equal `len(bucket_boundaries) + 1` but "
+                f"`len(bucket_batch_sizes)={len(sizes)}` and "
+                f"`len(bucket_boundaries)={len(boundaries)}`."
+            )
+        if any(b <= 0 for b in sizes):
+            raise InvalidArgumentError("bucket_batch_sizes must be positive")
+        if sorted(boundaries) != boundaries:
+            raise InvalidArgumentError("bucket_boundaries must be sorted in increasing order")
+        bucket = _padding.BucketOf(element_length_func, boundaries)
+        batch = _padding.BucketBatch(
+            sizes, boundaries, padded_shapes, padding_values, pad_to_bucket_boundary,
+            no_padding, drop_remainder,
+        )
+        native = self._native.group_by_window(
+            self._pickled_parts(bucket),
+            0,
+            self._pickled_parts(_padding.BucketSize(sizes)),
+            None,
+            self._pickled_parts(batch),
+        )
+        return self._chain(native)
+
+    def _pickled_parts(self, fn: Any) -> Any:
+        p = self._pickled(_functions.KIND_MAP, fn)
+        return (p.pickled, p.name, p.python_version, p.cloudpickle_version)
+
+    def take_while(self, predicate: Union[str, Callable[..., Any]]) -> "Dataset":
+        """The elements before the first one for which ``predicate`` is false, as tf.data's
+        ``take_while``: a Python callable returning a scalar bool, or the name of a built-in
+        predicate. Where it runs and how it travels is as for :meth:`filter`.
+
+        >>> [int(x) for x in Dataset.range(10).take_while(lambda x: x < 3)]
+        [0, 1, 2]
+        >>> [int(x) for x in Dataset.range(5).take_while("is_even")]
+        [0]
+        """
+        if isinstance(predicate, str):
+            return self._chain(self._native.take_while(predicate))
+        return self._py_function(_functions.KIND_TAKE_WHILE, predicate, 0, None)
+
+    def _pickled(self, kind: int, fn: Any) -> "_functions.Pickled":
+        try:
+            return _functions.pickle_function(fn)
+        except Exception as e:
+            raise InvalidArgumentError(
+                f"{_functions.KIND_NAMES[kind]}: cannot pickle {_functions.function_name(fn)} "
+                f"with cloudpickle: {type(e).__name__}: {e}"
+            ) from e
 
     def _py_function(
         self, kind: int, fn: Any, num_parallel_calls: int, output_signature: Any
@@ -829,6 +1111,49 @@ def _incompatible_as_type_error(build: Callable[[], _native.Dataset]) -> Dataset
         raise
 
 
+class _Untraceable(Exception):
+    """An interleave function used its element other than as a source's argument."""
+
+
+class _Element:
+    """The placeholder an interleave's function is traced with: sources built from it
+    (``TFRecordDataset(e)``, ``TextLineDataset(e)``, ``Dataset.from_tensor_slices(e)``) become
+    the template's element source; anything else done with it raises, and the function then
+    runs in Python per element."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Untraceable()
+
+    __getattr__ = _refuse
+    __bool__ = __len__ = __iter__ = __index__ = __int__ = __float__ = _refuse
+    __str__ = __format__ = __bytes__ = __fspath__ = __array__ = __reduce__ = _refuse
+    __reduce_ex__ = __getitem__ = __contains__ = __call__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse  # type: ignore
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse
+    __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = __invert__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
+    __matmul__ = __rmatmul__ = __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _refuse
+
+    def __repr__(self) -> str:
+        return "<interleave element placeholder>"
+
+
+def _trace(map_func: Callable[..., Any]) -> Optional[Dataset]:
+    """The template ``map_func`` makes of a placeholder element, or ``None`` when it makes
+    none (it uses the element otherwise, fails, or returns something else than a local
+    dataset)."""
+    try:
+        result = map_func(_Element())
+    except Exception:  # noqa: BLE001 - any failure means: run it as a Python function
+        return None
+    if not isinstance(result, Dataset) or result._native.is_service():
+        return None
+    return result
+
+
 def _image_key(key: Any) -> Optional[str]:
     if key is not None and not isinstance(key, str):
         raise InvalidArgumentError(f"key must be a dict key (a str) or None, got {key!r}")
@@ -863,6 +1188,8 @@ def TextLineDataset(filenames: Union[str, Sequence[str], Dataset]) -> Dataset:
 def _files(
     filenames: Union[str, Sequence[str], Dataset], fmt: str, compression: Optional[str] = None
 ) -> Dataset:
+    if isinstance(filenames, _Element):
+        return Dataset(_native.Dataset.element_files(fmt, compression))
     if isinstance(filenames, Dataset):
         if filenames._files is None:
             raise InvalidArgumentError(
@@ -901,6 +1228,22 @@ def _parallel_calls(value: Optional[int]) -> int:
     if value is None or value == AUTOTUNE:
         return 0
     return _positive(value, "num_parallel_calls")
+
+
+def _signature_of(types: Any, shapes: Any) -> Any:
+    """``output_types`` and ``output_shapes`` (alike structures) as TensorSpecs."""
+    if isinstance(types, tuple):
+        if not isinstance(shapes, tuple) or len(shapes) != len(types):
+            raise TypeError("`output_shapes` must have the structure of `output_types`")
+        return tuple(_signature_of(t, s) for t, s in zip(types, shapes))
+    if isinstance(types, dict):
+        if not isinstance(shapes, dict) or set(shapes) != set(types):
+            raise TypeError("`output_shapes` must have the structure of `output_types`")
+        return {k: _signature_of(t, shapes[k]) for k, t in types.items()}
+    dtype = getattr(types, "as_numpy_dtype", types)  # a tf.DType
+    if dtype in (str, bytes) or getattr(types, "name", None) == "string":
+        dtype = "string"
+    return TensorSpec(tuple(shapes), dtype)
 
 
 def _check_signature(signature: Any) -> None:
