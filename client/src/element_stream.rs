@@ -349,7 +349,7 @@ impl ElementStream {
         }
     }
 
-    /// The caller found nothing to read: the read-ahead window may grow.
+    /// The caller found nothing to read: a growing read-ahead window opens.
     #[cold]
     fn starved(&self) {
         if let Some(read_ahead) = &self.read_ahead {
@@ -375,8 +375,12 @@ impl ElementStream {
         };
         self.waiting = None;
         // A wait that ends with the epoch's end is not a stall for an element.
-        if let (Some(since), Ok(_)) = (self.stalled_since.take(), &delivery) {
+        if let (Some(since), Ok(delivery)) = (self.stalled_since.take(), &delivery) {
             self.metrics.stalled(since.elapsed());
+            if let (Some(read_ahead), Ok(batch)) = (&self.read_ahead, delivery) {
+                let taken = self.consumed + self.taken_from_current();
+                read_ahead.stall_ended(batch.elements.remaining() as u64, taken);
+            }
         }
         Poll::Ready(delivery.ok())
     }

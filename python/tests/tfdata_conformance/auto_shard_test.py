@@ -378,7 +378,6 @@ def _interleaved_records(files):
     )
 
 
-@missing("Dataset.interleave")
 def testInterleaveDataset(files, root):
     """Ports AutoShardTest.testInterleaveDataset."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root)
@@ -395,7 +394,6 @@ def testInterleaveDataset(files, root):
     assert_dataset_produces(dataset, expected)
 
 
-@missing("Dataset.interleave, Dataset.zip")
 def testZipDataset(files, root):
     """Ports AutoShardTest.testZipDataset."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root)
@@ -415,7 +413,6 @@ def testZipDataset(files, root):
     assert_dataset_produces(dataset, expected)
 
 
-@missing("Dataset.interleave, Dataset.concatenate")
 def testConcatenateDataset(files, root):
     """Ports AutoShardTest.testConcatenateDataset."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=3, data_root=root)

@@ -61,7 +61,11 @@ def testConsumerRestart():
         ds2.take(20)
 
 
-@missing("Dataset.bucket_by_sequence_length, Dataset.group_by_window")
+@missing(
+    "datasets as elements (a reduce_func returning from_tensors(window), flattened by "
+    "flat_map(lambda x: x)); the reading threads fail and leave their step empty",
+    raises=TypeError,
+)
 def testBucketizing():
     """Ports CoordinatedReadTest.testBucketizing: at each step, every consumer gets a batch of
     the same bucket. (tf.data reads the consumers with nested parallel interleaves; this reads

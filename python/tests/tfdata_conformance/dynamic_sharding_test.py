@@ -85,7 +85,6 @@ def testTensorSlices():
     assert_dataset_produces(ds, vals, assert_items_equal=True)
 
 
-@missing("Dataset.interleave")
 def testInterleave():
     """Ports DynamicShardingTest.testInterleave."""
     cluster = TestCluster(num_workers=2, python_executors=1)
@@ -96,7 +95,6 @@ def testInterleave():
     assert_dataset_produces(ds, elements, assert_items_equal=True)
 
 
-@missing("Dataset.interleave")
 def testParallelInterleave():
     """Ports DynamicShardingTest.testParallelInterleave."""
     cluster = TestCluster(num_workers=2, python_executors=1)
@@ -119,7 +117,6 @@ def testFlatMap():
     assert_dataset_produces(ds, elements, assert_items_equal=True)
 
 
-@missing("Dataset.group_by_window, Dataset.zip")
 def testGroupByWindow():
     """Ports DynamicShardingTest.testGroupByWindow: split providers must not reach the datasets
     that ``reduce_fn`` makes."""
@@ -541,7 +538,6 @@ def _create_files(directory, num_files, num_records):
     return filenames
 
 
-@missing("Dataset.interleave")
 def testShuffleFiles(tmp_path):
     """Ports DynamicShardingFilesTest.testShuffleFiles."""
     filenames = _create_files(tmp_path, 5, 5)

@@ -30,7 +30,6 @@ import pytest
 import sluice
 from sluice.data import Dataset
 from tfdata_conformance._cluster import (
-    flaky,
     NO_WORK_DIR,
     TMP_WORK_DIR,
     Next,
@@ -236,11 +235,6 @@ def testRemoveMoreWorkersThanMaxOutstandingRequests():
         iterator()
 
 
-@flaky(
-    "under CPU load a starved reader grows its read-ahead until the task ends before the worker "
-    "restarts, so the epoch ends instead of starting over (grow only when the window, not the "
-    "worker, is what the reader waits for)"
-)
 @pytest.mark.parametrize("work_dir,fault_tolerant_mode", all_cluster_configurations())
 @pytest.mark.parametrize("use_same_port", [True, False])
 def testRestartWorker(use_same_port, work_dir, fault_tolerant_mode):
