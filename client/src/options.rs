@@ -6,7 +6,7 @@ use crate::error::ClientError;
 use rand::Rng;
 use sluice_element::Compression;
 use sluice_proto::dispatcher as pb;
-use sluice_types::{Delivery, TargetWorkers};
+use sluice_types::{Delivery, ShardingPolicy, TargetWorkers};
 use std::time::Duration;
 
 /// Whether a reader that is not coordinated reads `task` (tf.data's `ShouldReadFromTask`;
@@ -17,6 +17,21 @@ pub(crate) fn reads_task(target: TargetWorkers, task: &pb::TaskInfo, local: bool
         TargetWorkers::Any => true,
         TargetWorkers::Local => local,
         TargetWorkers::Auto => local || !is_colocated(task),
+    }
+}
+
+/// The workers a reader of a `mode` job reads when it asked for `target`. Under a static
+/// sharding policy, a process that runs a worker beside its trainer reads only its own workers
+/// with `AUTO`: each worker's shard belongs to the trainer beside it, as in tf.data's colocated
+/// deployments. Without a worker in the process, `AUTO` keeps its usual meaning.
+pub(crate) fn effective_target_workers(
+    mode: ShardingPolicy,
+    target: TargetWorkers,
+    has_local_worker: bool,
+) -> TargetWorkers {
+    match target {
+        TargetWorkers::Auto if mode.is_static() && has_local_worker => TargetWorkers::Local,
+        other => other,
     }
 }
 
@@ -240,6 +255,31 @@ mod tests {
                 ),
                 expected,
                 "{target} {tags:?} local={local}"
+            );
+        }
+    }
+
+    #[test]
+    fn static_sharding_in_a_process_with_a_worker_reads_only_its_own_workers() {
+        use ShardingPolicy::*;
+        use TargetWorkers::*;
+        // (mode, asked, worker in this process) -> read
+        let cases = [
+            (FileOrData, Auto, true, Local),
+            (File, Auto, true, Local),
+            (Data, Auto, true, Local),
+            (Hint, Auto, true, Local),
+            (FileOrData, Auto, false, Auto),
+            (FileOrData, Any, true, Any),
+            (FileOrData, Local, true, Local),
+            (Off, Auto, true, Auto),
+            (Dynamic, Auto, true, Auto),
+        ];
+        for (mode, asked, local, expected) in cases {
+            assert_eq!(
+                effective_target_workers(mode, asked, local),
+                expected,
+                "{mode} {asked} local={local}"
             );
         }
     }

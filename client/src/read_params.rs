@@ -43,6 +43,20 @@ impl ReadParams<'_> {
     }
 
     fn validate_local_workers(&self) -> Result<(), ClientError> {
+        // A worker in this process makes it a colocated deployment, where each worker's static
+        // shard is its own trainer's: reading the others' would read them twice.
+        if self.mode.is_static()
+            && self.target_workers == TargetWorkers::Any
+            && !LocalWorkers::global().is_empty()
+        {
+            return Err(ClientError::InvalidArgument(format!(
+                "Static sharding requires reading from local workers, but `target_workers` is \
+                 \"ANY\": this process runs a tf.data service worker, whose shard of the \
+                 <{}> policy is this trainer's, and the other workers' shards are their own \
+                 trainers'. Read with `target_workers` \"AUTO\" or \"LOCAL\".",
+                self.mode
+            )));
+        }
         if self.target_workers != TargetWorkers::Local {
             return Ok(());
         }

@@ -11,14 +11,14 @@
 use crate::client_metrics::ClientMetrics;
 use crate::element_stream::ElementStream;
 use crate::error::ClientError;
-use crate::options::{DistributeOptions, RegisterOptions};
+use crate::options::{effective_target_workers, DistributeOptions, RegisterOptions};
 use crate::read_params::ReadParams;
 use crate::reader_state::{Checkpointing, ReaderState};
 use sluice_element::Compression;
 use sluice_element::{pb as dpb, ElementSpec, PythonRunner};
 use sluice_pipeline::{Dataset, FunctionRegistry, Transform};
 use sluice_proto::dispatcher as pb;
-use sluice_rpc::{DispatcherClient, JobRequest};
+use sluice_rpc::{DispatcherClient, JobRequest, LocalWorkers};
 use sluice_types::{DatasetId, ShardingPolicy};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -253,10 +253,16 @@ impl ServiceDataset {
                     .to_string(),
             ),
         };
+        let mut options = self.options.clone();
+        options.target_workers = effective_target_workers(
+            self.mode,
+            options.target_workers,
+            !LocalWorkers::global().is_empty(),
+        );
         ElementStream::start(
             self.client.clone(),
             iteration,
-            &self.options,
+            &options,
             self.local_ops.clone(),
             self.python.clone(),
             ClientMetrics::global().for_read(&self.dataset_id, self.options.job_name.as_deref()),
@@ -394,6 +400,7 @@ async fn register_definition(
     let mut def = dataset.def().clone();
     absolutize_file_pattern(&mut def)?;
     sluice_pipeline::validate(&def, &registry)?;
+    check_external_state(&def)?;
     // In the user's own process, so unrestricted: the dispatcher checks the list it is sent
     // against its own data roots.
     sluice_formats::expand_files(&mut def, &sluice_formats::FileAccess::Unrestricted)?;
@@ -415,6 +422,43 @@ async fn register_definition(
         .register_dataset_def(&def, dataset_id.as_ref(), &metadata)
         .await?;
     Ok((registered.0, def))
+}
+
+/// tf.data's `experimental_external_state_policy`, applied when a definition is registered:
+/// `FAIL` refuses one whose Python functions keep state outside it (their code, what they
+/// capture), `WARN` logs them, `IGNORE` and an unset policy say nothing.
+fn check_external_state(def: &dpb::DatasetDef) -> Result<(), ClientError> {
+    use dpb::DatasetOptionsExternalStatePolicy as Policy;
+    let policy = def
+        .options
+        .as_ref()
+        .map_or(Policy::ExternalStatePolicyUnset, |o| {
+            o.external_state_policy()
+        });
+    if matches!(
+        policy,
+        Policy::ExternalStatePolicyUnset | Policy::ExternalStatePolicyIgnore
+    ) {
+        return Ok(());
+    }
+    let functions = sluice_pipeline::python_op::python_functions(def);
+    if functions.is_empty() {
+        return Ok(());
+    }
+    let functions = functions.join("', '");
+    if policy == Policy::ExternalStatePolicyFail {
+        return Err(ClientError::FailedPrecondition(format!(
+            "the dataset depends on external state: its Python functions ('{functions}') keep \
+             state outside the dataset (their code and what they capture), and \
+             `experimental_external_state_policy` is FAIL; set it to WARN or IGNORE to \
+             distribute the dataset"
+        )));
+    }
+    tracing::warn!(
+        "the dataset depends on external state: its Python functions ('{functions}') keep state \
+         outside the dataset, which the workers run as pickled"
+    );
+    Ok(())
 }
 
 fn service_dataset(

@@ -39,6 +39,7 @@ pub fn file_elements(
         Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
         Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
         Reading::Lines => open_lines,
+        Reading::Names => open_name,
     };
     Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()))
 }
@@ -112,6 +113,21 @@ pub(crate) fn records(
     let reader = TfRecordReader::new(stream, path);
     let elements = reader.map(|r| r.map(|b| Element::Tensor(Tensor::scalar_string(b))));
     tracked(elements, path, origin, RecordPosition::Record)
+}
+
+/// A file's name as its one element (the file is not opened; `access` allowed its path).
+fn open_name(
+    path: &str,
+    _resolved: &std::path::Path,
+    origin: &OriginCell,
+) -> Result<ElementIter, DatasetError> {
+    let name = Element::Tensor(Tensor::scalar_string(Bytes::from(path.to_string())));
+    Ok(tracked(
+        std::iter::once(Ok(name)),
+        path,
+        origin,
+        RecordPosition::Record,
+    ))
 }
 
 fn open_lines(

@@ -152,6 +152,12 @@ pub fn cardinality(def: &pb::DatasetDef) -> i64 {
             Some(d) => clamp(d),
             None => UNKNOWN,
         },
+        // A list of names is as long as its expansion.
+        Some(SourceKind::Files(fs))
+            if fs.format() == pb::FileFormat::Names && !fs.files.is_empty() =>
+        {
+            clamp(fs.files.len() as u64)
+        }
         Some(SourceKind::Files(_) | SourceKind::Element(_)) => UNKNOWN,
         Some(SourceKind::Random(_)) => INFINITE,
         Some(SourceKind::Tensors(_)) => 1,

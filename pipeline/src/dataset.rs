@@ -37,6 +37,12 @@ impl FilesBuilder {
         self.with_format(pb::FileFormat::Tfrecord, compression)
     }
 
+    /// The files' names, one scalar string each, in the sorted order of the expansion
+    /// (tf.data's `list_files(pattern, shuffle=False)`); the files are not read.
+    pub fn names(self) -> Dataset {
+        self.with_format(pb::FileFormat::Names, pb::RecordCompression::None)
+    }
+
     fn with_format(self, format: pb::FileFormat, compression: pb::RecordCompression) -> Dataset {
         Dataset::with_source(SourceKind::Files(pb::FilesSource {
             pattern: self.pattern,

@@ -94,10 +94,19 @@ fn window_outside_group() -> DatasetError {
 
 /// How an element source's files are read; compression applies to tfrecord files only.
 fn reading_of(f: &pb::ElementFiles) -> Result<crate::source_rules::Reading, DatasetError> {
-    if f.format() == pb::FileFormat::Unspecified {
-        return Err(DatasetError::invalid(
-            "interleave template's files source has no format (lines or tfrecord)",
-        ));
+    match f.format() {
+        pb::FileFormat::Unspecified => {
+            return Err(DatasetError::invalid(
+                "interleave template's files source has no format (lines or tfrecord)",
+            ))
+        }
+        pb::FileFormat::Names => {
+            return Err(DatasetError::invalid(
+                "interleave template's files source reads its file (lines or tfrecord), not its \
+                 name",
+            ))
+        }
+        pb::FileFormat::Lines | pb::FileFormat::Tfrecord => {}
     }
     crate::source_rules::Reading::from_proto(&pb::FilesSource {
         pattern: "<element>".to_string(),

@@ -417,18 +417,26 @@ impl Parser {
                 };
                 let pattern = self.string_arg("a quoted file pattern")?;
                 self.close()?;
-                self.expect_punct('.', "'.lines()' or '.tfrecord()'")?;
+                self.expect_punct('.', "'.lines()', '.tfrecord()' or '.names()'")?;
                 let builder = Dataset::files(&pattern);
-                let tfrecord = match &self.peek().tok {
-                    Tok::Ident(f) if f == "lines" => false,
-                    Tok::Ident(f) if f == "tfrecord" => true,
-                    _ => return Err(self.unexpected("'lines' or 'tfrecord'")),
+                let format = match &self.peek().tok {
+                    Tok::Ident(f) if f == "lines" => pb::FileFormat::Lines,
+                    Tok::Ident(f) if f == "tfrecord" => pb::FileFormat::Tfrecord,
+                    Tok::Ident(f) if f == "names" => pb::FileFormat::Names,
+                    _ => return Err(self.unexpected("'lines', 'tfrecord' or 'names'")),
                 };
                 self.next();
                 self.expect_punct('(', "'('")?;
-                if !tfrecord {
-                    self.close()?;
-                    return Ok(builder.lines());
+                match format {
+                    pb::FileFormat::Lines | pb::FileFormat::Unspecified => {
+                        self.close()?;
+                        return Ok(builder.lines());
+                    }
+                    pb::FileFormat::Names => {
+                        self.close()?;
+                        return Ok(builder.names());
+                    }
+                    pb::FileFormat::Tfrecord => {}
                 }
                 let compression = if self.is_punct(')') {
                     pb::RecordCompression::None

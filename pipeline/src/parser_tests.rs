@@ -38,6 +38,7 @@ const FORMS: &[&str] = &[
     "range(9).enumerate()",
     "range(9).enumerate(-3).batch(4)",
     "files(\"d/*.tfrecord\").tfrecord(compression=\"GZIP\")",
+    "files(\"d/*.tfrecord\").names().shuffle(10)",
     "files(\"d/*.tfrecord.z\").tfrecord(compression=\"ZLIB\").take(2)",
     "files(\"d/*\").tfrecord().parse_example(label=fixed(int64))",
     "files(\"d/*\").tfrecord(compression=\"GZIP\").parse_example(\"a b\"=var(float32), \
@@ -207,7 +208,7 @@ fn malformed_expressions_name_the_column() {
         ("from_slices([x])", "invalid dataset expression at column 14: expected a value or '[', found 'x'"),
         ("files(\"data/*.txt", "invalid dataset expression at column 7: unterminated string literal"),
         ("files(data).lines()", "invalid dataset expression at column 7: expected a quoted file pattern, found 'data'"),
-        ("files(\"a\").csv()", "invalid dataset expression at column 12: expected 'lines' or 'tfrecord', found 'csv'"),
+        ("files(\"a\").csv()", "invalid dataset expression at column 12: expected 'lines', 'tfrecord' or 'names', found 'csv'"),
         ("range(10).map(@)", "invalid dataset expression at column 15: expected a function name, found '@'"),
         ("range(10).enumerate(x)", "invalid dataset expression at column 21: expected an integer enumerate start, found 'x'"),
         ("range(10).enumerate(1, 2)", "invalid dataset expression at column 22: expected ')', found ','"),

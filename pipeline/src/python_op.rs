@@ -67,6 +67,33 @@ pub(crate) fn syntax_name(op: &pb::PyFunctionOp) -> &'static str {
     }
 }
 
+/// The names of the Python functions of `def` and of every dataset and template nested in it,
+/// in walk order: code whose state lives outside the definition (what it captures, the
+/// interpreter's), tf.data's "external state".
+pub fn python_functions(def: &pb::DatasetDef) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut stack = vec![def];
+    while let Some(d) = stack.pop() {
+        for op in &d.ops {
+            let functions: Vec<&pb::PyFunctionOp> = match &op.kind {
+                Some(pb::op::Kind::PyFunction(f)) => vec![f],
+                Some(pb::op::Kind::Interleave(i)) => i.function.iter().collect(),
+                Some(pb::op::Kind::GroupByWindow(g)) => g
+                    .key_function
+                    .iter()
+                    .chain(&g.window_size_function)
+                    .chain(&g.reduce_function)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            names.extend(functions.into_iter().map(|f| f.name.clone()));
+            stack.extend(crate::nested::op_template(op));
+        }
+        stack.extend(crate::nested::children(d));
+    }
+    names
+}
+
 /// Why a definition cannot be split, when one of its ops (not a template's) runs a generator
 /// (`from_generator`): its elements are one sequence only that generator can produce.
 pub fn unsplittable_generator(def: &pb::DatasetDef) -> Option<DatasetError> {
@@ -81,4 +108,59 @@ pub fn unsplittable_generator(def: &pb::DatasetDef) -> Option<DatasetError> {
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Dataset, Transform};
+
+    fn py(name: &str, kind: pb::PyFunctionKind) -> pb::PyFunctionOp {
+        pb::PyFunctionOp {
+            kind: kind as i32,
+            name: name.to_string(),
+            ..Default::default()
+        }
+    }
+
+    fn op(kind: pb::op::Kind) -> pb::Op {
+        pb::Op { kind: Some(kind) }
+    }
+
+    #[test]
+    fn python_functions_are_found_in_ops_templates_and_nested_datasets() {
+        use pb::op::Kind;
+        let map = op(Kind::PyFunction(py("m", pb::PyFunctionKind::Map)));
+        let mut with_map = Dataset::range(3).into_def();
+        with_map.ops.push(map.clone());
+        let mut template = Dataset::element_slices().into_def();
+        template
+            .ops
+            .push(op(Kind::PyFunction(py("t", pb::PyFunctionKind::Filter))));
+        let interleave = op(Kind::Interleave(pb::InterleaveOp {
+            template: Some(template),
+            block_length: 1,
+            ..Default::default()
+        }));
+        let group = op(Kind::GroupByWindow(pb::GroupByWindowOp {
+            key_function: Some(py("k", pb::PyFunctionKind::Map)),
+            reduce_function: Some(py("r", pb::PyFunctionKind::GroupReduce)),
+            ..Default::default()
+        }));
+        let mut zipped =
+            Dataset::zip(vec![Dataset::range(2), Dataset::from_def(with_map.clone())]).into_def();
+        zipped.ops.extend([interleave, group]);
+        let cases: Vec<(pb::DatasetDef, Vec<&str>)> = vec![
+            (Dataset::range(3).map("square").into_def(), vec![]),
+            (with_map, vec!["m"]),
+            (zipped, vec!["t", "k", "r", "m"]),
+        ];
+        for (def, want) in cases {
+            let mut got = python_functions(&def);
+            got.sort();
+            let mut want: Vec<String> = want.into_iter().map(String::from).collect();
+            want.sort();
+            assert_eq!(got, want, "{def:?}");
+        }
+    }
 }

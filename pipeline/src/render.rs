@@ -56,6 +56,7 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
                     ").tfrecord(compression=\"ZLIB\")"
                 }
                 (pb::FileFormat::Lines | pb::FileFormat::Unspecified, _) => ").lines()",
+                (pb::FileFormat::Names, _) => ").names()",
             });
         }
         Some(SourceKind::Random(r)) => match r.seed {
@@ -124,6 +125,7 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
                     "element_tfrecord(compression=\"ZLIB\")"
                 }
                 (pb::FileFormat::Lines | pb::FileFormat::Unspecified, _) => "element_lines()",
+                (pb::FileFormat::Names, _) => "<element names>",
             },
             Some(pb::element_source::Kind::Slices(_)) => "element_slices()",
             Some(pb::element_source::Kind::Window(_)) => "element_window()",

@@ -42,6 +42,8 @@ pub fn not_expanded(fs: &pb::FilesSource) -> DatasetError {
 pub enum Reading {
     Lines,
     TfRecord(pb::RecordCompression),
+    /// Not read: each file's name is its one element.
+    Names,
 }
 
 impl Reading {
@@ -52,6 +54,7 @@ impl Reading {
             (pb::FileFormat::Lines | pb::FileFormat::Unspecified, pb::RecordCompression::None) => {
                 Ok(Reading::Lines)
             }
+            (pb::FileFormat::Names, pb::RecordCompression::None) => Ok(Reading::Names),
             (_, c) => Err(DatasetError::invalid(format!(
                 "files source '{}': compression {} applies to tfrecord files only",
                 fs.pattern,

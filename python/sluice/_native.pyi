@@ -196,6 +196,7 @@ class WorkerServer:
         memory_reserve: Optional[int] = None,
         max_pipeline_ops: Optional[int] = None,
         max_pipeline_depth: Optional[int] = None,
+        cross_trainer_cache_size: Optional[int] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

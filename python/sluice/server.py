@@ -151,6 +151,10 @@ class WorkerConfig:
     - ``max_pipeline_ops``, ``max_pipeline_depth``: the limits this worker checks again before
       it builds a task's pipeline (``None``: 10,000 ops, 64 levels), as ``sluice worker
       --max-pipeline-ops``/``--max-pipeline-depth``; a task over them fails naming the limit.
+    - ``cross_trainer_cache_size_bytes``: what each task of a job read through a
+      ``CrossTrainerCache`` may keep for its trainers, as tf.data's and ``sluice worker
+      --cross-trainer-cache-size``; the oldest elements go first, so a trainer that falls behind
+      skips them. ``None``: 10 GiB, or half the memory budget if that is less.
 
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
@@ -175,6 +179,7 @@ class WorkerConfig:
     memory_reserve_bytes: Optional[int] = None
     max_pipeline_ops: Optional[int] = None
     max_pipeline_depth: Optional[int] = None
+    cross_trainer_cache_size_bytes: Optional[int] = None
 
 
 class _Server:
@@ -331,6 +336,7 @@ class WorkerServer(_Server):
             memory_reserve=c.memory_reserve_bytes,
             max_pipeline_ops=c.max_pipeline_ops,
             max_pipeline_depth=c.max_pipeline_depth,
+            cross_trainer_cache_size=c.cross_trainer_cache_size_bytes,
         )
 
     @property

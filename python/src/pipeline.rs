@@ -158,6 +158,12 @@ impl Dataset {
             "lines" if compression == pb::RecordCompression::None => builder.lines(),
             "lines" => return Err(invalid_argument("text lines cannot be read compressed")),
             "tfrecord" => builder.tfrecord_compressed(compression),
+            "names" if compression == pb::RecordCompression::None => builder.names(),
+            "names" => {
+                return Err(invalid_argument(
+                    "file names are not read, so not compressed",
+                ))
+            }
             other => return Err(invalid_argument(format!("unknown file format '{other}'"))),
         };
         let dataset = match files {

@@ -286,11 +286,14 @@ impl WorkerServer {
     /// (`%port%`: the bound port; `None`: the bound address). `memory_budget`: bytes all tasks'
     /// buffers may hold (`None`: half the machine's memory); `memory_reserve`: the part of it
     /// only a task within its fair share may take (`None`: an eighth).
+    /// `cross_trainer_cache_size`: bytes each cross-trainer cache task may hold (`None`: 10 GiB,
+    /// or half the memory budget if that is less).
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
         insecure=false, python=None, python_executors=None, worker_address=None,
-        memory_budget=None, memory_reserve=None, max_pipeline_ops=None, max_pipeline_depth=None))]
+        memory_budget=None, memory_reserve=None, max_pipeline_ops=None, max_pipeline_depth=None,
+        cross_trainer_cache_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -312,6 +315,7 @@ impl WorkerServer {
         memory_reserve: Option<u64>,
         max_pipeline_ops: Option<usize>,
         max_pipeline_depth: Option<usize>,
+        cross_trainer_cache_size: Option<u64>,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -341,6 +345,7 @@ impl WorkerServer {
             memory_reserve_bytes: memory_reserve,
             max_pipeline_ops: max_pipeline_ops.unwrap_or(defaults.max_pipeline_ops),
             max_pipeline_depth: max_pipeline_depth.unwrap_or(defaults.max_pipeline_depth),
+            cross_trainer_cache_size_bytes: cross_trainer_cache_size,
             ..defaults
         };
         let handle = wait(py, WorkerHandle::start(config))?.map_err(worker_error)?;

@@ -349,8 +349,9 @@ class Dataset:
             raise InvalidArgumentError(
                 f"Expected 'file_pattern' argument to match at least one file, got {file_pattern!r}"
             )
-        names = Dataset.from_tensor_slices(np.array([f.encode() for f in files], dtype=object))
-        names._files = files
+        # A files source of names: a server shards it by file (FILE sharding) and splits it per
+        # file (distributed_epoch), as tf.data does its list_files.
+        names = Dataset(_native.Dataset.files(",".join(files), "names", files, None), files)
         if shuffle is None or shuffle:
             names = Dataset(names._native.shuffle(len(files), seed), files)
         return names

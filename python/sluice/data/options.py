@@ -113,8 +113,10 @@ class Options(_OptionsBase):
     - ``deterministic`` (default ``True``): accepted; Sluice's parallel Python maps keep their
       input order either way, so ``False`` changes nothing.
     - ``experimental_external_state_policy`` (an :class:`ExternalStatePolicy`, default
-      ``WARN``): carried in the definition; Sluice saves no dataset graphs, so nothing reads
-      it yet.
+      ``WARN``): what registering the dataset with the service does about its Python functions,
+      whose state lives outside the dataset (their code, what they capture): ``FAIL`` refuses
+      it with :class:`~sluice.errors.FailedPreconditionError`, ``WARN`` (when set) logs them,
+      ``IGNORE`` says nothing.
     - ``experimental_distribute``: a :class:`DistributeOptions`.
     """
 

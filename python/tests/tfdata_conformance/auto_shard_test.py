@@ -32,7 +32,6 @@ from tfdata_conformance._cluster import (
     bug,
     get_dataset_output,
     make_distributed_dataset,
-    missing,
 )
 
 ShardingPolicy = sluice.ShardingPolicy
@@ -88,40 +87,17 @@ def _records(files, records):
     return [b"Record %d of file %d" % (record, file) for file in files for record in records]
 
 
-_READ_FROM_ALL = pytest.mark.xfail(
-    strict=True,
-    reason="missing: colocated static sharding: a static sharding policy read with "
-    "target_workers ANY is not refused (tf.data: Static sharding requires reading from local "
-    "workers)",
-)
-_FILE_SHARD = missing(
-    "FILE sharding of list_files(...).flat_map(TFRecordDataset) (Sluice shards files only "
-    "as TFRecordDataset(list_files(...)): Found an unshardable source dataset)",
-    raises=errors.OpError,
-)
-
-
-_FILE_OR_DATA_SHARD = pytest.mark.xfail(
-    strict=True,
-    reason="missing: FILE sharding of list_files(...).flat_map(TFRecordDataset) (Sluice shards "
-    "files only as TFRecordDataset(list_files(...)), so FILE_OR_DATA falls back to DATA)",
-)
-
-
 def _policies(*policies):
-    """``policies`` as parameters, each with the mark of what fails under it."""
-    return [
-        pytest.param(p, id=p.name, marks=_FILE_SHARD if p == ShardingPolicy.FILE else ())
-        for p in policies
-    ]
+    """``policies`` as parameters."""
+    return [pytest.param(p, id=p.name) for p in policies]
 
 
 def _file_policies():
     """FILE_OR_DATA and FILE, for cases whose files are read by a ``flat_map`` of
     ``list_files``: both need FILE sharding through the ``flat_map``."""
     return [
-        pytest.param(ShardingPolicy.FILE_OR_DATA, id="FILE_OR_DATA", marks=_FILE_OR_DATA_SHARD),
-        pytest.param(ShardingPolicy.FILE, id="FILE", marks=_FILE_SHARD),
+        pytest.param(ShardingPolicy.FILE_OR_DATA, id="FILE_OR_DATA"),
+        pytest.param(ShardingPolicy.FILE, id="FILE"),
     ]
 
 
@@ -194,11 +170,6 @@ def testRangeDataset_OneWorker(root):
     assert_dataset_produces(dataset, list(range(20)))
 
 
-@missing(
-    "colocated static sharding: a static sharding policy read with target_workers ANY is "
-    "not refused (tf.data: Static sharding requires reading from local workers)",
-    raises=None,
-)
 def testRangeDataset_ReadFromAllWorkers(root):
     """Ports AutoShardTest.testRangeDataset_ReadFromAllWorkers."""
     cluster = _make_service_cluster(num_workers=5, local_shard_index=1, data_root=root)
@@ -308,7 +279,6 @@ def testTFRecordDataset_NoShard(files, root):
     assert_dataset_produces(dataset, _records(range(10), range(10)))
 
 
-@_READ_FROM_ALL
 def testTFRecordDataset_ReadFromAllWorkers(files, root):
     """Ports AutoShardTest.testTFRecordDataset_ReadFromAllWorkers."""
     cluster = _make_service_cluster(

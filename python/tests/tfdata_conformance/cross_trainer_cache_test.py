@@ -33,7 +33,6 @@ from tfdata_conformance._cluster import (
     bug,
     get_dataset_output,
     make_distributed_dataset,
-    missing,
     not_applicable,
     py,
 )
@@ -107,7 +106,6 @@ def testDisableCrossTrainerCacheByDefault():
     assert output[0] >= 10
 
 
-@missing("WorkerConfig.cross_trainer_cache_size_bytes", raises=TypeError)
 def testConcurrentReaders():
     """Ports CrossTrainerCacheTest.testConcurrentReaders: a cache of (cores + 8) elements of
     423 bytes."""
@@ -132,7 +130,6 @@ def testConcurrentReaders():
             assert py(iterators[j]()) == i
 
 
-@missing("WorkerConfig.cross_trainer_cache_size_bytes", raises=TypeError)
 def testSlowClientSkipsData():
     """Ports CrossTrainerCacheTest.testSlowClientSkipsData."""
     cluster = _create_cluster(num_workers=1, cross_trainer_cache_size_bytes=500)
@@ -150,7 +147,6 @@ def testSlowClientSkipsData():
     assert len(output) == 200
 
 
-@missing("WorkerConfig.cross_trainer_cache_size_bytes", raises=TypeError)
 def testSmallCache():
     """Ports CrossTrainerCacheTest.testSmallCache."""
     cluster = _create_cluster(num_workers=1, cross_trainer_cache_size_bytes=500)

@@ -574,18 +574,16 @@ def _run_stateful(external_state_policy):
     get_dataset_output(ds)
 
 
-@missing("Dataset.with_options, Options.experimental_external_state_policy")
 @pytest.mark.parametrize("external_state_policy", ["IGNORE", "WARN"])
 def testStatefulNoError(external_state_policy):
     """Ports DataServiceOpsTest.testStatefulNoError."""
-    _run_stateful(getattr(sluice.data.ExternalStatePolicy, external_state_policy))
+    _run_stateful(getattr(sluice.data.experimental.ExternalStatePolicy, external_state_policy))
 
 
-@missing("Dataset.with_options, Options.experimental_external_state_policy")
 def testStatefulError():
     """Ports DataServiceOpsTest.testStatefulError."""
     with pytest.raises(errors.FailedPreconditionError):
-        _run_stateful(sluice.data.ExternalStatePolicy.FAIL)
+        _run_stateful(sluice.data.experimental.ExternalStatePolicy.FAIL)
 
 
 @missing(

@@ -35,7 +35,6 @@ from tfdata_conformance._cluster import (
     check_coordinated_read_groups,
     make_coordinated_read_dataset,
     make_distributed_range_dataset,
-    missing,
     wait_until,
 )
 
@@ -97,11 +96,6 @@ def testReadFromLocalAndNonTpuWorkers_DynamicSharding(num_local_workers, num_rem
     assert_dataset_produces(dataset, list(range(num_elements)), assert_items_equal=True)
 
 
-@missing(
-    "colocated static sharding: a reader of a static sharding policy reads every worker it "
-    "targets (here the local one and the untagged remote one), not only its local worker",
-    raises=AssertionError,
-)
 def testReadFromLocalWorker_StaticSharding():
     """Ports WorkerTagsTest.testReadFromLocalWorker_StaticSharding."""
     cluster = MultiProcessCluster(
