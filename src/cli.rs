@@ -259,6 +259,10 @@ pub struct DispatcherArgs {
     /// clients, and a job without iterations, this long idle are forgotten (`never` keeps them).
     #[arg(long, value_parser = parse_optional_duration, default_value = "5m")]
     pub job_gc_timeout: MaybeDuration,
+    /// Collect distributed_epoch iterations without clients too (by default they keep their
+    /// place, so a reader that comes back continues them).
+    #[arg(long)]
+    pub gc_dynamic_jobs: bool,
     /// A dataset no job has read for this long is forgotten (`never` to keep datasets).
     #[arg(long, value_parser = parse_optional_duration, default_value = "24h")]
     pub dataset_gc_timeout: MaybeDuration,

@@ -98,6 +98,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         worker_timeout: args.worker_timeout,
         client_timeout: args.client_timeout,
         job_gc_timeout: args.job_gc_timeout,
+        gc_dynamic_jobs: args.gc_dynamic_jobs,
         dataset_gc_timeout: args.dataset_gc_timeout,
         worker_addresses: DispatcherConfig::parse_worker_addresses(&args.worker_addresses),
         security: args.security.load()?,

@@ -164,6 +164,7 @@ class DispatchServer:
         max_definition_size: Optional[int] = None,
         max_pipeline_ops: Optional[int] = None,
         max_pipeline_depth: Optional[int] = None,
+        gc_dynamic_sharding_jobs: bool = False,
     ) -> None: ...
     @property
     def address(self) -> str: ...

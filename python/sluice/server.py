@@ -50,6 +50,9 @@ class DispatcherConfig:
       one (no ``peers`` needed; port 0 works).
     - ``worker_addresses``: the fixed worker list of static sharding.
     - ``worker_timeout_ms``, ``client_timeout_ms``, ``job_gc_timeout_ms`` (negative: never).
+    - ``gc_dynamic_sharding_jobs``: also collect ``distributed_epoch`` jobs that no client has
+      used for ``job_gc_timeout_ms`` (tf.data's option of that name). Off by default, as in
+      tf.data: such a job keeps its place, so a reader that comes back continues it.
     - ``max_definition_size``: the largest dataset definition a registration may carry, in
       bytes (``None``: 16 MiB), the same on every replica; larger ones are refused with
       ``InvalidArgumentError``. Keep large constant data in files.
@@ -86,6 +89,7 @@ class DispatcherConfig:
     max_definition_size: Optional[int] = None
     max_pipeline_ops: Optional[int] = None
     max_pipeline_depth: Optional[int] = None
+    gc_dynamic_sharding_jobs: bool = False
     host: str = "127.0.0.1"
     join: bool = False
     data_roots: Optional[List[str]] = None
@@ -266,6 +270,7 @@ class DispatchServer(_Server):
             max_definition_size=c.max_definition_size,
             max_pipeline_ops=c.max_pipeline_ops,
             max_pipeline_depth=c.max_pipeline_depth,
+            gc_dynamic_sharding_jobs=bool(c.gc_dynamic_sharding_jobs),
         )
 
     @property

@@ -120,12 +120,13 @@ impl DispatchServer {
     /// (`add_node`), instead of creating one. `tls_cert`, `tls_key`, `tls_ca`,
     /// `auth_token_file`, `insecure`: the replica's TLS and tokens, as `sluice dispatcher`'s
     /// flags of the same names. `max_definition_size`: bytes, as `--max-definition-size`.
+    /// `gc_dynamic_sharding_jobs`: collect unused `distributed_epoch` jobs too.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
         data_roots=Vec::new(), peer_listen=None, tls_cert=None, tls_key=None, tls_ca=None,
         auth_token_file=None, insecure=false, max_definition_size=None, max_pipeline_ops=None,
-        max_pipeline_depth=None))]
+        max_pipeline_depth=None, gc_dynamic_sharding_jobs=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -149,6 +150,7 @@ impl DispatchServer {
         max_definition_size: Option<u64>,
         max_pipeline_ops: Option<usize>,
         max_pipeline_depth: Option<usize>,
+        gc_dynamic_sharding_jobs: bool,
     ) -> PyResult<DispatchServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -204,6 +206,7 @@ impl DispatchServer {
             max_definition_size: max_definition_size.unwrap_or(defaults.max_definition_size),
             max_pipeline_ops: max_pipeline_ops.unwrap_or(defaults.max_pipeline_ops),
             max_pipeline_depth: max_pipeline_depth.unwrap_or(defaults.max_pipeline_depth),
+            gc_dynamic_jobs: gc_dynamic_sharding_jobs,
             ..defaults
         };
         let handle = wait(py, async move {

@@ -492,7 +492,6 @@ def testDifferentDatasetIdsForSameJob():
     assert_count_equal(output, list(range(100)) * 2)
 
 
-@missing("DispatcherConfig.gc_dynamic_sharding_jobs", raises=TypeError)
 def testGcDynamicShardingJobIfRequested():
     """Ports DynamicShardingTest.testGcDynamicShardingJobIfRequested."""
     dispatcher = sluice.DispatchServer(
