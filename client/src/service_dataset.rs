@@ -206,6 +206,14 @@ impl ServiceDataset {
             }
             None => self.repetition.fetch_add(1, Ordering::Relaxed),
         };
+        if self.mode == ShardingPolicy::Dynamic && has_snapshot(&self.definition) {
+            // tf.data's class and text, when the epoch starts: a snapshot's file is one
+            // sequence, not splits.
+            return Err(ClientError::Rpc {
+                code: tonic::Code::Unimplemented,
+                message: "Splitting is not implemented for snapshot datasets".into(),
+            });
+        }
         ReadParams {
             mode: self.mode,
             job_name: self.options.job_name.as_deref(),
@@ -422,6 +430,18 @@ async fn register_definition(
         .register_dataset_def(&def, dataset_id.as_ref(), &metadata)
         .await?;
     Ok((registered.0, def))
+}
+
+/// Whether `def` (or a dataset nested in it) has a `snapshot` op.
+fn has_snapshot(def: &dpb::DatasetDef) -> bool {
+    let mut found = false;
+    sluice_pipeline::nested::walk(def, |d, _| {
+        found |= d
+            .ops
+            .iter()
+            .any(|op| matches!(&op.kind, Some(dpb::op::Kind::Cache(c)) if c.snapshot));
+    });
+    found
 }
 
 /// tf.data's `experimental_external_state_policy`, applied when a definition is registered:

@@ -50,7 +50,7 @@ use sluice_pipeline::{
 
 use crate::memory_budget::{MemoryShare, Reservation};
 use crate::ops::batch::BatchIter;
-use crate::ops::cache::cache_factory;
+use crate::ops::cache::{cache_factory, snapshot_as_cache};
 use crate::ops::group_by_window::{GroupSpec, KeyFn, ReduceFn, WindowSizeFn};
 use crate::ops::interleave::{InterleaveSpec, MakeInner};
 use crate::ops::nested::{ConcatIter, MixIter, Picker, ZipIter, ZipShape};
@@ -240,7 +240,14 @@ fn build(
                     Ok(Box::new(ConcatIter::new(upstream()?, second.clone())) as ElementIter)
                 })
             }
-            Some(OpKind::Cache(c)) => cache_factory(factory, c, opts)?,
+            Some(OpKind::Cache(c)) => {
+                let upstream = pb::DatasetDef {
+                    source: def.source.clone(),
+                    ops: def.ops[..i].to_vec(),
+                    options: def.options.clone(),
+                };
+                cache_factory(factory, &snapshot_as_cache(c, &upstream), opts)?
+            }
             _ => {
                 let stage = Stage::new(op, opts)?.naming_origin(naming);
                 let upstream = factory;
@@ -404,6 +411,12 @@ pub fn apply_ops(
             ));
         }
         if let Some(OpKind::Cache(c)) = &op.kind {
+            if c.snapshot {
+                return Err(DatasetError::invalid(
+                    "snapshot cannot be applied to a distributed dataset on the client; put it \
+                     in the dataset before distribute",
+                ));
+            }
             // One pass of a stream that cannot be re-created: filled, never replayed (a file
             // cache is still written, for a later run).
             let taken = std::sync::Mutex::new(Some(it));

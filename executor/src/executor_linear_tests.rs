@@ -405,6 +405,32 @@ fn file_cache_is_written_whole_and_read_back() {
 }
 
 #[test]
+fn a_snapshot_is_kept_per_pipeline_in_its_directory_and_read_by_later_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let o = opts_with(calls.clone());
+    let expr = |upstream: &str| {
+        format!(
+            "{upstream}.map(count).snapshot({:?})",
+            dir.path().to_str().unwrap()
+        )
+    };
+    let got = run(&expr("range(3)"), &o).unwrap();
+    assert_eq!(got, [0, 1, 2].map(|v| json!(v)).to_vec());
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    let files = || std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(files(), 1);
+    // A later run of the same pipeline reads the snapshot, not the upstream.
+    assert_eq!(run(&expr("range(3)"), &o).unwrap(), got);
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    // Another pipeline in the same directory gets its own snapshot.
+    let other = run(&expr("range(5)"), &o).unwrap();
+    assert_eq!(other.len(), 5);
+    assert_eq!(calls.load(Ordering::Relaxed), 8);
+    assert_eq!(files(), 2);
+}
+
+#[test]
 fn file_cache_on_a_server_stays_inside_the_data_roots() {
     let root = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();

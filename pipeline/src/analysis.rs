@@ -579,12 +579,17 @@ pub(crate) fn validate_ops(
 
 /// A cache's file name: empty (memory) or a path without NUL bytes, and not a directory name.
 fn check_cache(c: &pb::CacheOp) -> Result<(), DatasetError> {
+    if c.snapshot && c.filename.is_empty() {
+        return Err(DatasetError::invalid(
+            "snapshot needs a directory: give a path",
+        ));
+    }
     if c.filename.contains('\0') {
         return Err(DatasetError::invalid(
             "cache filename must not contain a NUL byte",
         ));
     }
-    if c.filename.ends_with('/') {
+    if c.filename.ends_with('/') && !c.snapshot {
         return Err(DatasetError::invalid(format!(
             "cache filename '{}' names a directory; give a file name",
             c.filename

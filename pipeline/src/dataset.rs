@@ -365,6 +365,17 @@ pub trait Transform: Sized {
     fn cache(self, filename: &str) -> Self {
         self.push_op(op(OpKind::Cache(pb::CacheOp {
             filename: filename.to_string(),
+            snapshot: false,
+        })))
+    }
+
+    /// tf.data's `snapshot(path)`: the first complete pass is written to a file in the directory
+    /// `path`, named by the fingerprint of the dataset before it, and every later pass, in this
+    /// run or a later one, reads it instead of the upstream.
+    fn snapshot(self, path: &str) -> Self {
+        self.push_op(op(OpKind::Cache(pb::CacheOp {
+            filename: path.to_string(),
+            snapshot: true,
         })))
     }
 

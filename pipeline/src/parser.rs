@@ -14,7 +14,7 @@ use literals::tensor_from_literal;
 pub(crate) const TRANSFORMATIONS: &str =
     "map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, \
      enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, \
-     concatenate, interleave, take_while, group_by_window";
+     snapshot, concatenate, interleave, take_while, group_by_window";
 const SOURCES: &str =
     "range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets";
 /// The most interleave templates an expression may nest (each is parsed recursively).

@@ -34,6 +34,7 @@ impl Parser {
                 | "unbatch"
                 | "ignore_errors"
                 | "cache"
+                | "snapshot"
                 | "concatenate"
                 | "interleave"
                 | "take_while"
@@ -182,6 +183,12 @@ impl Parser {
                     }
                     builder.cache(&self.string_arg("a quoted cache file name")?)
                 }
+            }
+            "snapshot" => {
+                if !matches!(self.peek().tok, Tok::Str(_)) {
+                    return Err(self.unexpected("a quoted snapshot directory"));
+                }
+                builder.snapshot(&self.string_arg("a quoted snapshot directory")?)
             }
             "enumerate" => {
                 if self.is_punct(')') {

@@ -176,7 +176,7 @@ fn malformed_expressions_name_the_column() {
         ("range(10", "invalid dataset expression at column 9: expected ')' or ',', found end of input"),
         (
             "range(10).mapp(square)",
-            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, concatenate, interleave, take_while, group_by_window",
+            "unknown transformation 'mapp' at column 11; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, snapshot, concatenate, interleave, take_while, group_by_window",
         ),
         ("rang(10)", "unknown source 'rang' at column 1; expected one of range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets"),
         ("", "invalid dataset expression at column 1: expected a source (range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets), found end of input"),
@@ -258,7 +258,7 @@ fn op_chains() {
     }
     assert_eq!(
         parse_ops("range(10)").unwrap_err().to_string(),
-        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, concatenate, interleave, take_while, group_by_window"
+        "unknown transformation 'range' at column 1; expected one of map, filter, batch, shuffle, repeat, take, skip, shard, prefetch, enumerate, decode_image, resize, parse_example, padded_batch, unbatch, ignore_errors, cache, snapshot, concatenate, interleave, take_while, group_by_window"
     );
     assert_eq!(
         parse_ops("map(square) batch(2)").unwrap_err().to_string(),

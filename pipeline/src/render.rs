@@ -201,6 +201,11 @@ pub fn render_ops(ops: &[pb::Op]) -> String {
                 write!(out, ".ignore_errors(log_warning=true)")
             }
             Some(OpKind::IgnoreErrors(_)) => write!(out, ".ignore_errors()"),
+            Some(OpKind::Cache(c)) if c.snapshot => {
+                out.push_str(".snapshot(");
+                quote(&mut out, c.filename.as_bytes());
+                write!(out, ")")
+            }
             Some(OpKind::Cache(c)) if c.filename.is_empty() => write!(out, ".cache()"),
             Some(OpKind::Cache(c)) => {
                 out.push_str(".cache(");

@@ -447,6 +447,10 @@ impl Dataset {
         chain!(self, |d| d.cache(filename))
     }
 
+    fn snapshot(&self, path: &str) -> Dataset {
+        chain!(self, |d| d.snapshot(path))
+    }
+
     fn shard_hint(&self) -> Dataset {
         chain!(self, |d| d.shard_hint())
     }

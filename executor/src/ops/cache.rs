@@ -33,6 +33,26 @@ const MAGIC: &[u8] = b"SLUICE-CACHE\x01";
 /// The largest element a cache file may claim to hold (what a reader allocates at most).
 const MAX_RECORD_BYTES: u64 = 1 << 32;
 
+/// A `snapshot` op as the `cache` it runs: its file in the snapshot directory, named by the
+/// fingerprint of `upstream`, the definition the op applies to (the SHA-256 of its encoding),
+/// so each pipeline finds its own snapshot and no other's.
+pub(crate) fn snapshot_as_cache(op: &pb::CacheOp, upstream: &pb::DatasetDef) -> pb::CacheOp {
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+    if !op.snapshot {
+        return op.clone();
+    }
+    let digest = Sha256::digest(upstream.encode_to_vec());
+    let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    pb::CacheOp {
+        filename: Path::new(&op.filename)
+            .join(format!("{name}.snapshot"))
+            .to_string_lossy()
+            .into_owned(),
+        snapshot: false,
+    }
+}
+
 /// The factory of a `cache` op over `upstream`.
 pub(crate) fn cache_factory(
     upstream: Factory,

@@ -854,6 +854,41 @@ class Dataset:
         del name
         return self._chain(self._native.cache(_os.fspath(filename)))
 
+    def snapshot(
+        self,
+        path: Any,
+        compression: Optional[str] = "AUTO",
+        reader_func: Optional[Callable[..., Any]] = None,
+        shard_func: Optional[Callable[..., Any]] = None,
+        name: Optional[str] = None,
+    ) -> "Dataset":
+        """Keeps the first complete pass in the directory ``path`` and reads it on every
+        later pass, in this run or a later one, as tf.data's ``snapshot``.
+
+        The pass is written to one file in ``path`` named by the fingerprint of the dataset
+        before the snapshot, only once the pass has ended, so several pipelines can share a
+        directory and an interrupted pass leaves nothing. On a worker ``path`` must be inside
+        the worker's data roots, and each worker keeps its own (a static shard is a dataset of
+        its own). A snapshot is one sequence, not splits: ``distributed_epoch`` refuses it
+        with :class:`~sluice.errors.UnimplementedError`, as tf.data does. ``compression`` is
+        accepted and changes nothing (Sluice's file format is its own); ``reader_func`` and
+        ``shard_func`` (tf.data's ways to lay the files out) are not supported.
+
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     first = [int(x) for x in Dataset.range(3).snapshot(d)]
+        ...     again = [int(x) for x in Dataset.range(3).snapshot(d)]
+        >>> first, again
+        ([0, 1, 2], [0, 1, 2])
+        """
+        del compression, name
+        if reader_func is not None or shard_func is not None:
+            raise InvalidArgumentError(
+                "snapshot: `reader_func` and `shard_func` are not supported; a snapshot is one "
+                "file per pipeline in `path`"
+            )
+        return self._chain(self._native.snapshot(_os.fspath(path)))
+
     def with_options(self, options: Options, name: Optional[str] = None) -> "Dataset":
         """This dataset with ``options`` (a :class:`sluice.data.Options`) merged into its
         own: fields set in ``options`` win, as tf.data merges them. They travel in the

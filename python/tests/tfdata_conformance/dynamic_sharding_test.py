@@ -375,7 +375,6 @@ def testConcatenate(num_workers):
     assert_dataset_produces(ds, list(range(200)), assert_items_equal=num_workers > 1)
 
 
-@missing("Dataset.snapshot")
 @pytest.mark.parametrize("already_written", [True, False])
 def testSnapshot(already_written, tmp_path):
     """Ports DynamicShardingTest.testSnapshot."""
