@@ -15,6 +15,12 @@ reads in this one, as ``sluice bench`` measures. When tensorflow is importable (
 interpreter ``--tf-python`` names) the same workloads run on tf.data service's own servers and
 Python client, each in its own process, and the ratios sluice/tf.data are printed beside them.
 
+With ``--vs-window N`` each workload also runs with a fixed window of ``N`` outstanding
+requests (``max_outstanding_requests=N``), its epochs alternating with the autotuned ones in
+the same sitting, and the ratio autotuned/fixed is printed: what the autotuned window, which
+starts small so a shared job's other readers and late workers get their share, costs in
+throughput against a deep fixed one.
+
 One line per figure, then a JSON object of every figure on the last line.
 """
 
@@ -30,7 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from sluice._bench_timing import LARGE_FLOATS, timed
 
@@ -73,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
         "(default: this one, if it imports tensorflow)",
     )
     parser.add_argument("--no-tf", action="store_true", help="measure sluice only")
+    parser.add_argument(
+        "--vs-window",
+        type=int,
+        help="also run each workload with this fixed window, alternating, and print the ratio",
+    )
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="serve a dispatcher or worker until stdin closes")
     serve.add_argument("role", choices=["dispatcher", "worker"])
@@ -165,7 +176,7 @@ def _bench(args: argparse.Namespace) -> int:
     sizes = {"tiny": args.tiny, "batched": args.batched, "large": args.large_mib}
     tf_sizes = {"tiny": args.tf_tiny, "batched": args.tf_batched, "large": args.tf_large_mib}
     figures: Dict[str, float] = {"load_1min": round(os.getloadavg()[0], 2)}
-    ours = _sluice_figures(workloads, sizes, args.epochs)
+    ours, fixed = _sluice_figures(workloads, sizes, args.epochs, args.vs_window)
     tf_python = None if args.no_tf else _tf_interpreter(args.tf_python)
     theirs: Dict[str, float] = {}
     if tf_python is not None:
@@ -183,11 +194,24 @@ def _bench(args: argparse.Namespace) -> int:
             figures["ratio_" + name[len("py_") :]] = round(ratio, 2)
             line += f"   tf.data {theirs[workload]:,.0f} {unit}   sluice/tf.data {ratio:,.2f}x"
         print(line, flush=True)
+        if workload in fixed:
+            short = name[len("py_") :]
+            ratio = ours[workload] / fixed[workload]
+            figures[f"{name}_window{args.vs_window}"] = round(fixed[workload], 1)
+            figures[f"ratio_{short}_autotuned_vs_window"] = round(ratio, 3)
+            print(
+                f"{'':<16} window {args.vs_window}: {fixed[workload]:,.0f} {unit}   "
+                f"autotuned/fixed {ratio:,.3f}x",
+                flush=True,
+            )
     print(json.dumps(figures), flush=True)
     return 0
 
 
-def _sluice_figures(workloads: List[str], sizes: Dict[str, int], epochs: int) -> Dict[str, float]:
+def _sluice_figures(
+    workloads: List[str], sizes: Dict[str, int], epochs: int, window: Optional[int] = None
+) -> "tuple[Dict[str, float], Dict[str, float]]":
+    """The autotuned figures, and with `window` the fixed-window ones, their epochs alternating."""
     dispatcher = _Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])
     children = [dispatcher]
     try:
@@ -196,16 +220,23 @@ def _sluice_figures(workloads: List[str], sizes: Dict[str, int], epochs: int) ->
             + ["--dispatcher", dispatcher.address]
         )
         children.append(worker)
-        return {
-            w: _median(epochs, lambda w=w: _sluice_epoch(dispatcher.address, w, sizes[w]))
-            for w in workloads
-        }
+        autotuned: Dict[str, float] = {}
+        fixed: Dict[str, float] = {}
+        for w in workloads:
+            rates: Dict[Optional[int], List[float]] = {None: [], window: []}
+            for _ in range(max(epochs, 1)):
+                for each in [None] if window is None else [None, window]:
+                    rates[each].append(_sluice_epoch(dispatcher.address, w, sizes[w], each))
+            autotuned[w] = statistics.median(rates[None])
+            if window is not None:
+                fixed[w] = statistics.median(rates[window])
+        return autotuned, fixed
     finally:
         for child in reversed(children):
             child.stop()
 
 
-def _sluice_epoch(target: str, workload: str, size: int) -> float:
+def _sluice_epoch(target: str, workload: str, size: int, window: Optional[int] = None) -> float:
     """Reads one epoch of a new job; returns its rate (elements or MiB per second)."""
     import numpy as np
 
@@ -224,13 +255,10 @@ def _sluice_epoch(target: str, workload: str, size: int) -> float:
             "parallel_epochs",
             target,
             compression=None,
+            max_outstanding_requests=window,
         )
     )
     return timed(iter(distributed), workload, size)
-
-
-def _median(epochs: int, epoch: Callable[[], float]) -> float:
-    return statistics.median(epoch() for _ in range(max(epochs, 1)))
 
 
 def _tf_interpreter(given: Optional[str]) -> Optional[str]:
