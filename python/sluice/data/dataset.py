@@ -1397,4 +1397,10 @@ def _columns(value: Any) -> Any:
         return tuple(_columns(v) for v in value)
     if isinstance(value, dict):
         return {k: _columns(v) for k, v in value.items()}
+    if isinstance(value, Dataset):
+        raise InvalidArgumentError(
+            "a Dataset cannot be an element: Sluice's elements are tensors (numpy arrays), and "
+            "tf.data's datasets of datasets have no counterpart; build the dataset from its "
+            "elements' source instead"
+        )
     return list(_tensor_parts(value))
