@@ -36,8 +36,8 @@ fn register(id: Option<&str>, def: &[u8]) -> Update {
         num_splits: vec![3],
     }
 }
-/// A dataset whose definition has no split provider (two splittable sources in nested
-/// datasets, say): no split counts.
+/// A dataset whose definition has no split provider (a random source in it, say): no split
+/// counts.
 fn register_without_provider(id: &str) -> Update {
     Update::RegisterDataset {
         dataset_id: Some(DatasetId(id.into())),
