@@ -106,6 +106,26 @@ fn lease(iteration: u64, task: u64, repetition: u64, max_splits: u32) -> Update 
         task_id: TaskId(task),
     })
 }
+/// `lease` of split provider `provider`.
+fn lease_of(iteration: u64, task: u64, provider: u32, repetition: u64, max_splits: u32) -> Update {
+    Update::LeaseSplits(LeaseRequest {
+        iteration_id: IterationId(iteration),
+        provider,
+        repetition,
+        max_splits,
+        task_id: TaskId(task),
+    })
+}
+/// `register` of a definition with a split provider of each of `num_splits`' counts (a zip of
+/// ranges, say).
+fn register_providers(def: &[u8], num_splits: &[u64]) -> Update {
+    Update::RegisterDataset {
+        dataset_id: None,
+        def: def.to_vec(),
+        metadata: meta(),
+        num_splits: num_splits.to_vec(),
+    }
+}
 fn finish(worker: &str, tasks: &[u64]) -> Update {
     Update::FinishTasks {
         worker: worker.into(),
