@@ -172,7 +172,11 @@ impl SplitSupplier for Splits {
 fn distributed_epoch_gives_every_source_its_own_provider() {
     // (expression, splits handed to this worker as (provider, repetition, splits), expected
     // elements or a piece of the error)
-    type Case = (&'static str, Vec<(u32, u64, &'static [u64])>, Result<Value, &'static str>);
+    type Case = (
+        &'static str,
+        Vec<(u32, u64, &'static [u64])>,
+        Result<Value, &'static str>,
+    );
     let cases: Vec<Case> = vec![
         (
             "zip(range(6), from_tensors(9).repeat())",

@@ -63,7 +63,10 @@ pub fn split_providers(def: &pb::DatasetDef) -> Result<Vec<&pb::DatasetDef>, Dat
 
 /// The number of splits of each of `def`'s split providers, in provider order.
 pub fn split_counts(def: &pb::DatasetDef) -> Result<Vec<u64>, DatasetError> {
-    split_providers(def)?.into_iter().map(source_splits).collect()
+    split_providers(def)?
+        .into_iter()
+        .map(source_splits)
+        .collect()
 }
 
 /// How many splits provider `provider` has: a range's length, a slices tensor's first dimension,
@@ -194,7 +197,10 @@ mod tests {
                 Dataset::zip(vec![Dataset::range(10), tensors().repeat_forever()]),
                 Ok(vec![10, 1]),
             ),
-            (tensors().concatenate(Dataset::range(4).into_def()), Ok(vec![1, 4])),
+            (
+                tensors().concatenate(Dataset::range(4).into_def()),
+                Ok(vec![1, 4]),
+            ),
             (
                 Dataset::zip(vec![Dataset::range(10), Dataset::range(3)]),
                 Ok(vec![10, 3]),
@@ -262,11 +268,14 @@ mod tests {
     #[test]
     fn random_or_cache_anywhere_is_refused() {
         let nested = Dataset::zip(vec![Dataset::range(3), Dataset::random(Some(1))]);
-        let err = check_distributed_epoch(nested.def()).unwrap_err().to_string();
+        let err = check_distributed_epoch(nested.def())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("RandomDataset"), "{err}");
-        let cached = Dataset::range(2)
-            .concatenate(Dataset::range(3).cache("").into_def());
-        let err = check_distributed_epoch(cached.def()).unwrap_err().to_string();
+        let cached = Dataset::range(2).concatenate(Dataset::range(3).cache("").into_def());
+        let err = check_distributed_epoch(cached.def())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cache cannot run"), "{err}");
         let fine = Dataset::zip(vec![Dataset::range(3), Dataset::range(4)]);
         assert!(check_distributed_epoch(fine.def()).is_ok());

@@ -142,7 +142,17 @@ mod tests {
         );
         // The pipeline reads the providers in an order of its own: each gets its own splits.
         let mut got = Vec::new();
-        for (provider, repetition) in [(1, 0), (0, 0), (1, 0), (0, 0), (0, 0), (1, 0), (1, 1), (1, 1), (0, 0)] {
+        for (provider, repetition) in [
+            (1, 0),
+            (0, 0),
+            (1, 0),
+            (0, 0),
+            (0, 0),
+            (1, 0),
+            (1, 1),
+            (1, 1),
+            (0, 0),
+        ] {
             got.push((provider, replay.next_split(provider, repetition).unwrap()));
         }
         assert_eq!(
@@ -159,10 +169,7 @@ mod tests {
                 (0, Some(100)),
             ]
         );
-        assert_eq!(
-            *fresh.0.lock().unwrap(),
-            vec![(1, 0), (1, 1), (0, 0)]
-        );
+        assert_eq!(*fresh.0.lock().unwrap(), vec![(1, 0), (1, 1), (0, 0)]);
     }
 
     #[test]

@@ -202,9 +202,12 @@ mod tests {
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Leases(#[serde(with = "recorded_leases")] Vec<RecordedLease>);
 
+    /// Triples `(repetition, start, end)`.
+    type Triples = Vec<(u64, u64, u64)>;
+
     /// How builds before split providers encoded a lineage's leases.
     #[derive(Serialize)]
-    struct OldLeases(Vec<(u64, u64, u64)>);
+    struct OldLeases(Triples);
 
     fn lease(provider: u32, repetition: u64, start: u64, end: u64) -> RecordedLease {
         RecordedLease {
@@ -218,7 +221,7 @@ mod tests {
     #[test]
     fn leases_of_provider_0_are_encoded_as_before_and_others_after_a_switch() {
         // (leases, the triples encoded)
-        let cases: Vec<(Vec<RecordedLease>, Vec<(u64, u64, u64)>)> = vec![
+        let cases: Vec<(Vec<RecordedLease>, Triples)> = vec![
             (vec![], vec![]),
             (
                 vec![lease(0, 0, 0, 2), lease(0, 1, 4, 9)],

@@ -335,7 +335,10 @@ fn a_restore_keeps_each_providers_leases_and_cursor() {
     let recorded = vec![leased_of(1, 0, 2), leased_of(0, 0, 1)];
     assert_eq!(
         lineages_of(&state, 2),
-        vec![(4000, recorded.clone(), vec![(0, 2)]), (4001, vec![], vec![])]
+        vec![
+            (4000, recorded.clone(), vec![(0, 2)]),
+            (4001, vec![], vec![])
+        ]
     );
     assert_eq!(
         running_lineages(&state, 2001)

@@ -363,7 +363,11 @@ fn lineages_record_the_provider_of_each_lease() {
         // A snapshot keeps the providers: decoded, the state replays the same leases.
         let decoded: DispatcherState =
             sluice_journal::codec::decode(&sluice_journal::codec::encode(&state)).expect(name);
-        assert_eq!(running_lineages(&decoded, 2000), want, "{name}: decoded lineages");
+        assert_eq!(
+            running_lineages(&decoded, 2000),
+            want,
+            "{name}: decoded lineages"
+        );
     }
 }
 
