@@ -73,7 +73,8 @@ use crate::stack_guard::{guard_after, guard_factory, guard_iter};
 #[derive(Clone)]
 pub struct ExecOptions {
     pub registry: Arc<FunctionRegistry>,
-    /// `Some` in distributed_epoch mode: the source yields only the splits supplied.
+    /// `Some` in distributed_epoch mode: each source yields only the splits supplied for its
+    /// split provider.
     pub splits: Option<Arc<dyn SplitSupplier>>,
     /// Unrestricted in the user's own process (the default); a server's data roots on a
     /// worker, checked before each file is opened.
@@ -190,8 +191,8 @@ fn build(
                 return Err(DatasetError::invalid(
                     "enumerate in distributed_epoch mode needs a range or from_slices source \
                      directly before it, not a zip, sample_from_datasets or \
-                     choose_from_datasets over the split source: its index is the element's \
-                     split index, its position in the source",
+                     choose_from_datasets, whose inputs read splits of their own: its index is \
+                     the element's split index, its position in the source",
                 ));
             }
             received = nested_received;
