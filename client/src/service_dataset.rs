@@ -328,9 +328,9 @@ impl DispatcherClientExt for DispatcherClient {
     ) -> Result<ServiceDataset, ClientError> {
         options.validate()?;
         if mode == ShardingPolicy::Dynamic {
-            // Refused before registering: only a definition with one splittable source has
-            // the split provider distributed_epoch hands out.
-            sluice_pipeline::split_source_index(dataset.def())?;
+            // Refused before registering: a definition with a random source (or none) has no
+            // split providers for distributed_epoch to hand out.
+            sluice_pipeline::split_providers(dataset.def())?;
         }
         let register = RegisterOptions {
             compression: options.compression,
@@ -369,7 +369,7 @@ impl DispatcherClientExt for DispatcherClient {
             })?;
         let definition = response.dataset.unwrap_or_default();
         if mode == ShardingPolicy::Dynamic {
-            sluice_pipeline::split_source_index(&definition)?;
+            sluice_pipeline::split_providers(&definition)?;
         }
         let metadata = response.metadata.unwrap_or_default();
         let element_spec = metadata

@@ -53,16 +53,23 @@ pub fn task_def(state: &DispatcherState, task: &Task, job: &Job, dataset: &Datas
     let shard_worker = state.shard_worker_of(task.id, &task.worker);
     let worker_index = state.worker_index(shard_worker);
     let static_workers = state.static_workers();
-    let (exactly_once, replay_leases, skip_runs) = match state.replay_of(task.id) {
+    let (exactly_once, replay_leases, replay_providers, skip_runs) = match state.replay_of(task.id)
+    {
         Some((leases, delivered)) => (
             true,
             leases
                 .iter()
                 .flat_map(|l| [l.repetition, l.start, l.end])
                 .collect(),
+            // Left empty when every lease is provider 0's, as before several providers.
+            if leases.iter().any(|l| l.provider != 0) {
+                leases.iter().map(|l| l.provider).collect()
+            } else {
+                Vec::new()
+            },
             delivered.iter().flat_map(|(s, e)| [s, e]).collect(),
         ),
-        None => (false, Vec::new(), Vec::new()),
+        None => (false, Vec::new(), Vec::new(), Vec::new()),
     };
     pb::TaskDef {
         task_id: task.id.0,
@@ -78,6 +85,7 @@ pub fn task_def(state: &DispatcherState, task: &Task, job: &Job, dataset: &Datas
         num_workers: static_workers.len() as u64,
         exactly_once,
         replay_leases,
+        replay_providers,
         skip_runs,
     }
 }

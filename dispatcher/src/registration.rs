@@ -59,10 +59,11 @@ impl Registration {
             .ok_or_else(|| DispatcherError::InvalidArgument("`dataset` is required".into()))?;
         sluice_formats::expand_files(&mut def, &FileAccess::Roots(roots.clone()))
             .map_err(invalid)?;
-        let num_splits = (0..sluice_pipeline::num_split_providers(&def))
-            .map(|p| sluice_pipeline::num_splits(&def, p))
-            .collect::<Result<Vec<u64>, _>>()
-            .map_err(invalid)?;
+        // No providers (a random source): registered, refused by distributed_epoch jobs.
+        let num_splits = match sluice_pipeline::split_providers(&def) {
+            Ok(_) => sluice_pipeline::split_counts(&def).map_err(invalid)?,
+            Err(_) => Vec::new(),
+        };
         let given = request.metadata.unwrap_or_default();
         let element_spec = match given.element_spec {
             Some(spec) => spec,

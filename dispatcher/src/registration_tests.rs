@@ -38,7 +38,7 @@ fn a_range_gets_its_split_count_cardinality_and_computed_spec() {
 }
 
 #[test]
-fn a_nested_definition_has_a_split_provider_only_with_one_splittable_source() {
+fn every_splittable_source_of_a_nested_definition_has_a_split_provider() {
     use sluice_element::{Element, Tensor};
     use sluice_pipeline::Transform;
     let x = Element::Tensor(Tensor::scalar_i64(7));
@@ -49,16 +49,21 @@ fn a_nested_definition_has_a_split_provider_only_with_one_splittable_source() {
                 Dataset::range(10),
                 Dataset::from_tensors(&x).repeat_forever(),
             ]),
-            vec![10],
+            vec![10, 1],
             10,
         ),
         (Dataset::from_tensors(&x), vec![1], 1),
-        // Two splittable sources: registered (parallel_epochs and the static modes run it),
-        // with no provider for distributed_epoch.
         (
             Dataset::range(3).concatenate(Dataset::range(4).into_def()),
-            Vec::new(),
+            vec![3, 4],
             7,
+        ),
+        // A random source: registered (parallel_epochs and the static modes run it), with no
+        // provider for distributed_epoch.
+        (
+            Dataset::zip(vec![Dataset::range(3), Dataset::random(Some(1))]),
+            Vec::new(),
+            3,
         ),
     ];
     for (dataset, splits, cardinality) in cases {

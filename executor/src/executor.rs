@@ -9,9 +9,11 @@
 //!
 //! A definition that holds others (zip, sample_from_datasets and choose_from_datasets sources,
 //! concatenate ops) is built the same way, each nested definition to a factory of its own
-//! (`build`), combined by the iterators of `ops::nested`. In distributed_epoch mode exactly one
-//! source of the tree reads splits (`split_source`); every other source is read whole, and a
-//! `repeat` counts passes by the splits of the split source when that lies below it.
+//! (`build`), combined by the iterators of `ops::nested`. In distributed_epoch mode every leaf
+//! source of the tree (range, slices, files, from_tensors) reads the splits of its own provider
+//! (`split_providers`, numbered in the order `nested::walk` visits them), and a `repeat`
+//! tells a pass its sources got no split in from an empty one by the splits of the sources
+//! below it.
 //!
 //! Two things a pipeline's owner hands in through `ExecOptions` reach every op: the memory
 //! budget (ops that hold elements reserve their bytes on it) and the cancellation flag (ops
@@ -31,6 +33,7 @@
 //! every op between the source and the failing one passes elements one by one in source order
 //! (`keeps_origin`; see `OriginCell` in `sluice-element`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -45,7 +48,7 @@ use sluice_pipeline::interleave::{self as interleave_rules, resolve_template};
 use sluice_pipeline::nested::{is_leaf_source, source_children, source_kind};
 use sluice_pipeline::source_rules::has_file_list;
 use sluice_pipeline::{
-    split_source, validate, FunctionRegistry, MapFn, PipelineLimits, PredicateFn,
+    split_providers, validate, FunctionRegistry, MapFn, PipelineLimits, PredicateFn,
 };
 
 use crate::memory_budget::{MemoryShare, Reservation};
@@ -70,7 +73,8 @@ use crate::stack_guard::{guard_after, guard_factory, guard_iter};
 #[derive(Clone)]
 pub struct ExecOptions {
     pub registry: Arc<FunctionRegistry>,
-    /// `Some` in distributed_epoch mode: the source yields only the splits supplied.
+    /// `Some` in distributed_epoch mode: each source yields only the splits supplied for its
+    /// split provider.
     pub splits: Option<Arc<dyn SplitSupplier>>,
     /// Unrestricted in the user's own process (the default); a server's data roots on a
     /// worker, checked before each file is opened.
@@ -128,50 +132,67 @@ pub fn iterate(def: &pb::DatasetDef, opts: &ExecOptions) -> Result<ElementIter, 
         expand_files(&mut def, &opts.file_access)?;
     }
     validate(&def, &opts.registry)?;
-    // In distributed_epoch mode: the one source of the tree that gets the splits.
-    let split = match &opts.splits {
+    // In distributed_epoch mode: the split provider of each source of the tree.
+    let providers = match &opts.splits {
         None => None,
         Some(_) => {
             if let Some(err) = sluice_pipeline::python_op::unsplittable_generator(&def) {
                 return Err(err);
             }
             sluice_pipeline::check_distributed_epoch(&def)?;
-            Some(split_source(&def)? as *const pb::DatasetDef)
+            let providers = split_providers(&def)?;
+            Some(Providers(
+                providers
+                    .into_iter()
+                    .zip(0u32..)
+                    .map(|(d, p)| (d as *const pb::DatasetDef, p))
+                    .collect(),
+            ))
         }
     };
-    let built = build(&def, opts, split)?;
+    let built = build(&def, opts, providers.as_ref())?;
     (built.factory)()
 }
 
-/// A definition (or a nested one) ready to iterate: its factory, and in distributed_epoch mode
-/// the count of splits its split source received, when the split source lies in it.
-struct Built {
-    factory: Factory,
-    received: Option<SplitCount>,
+/// In distributed_epoch mode: the definitions (of the tree being built, by address) whose
+/// sources read splits, each to its provider index.
+struct Providers(HashMap<*const pb::DatasetDef, u32>);
+
+impl Providers {
+    fn of(&self, def: &pb::DatasetDef) -> Option<u32> {
+        self.0.get(&(def as *const pb::DatasetDef)).copied()
+    }
 }
 
-/// Builds `def`'s factory. `split` is the definition whose source gets the splits in
-/// distributed_epoch mode (`None` otherwise); every other source is read whole.
+/// A definition (or a nested one) ready to iterate: its factory, and in distributed_epoch mode
+/// the split counts of the sources in it that have splits to hand out.
+struct Built {
+    factory: Factory,
+    received: Vec<SplitCount>,
+}
+
+/// Builds `def`'s factory. `providers` (distributed_epoch mode only) names the sources that
+/// read splits, and from which provider; without it every source is read whole.
 fn build(
     def: &pb::DatasetDef,
     opts: &ExecOptions,
-    split: Option<*const pb::DatasetDef>,
+    providers: Option<&Providers>,
 ) -> Result<Built, DatasetError> {
-    let is_split = split.is_some_and(|p| std::ptr::eq(def, p));
+    let provider = providers.and_then(|p| p.of(def));
     let mut carried = 0;
     // `Some` while the source's origin cell is exact for the next op.
     let mut origin = None;
     // In distributed_epoch mode, with splits to hand out: what `repeat` counts passes by.
-    let mut received = None;
+    let mut received = Vec::new();
     let mut factory: Factory = match source_kind(def) {
         Some(kind) if !is_leaf_source(kind) => {
-            let (factory, nested_received) = build_combined(def, kind, opts, split)?;
-            if nested_received.is_some() && def.ops.iter().any(is_enumerate) {
+            let (factory, nested_received) = build_combined(def, kind, opts, providers)?;
+            if !nested_received.is_empty() && def.ops.iter().any(is_enumerate) {
                 return Err(DatasetError::invalid(
                     "enumerate in distributed_epoch mode needs a range or from_slices source \
                      directly before it, not a zip, sample_from_datasets or \
-                     choose_from_datasets over the split source: its index is the element's \
-                     split index, its position in the source",
+                     choose_from_datasets, whose inputs read splits of their own: its index is \
+                     the element's split index, its position in the source",
                 ));
             }
             received = nested_received;
@@ -180,11 +201,13 @@ fn build(
         _ => {
             let source = Arc::new(Source::from_def(def, &opts.file_access)?);
             origin = source.origin().cloned();
-            match (&opts.splits, is_split) {
-                (Some(supplier), true) => {
+            match (&opts.splits, provider) {
+                (Some(supplier), Some(provider)) => {
                     carried = enumerate_prefix(&def.ops, &source)?;
                     let count = SplitCount::default();
-                    received = (source.num_splits() > 0).then(|| count.clone());
+                    if source.num_splits() > 0 {
+                        received.push(count.clone());
+                    }
                     let supplier = supplier.clone();
                     let repetitions = AtomicU64::new(0);
                     let cancel = opts.cancel.clone();
@@ -193,6 +216,7 @@ fn build(
                         Ok(Box::new(SplitIter::new(
                             source.clone(),
                             supplier.clone(),
+                            provider,
                             repetition,
                             count.clone(),
                             carried > 0,
@@ -233,8 +257,8 @@ fn build(
                     .other
                     .as_ref()
                     .ok_or_else(|| DatasetError::invalid("concatenate has no dataset to append"))?;
-                let other = build(other, opts, split)?;
-                received = received.or(other.received);
+                let other = build(other, opts, providers)?;
+                received.extend(other.received);
                 let (upstream, second) = (factory, other.factory);
                 Arc::new(move || {
                     Ok(Box::new(ConcatIter::new(upstream()?, second.clone())) as ElementIter)
@@ -266,18 +290,18 @@ fn is_enumerate(op: &pb::Op) -> bool {
 }
 
 /// The factory of a zip, sample or choose source over its nested definitions, and the split
-/// count of the one holding the split source, if any.
+/// counts of the sources in them that have splits to hand out.
 fn build_combined(
     def: &pb::DatasetDef,
     kind: &SourceKind,
     opts: &ExecOptions,
-    split: Option<*const pb::DatasetDef>,
-) -> Result<(Factory, Option<SplitCount>), DatasetError> {
-    let mut received = None;
+    providers: Option<&Providers>,
+) -> Result<(Factory, Vec<SplitCount>), DatasetError> {
+    let mut received = Vec::new();
     let mut inputs = Vec::new();
     for input in source_children(def) {
-        let built = build(input, opts, split)?;
-        received = received.or(built.received);
+        let built = build(input, opts, providers)?;
+        received.extend(built.received);
         inputs.push(built.factory);
     }
     let open = |inputs: &[Factory]| -> Result<Vec<ElementIter>, DatasetError> {

@@ -2,7 +2,7 @@
 //! choose_from_datasets, from_tensors) through the executor, locally and in distributed_epoch
 //! mode.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
@@ -128,15 +128,29 @@ fn choice_errors_and_refusals() {
     );
 }
 
-/// Hands out the given splits of repetition 0 of provider 0.
-struct Splits(Mutex<VecDeque<u64>>);
+/// Hands out the given splits of each provider and repetition (none for the others), and
+/// records what was asked, in order.
+struct Splits {
+    splits: Mutex<HashMap<(u32, u64), VecDeque<u64>>>,
+    asked: Mutex<Vec<(u32, u64)>>,
+}
 
 impl Splits {
-    fn opts(splits: &[u64]) -> ExecOptions {
+    fn new(splits: &[(u32, u64, &[u64])]) -> Arc<Splits> {
+        Arc::new(Splits {
+            splits: Mutex::new(
+                splits
+                    .iter()
+                    .map(|(p, r, s)| ((*p, *r), s.iter().copied().collect()))
+                    .collect(),
+            ),
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn opts(splits: &Arc<Splits>) -> ExecOptions {
         ExecOptions {
-            splits: Some(Arc::new(Splits(Mutex::new(
-                splits.iter().copied().collect(),
-            )))),
+            splits: Some(splits.clone()),
             ..ExecOptions::default()
         }
     }
@@ -144,53 +158,121 @@ impl Splits {
 
 impl SplitSupplier for Splits {
     fn next_split(&self, provider: u32, repetition: u64) -> Result<Option<u64>, DatasetError> {
-        assert_eq!(provider, 0);
-        Ok(match repetition {
-            0 => self.0.lock().unwrap().pop_front(),
-            _ => None,
-        })
+        self.asked.lock().unwrap().push((provider, repetition));
+        Ok(self
+            .splits
+            .lock()
+            .unwrap()
+            .get_mut(&(provider, repetition))
+            .and_then(|q| q.pop_front()))
     }
 }
 
 #[test]
-fn distributed_epoch_splits_the_one_splittable_source_and_reads_the_others_whole() {
-    // (expression, splits handed to this worker, expected elements or a piece of the error)
-    let cases: Vec<(&str, Vec<u64>, Result<Value, &str>)> = vec![
-        ("zip(range(6), from_tensors(9).repeat())", vec![1, 4], Ok(json!([[1, 9], [4, 9]]))),
-        ("zip(from_tensors(9).repeat(), range(6).map(square))", vec![2, 3], Ok(json!([[9, 4], [9, 9]]))),
-        ("from_tensors(9).concatenate(range(6))", vec![5], Ok(json!([9, 5]))),
-        ("range(6).concatenate(from_tensors(9))", vec![0], Ok(json!([0, 9]))),
-        // A lone from_tensors is its own split source: one split.
-        ("from_tensors(9)", vec![0], Ok(json!([9]))),
+fn distributed_epoch_gives_every_source_its_own_provider() {
+    // (expression, splits handed to this worker as (provider, repetition, splits), expected
+    // elements or a piece of the error)
+    type Case = (
+        &'static str,
+        Vec<(u32, u64, &'static [u64])>,
+        Result<Value, &'static str>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "zip(range(6), from_tensors(9).repeat())",
+            vec![(0, 0, &[1, 4]), (1, 0, &[0]), (1, 1, &[0])],
+            Ok(json!([[1, 9], [4, 9]])),
+        ),
+        // The from_tensors input's repetition 0 went to another worker: its repeat goes on to
+        // the next one.
+        (
+            "zip(range(6), from_tensors(9).repeat())",
+            vec![(0, 0, &[1, 4]), (1, 1, &[0]), (1, 2, &[0])],
+            Ok(json!([[1, 9], [4, 9]])),
+        ),
+        (
+            "zip(from_tensors(9).repeat(3), range(6).map(square))",
+            vec![(0, 0, &[0]), (0, 1, &[0]), (1, 0, &[2, 3])],
+            Ok(json!([[9, 4], [9, 9]])),
+        ),
+        (
+            "zip(range(3), range(10, 13))",
+            vec![(0, 0, &[0, 2]), (1, 0, &[1])],
+            Ok(json!([[0, 11]])),
+        ),
+        (
+            "range(3).concatenate(range(10, 12))",
+            vec![(0, 0, &[1]), (1, 0, &[0])],
+            Ok(json!([1, 10])),
+        ),
+        ("from_tensors(9).concatenate(range(6))", vec![(1, 0, &[5])], Ok(json!([5]))),
+        ("from_tensors(9)", vec![(0, 0, &[0])], Ok(json!([9]))),
         ("from_tensors(9)", vec![], Ok(json!([]))),
+        // Depth first: the nested zip's inputs are providers 1 and 2, the last input 3.
+        (
+            "zip(range(5), zip(range(10, 15), range(20, 25)), range(30, 35))",
+            vec![(0, 0, &[0]), (1, 0, &[1]), (2, 0, &[2]), (3, 0, &[3])],
+            Ok(json!([[0, [11, 22], 33]])),
+        ),
+        (
+            "sample_from_datasets([from_tensors(1), from_tensors(2)], seed=3)",
+            vec![(0, 0, &[0])],
+            Ok(json!([1])),
+        ),
         (
             "choose_from_datasets([from_tensors(1).repeat(), from_tensors(2).repeat()], from_slices([0, 1, 1, 0]))",
-            vec![1, 2],
+            vec![(0, 0, &[0]), (1, 0, &[0]), (1, 1, &[0]), (2, 0, &[1, 2])],
             Ok(json!([2, 2])),
         ),
-        // A repeat over the split source counts its passes by the splits received.
-        ("zip(range(3), from_tensors(9).repeat()).repeat(2)", vec![2], Ok(json!([[2, 9]]))),
-        ("zip(range(3), range(3))", vec![0], Err("its zip hold 2 splittable sources")),
-        ("range(3).concatenate(range(2))", vec![0], Err("its concatenate hold 2 splittable sources")),
+        // A pass whose second input got no split of its repetition (the other workers took
+        // them) is starved, though the first got one: the repeat goes on.
         (
-            "sample_from_datasets([from_tensors(1), from_tensors(2)])",
-            vec![0],
-            Err("hold no splittable source"),
+            "zip(range(3), range(3)).repeat(2)",
+            vec![(0, 0, &[0]), (0, 1, &[1]), (1, 1, &[2])],
+            Ok(json!([[1, 2]])),
+        ),
+        // A pass that received splits and yielded nothing ends the repeat; the second input,
+        // never asked, does not make it starved.
+        (
+            "zip(range(5).filter(is_odd), range(5)).repeat()",
+            vec![(0, 0, &[0, 2]), (0, 1, &[1]), (1, 1, &[3])],
+            Ok(json!([])),
         ),
         (
             "zip(range(3), from_tensors(1).repeat()).enumerate()",
-            vec![0],
+            vec![(0, 0, &[0])],
             Err("enumerate in distributed_epoch mode needs a range or from_slices source"),
+        ),
+        (
+            "zip(range(3), random(seed=1))",
+            vec![(0, 0, &[0])],
+            Err("RandomDataset"),
         ),
     ];
     for (expr, splits, want) in cases {
-        let got = run(expr, &Splits::opts(&splits));
+        let supplier = Splits::new(&splits);
+        let got = run(expr, &Splits::opts(&supplier));
         match (got, want) {
             (Ok(got), Ok(want)) => assert_eq!(Value::Array(got), want, "{expr}"),
             (Err(e), Err(want)) => assert!(e.to_string().contains(want), "{expr}: {e}"),
             (got, want) => panic!("{expr}: got {got:?}, want {want:?}"),
         }
     }
+}
+
+#[test]
+fn each_source_asks_its_own_provider_in_pipeline_order() {
+    let supplier = Splits::new(&[(0, 0, &[0, 1]), (1, 0, &[2]), (1, 1, &[0])]);
+    let got = run(
+        "zip(range(3), range(3).repeat(2))",
+        &Splits::opts(&supplier),
+    )
+    .unwrap();
+    assert_eq!(got, vec![json!([0, 2]), json!([1, 0])]);
+    assert_eq!(
+        *supplier.asked.lock().unwrap(),
+        vec![(0, 0), (1, 0), (0, 0), (1, 0), (1, 1), (0, 0)]
+    );
 }
 
 #[test]

@@ -189,26 +189,39 @@ fn range_element(start: i64, step: i64, i: u64) -> Element {
     Element::Tensor(Tensor::scalar_i64(v as i64))
 }
 
-/// The splits a pipeline's source received in distributed_epoch mode, over all its
-/// repetitions: `repeat` reads it to tell a pass that got no split (the repetition's splits all
-/// went to other workers) from one whose splits yielded nothing.
+/// What a pipeline's source asked its provider for in distributed_epoch mode, and the splits it
+/// received, over all its repetitions: `repeat` reads them to tell a pass that got no split
+/// (the repetition's splits all went to other workers) from one whose splits yielded nothing.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SplitCount(Arc<AtomicU64>);
+pub(crate) struct SplitCount(Arc<[AtomicU64; 2]>);
 
 impl SplitCount {
+    /// Splits received.
     pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0[0].load(Ordering::Relaxed)
+    }
+
+    /// Splits asked for (each answered with a split or the end of a repetition's splits).
+    pub(crate) fn asked(&self) -> u64 {
+        self.0[1].load(Ordering::Relaxed)
     }
 
     fn add_one(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.0[0].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn ask(&self) {
+        self.0[1].fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Yields the content of the splits a `SplitSupplier` hands out for one repetition.
+/// Yields the content of the splits a `SplitSupplier` hands out for one repetition of one
+/// provider.
 pub(crate) struct SplitIter {
     source: Arc<Source>,
     supplier: Arc<dyn SplitSupplier>,
+    /// The source's split provider (its place in `sluice_pipeline::split_providers`).
+    provider: u32,
     repetition: u64,
     /// Counts each split received.
     received: SplitCount,
@@ -225,6 +238,7 @@ impl SplitIter {
     pub(crate) fn new(
         source: Arc<Source>,
         supplier: Arc<dyn SplitSupplier>,
+        provider: u32,
         repetition: u64,
         received: SplitCount,
         with_index: bool,
@@ -233,6 +247,7 @@ impl SplitIter {
         SplitIter {
             source,
             supplier,
+            provider,
             repetition,
             received,
             with_index,
@@ -261,8 +276,8 @@ impl Iterator for SplitIter {
                 self.done = true;
                 return Some(Err(e));
             }
-            // The only provider: one source per definition.
-            let split = self.supplier.next_split(0, self.repetition);
+            self.received.ask();
+            let split = self.supplier.next_split(self.provider, self.repetition);
             if let Ok(Some(_)) = split {
                 self.received.add_one();
             }

@@ -220,7 +220,7 @@ pub fn resolve_template(
     Ok(pb::DatasetDef {
         source: Some(pb::Source { kind: Some(source) }),
         ops: template.ops.clone(),
-        options: template.options.clone(),
+        options: template.options,
     })
 }
 

@@ -17,8 +17,9 @@
 //!   other), and walks over a whole tree without recursion.
 //! - `limits`: `PipelineLimits`, the most ops and the deepest structures a server builds.
 //! - `autoshard`: `auto_shard`, tf.data's auto-shard rewrite for static sharding policies.
-//! - `splits`: `num_split_providers`, `num_splits` and `split_source` (the one source of a
-//!   definition that gives the splits), for distributed_epoch.
+//! - `splits`: `split_providers` (every splittable source of a definition, in tf.data's
+//!   depth-first order), `num_split_providers`, `num_splits` and `split_counts`, for
+//!   distributed_epoch.
 //! - `slices`: the columns of a slices source (a tensor, or a tuple or dict of them), by row.
 //! - `source_rules`: range lengths, how a files source is read (`Reading`), its file list.
 //! - `image_spec`: the rules of `decode_image` and `resize`, with their bounds.
@@ -71,6 +72,6 @@ pub use registry::{FunctionRegistry, MapFn, PredicateFn, SpecFn};
 pub use render::{render_def, render_ops};
 pub use slices::Slices;
 pub use splits::{
-    check_distributed_epoch, no_random_splits, num_split_providers, num_splits, split_source,
-    split_source_index,
+    check_distributed_epoch, no_random_splits, num_split_providers, num_splits, split_counts,
+    split_providers,
 };

@@ -1,17 +1,19 @@
 //! Split providers for the distributed_epoch sharding policy, counted from the definition alone.
 //!
-//! A definition has at most one split provider (index 0): its *split source*. Splits are
-//! identified by index only: the dispatcher hands out cursors, never payloads, and the executor's
-//! sources turn an index back into content (the worker supplies indices through its
-//! `SplitSupplier`).
+//! As in tf.data, every splittable leaf source of a definition has a split provider of its own:
+//! each range, from_slices, files and from_tensors source (a from_tensors source has one split),
+//! numbered in `nested::walk`'s depth-first order, tf.data's order (a definition, then the
+//! datasets its zip, sample_from_datasets or choose_from_datasets source holds, then each
+//! concatenate's other dataset). `zip(range(10), range(10))` has two providers of ten splits
+//! each, `sample_from_datasets` of three `from_tensors(i).repeat()` inputs three of one split
+//! (a `repeat` asks its providers for their next repetition on every pass). The templates of
+//! interleave and group_by_window are not sources of the job: they are built per element on the
+//! worker and read no split. A `random` source anywhere has no splits, so distributed_epoch
+//! refuses the definition, as tf.data does.
 //!
-//! With nested datasets (zip, concatenate, sample_from_datasets, choose_from_datasets) the split
-//! source is the one splittable source of the whole tree: a range, from_slices or files source.
-//! `from_tensors` (and `random`) sources are not splittable: every worker reads them whole, as tf.data reads
-//! its non-splittable inputs (`zip(range(10), from_tensors(x).repeat())` hands out the range's
-//! splits and pairs each with `x`). A lone `from_tensors` definition is its own split source,
-//! with one split. A tree with two or more splittable sources, or none, has no split provider:
-//! distributed_epoch refuses it (`distributed_epoch_source`), every other mode runs it.
+//! Splits are identified by index only: the dispatcher hands out cursors, never payloads, and
+//! the executor's sources turn an index back into content (the worker supplies indices through
+//! its `SplitSupplier`, naming the provider).
 
 use sluice_element::pb::op::Kind as OpKind;
 use sluice_element::pb::source::Kind as SourceKind;
@@ -21,90 +23,73 @@ use crate::nested::{source_kind, walk};
 use crate::slices::Slices;
 use crate::source_rules::{not_expanded, range_len, Reading};
 
-/// How many split providers the definition has: one for its split source, none without one.
+/// How many split providers the definition has: one per splittable source, none when
+/// distributed_epoch cannot split it (see `split_providers`).
 pub fn num_split_providers(def: &pb::DatasetDef) -> u32 {
-    u32::from(split_source_index(def).is_ok())
+    split_providers(def).map_or(0, |p| u32::try_from(p.len()).unwrap_or(u32::MAX))
 }
 
-/// The split source of `def`, as its position in `nested::walk`'s order (0: `def` itself), or
-/// why distributed_epoch cannot split `def` (`InvalidArgument`, naming the op that holds the
-/// datasets).
-pub fn split_source_index(def: &pb::DatasetDef) -> Result<usize, DatasetError> {
-    let mut splittable = Vec::new();
-    let mut combiner = None;
-    let mut position = 0;
-    walk(def, |d, _| {
-        match source_kind(d) {
-            Some(SourceKind::Range(_) | SourceKind::Slices(_) | SourceKind::Files(_)) => {
-                splittable.push(position)
-            }
-            Some(SourceKind::Zip(_)) => {
-                combiner.get_or_insert("zip");
-            }
-            Some(SourceKind::Sample(_)) => {
-                combiner.get_or_insert("sample_from_datasets");
-            }
-            Some(SourceKind::Choose(_)) => {
-                combiner.get_or_insert("choose_from_datasets");
-            }
-            Some(SourceKind::Tensors(_) | SourceKind::Random(_) | SourceKind::Element(_))
-            | None => {}
-        }
-        if d.ops
-            .iter()
-            .any(|o| matches!(o.kind, Some(OpKind::Concatenate(_))))
-        {
-            combiner.get_or_insert("concatenate");
-        }
-        position += 1;
+/// The definitions whose sources are `def`'s split providers, in provider order (`nested::walk`'s
+/// order), or why distributed_epoch cannot split `def` (`InvalidArgument`): a `random` source
+/// anywhere in it, an element source outside a template, or no source at all.
+pub fn split_providers(def: &pb::DatasetDef) -> Result<Vec<&pb::DatasetDef>, DatasetError> {
+    let mut providers = Vec::new();
+    let (mut random, mut element) = (false, false);
+    walk(def, |d, _| match source_kind(d) {
+        Some(
+            SourceKind::Range(_)
+            | SourceKind::Slices(_)
+            | SourceKind::Files(_)
+            | SourceKind::Tensors(_),
+        ) => providers.push(d),
+        Some(SourceKind::Random(_)) => random = true,
+        Some(SourceKind::Element(_)) => element = true,
+        Some(SourceKind::Zip(_) | SourceKind::Sample(_) | SourceKind::Choose(_)) | None => {}
     });
-    match (splittable.as_slice(), combiner) {
-        ([only], _) => Ok(*only),
-        ([], None) if matches!(source_kind(def), Some(SourceKind::Tensors(_))) => Ok(0),
-        ([], None) if matches!(source_kind(def), Some(SourceKind::Random(_))) => {
-            Err(no_random_splits())
-        }
-        ([], None) => Err(DatasetError::invalid("dataset definition has no source")),
-        ([], Some(op)) => Err(DatasetError::invalid(format!(
-            "distributed_epoch cannot split this dataset: the datasets of its {op} hold no \
-             splittable source (range, from_slices or files), only from_tensors; use \
-             parallel_epochs or a static sharding policy"
-        ))),
-        (many, op) => Err(DatasetError::invalid(format!(
-            "distributed_epoch cannot split this dataset: the datasets of its {} hold {} \
-             splittable sources (range, from_slices or files), and Sluice hands out the splits \
-             of one source only; keep one splittable source (other inputs such as \
-             from_tensors(x).repeat() are read whole by every worker), or use parallel_epochs \
-             or a static sharding policy",
-            op.unwrap_or("definition"),
-            many.len()
-        ))),
+    if random {
+        return Err(no_random_splits());
     }
+    if element {
+        return Err(element_outside_template());
+    }
+    if providers.is_empty() {
+        return Err(DatasetError::invalid(
+            "distributed_epoch cannot split this dataset: it has no source (range, \
+             from_slices, from_tensors or files) to hand out splits of",
+        ));
+    }
+    Ok(providers)
 }
 
-/// The split source's definition (see `split_source_index`).
-pub fn split_source(def: &pb::DatasetDef) -> Result<&pb::DatasetDef, DatasetError> {
-    let index = split_source_index(def)?;
-    let (mut found, mut position) = (None, 0);
-    walk(def, |d, _| {
-        if position == index {
-            found = Some(d);
-        }
-        position += 1;
-    });
-    Ok(found.expect("the split source's position lies in the walk"))
+/// The number of splits of each of `def`'s split providers, in provider order.
+pub fn split_counts(def: &pb::DatasetDef) -> Result<Vec<u64>, DatasetError> {
+    split_providers(def)?
+        .into_iter()
+        .map(source_splits)
+        .collect()
 }
 
 /// How many splits provider `provider` has: a range's length, a slices tensor's first dimension,
 /// the number of files of an expanded files source (an unexpanded one is an error), 1 for a
-/// lone from_tensors.
+/// from_tensors source.
 pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetError> {
-    if provider != 0 {
-        return Err(DatasetError::invalid(format!(
-            "split provider {provider} does not exist; there is only provider 0"
-        )));
-    }
-    match source_kind(split_source(def)?) {
+    let providers = split_providers(def)?;
+    let source = usize::try_from(provider)
+        .ok()
+        .and_then(|p| providers.get(p))
+        .ok_or_else(|| {
+            DatasetError::invalid(format!(
+                "split provider {provider} does not exist; the definition has {} (numbered \
+                 from 0)",
+                providers.len()
+            ))
+        })?;
+    source_splits(source)
+}
+
+/// The splits of one leaf source.
+fn source_splits(def: &pb::DatasetDef) -> Result<u64, DatasetError> {
+    match source_kind(def) {
         Some(pb::source::Kind::Range(r)) => {
             if r.step == 0 {
                 return Err(DatasetError::invalid("range step must not be zero"));
@@ -119,30 +104,36 @@ pub fn num_splits(def: &pb::DatasetDef, provider: u32) -> Result<u64, DatasetErr
             Reading::from_proto(fs)?;
             Ok(fs.files.len() as u64)
         }
-        Some(pb::source::Kind::Element(_)) => Err(DatasetError::invalid(
-            "an element source is only valid as the source of a template (interleave, group_by_window)",
-        )),
+        Some(pb::source::Kind::Element(_)) => Err(element_outside_template()),
         Some(pb::source::Kind::Tensors(_)) => Ok(1),
         Some(pb::source::Kind::Random(_)) => Err(no_random_splits()),
         _ => Err(DatasetError::invalid("dataset definition has no source")),
     }
 }
 
+fn element_outside_template() -> DatasetError {
+    DatasetError::invalid(
+        "an element source is only valid as the source of a template (interleave, group_by_window)",
+    )
+}
+
 /// What distributed_epoch cannot run, refused by the dispatcher when the job is created and by
-/// the worker's executor: a `random` source (no splits, as in tf.data), and a `cache` anywhere
-/// in the definition (a worker would replay its own splits of one repetition, or a file of
-/// another run, instead of reading the splits the dispatcher hands it).
+/// the worker's executor: a `random` source anywhere in the definition (no splits, as in
+/// tf.data), and a `cache` anywhere in it (a worker would replay its own splits of one
+/// repetition, or a file of another run, instead of reading the splits the dispatcher hands
+/// it).
 pub fn check_distributed_epoch(def: &pb::DatasetDef) -> Result<(), DatasetError> {
-    if let Some(SourceKind::Random(_)) = source_kind(def) {
-        return Err(no_random_splits());
-    }
-    let mut cached = false;
+    let (mut cached, mut random) = (false, false);
     walk(def, |d, _| {
+        random |= matches!(source_kind(d), Some(SourceKind::Random(_)));
         cached |= d
             .ops
             .iter()
             .any(|op| matches!(op.kind, Some(OpKind::Cache(_))));
     });
+    if random {
+        return Err(no_random_splits());
+    }
     if cached {
         return Err(DatasetError::invalid(
             "cache cannot run in distributed_epoch mode: a worker would replay the splits it \
@@ -195,24 +186,34 @@ mod tests {
     }
 
     #[test]
-    fn nested_definitions_have_a_provider_only_with_one_splittable_source() {
+    fn every_splittable_source_is_a_provider_in_walk_order() {
         let x = sluice_element::Element::Tensor(Tensor::scalar_i64(7));
         let tensors = || Dataset::from_tensors(&x);
-        // (definition, splits of provider 0, or a piece of the refusal)
-        let cases: Vec<(Dataset, Result<u64, &str>)> = vec![
-            (tensors(), Ok(1)),
+        let inner = Dataset::zip(vec![Dataset::range(2), Dataset::range(3)]);
+        // (definition, splits of each provider in order, or a piece of the refusal)
+        let cases: Vec<(Dataset, Result<Vec<u64>, &str>)> = vec![
+            (tensors(), Ok(vec![1])),
             (
                 Dataset::zip(vec![Dataset::range(10), tensors().repeat_forever()]),
-                Ok(10),
+                Ok(vec![10, 1]),
             ),
-            (tensors().concatenate(Dataset::range(4).into_def()), Ok(4)),
+            (
+                tensors().concatenate(Dataset::range(4).into_def()),
+                Ok(vec![1, 4]),
+            ),
             (
                 Dataset::zip(vec![Dataset::range(10), Dataset::range(3)]),
-                Err("its zip hold 2 splittable sources"),
+                Ok(vec![10, 3]),
             ),
+            // Depth first: the nested zip's inputs come before the input after it.
             (
-                Dataset::range(2).concatenate(Dataset::range(3).into_def()),
-                Err("its concatenate hold 2 splittable sources"),
+                Dataset::zip(vec![Dataset::range(5), inner.clone(), Dataset::range(7)]),
+                Ok(vec![5, 2, 3, 7]),
+            ),
+            // A concatenate's other dataset comes after the source's nested datasets.
+            (
+                inner.concatenate(Dataset::range(9).into_def()),
+                Ok(vec![2, 3, 9]),
             ),
             (
                 Dataset::choose_from_datasets(
@@ -220,25 +221,63 @@ mod tests {
                     Dataset::range(3),
                     true,
                 ),
-                Ok(3),
+                Ok(vec![1, 3]),
             ),
             (
                 Dataset::sample_from_datasets(vec![tensors(), tensors()], None, None, false),
-                Err("its sample_from_datasets hold no splittable source"),
+                Ok(vec![1, 1]),
             ),
+            (
+                Dataset::zip(vec![Dataset::range(3), Dataset::random(Some(1))]),
+                Err("RandomDataset"),
+            ),
+            (Dataset::random(Some(1)), Err("RandomDataset")),
         ];
         for (ds, want) in cases {
-            let got = num_splits(ds.def(), 0).map_err(|e| e.to_string());
-            match (got, want) {
+            let got = split_counts(ds.def()).map_err(|e| e.to_string());
+            match (&got, &want) {
                 (Ok(n), Ok(w)) => assert_eq!(n, w, "{ds}"),
                 (Err(e), Err(w)) => assert!(e.contains(w), "{ds}: {e}"),
                 (got, want) => panic!("{ds}: got {got:?}, want {want:?}"),
             }
-            assert_eq!(
-                num_split_providers(ds.def()),
-                u32::from(want.is_ok()),
-                "{ds}"
+            let count = want.as_ref().map_or(0, |w| w.len());
+            assert_eq!(num_split_providers(ds.def()) as usize, count, "{ds}");
+            for p in 0..count {
+                assert_eq!(
+                    num_splits(ds.def(), p as u32).ok(),
+                    want.as_ref().ok().map(|w| w[p]),
+                    "{ds} provider {p}"
+                );
+            }
+            let past = num_splits(ds.def(), count as u32).unwrap_err().to_string();
+            assert!(
+                past.contains("does not exist") || want.is_err(),
+                "{ds}: {past}"
             );
         }
+    }
+
+    #[test]
+    fn templates_are_not_providers() {
+        let def = Dataset::range(3)
+            .interleave(Dataset::element_slices(), 2, 1)
+            .into_def();
+        assert_eq!(split_counts(&def).unwrap(), vec![3]);
+    }
+
+    #[test]
+    fn random_or_cache_anywhere_is_refused() {
+        let nested = Dataset::zip(vec![Dataset::range(3), Dataset::random(Some(1))]);
+        let err = check_distributed_epoch(nested.def())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("RandomDataset"), "{err}");
+        let cached = Dataset::range(2).concatenate(Dataset::range(3).cache("").into_def());
+        let err = check_distributed_epoch(cached.def())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cache cannot run"), "{err}");
+        let fine = Dataset::zip(vec![Dataset::range(3), Dataset::range(4)]);
+        assert!(check_distributed_epoch(fine.def()).is_ok());
     }
 }

@@ -277,7 +277,11 @@ impl TaskRunner {
             if def.replay_leases.is_empty() {
                 leaser
             } else {
-                Arc::new(ReplaySupplier::new(&def.replay_leases, leaser)) as Arc<dyn SplitSupplier>
+                Arc::new(ReplaySupplier::new(
+                    &def.replay_leases,
+                    &def.replay_providers,
+                    leaser,
+                )) as Arc<dyn SplitSupplier>
             }
         });
         let cancelled = self.cancelled.clone();

@@ -48,6 +48,7 @@ pub type CheckpointKey = (String, u64, u64);
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SavedLineage {
     /// Its leases when the checkpoint was last added to, in the order granted.
+    #[serde(with = "crate::state::lineage::recorded_leases")]
     pub leases: Vec<RecordedLease>,
     /// The indices its readers had taken.
     pub taken: IndexRuns,

@@ -9,6 +9,12 @@
 //! whose `repeat` stops on an empty pass only without split providers, the next pass asks for
 //! the next repetition, which has splits. A pass that received splits and yielded nothing still
 //! ends the repeat, as it does locally.
+//!
+//! With several sources below the repeat (a zip or concatenate of ranges, each with its own
+//! split provider), a pass is starved when one of them asked for a split in it and got none:
+//! `zip(a, b)` yields nothing when `b`'s repetition went to other workers even if `a` handed it
+//! a split. A source that was not asked at all (a zip that ended on an input before it) does not
+//! make the pass starved.
 
 use sluice_element::{Cancellation, DatasetError, Element};
 
@@ -22,20 +28,20 @@ pub(crate) struct RepeatIter {
     remaining: Option<u64>,
     current: Option<ElementIter>,
     yielded_this_pass: bool,
-    /// In distributed_epoch mode: the splits the source received, and their count when the
-    /// current pass began.
-    received: Option<(SplitCount, u64)>,
+    /// In distributed_epoch mode: the split counts of the sources below, and what each had
+    /// received and asked for when the current pass began.
+    received: Vec<(SplitCount, u64, u64)>,
     done: bool,
     cancel: Cancellation,
 }
 
 impl RepeatIter {
-    /// `received`: in distributed_epoch mode (with a source that has splits), the splits its
-    /// source receives.
+    /// `received`: in distributed_epoch mode, the split counts of the sources below that have
+    /// splits (empty otherwise).
     pub(crate) fn new(
         upstream: Factory,
         count: Option<u64>,
-        received: Option<SplitCount>,
+        received: Vec<SplitCount>,
         cancel: Cancellation,
     ) -> Self {
         RepeatIter {
@@ -43,7 +49,7 @@ impl RepeatIter {
             remaining: count,
             current: None,
             yielded_this_pass: false,
-            received: received.map(|r| (r, 0)),
+            received: received.into_iter().map(|r| (r, 0, 0)).collect(),
             done: false,
             cancel,
         }
@@ -68,8 +74,9 @@ impl Iterator for RepeatIter {
                     return Some(Err(e));
                 }
                 // Before the pass starts: a prefetch may ask for its first split at once.
-                if let Some((received, at_start)) = self.received.as_mut() {
-                    *at_start = received.get();
+                for (count, received, asked) in &mut self.received {
+                    *received = count.get();
+                    *asked = count.asked();
                 }
                 match (self.upstream)() {
                     Ok(it) => self.current = Some(it),
@@ -91,10 +98,9 @@ impl Iterator for RepeatIter {
                 }
                 None => {
                     self.current = None;
-                    let starved = self
-                        .received
-                        .as_ref()
-                        .is_some_and(|(received, at_start)| received.get() == *at_start);
+                    let starved = self.received.iter().any(|(count, received, asked)| {
+                        count.asked() != *asked && count.get() == *received
+                    });
                     if !self.yielded_this_pass && !starved {
                         self.done = true;
                     }

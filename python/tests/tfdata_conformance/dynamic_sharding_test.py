@@ -45,13 +45,6 @@ from tfdata_conformance._cluster import (
     wait_until,
 )
 
-_SPLIT_PROVIDERS = missing(
-    "several split providers under distributed_epoch: Sluice hands out the splits of one source "
-    "per dataset and refuses a zip, concatenate or sample_from_datasets of several splittable "
-    "sources (or none)",
-    raises=errors.InvalidArgumentError,
-)
-
 DYNAMIC = sluice.ShardingPolicy.DYNAMIC
 
 
@@ -195,7 +188,6 @@ def testShuffleAndRepeat():
     assert_dataset_produces(ds, num_repeats * list(range(num_elements)), assert_items_equal=True)
 
 
-@_SPLIT_PROVIDERS
 def testZip():
     """Ports DynamicShardingTest.testZip."""
     num_elements = 10
@@ -206,7 +198,6 @@ def testZip():
     assert_dataset_produces(ds, list(zip(range(num_elements), range(num_elements))))
 
 
-@_SPLIT_PROVIDERS
 def testNestedZip():
     """Ports DynamicShardingTest.testNestedZip."""
     num_elements = 10
@@ -219,7 +210,6 @@ def testNestedZip():
     assert_dataset_produces(ds, list(zip(b, b, zip(b, b), b)))
 
 
-@_SPLIT_PROVIDERS
 def testImbalancedZip():
     """Ports DynamicShardingTest.testImbalancedZip."""
     smaller_num_elements = 200
@@ -232,7 +222,6 @@ def testImbalancedZip():
     assert_dataset_produces(ds, list(zip(range(smaller_num_elements), range(smaller_num_elements))))
 
 
-@_SPLIT_PROVIDERS
 def testImbalancedZipAndRepeat():
     """Ports DynamicShardingTest.testImbalancedZipAndRepeat."""
     smaller_num_elements = 200
@@ -248,7 +237,6 @@ def testImbalancedZipAndRepeat():
     assert_dataset_produces(ds, expected)
 
 
-@_SPLIT_PROVIDERS
 def testImbalancedZipMultiWorker():
     """Ports DynamicShardingTest.testImbalancedZipMultiWorker."""
     smaller_num_elements = 200
@@ -262,7 +250,6 @@ def testImbalancedZipMultiWorker():
     assert len(get_dataset_output(ds)) == smaller_num_elements
 
 
-@_SPLIT_PROVIDERS
 def testZipDifferentRates():
     """Ports DynamicShardingTest.testZipDifferentRates."""
     cluster = TestCluster(num_workers=3, python_executors=1)
@@ -273,7 +260,6 @@ def testZipDifferentRates():
     assert len(get_dataset_output(ds)) == 10
 
 
-@_SPLIT_PROVIDERS
 def testZipDifferentRepeats():
     """Ports DynamicShardingTest.testZipDifferentRepeats."""
     cluster = TestCluster(num_workers=3)
@@ -284,7 +270,6 @@ def testZipDifferentRepeats():
     assert len(get_dataset_output(ds)) == 50
 
 
-@_SPLIT_PROVIDERS
 def testSampleFromDatasets():
     """Ports DynamicShardingTest.testSampleFromDatasets."""
     cluster = TestCluster(num_workers=3)
@@ -363,7 +348,6 @@ def testZipReplicateOnSplit():
     """Ports DynamicShardingTest.testZipReplicateOnSplit."""
 
 
-@_SPLIT_PROVIDERS
 @pytest.mark.parametrize("num_workers", [1, 3])
 def testConcatenate(num_workers):
     """Ports DynamicShardingTest.testConcatenate."""

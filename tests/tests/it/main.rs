@@ -23,6 +23,7 @@ mod restart;
 mod secure_workers;
 mod security;
 mod simulated_worker;
+mod split_providers;
 mod static_sharding;
 mod target_workers;
 mod workers;

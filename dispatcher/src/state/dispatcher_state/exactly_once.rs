@@ -61,8 +61,9 @@ impl DispatcherState {
         self.exactly_once.tasks.insert(task_id, key);
     }
 
-    /// A lease was granted to `task_id`: its lineage's tasks consume it in this order.
-    pub(super) fn record_lease(&mut self, task_id: TaskId, lease: &SplitLease) {
+    /// A lease of split provider `provider` was granted to `task_id`: its lineage's tasks
+    /// consume that provider's leases in this order.
+    pub(super) fn record_lease(&mut self, task_id: TaskId, provider: u32, lease: &SplitLease) {
         if lease.end_of_splits || lease.start >= lease.end {
             return;
         }
@@ -73,6 +74,7 @@ impl DispatcherState {
             .and_then(|key| self.exactly_once.lineages.get_mut(key))
         {
             lineage.leases.push(RecordedLease {
+                provider,
                 repetition: lease.repetition,
                 start: lease.start,
                 end: lease.end,

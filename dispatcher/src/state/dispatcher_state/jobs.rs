@@ -27,13 +27,14 @@ impl DispatcherState {
             )));
         };
         let definition = dataset.definition;
-        // A definition without one splittable source (several, as `zip(range(3), range(3))`
-        // has, or none in its nested datasets) has no split provider to hand out.
+        // A definition without split providers (a random source in it) has no splits to
+        // hand out.
         if sharding == ShardingPolicy::Dynamic && dataset.num_splits.is_empty() {
             return Err(Rejection::InvalidArgument(format!(
                 "Dataset {dataset_id} has no split provider, so it cannot be read in \
-                 distributed_epoch mode: its definition must have exactly one splittable source \
-                 (range, from_slices or files); use parallel_epochs or a static sharding policy"
+                 distributed_epoch mode: its sources must all be splittable (range, \
+                 from_slices, from_tensors or files; not random); use parallel_epochs or a \
+                 static sharding policy"
             )));
         }
         if let Some(name) = job_name {

@@ -109,7 +109,7 @@ impl DispatcherState {
             .and_then(|iteration| iteration.cursors.get_mut(lease.provider as usize))
             .ok_or_else(|| Rejection::NotFound(format!("Iteration id {iteration_id} not found")))?;
         let granted = cursor.lease(lease.repetition, u64::from(lease.max_splits))?;
-        self.record_lease(lease.task_id, &granted);
+        self.record_lease(lease.task_id, lease.provider, &granted);
         Ok(Outcome::Splits(granted))
     }
 }

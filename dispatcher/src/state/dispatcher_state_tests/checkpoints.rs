@@ -55,6 +55,7 @@ fn resume(job: u64, step: u64, reader: &str) -> Update {
 }
 fn leased(start: u64, end: u64) -> RecordedLease {
     RecordedLease {
+        provider: 0,
         repetition: 0,
         start,
         end,
@@ -303,6 +304,56 @@ fn a_restore_supersedes_the_iteration_and_replays_the_checkpoints_lineages() {
         .filter(|t| !t.is_empty())
         .collect();
     assert_eq!(taken, vec![vec![(0, 8)]]);
+}
+
+#[test]
+fn a_restore_keeps_each_providers_leases_and_cursor() {
+    let leased_of = |provider, start, end| RecordedLease {
+        provider,
+        repetition: 0,
+        start,
+        end,
+    };
+    // A definition of two providers (3 and 4 splits): 4000 leased provider 1's [0, 2), then
+    // provider 0's [0, 1).
+    let mut steps = vec![
+        (register_providers(b"a", &[3, 4]), registered("1000")),
+        (worker("w1"), workers_tasks(&[])),
+        (worker("w2"), workers_tasks(&[])),
+        (exactly_once_job("j"), job_id(5000)),
+        (iteration(5000, 0), iter_client(2000, 3000)),
+        (lease_of(2000, 4000, 1, 0, 2), splits(0, 0, 2)),
+        (lease_of(2000, 4000, 0, 0, 1), splits(0, 0, 1)),
+        (save(3000, "r1", 2, None, &[(4000, &[(0, 2)])]), saved("j")),
+        // After the state: leases of both providers the restore must hand out again.
+        (lease_of(2000, 4001, 1, 0, 1), splits(0, 2, 3)),
+        (lease_of(2000, 4001, 0, 0, 1), splits(0, 1, 2)),
+        (resume(5000, 2, "r1"), iter_client(2001, 3001)),
+    ];
+    let state = run("restore of two providers", steps.clone());
+    state.check_invariants().expect("invariants");
+    let recorded = vec![leased_of(1, 0, 2), leased_of(0, 0, 1)];
+    assert_eq!(
+        lineages_of(&state, 2),
+        vec![
+            (4000, recorded.clone(), vec![(0, 2)]),
+            (4001, vec![], vec![])
+        ]
+    );
+    assert_eq!(
+        running_lineages(&state, 2001)
+            .into_iter()
+            .filter(|(_, _, leases, _)| !leases.is_empty())
+            .map(|(_, _, leases, skip)| (leases, skip))
+            .collect::<Vec<_>>(),
+        vec![(recorded, vec![(0, 2)])]
+    );
+    // Each provider's cursor goes on from the checkpoint's.
+    steps.push((lease_of(2001, 4004, 1, 0, 4), splits(0, 2, 4)));
+    steps.push((lease_of(2001, 4004, 0, 0, 4), splits(0, 1, 3)));
+    let state = run("leases after the restore", steps);
+    let decoded: DispatcherState = sluice_journal::codec::decode(&encode(&state)).unwrap();
+    assert_eq!(decoded.checkpoint("j", 0, 2), state.checkpoint("j", 0, 2));
 }
 
 #[test]

@@ -94,7 +94,11 @@ struct Expect {
 }
 
 fn leased(repetition: u64, start: u64, end: u64) -> RecordedLease {
+    leased_of(0, repetition, start, end)
+}
+fn leased_of(provider: u32, repetition: u64, start: u64, end: u64) -> RecordedLease {
     RecordedLease {
+        provider,
         repetition,
         start,
         end,
@@ -246,6 +250,124 @@ fn lineage_table() {
             .collect();
         assert_eq!(running, want, "{name}: lineages");
         assert_eq!(iteration.finished, expect.finished, "{name}: finished");
+    }
+}
+
+/// `two_workers_reading` with a definition of two split providers (3 and 4 splits, as
+/// `zip(range(3), range(4))`): task 4000 leased provider 0's [0, 2), provider 1's [0, 1) and
+/// provider 0's [2, 3), in that order.
+fn two_providers_reading() -> Vec<(Update, Outcome)> {
+    vec![
+        (register_providers(b"zip", &[3, 4]), registered("1000")),
+        (worker("w1"), workers_tasks(&[])),
+        (worker("w2"), workers_tasks(&[])),
+        (
+            job_delivering(ShardingPolicy::Dynamic, Some("j"), Delivery::ExactlyOnce),
+            job_id(5000),
+        ),
+        (iteration(5000, 0), iter_client(2000, 3000)),
+        (lease_of(2000, 4000, 0, 0, 2), splits(0, 0, 2)),
+        (lease_of(2000, 4000, 1, 0, 1), splits(0, 0, 1)),
+        (lease_of(2000, 4000, 0, 0, 2), splits(0, 2, 3)),
+    ]
+}
+
+#[test]
+fn lineages_record_the_provider_of_each_lease() {
+    let base = || {
+        vec![
+            leased_of(0, 0, 0, 2),
+            leased_of(1, 0, 0, 1),
+            leased_of(0, 0, 2, 3),
+        ]
+    };
+    let cases: Vec<Case> = vec![
+        (
+            "each lease is recorded with its provider, in the order granted",
+            vec![],
+            Expect {
+                to_release: &[],
+                lineages: vec![(4000, "w1", base(), &[]), (4001, "w2", vec![], &[])],
+                finished: false,
+            },
+        ),
+        (
+            "the task taking the stream over gets every provider's leases, then leases on",
+            vec![
+                (report(3000, 4000, &[(0, 2)], false), recorded()),
+                (remove_worker("w1"), Outcome::WorkerRemoved),
+                (report(3000, 4000, &[], true), recorded()),
+                (lease_of(2000, 4002, 1, 0, 2), splits(0, 1, 3)),
+            ],
+            Expect {
+                to_release: &[],
+                lineages: vec![
+                    (4001, "w2", vec![], &[]),
+                    (
+                        4002,
+                        "w2",
+                        [base(), vec![leased_of(1, 0, 1, 3)]].concat(),
+                        &[(0, 2)],
+                    ),
+                ],
+                finished: false,
+            },
+        ),
+        (
+            "each provider moves through its repetitions on its own",
+            vec![
+                (lease_of(2000, 4000, 0, 0, 2), end_of_splits(0)),
+                (lease_of(2000, 4001, 0, 1, 2), splits(1, 0, 2)),
+                (lease_of(2000, 4000, 1, 0, 2), splits(0, 1, 3)),
+                (lease_of(2000, 4000, 1, 2, 1), invalid("split repetition 2 is beyond the provider's next repetition (it is in repetition 0)")),
+            ],
+            Expect {
+                to_release: &[],
+                lineages: vec![
+                    (4000, "w1", [base(), vec![leased_of(1, 0, 1, 3)]].concat(), &[]),
+                    (4001, "w2", vec![leased_of(0, 1, 0, 2)], &[]),
+                ],
+                finished: false,
+            },
+        ),
+        (
+            "a provider past the definition's is refused and records nothing",
+            vec![
+                (lease_of(2000, 4000, 2, 0, 1), invalid("split provider index 2 out of range: iteration 2000 has 2")),
+                (lease_of(2000, 4000, u32::MAX, u64::MAX, u32::MAX), invalid("split provider index 4294967295 out of range: iteration 2000 has 2")),
+            ],
+            Expect {
+                to_release: &[],
+                lineages: vec![(4000, "w1", base(), &[]), (4001, "w2", vec![], &[])],
+                finished: false,
+            },
+        ),
+    ];
+    for (name, steps, expect) in cases {
+        let mut all = two_providers_reading();
+        all.extend(steps);
+        let state = run(name, all);
+        state.check_invariants().expect(name);
+        let to_release: Vec<u64> = state
+            .tasks_to_release(ClientId(3000))
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(to_release, expect.to_release, "{name}: tasks to release");
+        let want: Vec<Running> = expect
+            .lineages
+            .into_iter()
+            .map(|(t, w, l, s)| (t, w.to_string(), l, s.to_vec()))
+            .collect();
+        assert_eq!(running_lineages(&state, 2000), want, "{name}: lineages");
+        // A snapshot keeps the providers: decoded, the state replays the same leases.
+        let decoded: DispatcherState =
+            sluice_journal::codec::decode(&sluice_journal::codec::encode(&state)).expect(name);
+        assert_eq!(
+            running_lineages(&decoded, 2000),
+            want,
+            "{name}: decoded lineages"
+        );
     }
 }
 

@@ -31,8 +31,8 @@ fn apply_table() {
         ]),
         ("a dataset without a split provider is refused in distributed_epoch mode only", vec![
             (register_without_provider("nested"), registered("nested")),
-            (job("nested", Dynamic, None), invalid("Dataset nested has no split provider, so it cannot be read in distributed_epoch mode: its definition must have exactly one splittable source (range, from_slices or files); use parallel_epochs or a static sharding policy")),
-            (job("nested", Dynamic, Some("d")), invalid("Dataset nested has no split provider, so it cannot be read in distributed_epoch mode: its definition must have exactly one splittable source (range, from_slices or files); use parallel_epochs or a static sharding policy")),
+            (job("nested", Dynamic, None), invalid("Dataset nested has no split provider, so it cannot be read in distributed_epoch mode: its sources must all be splittable (range, from_slices, from_tensors or files; not random); use parallel_epochs or a static sharding policy")),
+            (job("nested", Dynamic, Some("d")), invalid("Dataset nested has no split provider, so it cannot be read in distributed_epoch mode: its sources must all be splittable (range, from_slices, from_tensors or files; not random); use parallel_epochs or a static sharding policy")),
             (job("nested", Off, None), job_id(5000)),
             (job("nested", Data, Some("d")), job_id(5001)),
         ]),

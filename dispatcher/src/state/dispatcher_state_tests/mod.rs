@@ -36,8 +36,8 @@ fn register(id: Option<&str>, def: &[u8]) -> Update {
         num_splits: vec![3],
     }
 }
-/// A dataset whose definition has no split provider (two splittable sources in nested
-/// datasets, say): no split counts.
+/// A dataset whose definition has no split provider (a random source in it, say): no split
+/// counts.
 fn register_without_provider(id: &str) -> Update {
     Update::RegisterDataset {
         dataset_id: Some(DatasetId(id.into())),
@@ -105,6 +105,26 @@ fn lease(iteration: u64, task: u64, repetition: u64, max_splits: u32) -> Update 
         max_splits,
         task_id: TaskId(task),
     })
+}
+/// `lease` of split provider `provider`.
+fn lease_of(iteration: u64, task: u64, provider: u32, repetition: u64, max_splits: u32) -> Update {
+    Update::LeaseSplits(LeaseRequest {
+        iteration_id: IterationId(iteration),
+        provider,
+        repetition,
+        max_splits,
+        task_id: TaskId(task),
+    })
+}
+/// `register` of a definition with a split provider of each of `num_splits`' counts (a zip of
+/// ranges, say).
+fn register_providers(def: &[u8], num_splits: &[u64]) -> Update {
+    Update::RegisterDataset {
+        dataset_id: None,
+        def: def.to_vec(),
+        metadata: meta(),
+        num_splits: num_splits.to_vec(),
+    }
 }
 fn finish(worker: &str, tasks: &[u64]) -> Update {
     Update::FinishTasks {
