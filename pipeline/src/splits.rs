@@ -32,10 +32,19 @@ pub fn num_split_providers(def: &pb::DatasetDef) -> u32 {
 /// The definitions whose sources are `def`'s split providers, in provider order (`nested::walk`'s
 /// order), or why distributed_epoch cannot split `def` (`InvalidArgument`): a `random` source
 /// anywhere in it, an element source outside a template, or no source at all.
+///
+/// A `from_tensors` source repeated without end (`from_tensors(x).repeat()`, the usual
+/// companion of a dataset in a `zip`) is read whole by every worker when the definition has
+/// another source to split: tf.data hands out its one split per repetition, so each worker draws
+/// the same endless stream of `x` one dispatcher round trip per element; read whole, each worker
+/// gets that stream without the round trips. Alone (every source such a constant), they are
+/// split as tf.data splits them.
 pub fn split_providers(def: &pb::DatasetDef) -> Result<Vec<&pb::DatasetDef>, DatasetError> {
     let mut providers = Vec::new();
+    let mut endless_constants = Vec::new();
     let (mut random, mut element) = (false, false);
     walk(def, |d, _| match source_kind(d) {
+        Some(SourceKind::Tensors(_)) if repeats_without_end(d) => endless_constants.push(d),
         Some(
             SourceKind::Range(_)
             | SourceKind::Slices(_)
@@ -53,12 +62,22 @@ pub fn split_providers(def: &pb::DatasetDef) -> Result<Vec<&pb::DatasetDef>, Dat
         return Err(element_outside_template());
     }
     if providers.is_empty() {
+        providers = endless_constants;
+    }
+    if providers.is_empty() {
         return Err(DatasetError::invalid(
             "distributed_epoch cannot split this dataset: it has no source (range, \
              from_slices, from_tensors or files) to hand out splits of",
         ));
     }
     Ok(providers)
+}
+
+/// Whether `def`'s own ops repeat its source without end.
+fn repeats_without_end(def: &pb::DatasetDef) -> bool {
+    def.ops
+        .iter()
+        .any(|op| matches!(&op.kind, Some(OpKind::Repeat(r)) if r.count.is_none()))
 }
 
 /// The number of splits of each of `def`'s split providers, in provider order.
@@ -193,9 +212,18 @@ mod tests {
         // (definition, splits of each provider in order, or a piece of the refusal)
         let cases: Vec<(Dataset, Result<Vec<u64>, &str>)> = vec![
             (tensors(), Ok(vec![1])),
+            // An endless constant beside a source to split is read whole by every worker.
             (
                 Dataset::zip(vec![Dataset::range(10), tensors().repeat_forever()]),
+                Ok(vec![10]),
+            ),
+            (
+                Dataset::zip(vec![Dataset::range(10), tensors().repeat(3)]),
                 Ok(vec![10, 1]),
+            ),
+            (
+                Dataset::zip(vec![tensors().repeat_forever(), tensors().repeat_forever()]),
+                Ok(vec![1, 1]),
             ),
             (
                 tensors().concatenate(Dataset::range(4).into_def()),
@@ -221,7 +249,7 @@ mod tests {
                     Dataset::range(3),
                     true,
                 ),
-                Ok(vec![1, 3]),
+                Ok(vec![3]),
             ),
             (
                 Dataset::sample_from_datasets(vec![tensors(), tensors()], None, None, false),
