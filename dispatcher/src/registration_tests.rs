@@ -49,8 +49,17 @@ fn every_splittable_source_of_a_nested_definition_has_a_split_provider() {
                 Dataset::range(10),
                 Dataset::from_tensors(&x).repeat_forever(),
             ]),
-            vec![10, 1],
+            // The endless constant is read whole by every worker: the range's provider only.
+            vec![10],
             10,
+        ),
+        (
+            Dataset::zip(vec![
+                Dataset::range(10),
+                Dataset::from_tensors(&x).repeat(3),
+            ]),
+            vec![10, 1],
+            3,
         ),
         (Dataset::from_tensors(&x), vec![1], 1),
         (
