@@ -11,14 +11,18 @@
 //!   on 127.0.0.1 port 0, a temp dir per replica, kill and restart, partitions).
 //! - `process`: `SluiceProcess`, a `sluice` server as a child process (spawn, wait for its READY
 //!   line, SIGSTOP and SIGCONT, SIGKILL, restart), and `run` for a command run to completion.
+//! - `moto`: `MotoServer`, an S3-compatible store (moto's server, from PyPI) for tests of
+//!   object-store sources.
 //! - `tcp_proxy`: `TcpProxy`, a forwarder in front of a port that a test turns into a blackhole.
 
 pub mod credentials;
 pub mod local_cluster;
+pub mod moto;
 pub mod process;
 pub mod tcp_proxy;
 
 pub use credentials::Credentials;
 pub use local_cluster::{bind_again, local_dispatcher_config, LocalCluster, Tune};
+pub use moto::MotoServer;
 pub use process::SluiceProcess;
 pub use tcp_proxy::TcpProxy;

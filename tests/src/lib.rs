@@ -13,7 +13,7 @@ pub mod cut_proxy;
 pub mod http;
 pub mod wait;
 
-pub use sluice_testkit::{local_dispatcher_config, LocalCluster};
+pub use sluice_testkit::{local_dispatcher_config, LocalCluster, MotoServer};
 
 /// The local cluster, as the tests call it.
 pub type TestCluster = LocalCluster;
