@@ -124,8 +124,26 @@ fn expand_one(def: &mut pb::DatasetDef, access: &FileAccess) -> Result<(), Datas
     Ok(())
 }
 
-/// The objects an object-store URL pattern matches, sorted, as normalized URLs.
+/// The objects an object-store URL `pattern` matches in the user's own process (unrestricted),
+/// sorted, as normalized URLs, as a files source would list them (none is not an error here):
+/// for `list_files`.
+pub fn list_objects(pattern: &str) -> Result<Vec<String>, DatasetError> {
+    matched_urls(pattern, &FileAccess::Unrestricted)
+}
+
+/// The objects an object-store URL pattern matches, sorted, as normalized URLs; at least one.
 fn expand_url(pattern: &str, access: &FileAccess) -> Result<Vec<String>, DatasetError> {
+    let files = matched_urls(pattern, access)?;
+    if files.is_empty() {
+        return Err(DatasetError::invalid(format!(
+            "no files match pattern '{pattern}'"
+        )));
+    }
+    Ok(files)
+}
+
+/// The objects an object-store URL pattern matches, sorted, as normalized URLs.
+fn matched_urls(pattern: &str, access: &FileAccess) -> Result<Vec<String>, DatasetError> {
     let url = access.check_url_pattern(pattern)?;
     let matcher = glob::Pattern::new(&url.key).map_err(|e| {
         DatasetError::invalid(format!("invalid file pattern '{pattern}': {}", e.msg))
@@ -139,11 +157,6 @@ fn expand_url(pattern: &str, access: &FileAccess) -> Result<Vec<String>, Dataset
                 .map(|u| u.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if files.is_empty() {
-        return Err(DatasetError::invalid(format!(
-            "no files match pattern '{pattern}'"
-        )));
-    }
     files.sort();
     Ok(files)
 }

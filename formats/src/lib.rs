@@ -47,7 +47,7 @@ mod rooted;
 pub use data_roots::DataRoots;
 #[cfg(feature = "read")]
 pub use example_parser::{serialize_example, ExampleParser};
-pub use expand::expand_files;
+pub use expand::{expand_files, list_objects};
 pub use file_access::FileAccess;
 #[cfg(feature = "read")]
 pub use files::{file_elements, MAX_LINE_BYTES};

@@ -17,9 +17,11 @@
 //! Reading streams the object: a task of the runtime requests the object and forwards its body
 //! in chunks through a bounded channel, at most `READ_AHEAD_CHUNKS` ahead of the reader (the
 //! read-ahead). A request the store fails with a transient error (5xx, a dropped connection) is
-//! retried by the client; a body cut off part way is resumed with a ranged request from the
-//! first byte not yet forwarded, pinned to the object's ETag, so the reader sees every byte
-//! once, in order, and no record twice.
+//! retried by the client, with backoff; a body cut off part way is resumed by the client with a
+//! ranged request from the first byte not yet delivered, pinned to the object's ETag. Should the
+//! client give up on a body, the task resumes it the same way (at most `MAX_RESUMES` times
+//! without progress), from the first byte not yet forwarded. Either way the reader sees every
+//! byte once, in order, and no record twice.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -70,15 +72,15 @@ fn run<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> T {
 type Stores = Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>;
 
 /// The store a URL's objects are in, one per scheme and bucket (or host), built on first use
-/// from the environment.
-fn store(url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, DatasetError> {
+/// from the environment; an error names `shown` (the URL or pattern as the user wrote it).
+fn store(url: &ObjectUrl, shown: &str) -> Result<Arc<dyn ObjectStore>, DatasetError> {
     static STORES: OnceLock<Stores> = OnceLock::new();
     let stores = STORES.get_or_init(Default::default);
     let key = (url.scheme, url.bucket.clone());
     if let Some(store) = stores.lock().expect("not poisoned").get(&key) {
         return Ok(store.clone());
     }
-    let store = build_store(url)?;
+    let store = build_store(url, shown)?;
     stores
         .lock()
         .expect("not poisoned")
@@ -87,12 +89,11 @@ fn store(url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, DatasetError> {
     Ok(store)
 }
 
-fn build_store(url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, DatasetError> {
-    let shown = url.to_string();
-    let failed = |e: object_store::Error| store_error(&shown, Access::Configure, e);
+fn build_store(url: &ObjectUrl, shown: &str) -> Result<Arc<dyn ObjectStore>, DatasetError> {
+    let failed = |e: object_store::Error| store_error(shown, Access::Configure, e);
     Ok(match url.scheme {
         Scheme::S3 => {
-            check_aws_credentials(&shown)?;
+            check_aws_credentials(shown)?;
             Arc::new(
                 object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(&url.bucket)
@@ -161,7 +162,14 @@ enum Access {
 /// A store's error as a `DatasetError::Io` naming `url`, with any credential masked.
 fn store_error(url: &str, access: Access, e: object_store::Error) -> DatasetError {
     use object_store::Error as E;
+    // S3 answers a listing of a missing bucket 404 NoSuchBucket, which the client reports as a
+    // generic error with the answer's text.
+    let no_bucket = matches!(&e, E::Generic { .. }) && e.to_string().contains("NoSuchBucket");
     let (kind, message) = match &e {
+        _ if no_bucket => (
+            io::ErrorKind::NotFound,
+            "no such bucket (the store answered NoSuchBucket)".to_string(),
+        ),
         E::NotFound { .. } if access == Access::List => (
             io::ErrorKind::NotFound,
             "no such bucket (the store answered not found)".to_string(),
@@ -233,7 +241,7 @@ pub(crate) fn list(
     keep: impl Fn(&str) -> bool + Send + 'static,
     limit: usize,
 ) -> Result<Vec<String>, DatasetError> {
-    let store = store(prefix)?;
+    let store = store(prefix, pattern)?;
     let location = location(prefix)?;
     let pattern = pattern.to_string();
     run(async move {
@@ -259,9 +267,9 @@ pub(crate) fn list(
 
 /// Whether the object `url` exists (`false` when the store says not found).
 pub(crate) fn exists(url: &ObjectUrl) -> Result<bool, DatasetError> {
-    let store = store(url)?;
-    let location = location(url)?;
     let shown = url.to_string();
+    let store = store(url, &shown)?;
+    let location = location(url)?;
     run(async move {
         let head = GetOptions {
             head: true,
@@ -277,11 +285,12 @@ pub(crate) fn exists(url: &ObjectUrl) -> Result<bool, DatasetError> {
 
 /// Writes `data` as the object `url` (replacing it): for tests, benchmarks and data generation.
 pub fn write_object(url: &str, data: impl Into<Bytes>) -> Result<(), DatasetError> {
+    let shown = url;
     let url = ObjectUrl::parse(url)?;
     let data = data.into();
-    let store = store(&url)?;
+    let store = store(&url, shown)?;
     let location = location(&url)?;
-    let shown = url.to_string();
+    let shown = shown.to_string();
     run(async move {
         store
             .put(&location, PutPayload::from_bytes(data))
@@ -308,7 +317,7 @@ pub(crate) struct ObjectReader {
 
 /// Opens the object `url` (as named to the user: `shown`) and starts streaming it.
 pub(crate) fn open(url: &ObjectUrl, shown: &str) -> Result<ObjectReader, DatasetError> {
-    let store = store(url)?;
+    let store = store(url, shown)?;
     let location = location(url)?;
     let (tx, rx) = flume::bounded(READ_AHEAD_CHUNKS);
     runtime().spawn(pump(store, location, shown.to_string(), tx));

@@ -3,6 +3,9 @@
 //! parallel_epochs as local files give them, URL prefixes as data roots on the dispatcher and
 //! the workers, and errors that name the URL and no credential.
 //!
+//! Through a proxy that answers one request in ten with 503 and cuts every third object
+//! response mid-body, an epoch still gives every record exactly once, GZIP objects included.
+//!
 //! The store's configuration is the environment (`AWS_ENDPOINT`, keys, ...), as in a deployment;
 //! each test runs in a process of its own (nextest), so each sets its own.
 
@@ -55,7 +58,7 @@ fn write_parts() -> anyhow::Result<Vec<String>> {
         sluice_formats::write_object(&url, tfrecord(&records)?)?;
         want.extend(records);
     }
-    sluice_formats::write_object(&format!("{ROOT}/ignored.txt"), "not records".into())?;
+    sluice_formats::write_object(&format!("{ROOT}/ignored.txt"), "not records")?;
     // `*` stays within one component, as in a local glob.
     let nested = tfrecord(&["nested".to_string()])?;
     sluice_formats::write_object(&format!("{ROOT}/sub/part-99.tfrecord"), nested.clone())?;
@@ -124,7 +127,7 @@ async fn distributed_epoch_over_an_s3_glob_yields_every_record_exactly_once() ->
 async fn parallel_epochs_over_s3_objects_give_every_record_once_per_worker() -> anyhow::Result<()> {
     let _store = store()?;
     let records = write_parts()?;
-    sluice_formats::write_object(&format!("{ROOT}/lines.txt"), "one\ntwo\r\nthree".into())?;
+    sluice_formats::write_object(&format!("{ROOT}/lines.txt"), "one\ntwo\r\nthree")?;
     let cluster = cluster().await?;
     let client = cluster.client();
     let service = client
@@ -156,6 +159,17 @@ async fn parallel_epochs_over_s3_objects_give_every_record_once_per_worker() -> 
     );
     cluster.shutdown().await;
     Ok(())
+}
+
+/// A TFRecord definition whose files are listed (`url` alone), as a raw request may send it.
+fn listed(url: &str) -> dpb::DatasetDef {
+    let mut def = Dataset::files("listed").tfrecord().into_def();
+    let Some(dpb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut())
+    else {
+        panic!("a files source");
+    };
+    fs.files = vec![url.to_string()];
+    def
 }
 
 /// The message of an `RpcError::Status` of `code`.
@@ -212,25 +226,22 @@ async fn urls_outside_the_roots_are_refused_naming_them() -> anyhow::Result<()> 
     );
 
     // `..` is no way out: such a URL is malformed wherever it appears.
-    let mut def = Dataset::files("listed").tfrecord().into_def();
-    let Some(dpb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut())
-    else {
-        panic!("a files source");
-    };
     let dotted = format!("{ROOT}/../other/part-00.tfrecord");
-    fs.files = vec![dotted.clone()];
+    let def = listed(&dotted);
     let err = client
         .register_dataset_def(&def, None, &metadata)
         .await
         .unwrap_err();
-    let message = status_message(err, tonic::Code::InvalidArgument);
+    let RpcError::InvalidArgument(message) = err else {
+        panic!("expected InvalidArgument, got {err:?}");
+    };
     assert!(
         message.starts_with(&format!("invalid object URL '{dotted}'")),
         "{message}"
     );
 
     // A listed object below the roots that does not exist: the worker's error names it.
-    fs.files = vec![format!("{ROOT}/missing.tfrecord")];
+    let def = listed(&format!("{ROOT}/missing.tfrecord"));
     let id = client.register_dataset_def(&def, None, &metadata).await?;
     let service = client
         .from_dataset_id(ShardingPolicy::Off, &id.0, DistributeOptions::default())
@@ -296,6 +307,88 @@ async fn missing_credentials_are_an_error_naming_the_url() -> anyhow::Result<()>
              AWS_SECRET_ACCESS_KEY"
         )),
         "{err}"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// `n` TFRecord objects of `per` records each below `data/` (GZIP-compressed when `gzip`, as
+/// `TfRecordFile` writes them); returns every record.
+fn write_many(n: usize, per: usize, gzip: bool) -> anyhow::Result<Vec<String>> {
+    let dir = tempfile::tempdir()?;
+    let mut want = Vec::new();
+    for f in 0..n {
+        let records: Vec<String> = (0..per)
+            .map(|r| format!("object{f:02}-record{r:05}-{}", "x".repeat(r % 97)))
+            .collect();
+        let path = dir.path().join("part");
+        let compression = if gzip {
+            dpb::RecordCompression::Gzip
+        } else {
+            dpb::RecordCompression::None
+        };
+        let mut file = sluice_formats::TfRecordFile::create(&path, compression)?;
+        for r in &records {
+            file.write_record(r.as_bytes())?;
+        }
+        file.finish()?;
+        let suffix = if gzip { "tfrecord.gz" } else { "tfrecord" };
+        sluice_formats::write_object(
+            &format!("{ROOT}/part-{f:02}.{suffix}"),
+            std::fs::read(&path)?,
+        )?;
+        want.extend(records);
+    }
+    want.sort();
+    Ok(want)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_store_failures_lose_and_repeat_no_record() -> anyhow::Result<()> {
+    let moto = store()?;
+    let proxy = sluice_tests::fault_proxy::FaultProxy::start(
+        ([127, 0, 0, 1], moto.port()).into(),
+        sluice_tests::fault_proxy::Faults {
+            fail_every: 10,
+            cut_every: 3,
+            cut_after: 48 * 1024,
+        },
+    )
+    .await?;
+    // Every request through the proxy, each on a connection of its own (the proxy counts
+    // faults per connection).
+    std::env::set_var("AWS_ENDPOINT", proxy.endpoint());
+    std::env::set_var("AWS_POOL_MAX_IDLE_PER_HOST", "0");
+    let plain = write_many(8, 3000, false)?;
+    let gzip = write_many(4, 3000, true)?;
+    let cluster = cluster().await?;
+    let client = cluster.client();
+
+    let service = client
+        .distribute(
+            &Dataset::files(&format!("{ROOT}/*.tfrecord")).tfrecord(),
+            ShardingPolicy::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), plain);
+
+    let service = client
+        .distribute(
+            &Dataset::files(&format!("{ROOT}/*.tfrecord.gz"))
+                .tfrecord_compressed(dpb::RecordCompression::Gzip),
+            ShardingPolicy::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), gzip);
+
+    // The faults happened: requests were refused and bodies cut, and were retried and resumed.
+    assert!(
+        proxy.failed() > 0 && proxy.cut() > 0,
+        "failed {}, cut {}",
+        proxy.failed(),
+        proxy.cut()
     );
     cluster.shutdown().await;
     Ok(())
