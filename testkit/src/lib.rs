@@ -5,6 +5,9 @@
 //! library. Nothing here is part of the service itself.
 //!
 //! Layout:
+//! - `azurite`: `Azurite`, an Azure Blob Storage emulator (Azurite, from npm) for tests of
+//!   object-store sources.
+//! - `delay_proxy`: `DelayProxy`, a TCP forwarder adding a fixed latency each way.
 //! - `credentials`: `Credentials`, a cluster's certificates and tokens in a temp dir, and the
 //!   security settings of its dispatchers, workers and trainers.
 //! - `local_cluster`: `LocalCluster`, dispatcher replicas and workers in this process (real gRPC
@@ -15,13 +18,17 @@
 //!   object-store sources.
 //! - `tcp_proxy`: `TcpProxy`, a forwarder in front of a port that a test turns into a blackhole.
 
+pub mod azurite;
 pub mod credentials;
+pub mod delay_proxy;
 pub mod local_cluster;
 pub mod moto;
 pub mod process;
 pub mod tcp_proxy;
 
+pub use azurite::Azurite;
 pub use credentials::Credentials;
+pub use delay_proxy::DelayProxy;
 pub use local_cluster::{bind_again, local_dispatcher_config, LocalCluster, Tune};
 pub use moto::MotoServer;
 pub use process::SluiceProcess;

@@ -3,6 +3,8 @@
 //! parallel_epochs as local files give them, URL prefixes as data roots on the dispatcher and
 //! the workers, and errors that name the URL and no credential.
 //!
+//! Azure blobs (Azurite, the Azure Storage emulator) read the same way.
+//!
 //! Through a proxy that answers one request in ten with 503 and cuts every third object
 //! response mid-body, an epoch still gives every record exactly once, GZIP objects included.
 //!
@@ -389,6 +391,69 @@ async fn transient_store_failures_lose_and_repeat_no_record() -> anyhow::Result<
         "failed {}, cut {}",
         proxy.failed(),
         proxy.cut()
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_blobs_read_as_s3_objects_do() -> anyhow::Result<()> {
+    let azurite = sluice_tests::Azurite::start()?;
+    for (name, value) in azurite.env() {
+        std::env::set_var(name, value);
+    }
+    azurite.create_container("sluice")?;
+    let root = "az://sluice/data";
+    let mut want = Vec::new();
+    for f in 0..6 {
+        let records: Vec<String> = (0..40).map(|r| format!("blob{f}-record{r}")).collect();
+        sluice_formats::write_object(&format!("{root}/part-{f}.tfrecord"), tfrecord(&records)?)?;
+        want.extend(records);
+    }
+    sluice_formats::write_object("az://sluice/other/part-0.tfrecord", tfrecord(&want[..1])?)?;
+    want.sort();
+    let mut cluster =
+        TestCluster::start_with(1, 0, move |c| c.data_roots = vec![root.into()]).await?;
+    for _ in 0..2 {
+        cluster
+            .add_worker_with(|c| c.data_roots = vec![root.into()])
+            .await?;
+    }
+    let client = cluster.client();
+    let pattern = format!("{root}/*.tfrecord");
+    let service = client
+        .distribute(
+            &Dataset::files(&pattern).tfrecord(),
+            ShardingPolicy::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), want);
+    let service = client
+        .distribute(
+            &Dataset::files(&pattern).tfrecord(),
+            ShardingPolicy::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let mut twice: Vec<String> = want.iter().flat_map(|r| [r.clone(), r.clone()]).collect();
+    twice.sort();
+    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), twice);
+    let outside = "az://sluice/other/part-0.tfrecord";
+    let err = client
+        .distribute(
+            &Dataset::files(outside).tfrecord(),
+            ShardingPolicy::Off,
+            DistributeOptions::default(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!(
+            "refused to read '{outside}': outside the data roots ({root})"
+        )),
+        "{err}"
     );
     cluster.shutdown().await;
     Ok(())
