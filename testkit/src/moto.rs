@@ -41,8 +41,9 @@ impl MotoServer {
             .spawn()
             .with_context(|| format!("start {python} for the moto S3 server"))?;
         let stdout = child.stdout.take().context("moto's stdout")?;
+        let mut stdout = BufReader::new(stdout);
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
+        stdout.read_line(&mut line)?;
         let port = line
             .strip_prefix("PORT ")
             .and_then(|p| p.trim().parse::<u16>().ok());
@@ -56,6 +57,11 @@ impl MotoServer {
                 String::from_utf8_lossy(&output.stderr).trim()
             );
         };
+        // Drained from now on: the server logs requests, and would block on a full pipe.
+        drain(stdout);
+        if let Some(stderr) = child.stderr.take() {
+            drain(stderr);
+        }
         let stdin = child.stdin.take();
         Ok(MotoServer { child, stdin, port })
     }
@@ -98,6 +104,11 @@ impl MotoServer {
         }
         Ok(())
     }
+}
+
+/// Reads `from` to its end on a thread of its own, discarding what it reads.
+fn drain(mut from: impl std::io::Read + Send + 'static) {
+    std::thread::spawn(move || std::io::copy(&mut from, &mut std::io::sink()));
 }
 
 impl Drop for MotoServer {

@@ -209,6 +209,23 @@ async fn urls_outside_the_roots_are_refused_naming_them() -> anyhow::Result<()> 
         );
     }
 
+    // A raw request's pattern below the roots is listed by the dispatcher, with its own
+    // environment's credentials.
+    let def = Dataset::files(&format!("{ROOT}/part-0*.tfrecord"))
+        .tfrecord()
+        .into_def();
+    let id = client.register_dataset_def(&def, None, &metadata).await?;
+    let stored = client.get_dataset(&id).await?;
+    let Some(dpb::source::Kind::Files(fs)) =
+        stored.dataset.and_then(|d| d.source).and_then(|s| s.kind)
+    else {
+        panic!("a files source");
+    };
+    let want: Vec<String> = (0..10)
+        .map(|f| format!("{ROOT}/part-{f:02}.tfrecord"))
+        .collect();
+    assert_eq!(fs.files, want);
+
     // Through the client, which lists the pattern itself: the dispatcher refuses the first
     // listed object outside its roots.
     let err = client
