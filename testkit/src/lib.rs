@@ -7,6 +7,8 @@
 //! Layout:
 //! - `azurite`: `Azurite`, an Azure Blob Storage emulator (Azurite, from npm) for tests of
 //!   object-store sources.
+//! - `fake_gcs`: `FakeGcs`, a Google Cloud Storage emulator (fake-gcs-server, from PyPI) for
+//!   tests of object-store sources.
 //! - `delay_proxy`: `DelayProxy`, a TCP forwarder adding a fixed latency each way.
 //! - `credentials`: `Credentials`, a cluster's certificates and tokens in a temp dir, and the
 //!   security settings of its dispatchers, workers and trainers.
@@ -21,6 +23,7 @@
 pub mod azurite;
 pub mod credentials;
 pub mod delay_proxy;
+pub mod fake_gcs;
 pub mod local_cluster;
 pub mod moto;
 pub mod process;
@@ -29,6 +32,7 @@ pub mod tcp_proxy;
 pub use azurite::Azurite;
 pub use credentials::Credentials;
 pub use delay_proxy::DelayProxy;
+pub use fake_gcs::FakeGcs;
 pub use local_cluster::{bind_again, local_dispatcher_config, LocalCluster, Tune};
 pub use moto::MotoServer;
 pub use process::SluiceProcess;

@@ -15,7 +15,7 @@ pub mod fault_proxy;
 pub mod http;
 pub mod wait;
 
-pub use sluice_testkit::{local_dispatcher_config, Azurite, LocalCluster, MotoServer};
+pub use sluice_testkit::{local_dispatcher_config, Azurite, FakeGcs, LocalCluster, MotoServer};
 
 /// The local cluster, as the tests call it.
 pub type TestCluster = LocalCluster;

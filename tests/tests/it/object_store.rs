@@ -3,7 +3,8 @@
 //! parallel_epochs as local files give them, URL prefixes as data roots on the dispatcher and
 //! the workers, and errors that name the URL and no credential.
 //!
-//! Azure blobs (Azurite, the Azure Storage emulator) read the same way.
+//! Azure blobs (Azurite, the Azure Storage emulator) and GCS objects (fake-gcs-server) read the
+//! same way.
 //!
 //! Through a proxy that answers one request in ten with 503 and cuts every third object
 //! response mid-body, an epoch still gives every record exactly once, GZIP objects included.
@@ -472,6 +473,46 @@ async fn azure_blobs_read_as_s3_objects_do() -> anyhow::Result<()> {
         )),
         "{err}"
     );
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_objects_read_as_s3_objects_do() -> anyhow::Result<()> {
+    let gcs = sluice_tests::FakeGcs::start()?;
+    for (name, value) in gcs.env()? {
+        std::env::set_var(name, value);
+    }
+    gcs.create_bucket("sluice")?;
+    let root = "gs://sluice/data";
+    let mut want = Vec::new();
+    for f in 0..6 {
+        let records: Vec<String> = (0..40).map(|r| format!("gcs{f}-record{r}")).collect();
+        gcs.upload(
+            "sluice",
+            &format!("data/part-{f}.tfrecord"),
+            &tfrecord(&records)?,
+        )?;
+        want.extend(records);
+    }
+    gcs.upload("sluice", "data/sub/part-9.tfrecord", &tfrecord(&want[..1])?)?;
+    want.sort();
+    let mut cluster =
+        TestCluster::start_with(1, 0, move |c| c.data_roots = vec![root.into()]).await?;
+    for _ in 0..2 {
+        cluster
+            .add_worker_with(|c| c.data_roots = vec![root.into()])
+            .await?;
+    }
+    let service = cluster
+        .client()
+        .distribute(
+            &Dataset::files(&format!("{root}/*.tfrecord")).tfrecord(),
+            ShardingPolicy::Dynamic,
+            DistributeOptions::default(),
+        )
+        .await?;
+    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), want);
     cluster.shutdown().await;
     Ok(())
 }
