@@ -279,9 +279,10 @@ pub struct DispatcherArgs {
     pub worker_addresses: String,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
-    /// A directory `files()` datasets may read below (repeatable). Without one, every files
+    /// A directory `files()` datasets may read below (repeatable), or an object-store URL
+    /// prefix (`s3://bucket/prefix`) they may read objects below. Without one, every files
     /// source is refused.
-    #[arg(long = "data-root", value_name = "DIR")]
+    #[arg(long = "data-root", value_name = "DIR|URL")]
     pub data_roots: Vec<PathBuf>,
     /// Serve `/metrics` (Prometheus), `/live`, `/ready` and the status page (`/`) over plain HTTP at
     /// HOST:PORT (port 0: any free port; the READY line then names it as `metrics=HOST:PORT`).
@@ -362,9 +363,11 @@ pub struct WorkerArgs {
     pub state_dir: Option<PathBuf>,
     #[command(flatten)]
     pub security: ServerSecurityArgs,
-    /// A directory tasks may read files below (repeatable). Without one, every file is
+    /// A directory tasks may read files below (repeatable), or an object-store URL prefix
+    /// (`s3://bucket/prefix`) they may read objects below; the store's credentials come from
+    /// this process's environment (`AWS_ACCESS_KEY_ID`, ...). Without one, every file is
     /// refused.
-    #[arg(long = "data-root", value_name = "DIR")]
+    #[arg(long = "data-root", value_name = "DIR|URL")]
     pub data_roots: Vec<PathBuf>,
     /// Run pipelines' Python functions in executor processes of this interpreter (it must
     /// import sluice, numpy and cloudpickle, at the clients' Python and cloudpickle versions).

@@ -516,7 +516,10 @@ fn absolutize_file_pattern(def: &mut dpb::DatasetDef) -> Result<(), ClientError>
         else {
             return;
         };
-        if !files.files.is_empty() || std::path::Path::new(&files.pattern).is_absolute() {
+        if !files.files.is_empty()
+            || std::path::Path::new(&files.pattern).is_absolute()
+            || sluice_formats::is_object_url(&files.pattern)
+        {
             return;
         }
         match std::env::current_dir() {

@@ -16,6 +16,11 @@
 //! expanded: one whose literal directory can reach no root is refused without listing anything,
 //! and a match outside every root is reported as the pattern's, not by the matched name.
 //!
+//! A root may also be an object-store URL prefix (`s3://bucket/data`): a URL is allowed when it
+//! lies at or below one, compared component by component by its text (see `ObjectUrl`; a store
+//! resolves no links, and a URL with `.` or `..` components is refused). Whether the object
+//! exists is the store's to say when it is listed or opened.
+//!
 //! No roots means no file: the safe default. The user's own process (local execution) does not
 //! use this type at all; see `FileAccess`.
 
@@ -24,15 +29,21 @@ use std::sync::Arc;
 
 use sluice_element::DatasetError;
 
+use crate::object_url::{is_object_url, ObjectUrl};
+
 /// Why a server without roots refuses a file, and how to allow files.
 const NO_ROOTS: &str = "this server has no data roots, so it reads no files; start it with \
-                        --data-root DIR (data_roots=[...] in Python) to allow files below DIR";
+                        --data-root DIR (data_roots=[...] in Python) to allow files below DIR, \
+                        or --data-root s3://BUCKET/PREFIX for objects below that prefix";
 
-/// Canonical directories below which files may be read; empty refuses every file.
+/// Canonical directories below which files may be read, and object-store URL prefixes below
+/// which objects may be read; empty refuses every file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DataRoots {
     /// Canonical, so a canonical path is below a root exactly when it `starts_with` it.
     roots: Arc<[PathBuf]>,
+    /// Object-store prefixes, normalized (see `ObjectUrl`).
+    urls: Arc<[ObjectUrl]>,
 }
 
 impl DataRoots {
@@ -42,15 +53,32 @@ impl DataRoots {
     }
 
     /// Canonicalizes each root. A root that does not exist or is not a directory is an error
-    /// naming it (a server refuses to start with it).
+    /// naming it (a server refuses to start with it). A root that is an object-store URL
+    /// (`s3://bucket/prefix`) is a prefix of allowed objects; a malformed one is an error naming
+    /// it.
     pub fn new<I, P>(roots: I) -> Result<DataRoots, DatasetError>
     where
         I: IntoIterator<Item = P>,
         P: AsRef<Path>,
     {
         let mut canonical = Vec::new();
+        let mut urls = Vec::new();
         for root in roots {
             let root = root.as_ref();
+            if let Some(url) = root.to_str().filter(|r| is_object_url(r)) {
+                let url = ObjectUrl::parse(url).map_err(|e| {
+                    DatasetError::InvalidArgument(format!("data root '{url}' cannot be used: {e}"))
+                })?;
+                if url.is_pattern() {
+                    return Err(DatasetError::InvalidArgument(format!(
+                        "data root '{url}' cannot be used: a root is a prefix, not a pattern"
+                    )));
+                }
+                if !urls.contains(&url) {
+                    urls.push(url);
+                }
+                continue;
+            }
             let resolved = std::fs::canonicalize(root).map_err(|e| {
                 DatasetError::InvalidArgument(format!(
                     "data root '{}' cannot be used: {}",
@@ -70,22 +98,73 @@ impl DataRoots {
         }
         Ok(DataRoots {
             roots: canonical.into(),
+            urls: urls.into(),
         })
     }
 
-    /// The canonical roots, in the order given.
+    /// The canonical local roots, in the order given.
     pub fn roots(&self) -> &[PathBuf] {
         &self.roots
     }
 
+    /// The object-store roots, in the order given.
+    pub fn url_roots(&self) -> &[ObjectUrl] {
+        &self.urls
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.roots.is_empty()
+        self.roots.is_empty() && self.urls.is_empty()
+    }
+
+    /// The normalized form of the object URL `url` if it lies at or below a URL root; otherwise
+    /// an error naming the URL and the roots. Whether it exists is not checked here.
+    pub fn check_url(&self, url: &str) -> Result<ObjectUrl, DatasetError> {
+        if self.is_empty() {
+            return Err(self.refuse(url, NO_ROOTS));
+        }
+        let parsed = ObjectUrl::parse(url)?;
+        if self.urls.iter().any(|root| parsed.is_below(root)) {
+            Ok(parsed)
+        } else {
+            Err(self.refuse(url, &self.outside()))
+        }
+    }
+
+    /// Refuses an object URL pattern that cannot match below any URL root, before anything is
+    /// listed: its literal prefix (see `ObjectUrl::literal_prefix`) must lie below a root or
+    /// contain one.
+    pub fn check_url_pattern(&self, pattern: &str) -> Result<ObjectUrl, DatasetError> {
+        if self.is_empty() {
+            return Err(self.refuse(pattern, NO_ROOTS));
+        }
+        let parsed = ObjectUrl::parse(pattern)?;
+        let literal = parsed.literal_prefix();
+        if self
+            .urls
+            .iter()
+            .any(|root| literal.is_below(root) || root.is_below(&literal))
+        {
+            Ok(parsed)
+        } else {
+            Err(self.refuse(pattern, &self.outside()))
+        }
+    }
+
+    /// Checks an object `pattern` matched, as [`DataRoots::check_url`]; one outside every root
+    /// is refused as the pattern's, so the error lists no object outside the roots.
+    pub fn check_url_match(&self, pattern: &str, url: &str) -> Result<ObjectUrl, DatasetError> {
+        self.check_url(url).map_err(|e| match e {
+            DatasetError::FileRefused { .. } => {
+                self.refuse(pattern, &format!("it matches objects {}", self.outside()))
+            }
+            other => other,
+        })
     }
 
     /// The canonical form of `path` if it is a regular file below a root; otherwise an error
     /// naming the path and the roots.
     pub fn check(&self, path: &str) -> Result<PathBuf, DatasetError> {
-        if self.roots.is_empty() {
+        if self.is_empty() {
             return Err(self.refuse(path, NO_ROOTS));
         }
         let canonical = match std::fs::canonicalize(path) {
@@ -111,7 +190,7 @@ impl DataRoots {
     /// file: an existing path must pass [`DataRoots::check`]; a new one's directory, resolved,
     /// must lie below a root, and the file keeps its name there.
     pub fn check_writable(&self, path: &str) -> Result<PathBuf, DatasetError> {
-        if self.roots.is_empty() {
+        if self.is_empty() {
             return Err(self.refuse(path, NO_ROOTS));
         }
         let p = Path::new(path);
@@ -136,7 +215,7 @@ impl DataRoots {
     /// literal directory (the components before the first with `*`, `?` or `[`), resolved,
     /// must lie below a root or contain one.
     pub fn check_pattern(&self, pattern: &str) -> Result<(), DatasetError> {
-        if self.roots.is_empty() {
+        if self.is_empty() {
             return Err(self.refuse(pattern, NO_ROOTS));
         }
         let literal: PathBuf = Path::new(pattern)
@@ -192,13 +271,15 @@ impl DataRoots {
 }
 
 impl std::fmt::Display for DataRoots {
-    /// The roots, comma-separated.
+    /// The roots, comma-separated: the directories, then the URL prefixes.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, root) in self.roots.iter().enumerate() {
+        let dirs = self.roots.iter().map(|r| r.display().to_string());
+        let urls = self.urls.iter().map(|u| u.to_string());
+        for (i, root) in dirs.chain(urls).enumerate() {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{}", root.display())?;
+            f.write_str(&root)?;
         }
         Ok(())
     }

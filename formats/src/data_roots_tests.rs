@@ -218,7 +218,8 @@ fn no_roots_refuses_and_says_how_to_allow() {
     assert_eq!(
         err.to_string(),
         "refused to read '/etc/passwd': this server has no data roots, so it reads no files; \
-         start it with --data-root DIR (data_roots=[...] in Python) to allow files below DIR"
+         start it with --data-root DIR (data_roots=[...] in Python) to allow files below DIR, \
+         or --data-root s3://BUCKET/PREFIX for objects below that prefix"
     );
 }
 
@@ -361,4 +362,106 @@ fn a_file_to_write_must_be_below_a_root() {
     }
     let none = DataRoots::new(Vec::<PathBuf>::new()).unwrap();
     assert!(none.check_writable(&s("data/cache/new.cache")).is_err());
+}
+
+#[test]
+fn url_roots_allow_objects_at_or_below_them_by_whole_components() {
+    let tree = Tree::new();
+    let roots = DataRoots::new([
+        tree.base.join("data"),
+        PathBuf::from("s3://bucket/train"),
+        PathBuf::from("gs://whole-bucket/"),
+    ])
+    .unwrap();
+    assert_eq!(
+        roots.url_roots(),
+        [
+            ObjectUrl::parse("s3://bucket/train").unwrap(),
+            ObjectUrl::parse("gs://whole-bucket").unwrap()
+        ]
+    );
+    let shown = format!(
+        "{}, s3://bucket/train, gs://whole-bucket",
+        tree.base.join("data").display()
+    );
+    assert_eq!(roots.to_string(), shown);
+    for ok in [
+        "s3://bucket/train/a.tfrecord",
+        "s3://bucket/train/sub/b.tfrecord",
+        "S3://bucket/train/c",
+        "gs://whole-bucket/anything/at/all",
+    ] {
+        assert!(roots.check_url(ok).is_ok(), "{ok}");
+    }
+    for refused in [
+        "s3://bucket/train2/a.tfrecord",
+        "s3://bucket/a.tfrecord",
+        "s3://other/train/a.tfrecord",
+        "gs://bucket/train/a.tfrecord",
+        "az://bucket/train/a.tfrecord",
+    ] {
+        assert_eq!(
+            roots.check_url(refused).unwrap_err().to_string(),
+            format!("refused to read '{refused}': outside the data roots ({shown})")
+        );
+    }
+    // Not a way out, and not a prefix's other spelling either.
+    let dotted = roots
+        .check_url("s3://bucket/train/../secret")
+        .unwrap_err()
+        .to_string();
+    assert!(dotted.starts_with("invalid object URL"), "{dotted}");
+    // A URL is never a local path: a local check of it is refused, and a local root does not
+    // allow it.
+    let local_only = DataRoots::new([tree.base.join("data")]).unwrap();
+    assert!(matches!(
+        local_only.check_url("s3://bucket/train/a"),
+        Err(DatasetError::FileRefused { .. })
+    ));
+}
+
+#[test]
+fn url_patterns_are_checked_by_their_literal_prefix_before_listing() {
+    let roots = DataRoots::new(["s3://bucket/train"]).unwrap();
+    for ok in [
+        "s3://bucket/train/*.tfrecord",
+        "s3://bucket/train/**/x-?.tfrecord",
+        // Listing the bucket is allowed: each match is checked again.
+        "s3://bucket/*/part-*",
+    ] {
+        assert!(roots.check_url_pattern(ok).is_ok(), "{ok}");
+    }
+    for refused in ["s3://bucket/train2/*", "s3://bucket/other/*", "s3://b2/*"] {
+        assert!(
+            matches!(
+                roots.check_url_pattern(refused),
+                Err(DatasetError::FileRefused { .. })
+            ),
+            "{refused}"
+        );
+    }
+    // A match outside the roots is reported as the pattern's.
+    assert_eq!(
+        roots
+            .check_url_match("s3://bucket/*/part-*", "s3://bucket/secret/part-0")
+            .unwrap_err()
+            .to_string(),
+        "refused to read 's3://bucket/*/part-*': it matches objects outside the data roots \
+         (s3://bucket/train)"
+    );
+}
+
+#[test]
+fn malformed_url_roots_are_refused_at_startup() {
+    for (root, why) in [
+        ("s3://", "names no bucket"),
+        ("s3://bucket/a/*", "a root is a prefix, not a pattern"),
+        ("s3://key:secret@bucket/a", "may not carry"),
+    ] {
+        let err = DataRoots::new([root]).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("data root '{root}' cannot be used")) && err.contains(why),
+            "{root}: {err}"
+        );
+    }
 }

@@ -4,6 +4,7 @@ use sluice_pipeline::Dataset;
 
 use super::*;
 use crate::rooted::Rooted;
+use crate::DataRoots;
 
 #[test]
 fn expansion_is_sorted_and_skips_directories() {
@@ -194,4 +195,62 @@ fn files_sources_of_nested_datasets_are_expanded_and_checked_against_the_roots()
     let mut def = Dataset::choose_from_datasets(vec![secret], Dataset::range(1), true).into_def();
     let err = expand_files(&mut def, &rooted.access).unwrap_err();
     assert!(err.to_string().contains("outside the data roots"), "{err}");
+}
+
+#[test]
+fn an_object_url_pattern_outside_the_roots_is_refused_before_listing() {
+    // No store is configured or reachable here: a refusal must come before any request.
+    let roots = DataRoots::new(["s3://bucket/train"]).unwrap();
+    let access = FileAccess::Roots(roots);
+    let mut def = Dataset::files("s3://bucket/other/*.tfrecord")
+        .tfrecord()
+        .into_def();
+    assert_eq!(
+        expand_files(&mut def, &access).unwrap_err().to_string(),
+        "refused to read 's3://bucket/other/*.tfrecord': outside the data roots \
+         (s3://bucket/train)"
+    );
+}
+
+#[test]
+fn listed_object_urls_are_checked_and_normalized_without_a_store() {
+    let access = FileAccess::Roots(DataRoots::new(["s3://bucket/train"]).unwrap());
+    let mut def = with_files(vec![
+        "S3://bucket/train/a.tfrecord".into(),
+        "s3://bucket/train/b.tfrecord/".into(),
+    ]);
+    expand_files(&mut def, &access).unwrap();
+    assert_eq!(
+        listed(&def),
+        [
+            "s3://bucket/train/a.tfrecord",
+            "s3://bucket/train/b.tfrecord"
+        ]
+    );
+    let mut outside = with_files(vec!["s3://bucket/secret".into()]);
+    assert!(matches!(
+        expand_files(&mut outside, &access),
+        Err(DatasetError::FileRefused { .. })
+    ));
+    // Unrestricted, a URL is still parsed: a malformed one is an error naming it.
+    let mut bad = with_files(vec!["s3://bucket/a/../b".into()]);
+    let err = expand_files(&mut bad, &FileAccess::Unrestricted).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid object URL 's3://bucket/a/../b'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_invalid_key_pattern_is_reported_as_such() {
+    let mut def = Dataset::files("s3://bucket/a/[x.tfrecord")
+        .tfrecord()
+        .into_def();
+    let err = expand_files(&mut def, &FileAccess::Unrestricted).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid file pattern 's3://bucket/a/[x.tfrecord'"),
+        "{err}"
+    );
 }

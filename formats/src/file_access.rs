@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use sluice_element::DatasetError;
 
 use crate::data_roots::DataRoots;
+use crate::object_url::ObjectUrl;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum FileAccess {
@@ -56,6 +57,32 @@ impl FileAccess {
         match self {
             FileAccess::Unrestricted => Ok(PathBuf::from(path)),
             FileAccess::Roots(roots) => roots.check_match(pattern, path),
+        }
+    }
+
+    /// The object to open for the object-store URL `url`: parsed (a malformed URL is an error
+    /// naming it) and, on a server, at or below a URL root (see [`DataRoots::check_url`]).
+    pub fn resolve_url(&self, url: &str) -> Result<ObjectUrl, DatasetError> {
+        match self {
+            FileAccess::Unrestricted => ObjectUrl::parse(url),
+            FileAccess::Roots(roots) => roots.check_url(url),
+        }
+    }
+
+    /// Checks an object-store URL pattern before it is listed (see
+    /// [`DataRoots::check_url_pattern`]); parsed only, when unrestricted.
+    pub fn check_url_pattern(&self, pattern: &str) -> Result<ObjectUrl, DatasetError> {
+        match self {
+            FileAccess::Unrestricted => ObjectUrl::parse(pattern),
+            FileAccess::Roots(roots) => roots.check_url_pattern(pattern),
+        }
+    }
+
+    /// Checks an object that `pattern` matched (see [`DataRoots::check_url_match`]).
+    pub fn resolve_url_match(&self, pattern: &str, url: &str) -> Result<ObjectUrl, DatasetError> {
+        match self {
+            FileAccess::Unrestricted => ObjectUrl::parse(url),
+            FileAccess::Roots(roots) => roots.check_url_match(pattern, url),
         }
     }
 

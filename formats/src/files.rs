@@ -8,6 +8,9 @@
 //! again just before the file is opened (it passed them at expansion too), since a worker must
 //! not trust that the dispatcher's roots are its own. A text line is at most `MAX_LINE_BYTES`
 //! long: the bound protects a server from its clients.
+//!
+//! A file named by an object-store URL (`s3://bucket/key`) is checked against the URL roots and
+//! streamed from its store (see `objstore`); its records and lines read as a local file's.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -39,48 +42,77 @@ pub fn file_elements(
         Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
         Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
         Reading::Lines => open_lines,
-        Reading::Names => open_name,
+        Reading::Names => return name_element(path, access, origin),
     };
     Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()))
 }
 
-/// Opens `path` (as named to the user) at `resolved` (what the access check allowed).
-type Opener = fn(&str, &std::path::Path, &OriginCell) -> Result<ElementIter, DatasetError>;
+/// Reads `path` (as named to the user) from `file`, opened after the access check allowed it.
+type Opener = fn(&str, Box<dyn Read + Send>, &OriginCell) -> Result<ElementIter, DatasetError>;
+
+/// Opens `path` as `access` allows: a local file at its checked path, or an object's stream.
+fn open_checked(path: &str, access: &FileAccess) -> Result<Box<dyn Read + Send>, DatasetError> {
+    if crate::object_url::is_object_url(path) {
+        let url = access.resolve_url(path)?;
+        return open_object(&url, path);
+    }
+    let resolved = access.resolve(path)?;
+    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
+    Ok(Box::new(f))
+}
+
+#[cfg(feature = "object-store")]
+fn open_object(
+    url: &crate::object_url::ObjectUrl,
+    path: &str,
+) -> Result<Box<dyn Read + Send>, DatasetError> {
+    Ok(Box::new(crate::objstore::open(url, path)?))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn open_object(
+    _url: &crate::object_url::ObjectUrl,
+    path: &str,
+) -> Result<Box<dyn Read + Send>, DatasetError> {
+    Err(DatasetError::invalid(format!(
+        "this process reads no object stores (built without the object-store feature), so it \
+         cannot read '{path}'"
+    )))
+}
 
 const READ_BUFFER: usize = 256 * 1024;
 
 fn open_tfrecord(
     path: &str,
-    resolved: &std::path::Path,
+    file: Box<dyn Read + Send>,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
-    open_tfrecord_as(path, resolved, origin, pb::RecordCompression::None)
+    open_tfrecord_as(path, file, origin, pb::RecordCompression::None)
 }
 
 fn open_tfrecord_gzip(
     path: &str,
-    resolved: &std::path::Path,
+    file: Box<dyn Read + Send>,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
-    open_tfrecord_as(path, resolved, origin, pb::RecordCompression::Gzip)
+    open_tfrecord_as(path, file, origin, pb::RecordCompression::Gzip)
 }
 
 fn open_tfrecord_zlib(
     path: &str,
-    resolved: &std::path::Path,
+    file: Box<dyn Read + Send>,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
-    open_tfrecord_as(path, resolved, origin, pb::RecordCompression::Zlib)
+    open_tfrecord_as(path, file, origin, pb::RecordCompression::Zlib)
 }
 
 fn open_tfrecord_as(
     path: &str,
-    resolved: &std::path::Path,
+    file: Box<dyn Read + Send>,
     origin: &OriginCell,
     compression: pb::RecordCompression,
 ) -> Result<ElementIter, DatasetError> {
-    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    Ok(records(inflated(f, compression), path, origin))
+    Ok(records(inflated(file, compression), path, origin))
 }
 
 /// A TFRecord file's record stream, buffered: the file's bytes as they are, or inflated. A gzip
@@ -116,27 +148,38 @@ pub(crate) fn records(
 }
 
 /// A file's name as its one element (the file is not opened; `access` allowed its path).
-fn open_name(
-    path: &str,
-    _resolved: &std::path::Path,
-    origin: &OriginCell,
-) -> Result<ElementIter, DatasetError> {
-    let name = Element::Tensor(Tensor::scalar_string(Bytes::from(path.to_string())));
-    Ok(tracked(
-        std::iter::once(Ok(name)),
-        path,
-        origin,
-        RecordPosition::Record,
-    ))
+/// A file's name as its one element, once `access` allowed the path (the file or object is
+/// not opened: an op after it reads it).
+fn name_element(path: String, access: &FileAccess, origin: &OriginCell) -> ElementIter {
+    let access = access.clone();
+    let checked = std::iter::once(()).map(move |()| {
+        if crate::object_url::is_object_url(&path) {
+            access.resolve_url(&path)?;
+        } else {
+            access.resolve(&path)?;
+        }
+        Ok((
+            path.clone(),
+            Element::Tensor(Tensor::scalar_string(Bytes::from(path.clone()))),
+        ))
+    });
+    let origin = origin.clone();
+    Box::new(
+        checked.map(move |r: Result<(String, Element), DatasetError>| {
+            r.map(|(path, name)| {
+                origin.set(&Arc::from(path.as_str()), RecordPosition::Record(0));
+                name
+            })
+        }),
+    )
 }
 
 fn open_lines(
     path: &str,
-    resolved: &std::path::Path,
+    file: Box<dyn Read + Send>,
     origin: &OriginCell,
 ) -> Result<ElementIter, DatasetError> {
-    let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
-    let lines = Lines::new(f, path.to_string(), MAX_LINE_BYTES);
+    let lines = Lines::new(file, path.to_string(), MAX_LINE_BYTES);
     Ok(tracked(lines, path, origin, |i| {
         RecordPosition::Line(i + 1)
     }))
@@ -172,10 +215,7 @@ impl Iterator for Lazy {
 
     fn next(&mut self) -> Option<Self::Item> {
         if let Lazy::Pending(path, open, access, origin) = self {
-            match access
-                .resolve(path)
-                .and_then(|resolved| open(path, &resolved, origin))
-            {
+            match open_checked(path, access).and_then(|file| open(path, file, origin)) {
                 Ok(it) => *self = Lazy::Open(it),
                 Err(e) => {
                     *self = Lazy::Done;

@@ -7,7 +7,11 @@
 //! Layout:
 //! - `data_roots`: `DataRoots`, the directories a server may read files from, and the check.
 //! - `file_access`: `FileAccess`, unrestricted (the user's own process) or a server's roots.
-//! - `expand`: glob expansion of a files source (`expand_files`), with the bound on matches.
+//! - `expand`: glob expansion of a files source (`expand_files`), with the bound on matches,
+//!   local paths and object-store URL patterns.
+//! - `object_url`: `ObjectUrl`, an object-store URL (`s3://bucket/key`, ...) and its prefix test.
+//! - `objstore`: listing and streaming objects through the `object_store` client (feature
+//!   `object-store`, part of `read`).
 //! - `files`: reading lines or records of one file, with the bound on line length.
 //! - `tfrecord`: the TFRecord format, reader and writer.
 //! - `tfrecord_file`: `TfRecordFile`, a TFRecord file written plain, GZIP or ZLIB.
@@ -27,6 +31,9 @@ mod file_access;
 mod files;
 #[cfg(feature = "read")]
 pub mod image_ops;
+mod object_url;
+#[cfg(feature = "object-store")]
+mod objstore;
 #[cfg(feature = "read")]
 pub mod tfrecord;
 #[cfg(feature = "read")]
@@ -40,9 +47,12 @@ mod rooted;
 pub use data_roots::DataRoots;
 #[cfg(feature = "read")]
 pub use example_parser::{serialize_example, ExampleParser};
-pub use expand::expand_files;
+pub use expand::{expand_files, list_objects};
 pub use file_access::FileAccess;
 #[cfg(feature = "read")]
 pub use files::{file_elements, MAX_LINE_BYTES};
+pub use object_url::{is_object_url, ObjectUrl, Scheme};
+#[cfg(feature = "object-store")]
+pub use objstore::write_object;
 #[cfg(feature = "read")]
 pub use tfrecord_file::TfRecordFile;

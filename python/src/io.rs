@@ -1,7 +1,9 @@
 //! `sluice._native`'s TFRecord and Example helpers: `TfRecordWriter`, a TFRecord file written
 //! plain or compressed, and `serialize_example`, a `tf.train.Example` from tensors. They let
 //! Python programs (and the tests) write the files `parse_example` reads without TensorFlow;
-//! `encode_jpeg` lets the image benchmark write its JPEGs without Pillow.
+//! `encode_jpeg` lets the image benchmark write its JPEGs without Pillow. `list_objects` and
+//! `write_object` list and write objects of an object store (`s3://bucket/key`, ...) with the
+//! credentials of this process's environment: for `list_files` and for writing test data.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -99,4 +101,18 @@ pub fn encode_jpeg<'py>(
     let out = sluice_formats::image_ops::encode_jpeg(pixels, height, width, quality)
         .map_err(|e| invalid_argument(e.to_string()))?;
     Ok(PyBytes::new(py, &out))
+}
+
+/// The objects an object-store URL pattern matches, sorted, as `list_files` lists files.
+#[pyfunction]
+pub fn list_objects(py: Python<'_>, pattern: String) -> PyResult<Vec<String>> {
+    py.detach(|| sluice_formats::list_objects(&pattern))
+        .map_err(dataset_error)
+}
+
+/// Writes `data` as the object `url`, replacing it.
+#[pyfunction]
+pub fn write_object(py: Python<'_>, url: String, data: Vec<u8>) -> PyResult<()> {
+    py.detach(|| sluice_formats::write_object(&url, data))
+        .map_err(dataset_error)
 }

@@ -52,6 +52,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<io::TfRecordWriter>()?;
     m.add_function(wrap_pyfunction!(io::encode_jpeg, m)?)?;
     m.add_function(wrap_pyfunction!(io::serialize_example, m)?)?;
+    m.add_function(wrap_pyfunction!(io::list_objects, m)?)?;
+    m.add_function(wrap_pyfunction!(io::write_object, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::decode_element, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::encode_elements, m)?)?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;

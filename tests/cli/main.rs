@@ -10,6 +10,7 @@ mod failover;
 mod infinite_epochs;
 mod membership;
 mod memory;
+mod object_store;
 mod observability;
 mod parse_example;
 mod pipeline_limits;

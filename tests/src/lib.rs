@@ -6,14 +6,16 @@
 //! - `process`: the test kit's helpers to run the real `sluice` binary as child processes.
 //! - `wait`: waiting on conditions with deadlines (never on sleeps).
 //! - `cut_proxy`: a TCP proxy whose live connections a test can cut.
+//! - `fault_proxy`: an HTTP proxy that answers some requests 503 and cuts some responses.
 //! - `http`: a minimal HTTP GET, for the metrics listener.
 
 pub use sluice_testkit::process;
 pub mod cut_proxy;
+pub mod fault_proxy;
 pub mod http;
 pub mod wait;
 
-pub use sluice_testkit::{local_dispatcher_config, LocalCluster};
+pub use sluice_testkit::{local_dispatcher_config, Azurite, FakeGcs, LocalCluster, MotoServer};
 
 /// The local cluster, as the tests call it.
 pub type TestCluster = LocalCluster;

@@ -344,7 +344,7 @@ class Dataset:
         :class:`~sluice.errors.InvalidArgumentError` when nothing matches.
         """
         patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
-        files = sorted({f for p in patterns for f in _glob.glob(p)})
+        files = sorted({f for p in patterns for f in _matching_files(p)})
         if not files:
             raise InvalidArgumentError(
                 f"Expected 'file_pattern' argument to match at least one file, got {file_pattern!r}"
@@ -1238,6 +1238,17 @@ def _files(
     else:
         files = [_file_name(f) for f in filenames]
     return Dataset(_native.Dataset.files(",".join(files), fmt, files, compression))
+
+
+_OBJECT_URL_SCHEMES = ("s3://", "gs://", "az://", "https://", "http://")
+
+
+def _matching_files(pattern: str) -> List[str]:
+    """The files a glob pattern matches: local paths, or the objects an object-store URL
+    (``s3://bucket/train-*.tfrecord``) matches, listed with this process's credentials."""
+    if pattern.lower().startswith(_OBJECT_URL_SCHEMES):
+        return list(_native.list_objects(pattern))
+    return _glob.glob(pattern)
 
 
 def _is_file_name(value: Any) -> bool:

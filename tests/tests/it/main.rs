@@ -16,6 +16,7 @@ mod hostile_input;
 mod jobs_and_datasets;
 mod limits;
 mod metrics;
+mod object_store;
 mod processing_modes;
 mod quorum;
 mod reader_state;
