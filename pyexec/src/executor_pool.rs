@@ -412,8 +412,11 @@ impl ExecutorSlot {
                 return fail(call, error);
             }
         }
-        if !self.loaded.contains(&call.function.id) {
-            // A LOAD's reply must be read before the call is sent: finish what is in flight.
+        let ahead = self.process.as_ref().map_or(0, |p| p.ahead_bytes);
+        if !self.loaded.contains(&call.function.id) || request_bytes(&call) > ahead {
+            // A LOAD's reply must be read before the call is sent, and a request larger than
+            // the pipe holds must not be written while the executor may be writing a reply
+            // (see `ExecutorProcess::ahead_bytes`): finish what is in flight.
             while !sent.is_empty() {
                 self.answer_oldest(sent, resend);
             }
@@ -483,6 +486,15 @@ impl ExecutorSlot {
             *slot = pid;
         }
     }
+}
+
+/// About the bytes of `call`'s BATCH frame: its elements' payloads, and a bound on what the
+/// encoding adds per element (lengths, shapes).
+fn request_bytes(call: &Call) -> usize {
+    call.inputs
+        .iter()
+        .map(|e| e.byte_size().saturating_add(256))
+        .fold(16, usize::saturating_add)
 }
 
 /// Loads the call's function if needed (waiting for its LOADED), then sends the call without

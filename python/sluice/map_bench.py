@@ -6,8 +6,8 @@ Three functions, from cheap to slow (``--workloads``, all by default):
 - ``tiny`` (:func:`tiny`, about 20 µs): a few numpy ops on a 16-float vector, whose result is
   a scalar; the inputs are ``from_tensor_slices`` of ``--images`` such vectors, repeated 4
   times;
-- ``image`` (:func:`normalize`, about 0.25 ms): ``uint8`` 64x64x3 images to ``float32`` with a
-  flip and a contrast and brightness jitter, ``from_tensor_slices(images).repeat(4)``;
+- ``image`` (:func:`normalize`, about 0.2 ms): ``uint8`` 64x64x3 images to ``float32`` with a
+  flip and a contrast and brightness change, ``from_tensor_slices(images).repeat(4)``;
 - ``augment`` (:func:`augment`, a few milliseconds): a random crop of a padded copy, a flip,
   jitter and a 3x3 box blur of an image made from the element's index, ``ROUNDS`` times.
 
@@ -56,10 +56,10 @@ def tiny(x: np.ndarray) -> np.float32:
 
 
 def normalize(image: np.ndarray) -> np.ndarray:
-    """About 0.25 ms: a ``uint8`` image to ``float32`` in [0, 1], flipped, with its contrast
-    and brightness changed (192 KiB out for 12 KiB in)."""
+    """About 0.2 ms: a ``uint8`` image to ``float32`` in [0, 1], flipped, with each channel's
+    contrast and the brightness changed (48 KiB out for 12 KiB in)."""
     x = image[:, ::-1].astype(np.float32) * np.float32(1 / 255)
-    mean = x.mean(dtype=np.float32)
+    mean = x.mean(axis=(0, 1), dtype=np.float32)
     x = (x - mean) * np.float32(1.2) + mean + np.float32(0.05)
     return np.clip(x, np.float32(0.0), np.float32(1.0))
 
