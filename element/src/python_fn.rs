@@ -31,4 +31,17 @@ pub trait PythonFunction: Send + Sync {
 
     /// How many calls may usefully be in flight at once (at least 1).
     fn parallelism(&self) -> usize;
+
+    /// Starts a call on each of `inputs`, one receiver per input in their order. A runner that
+    /// sends elements elsewhere may carry them together (one frame, one round trip); the
+    /// default calls `call` on each.
+    fn call_batch(&self, inputs: Vec<Element>) -> Vec<Receiver<CallResult>> {
+        inputs.into_iter().map(|input| self.call(input)).collect()
+    }
+
+    /// How many inputs a `call_batch` should carry now (at least 1): a runner that measures
+    /// what its calls cost says more while they are cheap. The default is 1.
+    fn batch_size(&self) -> usize {
+        1
+    }
 }

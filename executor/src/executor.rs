@@ -790,7 +790,7 @@ impl StageKind {
                 let parser = parser.clone();
                 Box::new(input.map(move |r| r.and_then(|e| parser.parse(&e))))
             }
-            StageKind::Python(stage) => stage.apply(input, cancel.clone()),
+            StageKind::Python(stage) => stage.apply(input, memory, cancel.clone()),
             StageKind::Interleave(spec) => spec.apply(input, memory, cancel),
             StageKind::GroupByWindow(spec) => spec.apply(input, memory, cancel),
             StageKind::TakeWhile(pred) => {

@@ -9,6 +9,12 @@
 //! A call's outputs are a list: one element for a map, none or one for a filter (the runner
 //! applies the predicate and returns the element it keeps), any number for a flat_map. So one
 //! ordered, parallel stage runs all three kinds.
+//!
+//! Batches: the stage hands its inputs to the function in batches of the size the function
+//! asks for (`PythonFunction::batch_size`, 1 unless a runner measures its calls as cheap), and
+//! keeps `in_flight` batches outstanding (so `num_parallel_calls` counts batches). The inputs
+//! in flight are reserved on the task's memory budget; the order of outputs, and each error in
+//! its input's place, are as with calls one by one.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::Receiver;
@@ -20,7 +26,10 @@ use sluice_element::{
 };
 use sluice_pipeline::python_op;
 
-/// The most calls of one Python op kept in flight, whatever `num_parallel_calls` asks.
+use crate::memory_budget::{element_bytes, MemoryShare, Reservation};
+
+/// The most calls of one Python op kept in flight, whatever `num_parallel_calls` asks and
+/// whatever the batches' size.
 const MAX_IN_FLIGHT: usize = 1024;
 
 /// Readies `op` with the runner in `runner`, refusing it when there is none.
@@ -56,7 +65,7 @@ pub(crate) fn prepare(
 #[derive(Clone)]
 pub(crate) struct PythonStage {
     function: Arc<dyn PythonFunction>,
-    /// How many calls are kept in flight.
+    /// How many calls (batches) are kept in flight.
     in_flight: usize,
     name: String,
     /// take_while: the first element the predicate drops ends the stage.
@@ -90,7 +99,12 @@ impl PythonStage {
         ))
     }
 
-    pub(crate) fn apply(&self, input: ElementIter, cancel: Cancellation) -> ElementIter {
+    pub(crate) fn apply(
+        &self,
+        input: ElementIter,
+        memory: &Option<Arc<MemoryShare>>,
+        cancel: Cancellation,
+    ) -> ElementIter {
         if self.generator {
             return Box::new(GeneratorRuns {
                 input,
@@ -104,45 +118,114 @@ impl PythonStage {
             stage: self.clone(),
             pending: VecDeque::new(),
             ready: Vec::new().into_iter(),
+            unsent: None,
+            reservation: Reservation::new(memory.clone(), "python function"),
             cancel,
         })
     }
 }
 
-/// Calls the function on upstream elements with up to `in_flight` calls outstanding, and
-/// yields their outputs in upstream order. An upstream error is yielded in its place, after
-/// the outputs of the calls started before it.
+/// Calls the function on upstream elements in batches, with up to `in_flight` batches
+/// outstanding, and yields their outputs in upstream order. An upstream error is yielded in its
+/// place, after the outputs of the calls started before it.
 struct OrderedCalls {
     input: Option<ElementIter>,
     stage: PythonStage,
+    /// One entry per input in flight (or upstream error), in upstream order.
     pending: VecDeque<Pending>,
     ready: std::vec::IntoIter<Element>,
+    /// An input taken from upstream and not yet sent: the memory budget had no room for it.
+    unsent: Option<Element>,
+    /// The inputs in flight, on the task's memory budget.
+    reservation: Reservation,
     /// Checked before each call is awaited: a Python filter that drops everything loops here.
     cancel: Cancellation,
 }
 
 enum Pending {
-    Call(Receiver<CallResult>),
+    /// A call and the bytes its input holds on the reservation.
+    Call(Receiver<CallResult>, u64),
     Failed(DatasetError),
 }
 
 impl OrderedCalls {
+    /// Starts batches while fewer than `in_flight` batches' inputs are outstanding. A batch
+    /// starts only when a whole one fits (or nothing is in flight), so inputs go in the
+    /// function's size rather than one at a time as outputs are taken. An input the memory
+    /// budget has no room for waits in `unsent` for the calls in flight to end; with none in
+    /// flight, the budget's error is yielded in its place.
     fn fill(&mut self) {
-        while self.pending.len() < self.stage.in_flight {
-            let Some(input) = self.input.as_mut() else {
+        loop {
+            if self.input.is_none() && self.unsent.is_none() {
                 return;
-            };
-            match input.next() {
-                None => self.input = None,
-                Some(Ok(e)) => self
-                    .pending
-                    .push_back(Pending::Call(self.stage.function.call(e))),
-                Some(Err(err)) => {
-                    self.pending.push_back(Pending::Failed(err));
-                    // Stop reading ahead past an error: what follows it is produced only if the
-                    // consumer goes on.
-                    return;
+            }
+            let batch = self.stage.function.batch_size().clamp(1, MAX_IN_FLIGHT);
+            let most = self
+                .stage
+                .in_flight
+                .saturating_mul(batch)
+                .min(MAX_IN_FLIGHT);
+            let room = most.saturating_sub(self.pending.len());
+            if room < batch && !self.pending.is_empty() {
+                return;
+            }
+            let want = batch.min(room).max(1);
+            let mut inputs = Vec::with_capacity(want);
+            let mut bytes = Vec::with_capacity(want);
+            let mut failed = None;
+            let mut full = false;
+            while inputs.len() < want {
+                let next = match self.unsent.take() {
+                    Some(e) => Some(Ok(e)),
+                    None => self.input.as_mut().and_then(Iterator::next),
+                };
+                match next {
+                    None => {
+                        self.input = None;
+                        break;
+                    }
+                    Some(Ok(e)) => {
+                        let size = element_bytes(&e);
+                        match self.reservation.grow(size) {
+                            Ok(()) => {
+                                bytes.push(size);
+                                inputs.push(e);
+                            }
+                            Err(err) if self.pending.is_empty() && inputs.is_empty() => {
+                                failed = Some(err);
+                                break;
+                            }
+                            Err(_) => {
+                                self.unsent = Some(e);
+                                full = true;
+                                break;
+                            }
+                        }
+                    }
+                    Some(Err(err)) => {
+                        failed = Some(err);
+                        break;
+                    }
                 }
+            }
+            let short = inputs.len() < want;
+            if !inputs.is_empty() {
+                let calls = self.stage.function.call_batch(inputs);
+                self.pending.extend(
+                    calls
+                        .into_iter()
+                        .zip(bytes)
+                        .map(|(rx, held)| Pending::Call(rx, held)),
+                );
+            }
+            if let Some(err) = failed {
+                self.pending.push_back(Pending::Failed(err));
+                // Stop reading ahead past an error: what follows it is produced only if the
+                // consumer goes on.
+                return;
+            }
+            if short || full {
+                return;
             }
         }
     }
@@ -162,18 +245,24 @@ impl Iterator for OrderedCalls {
             self.fill();
             match self.pending.pop_front()? {
                 Pending::Failed(err) => return Some(Err(err)),
-                Pending::Call(rx) => match rx.recv() {
-                    Ok(Ok(outputs)) if outputs.is_empty() && self.stage.ends_on_drop => {
-                        // take_while: nothing after the first dropped element is yielded; the
-                        // calls started past it are abandoned.
-                        self.input = None;
-                        self.pending.clear();
-                        return None;
+                Pending::Call(rx, held) => {
+                    let result = rx.recv();
+                    self.reservation.shrink(held);
+                    match result {
+                        Ok(Ok(outputs)) if outputs.is_empty() && self.stage.ends_on_drop => {
+                            // take_while: nothing after the first dropped element is yielded;
+                            // the calls started past it are abandoned.
+                            self.input = None;
+                            self.unsent = None;
+                            self.pending.clear();
+                            self.reservation.clear();
+                            return None;
+                        }
+                        Ok(Ok(outputs)) => self.ready = outputs.into_iter(),
+                        Ok(Err(err)) => return Some(Err(err)),
+                        Err(_) => return Some(Err(self.stage.went_away())),
                     }
-                    Ok(Ok(outputs)) => self.ready = outputs.into_iter(),
-                    Ok(Err(err)) => return Some(Err(err)),
-                    Err(_) => return Some(Err(self.stage.went_away())),
-                },
+                }
             }
         }
     }

@@ -14,18 +14,32 @@ use super::*;
 use crate::executor::{iterate, ExecOptions};
 
 /// Runs each call on its own thread, later calls finishing sooner, and records how many were
-/// in flight at most.
+/// in flight at most. With `batch` above 1 its functions ask for batches of that size and
+/// record the size of each batch they get.
 #[derive(Debug, Default)]
 struct ThreadRunner {
     in_flight: Arc<AtomicUsize>,
     most_in_flight: Arc<AtomicUsize>,
     prepared: Mutex<Vec<String>>,
+    batch: usize,
+    batches: Arc<Mutex<Vec<usize>>>,
+}
+
+impl ThreadRunner {
+    fn batching(batch: usize) -> Arc<ThreadRunner> {
+        Arc::new(ThreadRunner {
+            batch,
+            ..ThreadRunner::default()
+        })
+    }
 }
 
 struct ThreadFunction {
     body: fn(i64) -> CallResult,
     in_flight: Arc<AtomicUsize>,
     most_in_flight: Arc<AtomicUsize>,
+    batch: usize,
+    batches: Arc<Mutex<Vec<usize>>>,
 }
 
 fn int(v: i64) -> Element {
@@ -58,6 +72,8 @@ impl PythonRunner for ThreadRunner {
             body: body_of(&op.pickled),
             in_flight: self.in_flight.clone(),
             most_in_flight: self.most_in_flight.clone(),
+            batch: self.batch,
+            batches: self.batches.clone(),
         }))
     }
 }
@@ -82,6 +98,15 @@ impl PythonFunction for ThreadFunction {
 
     fn parallelism(&self) -> usize {
         2
+    }
+
+    fn call_batch(&self, inputs: Vec<Element>) -> Vec<mpsc::Receiver<CallResult>> {
+        self.batches.lock().unwrap().push(inputs.len());
+        inputs.into_iter().map(|input| self.call(input)).collect()
+    }
+
+    fn batch_size(&self) -> usize {
+        self.batch.max(1)
     }
 }
 
@@ -272,4 +297,143 @@ fn a_python_take_while_ends_at_the_first_dropped_element_and_an_interleave_funct
         let got: Vec<i64> = run(&def, &runner).into_iter().map(Result::unwrap).collect();
         assert_eq!(got, [1, 2, 2, 3, 3, 3], "{parallel:?}");
     }
+}
+
+#[test]
+fn batches_keep_the_order_of_every_kind_and_their_size() {
+    use pb::PyFunctionKind::{Filter, FlatMap, Map};
+    let cases: Vec<(pb::PyFunctionOp, i64, Vec<i64>)> = vec![
+        (op(Map, "double"), 103, (0..103).map(|v| 2 * v).collect()),
+        (
+            op(Filter, "keep_even"),
+            103,
+            (0..103).filter(|v| v % 2 == 0).collect(),
+        ),
+        (
+            op(FlatMap, "repeat_self"),
+            11,
+            (0..11)
+                .flat_map(|v| std::iter::repeat_n(v, v as usize))
+                .collect(),
+        ),
+    ];
+    for (op, n, want) in cases {
+        let name = op.name.clone();
+        let runner = ThreadRunner::batching(4);
+        let got: Vec<i64> = run(&with_op(Dataset::range(n), op), &runner)
+            .into_iter()
+            .map(|r| r.expect("no error"))
+            .collect();
+        assert_eq!(got, want, "{name}");
+        let batches = runner.batches.lock().unwrap().clone();
+        assert_eq!(
+            batches.iter().sum::<usize>(),
+            n as usize,
+            "{name}: every input once"
+        );
+        // Whole batches while the input lasts; only the last may be short.
+        let (last, whole) = batches.split_last().unwrap();
+        assert!(whole.iter().all(|&b| b == 4), "{name}: {batches:?}");
+        assert_eq!(*last, (n as usize - 1) % 4 + 1, "{name}: {batches:?}");
+        // Four batches of four in flight at most (parallelism 2, twice).
+        let most = runner.most_in_flight.load(Ordering::SeqCst);
+        assert!(most <= 16, "{name}: {most} in flight");
+    }
+}
+
+#[test]
+fn num_parallel_calls_counts_batches() {
+    let runner = ThreadRunner::batching(3);
+    let mut map = op(pb::PyFunctionKind::Map, "double");
+    map.num_parallel_calls = 2;
+    let got = run(&with_op(Dataset::range(60), map), &runner);
+    assert_eq!(got.len(), 60);
+    let most = runner.most_in_flight.load(Ordering::SeqCst);
+    assert!(
+        (1..=6).contains(&most),
+        "two batches of 3 in flight at most, saw {most}"
+    );
+}
+
+#[test]
+fn an_error_mid_batch_is_yielded_in_its_place_and_the_batch_goes_on() {
+    let runner = ThreadRunner::batching(4);
+    // Element 5 is the second of the second batch.
+    let def = with_op(
+        Dataset::range(11),
+        op(pb::PyFunctionKind::Map, "fails_at_5"),
+    );
+    let got = run(&def, &runner);
+    assert_eq!(got.len(), 11);
+    for (i, r) in got.iter().enumerate() {
+        match (i, r) {
+            (5, Err(DatasetError::Python(e))) => {
+                assert_eq!(
+                    e.to_string(),
+                    "python function 'fails_at_5' raised ValueError: five"
+                )
+            }
+            (i, Ok(v)) if i != 5 => assert_eq!(*v, i as i64),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_upstream_error_ends_the_batch_being_gathered_and_is_yielded_in_its_place() {
+    let runner = ThreadRunner::batching(4);
+    // The first Python map fails at 5; the second one, batched, reads that error from
+    // upstream while it gathers a batch.
+    let mut def = with_op(Dataset::range(9), op(pb::PyFunctionKind::Map, "fails_at_5"));
+    def.ops.push(pb::Op {
+        kind: Some(pb::op::Kind::PyFunction(op(
+            pb::PyFunctionKind::Map,
+            "double",
+        ))),
+    });
+    let got = run(&def, &runner);
+    assert_eq!(got.len(), 9);
+    for (i, r) in got.iter().enumerate() {
+        match (i, r) {
+            (5, Err(DatasetError::Python(_))) => {}
+            (i, Ok(v)) if i != 5 => assert_eq!(*v, 2 * i as i64),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_inputs_in_flight_are_held_on_the_memory_budget() {
+    // Each int64 input is charged 8 bytes and the element overhead; the budget has room for
+    // three of them, so batches of 4 wait for the calls in flight.
+    let one = 8 + crate::memory_budget::ELEMENT_OVERHEAD_BYTES;
+    let budget = crate::memory_budget::MemoryBudget::new(3 * one, "--memory-budget");
+    let runner = ThreadRunner::batching(4);
+    let opts = ExecOptions {
+        python: Some(runner.clone()),
+        memory: Some(budget.share("the test's pipeline")),
+        ..ExecOptions::default()
+    };
+    let def = with_op(Dataset::range(40), op(pb::PyFunctionKind::Map, "double"));
+    let got: Vec<i64> = iterate(&def, &opts)
+        .unwrap()
+        .map(|r| r.expect("no error").as_i64().unwrap())
+        .collect();
+    assert_eq!(got, (0..40).map(|v| 2 * v).collect::<Vec<_>>());
+    let most = runner.most_in_flight.load(Ordering::SeqCst);
+    assert!(
+        most <= 3,
+        "the budget holds three inputs, {most} were in flight"
+    );
+    assert_eq!(budget.used(), 0, "every input's bytes are given back");
+
+    // A budget without room for one input fails the stage, naming it.
+    let tiny = crate::memory_budget::MemoryBudget::new(one - 1, "--memory-budget");
+    let opts = ExecOptions {
+        python: Some(runner),
+        memory: Some(tiny.share("the test's pipeline")),
+        ..ExecOptions::default()
+    };
+    let first = iterate(&def, &opts).unwrap().next().unwrap().unwrap_err();
+    assert!(first.to_string().contains("python function"), "{first}");
 }

@@ -8,10 +8,21 @@
 //! (LOAD, unpickling there) before its first call on that executor, never per element; each
 //! executor keeps at most `MAX_LOADED` functions, unloading the least recently used.
 //!
+//! Batches: the stage hands a function's inputs over in batches (`call_batch`), each one frame
+//! to an executor (BATCH) and one frame back (RESULTS, a result per element, in order). The
+//! size it is asked for (`batch_size`) is each function's own, re-chosen after every batch
+//! from the executor's measure of it (`batch_size::next_batch_size`): 1 at first, growing
+//! while elements are cheap, 1 for a function that takes milliseconds.
+//!
 //! Failure containment: an executor that dies during a call (os._exit, a segfault, a kill)
 //! fails that call with `DatasetError::PythonRuntime` and is restarted by its thread; other
 //! calls, tasks and the worker go on. A call sent behind the fatal one never started (an
-//! executor runs one call at a time) and is sent again to the new executor. A call whose receiver is gone (its task was cancelled)
+//! executor runs one call at a time) and is sent again to the new executor. An executor that
+//! dies during a batch of several elements does not say which element killed it (and its
+//! results so far are lost with it): the batch's elements are sent again one per batch, so the
+//! element that kills an executor again is the one whose call fails, as without batches, and
+//! the function's batch size goes back to 1. (The elements before it in the batch run twice;
+//! their outputs are delivered once.) A call whose receiver is gone (its task was cancelled)
 //! still runs, and its result is dropped.
 //!
 //! Shutdown: when the pool and every function prepared from it are dropped, the FIFO closes,
@@ -20,18 +31,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use sluice_element::pb::{PyFunctionKind, PyFunctionOp};
 use sluice_element::{
-    codec, CallResult, Compression, DatasetError, Element, PythonException, PythonFunction,
-    PythonRunner,
+    CallResult, DatasetError, Element, PythonException, PythonFunction, PythonRunner,
 };
 use tracing::{info, warn};
 
+use crate::batch_size::next_batch_size;
 use crate::error::PoolError;
 use crate::executor_process::{describe_exit, ExecutorProcess};
 use crate::pool_config::PoolConfig;
@@ -40,7 +52,7 @@ use crate::protocol::{self, RemoteException};
 /// Functions an executor keeps loaded at most.
 pub const MAX_LOADED: usize = 64;
 
-/// Calls sent to one executor ahead of their replies.
+/// Batches sent to one executor ahead of their replies.
 const PIPELINE_DEPTH: usize = 2;
 
 /// A running pool of executors. Cheap to share behind an `Arc`.
@@ -70,12 +82,39 @@ struct Function {
     kind: PyFunctionKind,
     name: String,
     pickled: Vec<u8>,
+    /// The batch size the stage is asked for (`next_batch_size` of the last batch's measure).
+    batch: AtomicUsize,
 }
 
+/// A batch of calls of one function: the inputs and, for each, where its result goes.
 struct Call {
     function: Arc<Function>,
-    input: Element,
-    reply: mpsc::Sender<CallResult>,
+    inputs: Vec<Element>,
+    replies: Vec<mpsc::Sender<CallResult>>,
+}
+
+impl Call {
+    /// Answers every call of the batch with `error`. A dropped receiver: the task is gone; the
+    /// result is not wanted.
+    fn fail(self, error: DatasetError) {
+        for reply in self.replies {
+            let _ = reply.send(Err(error.clone()));
+        }
+    }
+
+    /// The batch as batches of one element each, in order.
+    fn split(self) -> Vec<Call> {
+        let function = self.function;
+        self.inputs
+            .into_iter()
+            .zip(self.replies)
+            .map(|(input, reply)| Call {
+                function: function.clone(),
+                inputs: vec![input],
+                replies: vec![reply],
+            })
+            .collect()
+    }
 }
 
 impl ExecutorPool {
@@ -201,6 +240,7 @@ impl PythonRunner for ExecutorPool {
                 kind,
                 name: op.name.clone(),
                 pickled: op.pickled.clone(),
+                batch: AtomicUsize::new(1),
             }),
         }))
     }
@@ -230,23 +270,36 @@ struct PoolFunction {
 
 impl PythonFunction for PoolFunction {
     fn call(&self, input: Element) -> mpsc::Receiver<CallResult> {
-        let (reply, rx) = mpsc::channel();
+        self.call_batch(vec![input])
+            .pop()
+            .expect("a receiver per input")
+    }
+
+    fn call_batch(&self, inputs: Vec<Element>) -> Vec<mpsc::Receiver<CallResult>> {
+        if inputs.is_empty() {
+            return Vec::new();
+        }
+        let (replies, receivers) = inputs.iter().map(|_| mpsc::channel()).unzip();
         let call = Call {
             function: self.function.clone(),
-            input,
-            reply,
+            inputs,
+            replies,
         };
         if let Err(flume::SendError(call)) = self.shared.calls.send(call) {
-            let _ = call.reply.send(Err(DatasetError::PythonRuntime(format!(
+            call.fail(DatasetError::PythonRuntime(format!(
                 "python function '{}': the worker's executors have stopped",
                 self.function.name
-            ))));
+            )));
         }
-        rx
+        receivers
     }
 
     fn parallelism(&self) -> usize {
         self.shared.executors
+    }
+
+    fn batch_size(&self) -> usize {
+        self.function.batch.load(Ordering::Relaxed).max(1)
     }
 }
 
@@ -301,28 +354,49 @@ impl ExecutorSlot {
         }
     }
 
-    /// Reads the reply to the oldest call in `sent` and hands it to its caller. If the
-    /// executor died running it, that call fails, and the calls behind it (which never started
-    /// there) go to the front of `resend`.
+    /// Reads the reply to the oldest batch in `sent` and hands each result to its caller. If
+    /// the executor died running it, that batch fails (or goes again element by element, see
+    /// `died_running`), and the batches behind it (which never started there) go to the front
+    /// of `resend`.
     fn answer_oldest(&mut self, sent: &mut VecDeque<Call>, resend: &mut VecDeque<Call>) {
         let Some(call) = sent.pop_front() else {
             return;
         };
-        let result = match self.process.as_mut().map(|p| receive(p, &call)) {
-            Some(Ok(result)) => result,
+        match self.process.as_mut().map(|p| receive(p, &call)) {
+            Some(Ok(results)) => {
+                for (reply, result) in call.replies.into_iter().zip(results) {
+                    // A dropped receiver: the task is gone; the result is not wanted.
+                    let _ = reply.send(result);
+                }
+            }
             Some(Err(broken)) => {
                 for stranded in sent.drain(..).rev() {
                     resend.push_front(stranded);
                 }
-                Err(self.died(&call.function.name, broken))
+                self.died_running(call, broken, resend);
             }
-            None => Err(DatasetError::PythonRuntime(format!(
-                "python function '{}': no executor",
-                call.function.name
-            ))),
-        };
-        // A dropped receiver: the task is gone; the result is not wanted.
-        let _ = call.reply.send(result);
+            None => {
+                let error = DatasetError::PythonRuntime(format!(
+                    "python function '{}': no executor",
+                    call.function.name
+                ));
+                call.fail(error);
+            }
+        }
+    }
+
+    /// The executor died (`broken`) running `call`. A batch of one fails with the death; a
+    /// larger batch goes again at the front of `resend`, one element per batch, and its
+    /// function's batch size drops to 1.
+    fn died_running(&mut self, call: Call, broken: Broken, resend: &mut VecDeque<Call>) {
+        let error = self.died(&call.function.name, broken);
+        if call.inputs.len() <= 1 {
+            return call.fail(error);
+        }
+        call.function.batch.store(1, Ordering::Relaxed);
+        for single in call.split().into_iter().rev() {
+            resend.push_front(single);
+        }
     }
 
     /// Sends `call` (after loading its function, which first takes every reply still due) and
@@ -331,18 +405,18 @@ impl ExecutorSlot {
     /// `resend`.
     fn send(&mut self, call: Call, sent: &mut VecDeque<Call>, resend: &mut VecDeque<Call>) {
         let name = call.function.name.clone();
-        let fail = |call: Call, error: DatasetError| {
-            // A dropped receiver: the task is gone; the result is not wanted.
-            let _ = call.reply.send(Err(error));
-        };
+        let fail = |call: Call, error: DatasetError| call.fail(error);
         if self.process.is_none() {
             if let Err(e) = self.restart() {
                 let error = DatasetError::PythonRuntime(format!("python function '{name}': {e}"));
                 return fail(call, error);
             }
         }
-        if !self.loaded.contains(&call.function.id) {
-            // A LOAD's reply must be read before the call is sent: finish what is in flight.
+        let ahead = self.process.as_ref().map_or(0, |p| p.ahead_bytes);
+        if !self.loaded.contains(&call.function.id) || request_bytes(&call) > ahead {
+            // A LOAD's reply must be read before the call is sent, and a request larger than
+            // the pipe holds must not be written while the executor may be writing a reply
+            // (see `ExecutorProcess::ahead_bytes`): finish what is in flight.
             while !sent.is_empty() {
                 self.answer_oldest(sent, resend);
             }
@@ -359,12 +433,11 @@ impl ExecutorSlot {
                 // The executor died running the oldest call sent: that call is the one to
                 // blame; the others, and this one, never started and go again.
                 Some(running) => {
-                    let error = self.died(&running.function.name, broken);
-                    fail(running, error);
                     resend.push_back(call);
                     for stranded in sent.drain(..).rev() {
                         resend.push_front(stranded);
                     }
+                    self.died_running(running, broken, resend);
                 }
                 None => {
                     let error = self.died(&name, broken);
@@ -415,6 +488,15 @@ impl ExecutorSlot {
     }
 }
 
+/// About the bytes of `call`'s BATCH frame: its elements' payloads, and a bound on what the
+/// encoding adds per element (lengths, shapes).
+fn request_bytes(call: &Call) -> usize {
+    call.inputs
+        .iter()
+        .map(|e| e.byte_size().saturating_add(256))
+        .fold(16, usize::saturating_add)
+}
+
 /// Loads the call's function if needed (waiting for its LOADED), then sends the call without
 /// waiting for its reply. `Ok(Some(error))`: the function did not load, and the call was not
 /// sent.
@@ -457,40 +539,74 @@ fn load_and_send(
             other => return Err(unexpected(other, "LOAD")),
         }
     }
-    let mut encoded = BytesMut::new();
-    let payload = codec::encode_element_append(&call.input, Compression::None, &mut encoded);
-    process
-        .send(
-            protocol::CALL,
-            &[&head, &encoded, payload.as_deref().unwrap_or_default()],
-        )
-        .map_err(Broken::Io)?;
+    let pieces = match protocol::encode_batch(&call.inputs) {
+        Ok(pieces) => pieces,
+        Err(error) => return Ok(Some(error)),
+    };
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pieces.len());
+    parts.push(&head);
+    parts.extend(pieces.iter().map(Bytes::as_ref));
+    process.send(protocol::BATCH, &parts).map_err(Broken::Io)?;
     Ok(None)
 }
 
-/// Reads the reply to `call`, the oldest call sent and not answered.
-fn receive(process: &mut ExecutorProcess, call: &Call) -> Result<CallResult, Broken> {
+/// Reads the reply to `call`, the oldest batch sent and not answered: a result per input, in
+/// order. Re-sizes the function's batches from the executor's measure.
+fn receive(process: &mut ExecutorProcess, call: &Call) -> Result<Vec<CallResult>, Broken> {
     let function = &call.function;
     let reply = process.receive().map_err(Broken::Io)?;
-    Ok(match reply.kind {
-        protocol::OUTPUTS => protocol::decode_outputs(&reply.body),
-        protocol::KEEP => match reply.body.first() {
-            Some(1) => Ok(vec![call.input.clone()]),
-            Some(0) => Ok(Vec::new()),
-            _ => return Err(Broken::Protocol("a KEEP reply without its verdict".into())),
-        },
+    match reply.kind {
+        protocol::RESULTS => {}
+        // The batch itself could not be read: every element fails with why.
         protocol::ERROR => {
-            let e = remote_exception(&reply.body)?;
-            Err(DatasetError::Python(Box::new(PythonException {
-                type_module: e.type_module,
-                type_name: e.type_name,
-                message: e.message,
-                traceback: e.traceback,
-                function: function.name.clone(),
-            })))
+            let error = exception(function, &reply.body)?;
+            return Ok(call.inputs.iter().map(|_| Err(error.clone())).collect());
         }
-        other => return Err(unexpected(other, "CALL")),
-    })
+        other => return Err(unexpected(other, "BATCH")),
+    }
+    let batch =
+        protocol::decode_results(&reply.body).map_err(|e| Broken::Protocol(e.to_string()))?;
+    if batch.results.len() != call.inputs.len() {
+        return Err(Broken::Protocol(format!(
+            "{} results to a batch of {}",
+            batch.results.len(),
+            call.inputs.len()
+        )));
+    }
+    let current = function.batch.load(Ordering::Relaxed);
+    let elapsed = Duration::from_nanos(batch.nanos);
+    function.batch.store(
+        next_batch_size(current, call.inputs.len(), elapsed),
+        Ordering::Relaxed,
+    );
+    call.inputs
+        .iter()
+        .zip(batch.results)
+        .map(|(input, (kind, body))| {
+            Ok(match kind {
+                protocol::OUTPUTS => protocol::decode_outputs(&body),
+                protocol::KEEP => match body.first() {
+                    Some(1) => Ok(vec![input.clone()]),
+                    Some(0) => Ok(Vec::new()),
+                    _ => return Err(Broken::Protocol("a KEEP result without its verdict".into())),
+                },
+                protocol::ERROR => Err(exception(function, &body)?),
+                other => return Err(unexpected(other, "BATCH's element")),
+            })
+        })
+        .collect()
+}
+
+/// What a call of `function` raised, from its ERROR body.
+fn exception(function: &Function, body: &[u8]) -> Result<DatasetError, Broken> {
+    let e = remote_exception(body)?;
+    Ok(DatasetError::Python(Box::new(PythonException {
+        type_module: e.type_module,
+        type_name: e.type_name,
+        message: e.message,
+        traceback: e.traceback,
+        function: function.name.clone(),
+    })))
 }
 
 fn remote_exception(body: &[u8]) -> Result<RemoteException, Broken> {

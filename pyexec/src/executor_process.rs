@@ -17,11 +17,20 @@ use crate::protocol::{self, Frame, Hello};
 /// How long an executor whose pipe broke may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
+/// The capacity asked for the executor's stdin pipe (Linux's default `pipe-max-size`, which an
+/// unprivileged process may ask for; the kernel's 64 KiB when refused).
+const STDIN_PIPE_BYTES: usize = 1 << 20;
+
 pub struct ExecutorProcess {
     child: Child,
     stdin: BufWriter<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     pub hello: Hello,
+    /// The most bytes of requests that may be written while a reply is due: half the stdin
+    /// pipe's capacity. A request written while the executor writes a reply must fit in the
+    /// pipe, or the executor (blocked on a full stdout) and the worker's thread (blocked on a
+    /// full stdin) would wait for each other for ever.
+    pub ahead_bytes: usize,
 }
 
 impl ExecutorProcess {
@@ -54,8 +63,10 @@ impl ExecutorProcess {
                 message: "its pipes were not set up".into(),
             });
         };
+        let ahead_bytes = pipe_capacity(&stdin) / 2;
         Ok(ExecutorProcess {
             child,
+            ahead_bytes,
             stdin: BufWriter::with_capacity(64 << 10, stdin),
             stdout: BufReader::with_capacity(64 << 10, stdout),
             hello: Hello {
@@ -142,6 +153,25 @@ impl ExecutorProcess {
 impl Drop for ExecutorProcess {
     fn drop(&mut self) {
         self.kill_and_reap();
+    }
+}
+
+/// The capacity of the pipe `stdin` writes into, grown to `STDIN_PIPE_BYTES` where the
+/// kernel allows; 64 KiB (Linux's default) when it cannot be known.
+fn pipe_capacity(stdin: &ChildStdin) -> usize {
+    use std::os::fd::AsRawFd;
+    let fd = stdin.as_raw_fd();
+    // SAFETY: fcntl(2) on a pipe descriptor this process owns; no memory is passed.
+    let grown = unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, STDIN_PIPE_BYTES as libc::c_int) };
+    if grown > 0 {
+        return grown as usize;
+    }
+    // SAFETY: as above.
+    let current = unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) };
+    if current > 0 {
+        current as usize
+    } else {
+        64 << 10
     }
 }
 

@@ -8,11 +8,13 @@
 //! - `executor_process`: one executor child process, its handshake and its pipes.
 //! - `executor_pool`: `ExecutorPool`, the `PythonRunner`: the shared FIFO of calls, one thread
 //!   per executor, loading functions, restarting executors that die.
+//! - `batch_size`: how many elements one BATCH carries, from what the last batches cost.
 //! - `pool_config`: `PoolConfig`, the interpreter and the number of executors.
 //! - `error`: `PoolError`, why a pool could not start.
 //!
 //! The executor's own side is `python -m sluice._executor` in the Python package.
 
+pub mod batch_size;
 mod error;
 mod executor_pool;
 mod executor_process;

@@ -7,13 +7,21 @@
 //!   LOAD   0x01  function id u64 LE, function kind u8 (PyFunctionKind), cloudpickle bytes
 //!   CALL   0x02  function id u64 LE, the element (sluice_element::codec, uncompressed)
 //!   UNLOAD 0x03  function id u64 LE                                       (no reply)
+//!   BATCH  0x04  function id u64 LE, count u32 LE, then per element: length u32 LE, element
 //! replies (executor -> worker), one per LOAD or CALL, in request order:
 //!   HELLO   0x80  JSON {"python": "3.11", "cloudpickle": "3.0.0", "pid": 123} (first, unasked)
 //!   OUTPUTS 0x81  count u32 LE, then per output: length u32 LE, element encoding
 //!   KEEP    0x82  u8: 1 a filter keeps its input, 0 it drops it
 //!   ERROR   0x83  JSON {"type_module", "type_name", "message", "traceback"}
 //!   LOADED  0x84  empty
+//!   RESULTS 0x85  count u32 LE, nanoseconds the batch took u64 LE, then per element in order:
+//!                 kind u8 (OUTPUTS, KEEP or ERROR), length u32 LE, that reply's body
 //! ```
+//!
+//! A BATCH is answered by one RESULTS with a result per element (an element whose call raised
+//! has its ERROR there and the elements after it are still called), or by one ERROR when the
+//! batch itself could not be read. The nanoseconds are the executor's own measure of the whole
+//! batch (decoding, calls, encoding), which sizes the next batches (`batch_size`).
 //!
 //! Invariants: an executor handles one request at a time and answers in order, so a reply is
 //! matched to its request by position; elements travel in the codec's format (no pickle for
@@ -28,11 +36,13 @@ use sluice_element::{codec, Compression, DatasetError, Element};
 pub const LOAD: u8 = 0x01;
 pub const CALL: u8 = 0x02;
 pub const UNLOAD: u8 = 0x03;
+pub const BATCH: u8 = 0x04;
 pub const HELLO: u8 = 0x80;
 pub const OUTPUTS: u8 = 0x81;
 pub const KEEP: u8 = 0x82;
 pub const ERROR: u8 = 0x83;
 pub const LOADED: u8 = 0x84;
+pub const RESULTS: u8 = 0x85;
 
 /// The largest frame written or read (1 GiB): a larger element is refused with an error, and a
 /// corrupt length never becomes a huge allocation.
@@ -156,6 +166,116 @@ pub fn decode_outputs(body: &Bytes) -> Result<Vec<Element>, DatasetError> {
         return Err(bad("trailing bytes"));
     }
     Ok(outputs)
+}
+
+/// A BATCH body after its function id, as the pieces to write (`write_frame`'s parts): the
+/// count, then each element's length and encoding. A large tensor's data is a piece of its own,
+/// shared with the element (no copy). Refused when an element's encoding is longer than a
+/// length field holds.
+pub fn encode_batch(inputs: &[Element]) -> Result<Vec<Bytes>, DatasetError> {
+    let mut pieces = Vec::with_capacity(1 + 2 * inputs.len());
+    pieces.push(Bytes::copy_from_slice(&(inputs.len() as u32).to_le_bytes()));
+    for input in inputs {
+        // The length is written in front of the element's encoding, then filled in.
+        let mut encoded = BytesMut::with_capacity(64);
+        encoded.extend_from_slice(&[0; 4]);
+        let payload = codec::encode_element_append(input, Compression::None, &mut encoded);
+        let len = encoded.len() - 4 + payload.as_ref().map_or(0, |p| p.len());
+        let len = u32::try_from(len).map_err(|_| {
+            DatasetError::Codec(format!(
+                "an element of {len} bytes is too large for a Python executor's batch"
+            ))
+        })?;
+        encoded[..4].copy_from_slice(&len.to_le_bytes());
+        pieces.push(encoded.freeze());
+        if let Some(payload) = payload {
+            pieces.push(payload);
+        }
+    }
+    Ok(pieces)
+}
+
+/// The elements' encodings in a BATCH body after its function id (or an OUTPUTS body): each
+/// is a slice of `body`, checked against its end.
+pub fn split_elements(body: &[u8]) -> Result<Vec<&[u8]>, DatasetError> {
+    let bad = |what: &str| DatasetError::Codec(format!("executor elements: {what}"));
+    let (count, mut rest) = split_u32(body).ok_or_else(|| bad("truncated"))?;
+    // Every element takes at least its 4-byte length: a count past that is garbage.
+    if count as usize > rest.len() / 4 {
+        return Err(bad("more elements than bytes"));
+    }
+    let mut elements = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let (len, after) = split_u32(rest).ok_or_else(|| bad("truncated"))?;
+        let len = len as usize;
+        if len > after.len() {
+            return Err(bad("truncated"));
+        }
+        elements.push(&after[..len]);
+        rest = &after[len..];
+    }
+    if !rest.is_empty() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(elements)
+}
+
+/// A RESULTS body: how long the batch took in the executor, and each element's reply (its kind
+/// and body, a slice of the frame).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchResults {
+    pub nanos: u64,
+    pub results: Vec<(u8, Bytes)>,
+}
+
+/// Encodes a RESULTS body (the executor's side, for tests; `sluice._executor` writes the same).
+pub fn encode_results(nanos: u64, results: &[(u8, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(results.len() as u32).to_le_bytes());
+    out.extend_from_slice(&nanos.to_le_bytes());
+    for (kind, body) in results {
+        out.push(*kind);
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// Decodes a RESULTS body; each reply's body shares `body`.
+pub fn decode_results(body: &Bytes) -> Result<BatchResults, DatasetError> {
+    let bad = |what: &str| DatasetError::Codec(format!("executor results: {what}"));
+    if body.len() < 12 {
+        return Err(bad("truncated"));
+    }
+    let count = u32_le(&body[..4]) as usize;
+    let nanos = u64::from_le_bytes(body[4..12].try_into().expect("8 bytes"));
+    // Every result takes at least its kind and 4-byte length.
+    if count > (body.len() - 12) / 5 {
+        return Err(bad("more results than bytes"));
+    }
+    let mut results = Vec::with_capacity(count);
+    let mut pos = 12usize;
+    for _ in 0..count {
+        if body.len() - pos < 5 {
+            return Err(bad("truncated"));
+        }
+        let kind = body[pos];
+        let len = u32_le(&body[pos + 1..pos + 5]) as usize;
+        pos += 5;
+        if len > body.len() - pos {
+            return Err(bad("truncated"));
+        }
+        results.push((kind, body.slice(pos..pos + len)));
+        pos += len;
+    }
+    if pos != body.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(BatchResults { nanos, results })
+}
+
+fn split_u32(b: &[u8]) -> Option<(u32, &[u8])> {
+    (b.len() >= 4).then(|| (u32_le(b), &b[4..]))
 }
 
 fn u32_le(b: &[u8]) -> u32 {

@@ -99,3 +99,111 @@ fn hello_and_exceptions_are_json() {
     .unwrap();
     assert_eq!(e.type_name, "ValueError");
 }
+
+#[test]
+fn a_batch_reads_back_element_by_element_with_large_tensors_shared() {
+    // 128 KiB of floats: past the codec's size for a piece of its own.
+    let floats: Vec<f32> = (0..32_768).map(|v| v as f32).collect();
+    let image = Element::Tensor(Tensor::from_f32s(vec![64, 64, 8], &floats).unwrap());
+    let inputs = vec![
+        int(1),
+        image.clone(),
+        Element::Tuple(vec![int(2), int(3)]),
+        int(4),
+    ];
+    let pieces = encode_batch(&inputs).unwrap();
+    assert!(
+        pieces.iter().any(|p| p.len() == 32_768 * 4),
+        "the image's data is a piece of its own"
+    );
+    let mut frame = Vec::new();
+    let head = function_head(9);
+    let mut parts: Vec<&[u8]> = vec![&head];
+    parts.extend(pieces.iter().map(|p| p.as_ref()));
+    write_frame(&mut frame, BATCH, &parts).unwrap();
+    let frame = read_frame(&mut frame.as_slice()).unwrap().unwrap();
+    assert_eq!(frame.kind, BATCH);
+    assert_eq!(&frame.body[..8], &9u64.to_le_bytes());
+    let elements: Vec<Element> = split_elements(&frame.body[8..])
+        .unwrap()
+        .into_iter()
+        .map(|e| codec::decode_element(e).unwrap())
+        .collect();
+    assert_eq!(elements, inputs);
+    assert_eq!(
+        split_elements(&encode_batch(&[]).unwrap()[0])
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[test]
+fn garbage_batches_are_a_codec_error() {
+    let good: Vec<u8> = encode_batch(&[int(5)]).unwrap().concat();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("truncated element", good[..good.len() - 1].to_vec()),
+        ("trailing byte", [good.as_slice(), &[0]].concat()),
+        ("huge count", u32::MAX.to_le_bytes().to_vec()),
+        (
+            "length past the end",
+            [&1u32.to_le_bytes()[..], &100u32.to_le_bytes()].concat(),
+        ),
+    ];
+    for (what, body) in cases {
+        let err = split_elements(&body).unwrap_err();
+        assert!(matches!(err, DatasetError::Codec(_)), "{what}: {err}");
+    }
+}
+
+#[test]
+fn results_read_back_in_order_with_the_batch_time() {
+    let outputs = encode_outputs(&[int(7)]);
+    let body = encode_results(
+        1_234_567,
+        &[
+            (OUTPUTS, &outputs),
+            (KEEP, &[0]),
+            (ERROR, b"{}"),
+            (OUTPUTS, &encode_outputs(&[])),
+        ],
+    );
+    let batch = decode_results(&Bytes::from(body)).unwrap();
+    assert_eq!(batch.nanos, 1_234_567);
+    let kinds: Vec<u8> = batch.results.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, [OUTPUTS, KEEP, ERROR, OUTPUTS]);
+    assert_eq!(decode_outputs(&batch.results[0].1).unwrap(), vec![int(7)]);
+    assert_eq!(&batch.results[1].1[..], &[0]);
+    assert_eq!(&batch.results[2].1[..], b"{}");
+    assert!(decode_outputs(&batch.results[3].1).unwrap().is_empty());
+}
+
+#[test]
+fn garbage_results_are_a_codec_error() {
+    let good = encode_results(5, &[(KEEP, &[1]), (KEEP, &[0])]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("no time", 0u32.to_le_bytes().to_vec()),
+        ("truncated result", good[..good.len() - 1].to_vec()),
+        ("trailing byte", [good.as_slice(), &[0]].concat()),
+        (
+            "huge count",
+            [&u32::MAX.to_le_bytes()[..], &0u64.to_le_bytes()].concat(),
+        ),
+        (
+            "length past the end",
+            [
+                &1u32.to_le_bytes()[..],
+                &0u64.to_le_bytes(),
+                &[KEEP],
+                &9u32.to_le_bytes(),
+            ]
+            .concat(),
+        ),
+    ];
+    for (what, body) in cases {
+        let err = decode_results(&Bytes::from(body)).unwrap_err();
+        assert!(matches!(err, DatasetError::Codec(_)), "{what}: {err}");
+    }
+}

@@ -3,10 +3,12 @@
 A worker starts a pool of these and speaks to each over its stdin and stdout with the framed
 protocol of the ``sluice-pyexec`` crate (``pyexec/src/protocol.rs``): a frame is a 4-byte
 little-endian length, a kind byte and a body. The executor says HELLO (its Python and
-cloudpickle versions and pid), then answers each LOAD (unpickle a function, kept by id) and
-CALL (run a loaded function on one element) in order; UNLOAD forgets a function. Elements
-travel in Sluice's element encoding, decoded to numpy and encoded back by the native module,
-never pickled.
+cloudpickle versions and pid), then answers each LOAD (unpickle a function, kept by id),
+CALL (run a loaded function on one element) and BATCH (run it on each of a list of elements,
+with one RESULTS frame back: a result per element and the nanoseconds the batch took, by which
+the worker sizes the next batches) in order; UNLOAD forgets a function. Elements travel in
+Sluice's element encoding, decoded to numpy and encoded back by the native module, never
+pickled.
 
 The protocol owns file descriptors 0 and 1: ``sys.stdin`` reads nothing and ``sys.stdout`` (and
 fd 1, for C extensions) is the worker's stderr, so a user's ``print`` cannot corrupt a frame.
@@ -20,21 +22,28 @@ import os
 import signal
 import struct
 import sys
+import time
 import traceback
-from typing import Any, BinaryIO, Callable, Dict, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 
 LOAD = 0x01
 CALL = 0x02
 UNLOAD = 0x03
+BATCH = 0x04
 HELLO = 0x80
 OUTPUTS = 0x81
 KEEP = 0x82
 ERROR = 0x83
 LOADED = 0x84
+RESULTS = 0x85
 
 _HEADER = struct.Struct("<IB")
 _ID = struct.Struct("<Q")
+_RESULTS_HEAD = struct.Struct("<IQ")
+_RESULT_HEAD = struct.Struct("<BI")
+_KEEP_YES = b"\x01"
+_KEEP_NO = b"\x00"
 
 
 def _take_protocol_fds() -> Tuple[BinaryIO, BinaryIO]:
@@ -68,6 +77,13 @@ def _write_frame(out: BinaryIO, kind: int, body: bytes = b"") -> None:
     out.flush()
 
 
+def _write_frame_parts(out: BinaryIO, kind: int, parts: List[bytes]) -> None:
+    out.write(_HEADER.pack(sum(len(p) for p in parts) + 1, kind))
+    for part in parts:
+        out.write(part)
+    out.flush()
+
+
 def _exception_report(e: BaseException) -> bytes:
     kind = type(e)
     return json.dumps(
@@ -84,6 +100,19 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     from sluice import _functions, _native
 
     functions: Dict[int, Tuple[int, Callable[..., Any]]] = {}
+    predicates = (_functions.KIND_FILTER, _functions.KIND_TAKE_WHILE)
+
+    def call_one(op_kind: int, fn: Callable[..., Any], element: Any) -> Tuple[int, bytes]:
+        """One element's reply: OUTPUTS with its outputs, KEEP with a filter's verdict, or
+        ERROR with what the function raised."""
+        try:
+            outputs = _functions.call(op_kind, fn, element)
+            if op_kind in predicates:
+                return KEEP, _KEEP_YES if outputs else _KEEP_NO
+            return OUTPUTS, _native.encode_elements([_functions.output_parts(o) for o in outputs])
+        except Exception as e:  # noqa: BLE001 - every exception of user code is reported
+            return ERROR, _exception_report(e)
+
     hello = {
         "python": _functions.python_version(),
         "cloudpickle": _functions.cloudpickle_version(),
@@ -96,7 +125,22 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             return
         kind, body = frame
         (fid,) = _ID.unpack_from(body)
-        if kind == CALL:
+        if kind == BATCH:
+            op_kind, fn = functions[fid]
+            start = time.perf_counter_ns()
+            try:
+                elements = _native.decode_elements(body, _ID.size)
+            except Exception as e:  # noqa: BLE001 - reported, the worker fails the batch
+                _write_frame(out, ERROR, _exception_report(e))
+                continue
+            parts: List[bytes] = [b""]
+            for element in elements:
+                reply, payload = call_one(op_kind, fn, element)
+                parts.append(_RESULT_HEAD.pack(reply, len(payload)))
+                parts.append(payload)
+            parts[0] = _RESULTS_HEAD.pack(len(elements), time.perf_counter_ns() - start)
+            _write_frame_parts(out, RESULTS, parts)
+        elif kind == CALL:
             op_kind, fn = functions[fid]
             try:
                 element = _native.decode_element(body, _ID.size)

@@ -1,20 +1,29 @@
-"""``python -m sluice.map_bench``: a CPU-bound Python ``map`` on a Sluice worker, beside the
-same function in a plain loop and in ``multiprocessing.Pool``.
+"""``python -m sluice.map_bench``: Python ``map`` functions on a Sluice worker, beside the
+same functions in a plain loop and in ``multiprocessing.Pool``.
 
-The function (:func:`augment`) is numpy augmentation of a 64x64x3 ``uint8`` image made from the
-element's index: a random crop of a padded copy, a flip, brightness and contrast jitter, and a
-3x3 box blur, repeated ``--rounds`` times so a call costs a few milliseconds. Every setup calls
-it on the same indices ``0..n`` and consumes the same images:
+Three functions, from cheap to slow (``--workloads``, all by default):
 
-- ``loop``: ``[augment(i) for i in range(n)]`` in this process;
-- ``pool``: ``multiprocessing.Pool(P).imap(augment, range(n), chunksize=C)``;
-- ``sluice``: ``Dataset.range(n).map(augment)`` distributed (``parallel_epochs``) to one worker
-  with ``P`` Python executors; the dispatcher and the worker run in their own processes, the
-  reader in this one.
+- ``tiny`` (:func:`tiny`, about 20 µs): a few numpy ops on a 16-float vector, whose result is
+  a scalar; the inputs are ``from_tensor_slices`` of ``--images`` such vectors, repeated 4
+  times;
+- ``image`` (:func:`normalize`, about 0.2 ms): ``uint8`` 64x64x3 images to ``float32`` with a
+  flip and a contrast and brightness change, ``from_tensor_slices(images).repeat(4)``;
+- ``augment`` (:func:`augment`, a few milliseconds): a random crop of a padded copy, a flip,
+  jitter and a 3x3 box blur of an image made from the element's index, ``ROUNDS`` times.
 
-Each figure is images per second, the median of ``--epochs`` runs, run in turn in one process
-so the ratios compare like with like on a shared machine. One line per figure, then a JSON
-object of every figure on the last line.
+Every setup calls the function on the same inputs in the same order and consumes the same
+outputs (checked by a checksum):
+
+- ``loop``: ``[fn(x) for x in inputs]`` in this process;
+- ``pool``: ``multiprocessing.Pool(P).imap(fn, inputs, chunksize=C)``;
+- ``sluice``: the dataset ``.map(fn)`` distributed (``parallel_epochs``) to one worker with
+  ``P`` Python executors; the dispatcher and the worker run in their own processes, the reader
+  in this one.
+
+Each figure is elements per second, the median of ``--epochs`` runs, the setups of a workload
+run in turn in one process so the ratios compare like with like on a shared machine. One line
+per figure and a line of ratios per workload, then a JSON object of every figure on the last
+line.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -34,6 +43,25 @@ SIDE = 64
 PAD = 4
 #: How many times `augment` repeats its steps (its cost per call).
 ROUNDS = 20
+#: The floats of one `tiny` input.
+TINY_WIDTH = 16
+#: How many times the `tiny` and `image` inputs are repeated (``.repeat(4)``).
+REPEATS = 4
+
+
+def tiny(x: np.ndarray) -> np.float32:
+    """About 20 µs of numpy on a small vector: a scalar out."""
+    y = np.tanh(x * np.float32(0.5))
+    return np.float32((y * y).sum(dtype=np.float32) + x.mean(dtype=np.float32))
+
+
+def normalize(image: np.ndarray) -> np.ndarray:
+    """About 0.2 ms: a ``uint8`` image to ``float32`` in [0, 1], flipped, with each channel's
+    contrast and the brightness changed (48 KiB out for 12 KiB in)."""
+    x = image[:, ::-1].astype(np.float32) * np.float32(1 / 255)
+    mean = x.mean(axis=(0, 1), dtype=np.float32)
+    x = (x - mean) * np.float32(1.2) + mean + np.float32(0.05)
+    return np.clip(x, np.float32(0.0), np.float32(1.0))
 
 
 def augment(index: int, rounds: int = ROUNDS) -> np.ndarray:
@@ -58,25 +86,35 @@ def augment(index: int, rounds: int = ROUNDS) -> np.ndarray:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    figures: Dict[str, float] = {
+    figures: Dict[str, Any] = {
         "load_1min": round(os.getloadavg()[0], 2),
         "processes": args.processes,
-        "images": args.images,
+        "chunksize": args.chunksize,
+        "elements": args.images,
     }
-    rates = {
-        "loop": _median(args.epochs, lambda: _loop(args.images)),
-        "pool": _median(args.epochs, lambda: _pool(args.images, args.processes, args.chunksize)),
-        "sluice": _sluice(args.images, args.processes, args.epochs),
-    }
-    for name, rate in rates.items():
-        figures[f"py_map_{name}_ips"] = round(rate, 1)
-        print(f"py_map_{name}_ips {rate:>12,.1f} images/s", flush=True)
-    figures["sluice_vs_pool"] = round(rates["sluice"] / rates["pool"], 3)
-    figures["sluice_vs_loop"] = round(rates["sluice"] / rates["loop"], 3)
-    print(
-        f"sluice/pool {figures['sluice_vs_pool']:.3f}   sluice/loop {figures['sluice_vs_loop']:.3f}",
-        flush=True,
-    )
+    for workload in args.workloads.split(","):
+        if workload not in _WORKLOADS:
+            raise SystemExit(f"unknown workload {workload!r}: one of {', '.join(_WORKLOADS)}")
+        fn, inputs, dataset = _WORKLOADS[workload](args.images)
+        rates = {
+            "loop": _median(args.epochs, lambda: _loop(fn, inputs, workload)),
+            "pool": _median(
+                args.epochs,
+                lambda: _pool(fn, inputs, args.processes, args.chunksize, workload),
+            ),
+            "sluice": _sluice(dataset, fn, len(inputs), args.processes, args.epochs, workload),
+        }
+        for setup, rate in rates.items():
+            figures[f"py_map_{workload}_{setup}_eps"] = round(rate, 1)
+            print(f"py_map_{workload}_{setup}_eps {rate:>12,.1f} elements/s", flush=True)
+        for other in ("pool", "loop"):
+            figures[f"{workload}_sluice_vs_{other}"] = round(rates["sluice"] / rates[other], 3)
+        print(
+            f"{workload}: sluice/pool {figures[f'{workload}_sluice_vs_pool']:.3f}   "
+            f"sluice/loop {figures[f'{workload}_sluice_vs_loop']:.3f}",
+            flush=True,
+        )
+    figures["load_1min_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures), flush=True)
     return 0
 
@@ -85,49 +123,96 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sluice.map_bench", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--images", type=int, default=3000, help="images per run")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(_WORKLOADS),
+        help="comma-separated: tiny, image, augment (default: all)",
+    )
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=3000,
+        help="elements per run (tiny and image: this many inputs, in distinct inputs repeated "
+        f"{REPEATS} times)",
+    )
     parser.add_argument("--epochs", type=int, default=3, help="runs per figure (median)")
     parser.add_argument(
         "--processes", type=int, default=2, help="Pool processes and the worker's executors"
     )
-    parser.add_argument("--chunksize", type=int, default=8, help="Pool.imap's chunksize")
+    parser.add_argument("--chunksize", type=int, default=32, help="Pool.imap's chunksize")
     return parser
 
 
-#: The sum of every pixel of `augment(0..n)`, by `n`: each setup must produce the same images.
-_CHECKSUMS: Dict[int, int] = {}
+def _augment_workload(n: int) -> Any:
+    from sluice.data import Dataset
+
+    return augment, list(range(n)), Dataset.range(n)
 
 
-def _timed(images: "Callable[[], Iterable[np.ndarray]]", n: int) -> float:
-    """Images per second of consuming ``images()``, checking they are ``augment(0..n)``."""
+def _tiny_workload(n: int) -> Any:
+    from sluice.data import Dataset
+
+    distinct = np.random.default_rng(7).standard_normal(
+        (max(n // REPEATS, 1), TINY_WIDTH), dtype=np.float32
+    )
+    inputs = [distinct[i % len(distinct)] for i in range(len(distinct) * REPEATS)]
+    return tiny, inputs, Dataset.from_tensor_slices(distinct).repeat(REPEATS)
+
+
+def _image_workload(n: int) -> Any:
+    from sluice.data import Dataset
+
+    distinct = np.random.default_rng(11).integers(
+        0, 256, size=(max(n // REPEATS, 1), SIDE, SIDE, 3), dtype=np.uint8
+    )
+    inputs = [distinct[i % len(distinct)] for i in range(len(distinct) * REPEATS)]
+    return normalize, inputs, Dataset.from_tensor_slices(distinct).repeat(REPEATS)
+
+
+#: A workload's function, its inputs for the loop and the Pool, and the same as a dataset.
+_WORKLOADS: Dict[str, Callable[[int], Any]] = {
+    "tiny": _tiny_workload,
+    "image": _image_workload,
+    "augment": _augment_workload,
+}
+
+#: The checksum of each workload's outputs: each setup must produce the same.
+_CHECKSUMS: Dict[str, float] = {}
+
+
+def _timed(outputs: "Callable[[], Iterable[Any]]", n: int, workload: str) -> float:
+    """Elements per second of consuming ``outputs()``, checking their count and checksum."""
     start = time.perf_counter()
-    count, checksum = 0, 0
-    for image in images():
+    count, checksum = 0, 0.0
+    for output in outputs():
         count += 1
-        checksum += int(image.sum(dtype=np.int64))
+        checksum += float(np.asarray(output).sum(dtype=np.float64))
     elapsed = time.perf_counter() - start
     if count != n:
-        raise RuntimeError(f"expected {n} images, got {count}")
-    if _CHECKSUMS.setdefault(n, checksum) != checksum:
-        raise RuntimeError(f"the images differ from the first setup's (pixel sum {checksum})")
+        raise RuntimeError(f"{workload}: expected {n} outputs, got {count}")
+    if _CHECKSUMS.setdefault(workload, checksum) != checksum:
+        raise RuntimeError(f"{workload}: the outputs differ from the first setup's ({checksum})")
     return n / elapsed
 
 
-def _loop(n: int) -> float:
-    return _timed(lambda: (augment(i) for i in range(n)), n)
+def _loop(fn: Callable[[Any], Any], inputs: List[Any], workload: str) -> float:
+    return _timed(lambda: (fn(x) for x in inputs), len(inputs), workload)
 
 
-def _pool(n: int, processes: int, chunksize: int) -> float:
+def _pool(
+    fn: Callable[[Any], Any], inputs: List[Any], processes: int, chunksize: int, workload: str
+) -> float:
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         # Started and warm before the clock runs, as the Sluice worker's executors are.
         pool.map(abs, range(processes))
-        return _timed(lambda: pool.imap(augment, range(n), chunksize=chunksize), n)
+        return _timed(lambda: pool.imap(fn, inputs, chunksize=chunksize), len(inputs), workload)
 
 
-def _sluice(n: int, executors: int, epochs: int) -> float:
+def _sluice(
+    dataset: Any, fn: Callable[[Any], Any], n: int, executors: int, epochs: int, workload: str
+) -> float:
     import sluice
     from sluice.bench import _Child
-    from sluice.data import Dataset
 
     dispatcher = _Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])
     children = [dispatcher]
@@ -139,12 +224,10 @@ def _sluice(n: int, executors: int, epochs: int) -> float:
         children.append(worker)
 
         def epoch() -> float:
-            distributed = (
-                Dataset.range(n)
-                .map(augment)
-                .apply(sluice.distribute("parallel_epochs", dispatcher.address, compression=None))
+            distributed = dataset.map(fn).apply(
+                sluice.distribute("parallel_epochs", dispatcher.address, compression=None)
             )
-            return _timed(lambda: iter(distributed), n)
+            return _timed(lambda: iter(distributed), n, workload)
 
         epoch()  # the executors load the function once; not timed, as the Pool's warm-up
         return _median(epochs, epoch)

@@ -25,6 +25,29 @@ pub fn decode_element<'py>(
     element_to_py(py, element)
 }
 
+/// The elements of a BATCH body from byte `offset` on (after the function id), as a list of
+/// numpy values, each copied out of `data` as `decode_element` does.
+#[pyfunction]
+#[pyo3(signature = (data, offset=0))]
+pub fn decode_elements<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyBytes>,
+    offset: usize,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let encoded = data
+        .as_bytes()
+        .get(offset..)
+        .ok_or_else(|| invalid_argument(format!("offset {offset} is past the data's end")))?;
+    sluice_pyexec::protocol::split_elements(encoded)
+        .map_err(dataset_error)?
+        .into_iter()
+        .map(|one| {
+            let element = sluice_element::decode_element(one).map_err(dataset_error)?;
+            element_to_py(py, element)
+        })
+        .collect()
+}
+
 /// A call's outputs as an OUTPUTS body; each output is a structure of tuples and dicts whose
 /// leaves are `[dtype, shape, data]` (see `columns_from_py`).
 #[pyfunction]

@@ -55,6 +55,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io::list_objects, m)?)?;
     m.add_function(wrap_pyfunction!(io::write_object, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::decode_element, m)?)?;
+    m.add_function(wrap_pyfunction!(executor_codec::decode_elements, m)?)?;
     m.add_function(wrap_pyfunction!(executor_codec::encode_elements, m)?)?;
     m.add_function(wrap_pyfunction!(service::distribute, m)?)?;
     m.add_function(wrap_pyfunction!(service::register_dataset, m)?)?;

@@ -44,9 +44,12 @@ def test_image_bench_reads_every_record_locally_and_through_a_worker(tmp_path) -
     assert not any("tf_" in name for name in figures), figures
 
 
-def test_map_bench_reads_every_image_in_each_setup() -> None:
+def test_map_bench_reads_every_element_of_each_workload_in_each_setup() -> None:
     lines, figures = run("sluice.map_bench", "--epochs", "1", "--images", "24", timeout=180)
-    for name in ("py_map_loop_ips", "py_map_pool_ips", "py_map_sluice_ips"):
-        assert figures[name] > 0, figures
-        assert any(line.startswith(name) for line in lines[:-1]), lines
-    assert figures["sluice_vs_pool"] > 0 and figures["sluice_vs_loop"] > 0, figures
+    for workload in ("tiny", "image", "augment"):
+        for setup in ("loop", "pool", "sluice"):
+            name = f"py_map_{workload}_{setup}_eps"
+            assert figures[name] > 0, figures
+            assert any(line.startswith(name) for line in lines[:-1]), lines
+        assert figures[f"{workload}_sluice_vs_pool"] > 0, figures
+        assert figures[f"{workload}_sluice_vs_loop"] > 0, figures
