@@ -268,7 +268,7 @@ fn build(
                 let upstream = pb::DatasetDef {
                     source: def.source.clone(),
                     ops: def.ops[..i].to_vec(),
-                    options: def.options.clone(),
+                    options: def.options,
                 };
                 cache_factory(factory, &snapshot_as_cache(c, &upstream), opts)?
             }
