@@ -379,7 +379,10 @@ impl ElementStream {
             self.metrics.stalled(since.elapsed());
             if let (Some(read_ahead), Ok(batch)) = (&self.read_ahead, delivery) {
                 let taken = self.consumed + self.taken_from_current();
-                read_ahead.stall_ended(batch.elements.remaining() as u64, taken);
+                // The burst: this message's elements and the messages already behind it (a
+                // large element travels alone, so a worker's burst of them is many messages).
+                let burst = batch.elements.remaining() as u64 + self.rx.len() as u64;
+                read_ahead.stall_ended(burst, taken);
             }
         }
         Poll::Ready(delivery.ok())

@@ -7,8 +7,9 @@
 //! starts fetching at its first `get_next`: a reader made and not read yet holds nothing a worker
 //! restart would have it read twice), starts small, and doubles when the window is what the
 //! caller waits for, up to the autotuned maximum: the caller found nothing to read, and the
-//! message that ended its wait brought a burst (at least a quarter of the window), which a
-//! worker sends when it had elements ready and waited for credits. A worker slower than its
+//! message that ended its wait, with the messages already queued behind it, brought a burst (at
+//! least a quarter of the window), which a worker sends when it had elements ready and waited for
+//! credits. A worker slower than its
 //! reader sends each element as it is made, one per message, and a deeper window would only
 //! move more of the task into this reader's buffer. At most one doubling per half a window
 //! taken, and never a window past half of what the caller has taken: on a loaded machine a
@@ -99,7 +100,8 @@ impl ReadAhead {
         }
     }
 
-    /// A wait of the caller's ended with a message of `burst` elements, after it took `taken`
+    /// A wait of the caller's ended with a burst of `burst` elements (the message that ended it
+    /// and those already queued behind it), after it took `taken`
     /// in all: doubles the window (up to its maximum) when the burst shows the worker had
     /// elements ready and waited for credits (at least a quarter of the window, and 2), and the
     /// caller took at least half a window since the window last grew. The wait for the first
