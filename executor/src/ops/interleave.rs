@@ -17,12 +17,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Condvar, Mutex};
 
 use sluice_element::{Cancellation, DatasetError, Element, ElementIter};
 
 use crate::memory_budget::{element_bytes, MemoryShare, Reservation};
+use crate::ops::prefetch::Prefetched;
 
 /// Makes the inner dataset of one input element.
 pub(crate) type MakeInner = Arc<dyn Fn(Element) -> Result<ElementIter, DatasetError> + Send + Sync>;
@@ -244,7 +245,7 @@ impl Readers {
             .name("sluice-interleave".to_string())
             .spawn(read)
         {
-            Ok(_) => Box::new(Queued { rx, held }),
+            Ok(_) => Box::new(Prefetched { rx, held }),
             Err(_) => match inline_make(inline_element) {
                 Ok(inner) => inner,
                 Err(err) => Box::new(std::iter::once(Err(err))),
@@ -265,30 +266,6 @@ struct CountedThread;
 impl Drop for CountedThread {
     fn drop(&mut self) {
         READER_THREADS.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// The consumer's end of a reading thread's queue.
-struct Queued {
-    rx: Receiver<Result<Element, DatasetError>>,
-    held: Arc<Reservation>,
-}
-
-impl Iterator for Queued {
-    type Item = Result<Element, DatasetError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let item = self.rx.recv().ok()?;
-        if let Ok(e) = &item {
-            self.held.shrink(element_bytes(e));
-        }
-        Some(item)
-    }
-}
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        self.held.clear();
     }
 }
 

@@ -58,10 +58,12 @@ pub(crate) fn prefetch(input: ElementIter, n: usize, held: Reservation) -> Eleme
     }
 }
 
-struct Prefetched {
-    rx: Receiver<Result<Element, DatasetError>>,
+/// The consumer's end of a producer thread's queue (prefetch's, and each of a parallel
+/// interleave's reading threads).
+pub(crate) struct Prefetched {
+    pub(crate) rx: Receiver<Result<Element, DatasetError>>,
     /// Shared with the producer thread: it grows, this side shrinks.
-    held: Arc<Reservation>,
+    pub(crate) held: Arc<Reservation>,
 }
 
 impl Iterator for Prefetched {
