@@ -264,7 +264,7 @@ fn build(
                     Ok(Box::new(ConcatIter::new(upstream()?, second.clone())) as ElementIter)
                 })
             }
-            Some(OpKind::Cache(c)) => {
+            Some(OpKind::Cache(c)) if c.snapshot => {
                 let upstream = pb::DatasetDef {
                     source: def.source.clone(),
                     ops: def.ops[..i].to_vec(),
@@ -272,6 +272,7 @@ fn build(
                 };
                 cache_factory(factory, &snapshot_as_cache(c, &upstream), opts)?
             }
+            Some(OpKind::Cache(c)) => cache_factory(factory, c, opts)?,
             _ => {
                 let stage = Stage::new(op, opts)?.naming_origin(naming);
                 let upstream = factory;

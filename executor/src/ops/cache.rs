@@ -39,9 +39,6 @@ const MAX_RECORD_BYTES: u64 = 1 << 32;
 pub(crate) fn snapshot_as_cache(op: &pb::CacheOp, upstream: &pb::DatasetDef) -> pb::CacheOp {
     use prost::Message;
     use sha2::{Digest, Sha256};
-    if !op.snapshot {
-        return op.clone();
-    }
     let digest = Sha256::digest(upstream.encode_to_vec());
     let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     pb::CacheOp {
