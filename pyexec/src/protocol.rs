@@ -129,14 +129,30 @@ pub fn function_head(id: u64) -> [u8; 8] {
 
 /// Encodes a call's outputs as an OUTPUTS body.
 pub fn encode_outputs(outputs: &[Element]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&(outputs.len() as u32).to_le_bytes());
+    encode_outputs_parts(outputs).concat()
+}
+
+/// An OUTPUTS body as the parts that concatenate to it: each large tensor's data is a part of
+/// its own, shared with the tensor, so the body is copied once, where it is written.
+pub fn encode_outputs_parts(outputs: &[Element]) -> Vec<Bytes> {
+    let mut parts = Vec::with_capacity(2 * outputs.len() + 1);
+    let mut head = BytesMut::new();
+    head.extend_from_slice(&(outputs.len() as u32).to_le_bytes());
     for element in outputs {
-        let encoded = codec::encode_element(element, Compression::None);
-        out.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
-        out.extend_from_slice(&encoded);
+        let at = head.len();
+        head.extend_from_slice(&[0; 4]);
+        let payload = codec::encode_element_append(element, Compression::None, &mut head);
+        let len = head.len() - at - 4 + payload.as_ref().map_or(0, Bytes::len);
+        head[at..at + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        if let Some(payload) = payload {
+            parts.push(head.split().freeze());
+            parts.push(payload);
+        }
     }
-    out
+    if !head.is_empty() {
+        parts.push(head.freeze());
+    }
+    parts
 }
 
 /// Decodes an OUTPUTS body; tensors share `body` (no copy).

@@ -59,6 +59,14 @@ pub fn encode_elements<'py>(
         .iter()
         .map(columns_from_py)
         .collect::<PyResult<Vec<_>>>()?;
-    let body = sluice_pyexec::protocol::encode_outputs(&elements);
-    Ok(PyBytes::new(py, &body))
+    let parts = sluice_pyexec::protocol::encode_outputs_parts(&elements);
+    let len = parts.iter().map(|p| p.len()).sum();
+    PyBytes::new_with(py, len, |out| {
+        let mut at = 0;
+        for part in &parts {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        Ok(())
+    })
 }

@@ -77,6 +77,31 @@ def test_a_lambda_and_a_closure_over_an_array_run_on_the_workers_with_exact_outp
         np.testing.assert_array_equal(row, weights * np.float32(x))
 
 
+def test_outputs_of_every_dtype_and_layout_arrive_with_their_values(service):
+    # An executor hands a returned array's own buffer to the encoder: views, reversed strides,
+    # big-endian and Fortran-ordered arrays must arrive as their values, in C order.
+    image = np.arange(64 * 64 * 3, dtype=np.uint8).reshape(64, 64, 3)
+
+    def layouts(i: Any) -> Any:
+        k = int(i)
+        return (
+            image[:, ::-1] + np.uint8(k),
+            np.arange(6, dtype=">i4").reshape(2, 3) * k,
+            np.asfortranarray(np.arange(12, dtype=np.float64).reshape(3, 4)) + k,
+            image.astype(np.float32)[::2, ::2] * np.float32(k),
+            np.array([k % 2 == 0, True, False]),
+            np.full((300, 300), k, dtype=np.int16),
+        )
+
+    out = sorted(service.read(Dataset.range(4).map(layouts)), key=lambda t: int(t[5][0, 0]))
+    assert len(out) == 4
+    for k, got in enumerate(out):
+        for value, want in zip(got, layouts(k)):
+            assert value.shape == want.shape
+            assert value.dtype == want.dtype.newbyteorder("=")
+            np.testing.assert_array_equal(value, want)
+
+
 def test_a_function_of_a_module_only_the_client_has_runs_on_the_workers(service, tmp_path):
     """The executors' interpreter cannot import the module (it is on no path of theirs): the
     function and its module-level helper travel by value."""
