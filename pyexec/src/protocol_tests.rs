@@ -60,6 +60,16 @@ fn outputs_round_trip_in_order() {
             )
             .unwrap(),
         ),
+        // Large enough to travel as a part of its own, between two small outputs.
+        Element::Tensor(
+            Tensor::from_raw(
+                sluice_element::DType::UInt8,
+                vec![300, 300],
+                Bytes::from((0..90_000u32).map(|i| i as u8).collect::<Vec<_>>()),
+            )
+            .unwrap(),
+        ),
+        int(4),
     ];
     let body = Bytes::from(encode_outputs(&outputs));
     assert_eq!(decode_outputs(&body).unwrap(), outputs);
