@@ -124,6 +124,22 @@ impl Blobs {
         std::fs::metadata(self.path(digest)).ok().map(|m| m.len())
     }
 
+    /// Whether this replica holds blob `digest` of `len` bytes; if so, its file counts as new
+    /// again for collection, so an upload of a blob held already gets the whole grace period
+    /// before the registration that names it.
+    pub fn holds_fresh(&self, digest: &BlobDigest, len: u64) -> bool {
+        if self.len_of(digest) != Some(len) {
+            return false;
+        }
+        if let Ok(file) = std::fs::File::options()
+            .append(true)
+            .open(self.path(digest))
+        {
+            let _ = file.set_modified(SystemTime::now());
+        }
+        true
+    }
+
     /// Checks an upload's announced length before a byte of it is written.
     pub fn check_len(&self, digest: &BlobDigest, len: u64) -> Result<(), DispatcherError> {
         if len > MAX_BLOB_BYTES {

@@ -145,7 +145,7 @@ impl RaftPeer for RaftPeerService {
         })?;
         let digest = digest_from(&first.digest)
             .map_err(|e| Status::from(DispatcherError::InvalidArgument(e.to_string())))?;
-        if self.blobs.len_of(&digest) == Some(first.total_len) {
+        if self.blobs.holds_fresh(&digest, first.total_len) {
             return Ok(Response::new(PushBlobResponse {
                 already_present: true,
             }));

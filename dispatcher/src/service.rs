@@ -505,7 +505,7 @@ impl Dispatcher for DispatcherService {
         let digest = sluice_element::blob_tensors::digest_from(&first.digest)
             .map_err(|e| DispatcherError::InvalidArgument(e.to_string()))?;
         self.blobs.check_len(&digest, first.total_len)?;
-        let already_present = self.blobs.len_of(&digest) == Some(first.total_len);
+        let already_present = self.blobs.holds_fresh(&digest, first.total_len);
         if !already_present {
             let rest: Chunks = Box::pin(chunks.map(|c| c.map(|c| c.data)));
             self.blobs

@@ -90,8 +90,9 @@ fn too_large_definition(e: RpcError, def: &dpb::DatasetDef) -> RpcError {
             message,
         } => RpcError::InvalidArgument(format!(
             "the dataset definition is {} bytes, more than the dispatcher accepts ({message}); \
-             its limit is set by --max-definition-size, and large constant data belongs in \
-             files rather than in the definition",
+             its limit is set by --max-definition-size (numeric tensors over 256 KiB travel \
+             apart as blobs and do not count; many small tensors and strings do: keep such \
+             data in files)",
             prost::Message::encoded_len(def)
         )),
         other => other,
