@@ -214,7 +214,8 @@ fn live_blobs_table() {
         datasets,
     };
     let blobs = |ds: &[u8]| -> BTreeSet<[u8; 32]> { ds.iter().map(|d| [*d; 32]).collect() };
-    let cases: Vec<(&str, Vec<(Update, Outcome)>, BTreeSet<[u8; 32]>)> = vec![
+    type Case = (&'static str, Vec<(Update, Outcome)>, BTreeSet<[u8; 32]>);
+    let cases: Vec<Case> = vec![
         ("nothing registered", vec![], blobs(&[])),
         (
             "an inline definition names none",
