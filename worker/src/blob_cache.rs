@@ -10,6 +10,9 @@
 //! so a file left half-written or changed by anyone is never used. Fetches in one process go
 //! one at a time, so two tasks starting together fetch a blob once.
 //!
+//! The cache holds at most [`MAX_CACHE_BYTES`]: after each write the least recently used blobs
+//! (by their files' modification time, which a read renews) are deleted until the rest fit.
+//!
 //! Memory: a resolved tensor is held whole in the definition, and the pipeline's source holds
 //! its own copy while it runs; the cache saves the network, not memory.
 
@@ -21,6 +24,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Mutex;
+
+/// The most bytes the cache keeps.
+pub const MAX_CACHE_BYTES: u64 = 4 << 30;
 
 /// One fetch at a time in this process.
 static FETCHING: Mutex<()> = Mutex::const_new(());
@@ -71,7 +77,14 @@ async fn blob(client: &DispatcherClient, digest: &BlobDigest, len: u64) -> Resul
     let (cached, d) = (path.clone(), *digest);
     let found = tokio::task::spawn_blocking(move || {
         let data = std::fs::read(&cached).ok()?;
-        (data.len() as u64 == len && blob_tensors::digest(&data) == d).then(|| Bytes::from(data))
+        let valid = data.len() as u64 == len && blob_tensors::digest(&data) == d;
+        if valid {
+            // Recently used: the last to be evicted.
+            if let Ok(file) = std::fs::File::options().append(true).open(&cached) {
+                let _ = file.set_modified(std::time::SystemTime::now());
+            }
+        }
+        valid.then(|| Bytes::from(data))
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -96,8 +109,62 @@ async fn blob(client: &DispatcherClient, digest: &BlobDigest, len: u64) -> Resul
         std::fs::write(&temp, &written)?;
         std::fs::rename(&temp, &path).inspect_err(|_| {
             let _ = std::fs::remove_file(&temp);
-        })
+        })?;
+        evict(&dir, MAX_CACHE_BYTES);
+        Ok::<_, std::io::Error>(())
     })
     .await;
     Ok(data)
+}
+
+/// Deletes the least recently used blob files of `dir` until the rest hold at most `max` bytes.
+fn evict(dir: &std::path::Path, max: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= max {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn eviction_deletes_the_least_recently_used_until_the_rest_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        for (name, age) in [("old", 30), ("middle", 20), ("new", 10)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![0u8; 100]).unwrap();
+            let file = std::fs::File::options().append(true).open(&path).unwrap();
+            file.set_modified(now - Duration::from_secs(age)).unwrap();
+        }
+        evict(dir.path(), 250);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["middle", "new"]);
+        evict(dir.path(), 1000);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 }
