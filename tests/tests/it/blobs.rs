@@ -20,12 +20,20 @@ use tracing::info;
 const MIB: usize = 1024 * 1024;
 const WAIT: Duration = Duration::from_secs(60);
 
-/// `rows` rows of `row_bytes / 4` float32s each, row `i` all `i`; with the digest of the data.
-fn rows_of(rows: usize, row_bytes: usize) -> (Tensor, BlobDigest) {
+/// A random offset of the row values, so each run's array is new to the workers' blob cache
+/// (shared by the processes of a machine) and they fetch it.
+fn salt() -> usize {
+    // Below 2^24 with the rows added: float32 holds every integer there exactly.
+    rand::random::<u32>() as usize % 16_000 * 1024
+}
+
+/// `rows` rows of `row_bytes / 4` float32s each, row `i` all `salt + i`; with the digest of the
+/// data.
+fn rows_of(rows: usize, row_bytes: usize, salt: usize) -> (Tensor, BlobDigest) {
     let per_row = row_bytes / 4;
     let mut data = Vec::with_capacity(rows * per_row * 4);
     for i in 0..rows {
-        let value = (i as f32).to_le_bytes();
+        let value = ((salt + i) as f32).to_le_bytes();
         for _ in 0..per_row {
             data.extend_from_slice(&value);
         }
@@ -56,8 +64,8 @@ fn blob_file(cluster: &TestCluster, id: NodeId, digest: &BlobDigest) -> PathBuf 
         .join(blob_tensors::hex(digest))
 }
 
-/// The row index an element of `rows_of` stands for (its first value).
-fn row_index(element: &sluice_element::Element) -> i64 {
+/// The row index an element of `rows_of(_, _, salt)` stands for (its first value).
+fn row_index(element: &sluice_element::Element, salt: usize) -> i64 {
     let data = element
         .as_tensor()
         .and_then(|t| t.raw_data())
@@ -65,7 +73,7 @@ fn row_index(element: &sluice_element::Element) -> i64 {
     let first = f32::from_le_bytes(data[..4].try_into().expect("four bytes"));
     let last = f32::from_le_bytes(data[data.len() - 4..].try_into().expect("four bytes"));
     assert_eq!(first, last, "a row holds one value");
-    first as i64
+    first as i64 - salt as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +82,8 @@ async fn a_large_array_is_a_blob_every_replica_keeps_until_its_dataset_is_collec
     sluice_tests::init_tracing();
     const ROWS: usize = 1024;
     // 64 MiB: four times the default definition limit.
-    let (tensor, digest) = rows_of(ROWS, 64 * MIB / ROWS);
+    let salt = salt();
+    let (tensor, digest) = rows_of(ROWS, 64 * MIB / ROWS, salt);
     let mut cluster = TestCluster::start_with(3, 2, |config| {
         config.job_gc_timeout = Some(Duration::from_millis(300));
         config.dataset_gc_timeout = Some(Duration::from_millis(300));
@@ -121,7 +130,7 @@ async fn a_large_array_is_a_blob_every_replica_keeps_until_its_dataset_is_collec
         let element = tokio::time::timeout(WAIT, epoch.next())
             .await?
             .expect("the epoch has more")?;
-        got.push(row_index(&element));
+        got.push(row_index(&element, salt));
     }
 
     info!("--- a follower loses the blob and restarts: it fetches it from a peer");
@@ -160,7 +169,7 @@ async fn a_large_array_is_a_blob_every_replica_keeps_until_its_dataset_is_collec
     assert_eq!(tail.len(), 10, "read from an offset");
 
     while let Some(element) = tokio::time::timeout(WAIT, epoch.next()).await? {
-        got.push(row_index(&element?));
+        got.push(row_index(&element?, salt));
     }
     assert_exactly_once(&got, ROWS as i64);
 
@@ -213,7 +222,7 @@ async fn forged_blobs_and_unknown_digests_are_refused() -> anyhow::Result<()> {
 
     // A definition naming a blob nobody uploaded.
     let unknown = blob_tensors::digest(b"never uploaded");
-    let mut def = Dataset::from_slices(rows_of(4, 16).0).into_def();
+    let mut def = Dataset::from_slices(rows_of(4, 16, 0).0).into_def();
     blob_tensors::visit_mut(&mut def, &mut |t| {
         t.blob_len = t.data.len() as u64;
         t.data.clear();
