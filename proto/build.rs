@@ -17,6 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sluice.worker.v1.ElementBatch.payloads")
         .bytes(".sluice.worker.v1.GetElementResponse.element")
         .bytes(".sluice.example.v1.BytesList.value")
+        .bytes(".sluice.dispatcher.v1.PutBlobChunk.data")
+        .bytes(".sluice.dispatcher.v1.BlobChunk.data")
+        .bytes(".sluice.raft.v1.BlobPart.data")
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

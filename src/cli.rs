@@ -270,6 +270,14 @@ pub struct DispatcherArgs {
     /// every replica); larger ones are refused before they reach the Raft log.
     #[arg(long, value_parser = parse_size, default_value = "16MiB")]
     pub max_definition_size: u64,
+    /// The most bytes of blobs (large tensors of definitions, kept outside the Raft log as
+    /// files under the data dir) this replica stores, e.g. `8GiB`; uploads past it are refused.
+    #[arg(long, value_parser = parse_size, default_value = "8GiB")]
+    pub max_blob_store_size: u64,
+    /// How long a blob that no registered definition names is kept before it is deleted (an
+    /// upload must be followed by its registration within this time).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    pub blob_gc_grace: Duration,
     #[command(flatten)]
     pub pipeline_limits: PipelineLimitArgs,
     /// Fixed worker list for static sharding (file, data, file_or_data, hint), the same on every

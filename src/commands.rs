@@ -104,6 +104,8 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         security: args.security.load()?,
         data_roots: args.data_roots,
         max_definition_size: args.max_definition_size,
+        max_blob_store_size: args.max_blob_store_size,
+        blob_gc_grace: args.blob_gc_grace,
         max_pipeline_ops: args.pipeline_limits.max_pipeline_ops,
         max_pipeline_depth: args.pipeline_limits.max_pipeline_depth,
         metrics_listen: args.metrics_listen,

@@ -106,6 +106,15 @@ pub struct DispatcherConfig {
     /// Where the operations listener serves `/metrics`, `/live`, `/ready` and the status page
     /// (plain HTTP, read-only); port 0 binds a free port. `None`: no such listener.
     pub metrics_listen: Option<String>,
+    /// The most bytes of blobs (the large tensors of definitions, kept as files under
+    /// `data_dir/blobs`, see `blobs`) this replica stores (`--max-blob-store-size`); an upload
+    /// past it is refused with `ResourceExhausted`.
+    pub max_blob_store_size: u64,
+    /// How long a blob no registered definition names is kept before it is deleted
+    /// (`--blob-gc-grace`): an upload is followed by the registration that names it within it.
+    pub blob_gc_grace: Duration,
+    /// How often the replica deletes unnamed blobs and fetches the named ones it lacks.
+    pub blob_maintenance_interval: Duration,
 }
 
 /// The default of [`DispatcherConfig::max_definition_size`].
@@ -154,9 +163,15 @@ impl Default for DispatcherConfig {
             max_pipeline_ops: sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS,
             max_pipeline_depth: sluice_pipeline::DEFAULT_MAX_PIPELINE_DEPTH,
             metrics_listen: None,
+            max_blob_store_size: DEFAULT_MAX_BLOB_STORE_SIZE,
+            blob_gc_grace: Duration::from_secs(600),
+            blob_maintenance_interval: Duration::from_secs(30),
         }
     }
 }
+
+/// The default of [`DispatcherConfig::max_blob_store_size`]: 8 GiB.
+pub const DEFAULT_MAX_BLOB_STORE_SIZE: u64 = 8 << 30;
 
 impl DispatcherConfig {
     pub fn validate(&self) -> Result<(), String> {

@@ -16,6 +16,7 @@
 //! journal, a replica first asks its peers whether they already form a cluster that knows it
 //! (see `init_check`), and refuses to start if they do.
 
+use crate::blobs::Blobs;
 use crate::client_addr_announcer::ClientAddrAnnouncer;
 use crate::config::DispatcherConfig;
 use crate::dispatcher_ops::OpsSetup;
@@ -205,6 +206,18 @@ impl DispatcherHandle {
         let proposer = ops.proposer(&raft, config.commit_timeout);
         let liveness = Arc::new(Liveness::default());
         let shutdown = CancellationToken::new();
+        let blobs = Blobs::open(
+            &config.data_dir,
+            config.max_blob_store_size,
+            config.blob_gc_grace,
+            raft.clone(),
+            network.clone(),
+        )?;
+        tokio::spawn(blobs.clone().maintain(
+            state.clone(),
+            config.blob_maintenance_interval,
+            shutdown.clone(),
+        ));
         let service = DispatcherService::new(
             &config,
             raft.clone(),
@@ -214,6 +227,7 @@ impl DispatcherHandle {
             data_roots,
             LeaderWatch::spawn(&raft, shutdown.clone()),
             network.clone(),
+            blobs.clone(),
         );
         let timers = TimerLoop {
             id: config.id,
@@ -244,7 +258,7 @@ impl DispatcherHandle {
             raft_runtime.enter(|| {
                 grpc_servers::serve_peers(
                     peer_listener,
-                    RaftPeerService::new(raft.clone(), gate.clone()),
+                    RaftPeerService::new(raft.clone(), gate.clone(), blobs),
                     config.peer_message_limit(),
                     peer_tls,
                     authenticator,

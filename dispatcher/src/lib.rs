@@ -49,6 +49,7 @@
 
 mod access;
 mod admissions;
+mod blobs;
 mod client_addr_announcer;
 mod cluster_status;
 mod config;
@@ -80,6 +81,7 @@ mod task_remover;
 mod timers;
 mod watchers;
 
+pub use blobs::MAX_BLOB_BYTES;
 pub use config::{DispatcherConfig, DEFAULT_CLUSTER_ID};
 pub use dispatcher_handle::DispatcherHandle;
 pub use error::DispatcherError;

@@ -87,9 +87,10 @@ impl PeerNetwork {
         if let Some(channel) = channels.get(addr) {
             return Ok(self.security.authed(channel.clone()));
         }
+        let target = addr.strip_prefix(BLOB_CHANNEL_PREFIX).unwrap_or(addr);
         let endpoint = self
             .security
-            .endpoint(addr)
+            .endpoint(target)
             .map_err(|e| e.to_string())?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
@@ -135,6 +136,37 @@ impl PeerNetwork {
         }
     }
 }
+
+impl PeerNetwork {
+    /// A channel to `target` (at `node`) for blob transfers (see `blobs`): a connection of its
+    /// own per peer, so a blob's bulk never waits in front of Raft's appends and votes on one
+    /// HTTP/2 connection. Refused while a test harness has cut the link.
+    pub(crate) fn blob_channel(
+        &self,
+        target: NodeId,
+        node: &NodeInfo,
+    ) -> Result<AuthChannel, String> {
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.is_cut(self.local, target))
+        {
+            return Err(format!("link {} -> {target} is cut", self.local));
+        }
+        self.channel(&format!(
+            "{BLOB_CHANNEL_PREFIX}{}",
+            self.peer_addr(target, node)
+        ))
+    }
+
+    /// This replica's id.
+    pub(crate) fn local(&self) -> NodeId {
+        self.local
+    }
+}
+
+/// Marks a channel-map key as a blob transfer channel (the address follows it).
+const BLOB_CHANNEL_PREFIX: &str = "blobs|";
 
 impl PeerNetwork {
     /// Asks `peer` (at `peer_addr`, or its harness route) what it knows of its cluster and of

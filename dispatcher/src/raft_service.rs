@@ -11,27 +11,38 @@
 //! [`PeerGate`] is closed), it answers `Probe` only: Raft's calls are refused, so it votes for
 //! nobody and accepts no entries.
 
+use crate::blobs::{Blobs, Chunks};
 use crate::error::DispatcherError;
 use crate::init_check::PeerGate;
 use crate::membership;
 use crate::raft_types::Raft;
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
+use sluice_element::blob_tensors::digest_from;
 use sluice_journal::codec;
 use sluice_proto::raft::raft_peer_server::RaftPeer;
 use sluice_proto::raft::{
-    AnnounceRequest, AnnounceResponse, ProbeRequest, ProbeResponse, RaftPayload,
+    AnnounceRequest, AnnounceResponse, BlobPart, FetchBlobRequest, ProbeRequest, ProbeResponse,
+    PushBlobResponse, RaftPayload,
 };
 use sluice_security::{authorize, Role};
+use std::pin::Pin;
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 pub struct RaftPeerService {
     raft: Raft,
     gate: PeerGate,
+    /// This replica's blob store: `PushBlob` writes to it, `FetchBlob` reads from it.
+    blobs: Blobs,
 }
 
+/// The parts of a `FetchBlob` reply.
+pub type BlobParts = Pin<Box<dyn Stream<Item = Result<BlobPart, Status>> + Send>>;
+
 impl RaftPeerService {
-    pub fn new(raft: Raft, gate: PeerGate) -> Self {
-        RaftPeerService { raft, gate }
+    pub fn new(raft: Raft, gate: PeerGate, blobs: Blobs) -> Self {
+        RaftPeerService { raft, gate, blobs }
     }
 
     /// Refuses Raft's calls while this replica checks its peers (`--init`).
@@ -117,5 +128,59 @@ impl RaftPeer for RaftPeerService {
             has_log: metrics.last_log_index.is_some(),
             last_log_index: metrics.last_log_index.unwrap_or(0),
         }))
+    }
+
+    /// A blob the leader pushes (see `blobs`): written and verified here, or answered at once
+    /// when this replica holds it already.
+    async fn push_blob(
+        &self,
+        request: Request<tonic::Streaming<BlobPart>>,
+    ) -> Result<Response<PushBlobResponse>, Status> {
+        authorize(&request, "PushBlob", &[Role::Peer])?;
+        let mut parts = request.into_inner();
+        let first = parts.message().await?.ok_or_else(|| {
+            Status::from(DispatcherError::InvalidArgument(
+                "a blob push with no part".into(),
+            ))
+        })?;
+        let digest = digest_from(&first.digest)
+            .map_err(|e| Status::from(DispatcherError::InvalidArgument(e.to_string())))?;
+        if self.blobs.holds_fresh(&digest, first.total_len) {
+            return Ok(Response::new(PushBlobResponse {
+                already_present: true,
+            }));
+        }
+        let rest: Chunks = Box::pin(parts.map(|p| p.map(|p| p.data)));
+        self.blobs
+            .write(digest, first.total_len, first.data, rest)
+            .await?;
+        Ok(Response::new(PushBlobResponse {
+            already_present: false,
+        }))
+    }
+
+    type FetchBlobStream = BlobParts;
+
+    /// A blob this replica holds, for a peer that lacks it; `NotFound` otherwise.
+    async fn fetch_blob(
+        &self,
+        request: Request<FetchBlobRequest>,
+    ) -> Result<Response<BlobParts>, Status> {
+        authorize(&request, "FetchBlob", &[Role::Peer])?;
+        let req = request.into_inner();
+        let digest = digest_from(&req.digest)
+            .map_err(|e| Status::from(DispatcherError::InvalidArgument(e.to_string())))?;
+        let (len, rx) = self.blobs.read(&digest, req.offset)?;
+        let part = move |data| BlobPart {
+            digest: digest.to_vec(),
+            total_len: len,
+            data,
+        };
+        let parts = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |chunk| {
+            chunk
+                .map(part)
+                .map_err(|e| Status::internal(format!("reading the blob: {e}")))
+        });
+        Ok(Response::new(Box::pin(parts)))
     }
 }

@@ -146,7 +146,8 @@ pub fn check_definition_size(
     Err(DispatcherError::InvalidArgument(format!(
         "the dataset definition is {size} bytes {stage}, over this dispatcher's limit of {limit} \
          bytes (--max-definition-size); definitions are replicated to every dispatcher, so keep \
-         large constant data in files rather than in the definition"
+         large constant data in files (a client moves numeric tensors over 256 KiB out of the \
+         definition, as blobs; strings and many small tensors stay in it)"
     )))
 }
 

@@ -10,6 +10,7 @@
 
 use crate::access;
 use crate::admissions;
+use crate::blobs::{Blobs, Chunks};
 use crate::cluster_status;
 use crate::config::DispatcherConfig;
 use crate::convert::{decode_def, metadata_to_proto, request_id};
@@ -64,7 +65,12 @@ pub struct DispatcherService {
     leaders: LeaderWatch,
     /// Raft's connections to the other replicas (`RemoveNode` asks which voters answer).
     peers: PeerNetwork,
+    /// This replica's blob store (`PutBlob`, `GetBlob`, and the blobs a registration names).
+    blobs: Blobs,
 }
+
+/// The chunks of a `GetBlob` reply.
+pub type BlobChunks = Pin<Box<dyn Stream<Item = Result<pb::BlobChunk, Status>> + Send>>;
 
 impl DispatcherService {
     /// A service for the replica configured by `config`: its id, the worker long-poll bound
@@ -81,6 +87,7 @@ impl DispatcherService {
         data_roots: DataRoots,
         leaders: LeaderWatch,
         peers: PeerNetwork,
+        blobs: Blobs,
     ) -> Self {
         let reader = StateReader::new(config.id, raft.clone(), state, config.election_timeout);
         DispatcherService {
@@ -94,6 +101,7 @@ impl DispatcherService {
             pipeline_limits: config.pipeline_limits(),
             leaders,
             peers,
+            blobs,
         }
     }
 
@@ -170,6 +178,13 @@ impl Dispatcher for DispatcherService {
         };
         let expanded = registration.def.encoded_len();
         check_definition_size(expanded, limit, "with its file patterns expanded")?;
+        // Every blob the definition names is held here (fetched from a peer if need be), so
+        // the replicas that uploaded it and this leader agree it exists before the log names it.
+        let named = sluice_element::blob_tensors::digests(&registration.def)
+            .map_err(|e| DispatcherError::InvalidArgument(e.to_string()))?;
+        for (digest, len) in &named {
+            self.blobs.ensure_local(digest, Some(*len)).await?;
+        }
         let dataset_id = self.writer()?.register_dataset(id, registration).await?;
         Ok(Response::new(pb::RegisterDatasetResponse {
             dataset_id: dataset_id.0,
@@ -474,6 +489,58 @@ impl Dispatcher for DispatcherService {
         authorize(&request, "WatchLeader", access::READER)?;
         let updates = WatchStream::from_changes(self.leaders.subscribe()).map(Ok);
         Ok(Response::new(Box::pin(updates)))
+    }
+    /// A blob's upload: written here, verified, and acknowledged once a majority of the voters
+    /// hold it (see `blobs`). Only the leader takes uploads.
+    async fn put_blob(
+        &self,
+        request: GrpcRequest<tonic::Streaming<pb::PutBlobChunk>>,
+    ) -> Result<Response<pb::PutBlobResponse>, Status> {
+        authorize(&request, "PutBlob", access::CLIENT)?;
+        self.reader.linearizable().await?;
+        let mut chunks = request.into_inner();
+        let first = chunks.message().await?.ok_or_else(|| {
+            DispatcherError::InvalidArgument("a blob upload with no chunk".into())
+        })?;
+        let digest = sluice_element::blob_tensors::digest_from(&first.digest)
+            .map_err(|e| DispatcherError::InvalidArgument(e.to_string()))?;
+        self.blobs.check_len(&digest, first.total_len)?;
+        let already_present = self.blobs.holds_fresh(&digest, first.total_len);
+        if !already_present {
+            let rest: Chunks = Box::pin(chunks.map(|c| c.map(|c| c.data)));
+            self.blobs
+                .write(digest, first.total_len, first.data, rest)
+                .await?;
+        }
+        let replicas = self.blobs.replicate(digest).await?;
+        Ok(Response::new(pb::PutBlobResponse {
+            already_present,
+            replicas,
+        }))
+    }
+
+    type GetBlobStream = BlobChunks;
+
+    /// A blob's bytes from an offset on; a replica that lacks it fetches it from a peer first.
+    async fn get_blob(
+        &self,
+        request: GrpcRequest<pb::GetBlobRequest>,
+    ) -> Result<Response<BlobChunks>, Status> {
+        authorize(&request, "GetBlob", access::READER)?;
+        let req = request.into_inner();
+        let digest = sluice_element::blob_tensors::digest_from(&req.digest)
+            .map_err(|e| DispatcherError::InvalidArgument(e.to_string()))?;
+        self.blobs.ensure_local(&digest, None).await?;
+        let (len, rx) = self.blobs.read(&digest, req.offset)?;
+        let chunks = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |chunk| {
+            chunk
+                .map(|data| pb::BlobChunk {
+                    data,
+                    total_len: len,
+                })
+                .map_err(|e| Status::internal(format!("reading the blob: {e}")))
+        });
+        Ok(Response::new(Box::pin(chunks)))
     }
 }
 

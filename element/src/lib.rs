@@ -21,6 +21,7 @@
 
 pub use sluice_proto::dataset as pb;
 
+pub mod blob_tensors;
 mod cancellation;
 pub mod codec;
 mod dtype;

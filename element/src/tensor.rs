@@ -465,12 +465,20 @@ impl Tensor {
             shape: self.shape.iter().map(|&d| d as u64).collect(),
             data,
             strings,
+            ..Default::default()
         }
     }
 
     /// Checks the dtype and that the payload length matches the shape.
     pub fn from_proto(p: &pb::TensorProto) -> Result<Tensor, DatasetError> {
         let dtype = DType::try_from(p.dtype)?;
+        if !p.blob_digest.is_empty() && p.data.is_empty() {
+            return Err(DatasetError::invalid(format!(
+                "the tensor's {} bytes are in blob {}, which was not fetched into the definition",
+                p.blob_len,
+                crate::blob_tensors::hex(&p.blob_digest)
+            )));
+        }
         let shape = p
             .shape
             .iter()
@@ -584,7 +592,7 @@ mod tests {
             dtype: pb::DType::String as i32,
             shape: vec![2],
             strings: vec![b"x".to_vec()],
-            data: vec![],
+            ..Default::default()
         };
         assert!(Tensor::from_proto(&p).is_err());
     }

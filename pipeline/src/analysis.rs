@@ -40,9 +40,15 @@ pub(crate) fn element_spec_of_source(
     Ok(match def.source.as_ref().and_then(|s| s.kind.as_ref()) {
         None => return Err(DatasetError::invalid("dataset definition has no source")),
         Some(SourceKind::Range(_)) => ElementSpec::scalar(DType::Int64),
+        Some(SourceKind::Slices(s)) if slices::source_names_blobs(s) => slices::proto_rows(s)?.0,
         Some(SourceKind::Slices(s)) => Slices::from_proto(s)?.row_spec(),
         Some(SourceKind::Files(_)) => ElementSpec::scalar(DType::String),
         Some(SourceKind::Random(_)) => ElementSpec::scalar(DType::Int64),
+        Some(SourceKind::Tensors(pb::TensorsSource { value: Some(v) }))
+            if slices::names_blobs(v) =>
+        {
+            slices::proto_spec(v)?
+        }
         Some(SourceKind::Tensors(t)) => tensors_value(t)?.spec(),
         Some(SourceKind::Zip(z)) => {
             check_zip(z)?;
@@ -460,6 +466,9 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
                 return Err(DatasetError::invalid("range step must not be zero"));
             }
         }
+        Some(SourceKind::Slices(s)) if slices::source_names_blobs(s) => {
+            slices::proto_rows(s)?;
+        }
         Some(SourceKind::Slices(s)) => {
             Slices::from_proto(s)?;
         }
@@ -477,6 +486,11 @@ pub fn validate(def: &pb::DatasetDef, registry: &FunctionRegistry) -> Result<(),
             Reading::from_proto(fs)?;
         }
         Some(SourceKind::Random(_)) => {}
+        Some(SourceKind::Tensors(pb::TensorsSource { value: Some(v) }))
+            if slices::names_blobs(v) =>
+        {
+            slices::proto_spec(v)?;
+        }
         Some(SourceKind::Tensors(t)) => {
             tensors_value(t)?;
         }

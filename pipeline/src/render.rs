@@ -40,6 +40,10 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
             out.push_str("from_slices(");
             match Slices::from_proto(s) {
                 Ok(slices) => render_columns(&mut out, slices.columns()),
+                // Data kept apart from the definition (see `sluice_element::blob_tensors`).
+                Err(_) if crate::slices::source_names_blobs(s) => {
+                    out.push_str("<tensors kept as blobs>")
+                }
                 Err(_) => out.push_str("<invalid tensor>"),
             }
             out.push(')');
@@ -69,6 +73,9 @@ pub fn render_def(def: &pb::DatasetDef) -> String {
             out.push_str("from_tensors(");
             match crate::analysis::tensors_value(t) {
                 Ok(value) => render_columns(&mut out, &value),
+                Err(_) if t.value.as_ref().is_some_and(crate::slices::names_blobs) => {
+                    out.push_str("<tensors kept as blobs>")
+                }
                 Err(_) => out.push_str("<invalid tensor>"),
             }
             out.push(')');

@@ -212,3 +212,107 @@ pub(crate) fn structure_from_proto(st: &pb::SlicesStructure) -> Result<Element, 
 #[cfg(test)]
 #[path = "slices_tests.rs"]
 mod tests;
+
+/// Whether a tensor of `st` keeps its data in a blob (see `sluice_element::blob_tensors`): then
+/// the dispatcher, which never holds a blob's bytes in its state, analyses the structure from
+/// its tensors' dtypes and shapes alone ([`proto_spec`], [`proto_rows`]).
+pub(crate) fn names_blobs(st: &pb::SlicesStructure) -> bool {
+    match &st.kind {
+        Some(StructureKind::Tensor(t)) => !t.blob_digest.is_empty(),
+        Some(StructureKind::Tuple(l)) => l.items.iter().any(names_blobs),
+        Some(StructureKind::Dict(d)) => d
+            .fields
+            .iter()
+            .any(|f| f.value.as_ref().is_some_and(names_blobs)),
+        None => false,
+    }
+}
+
+/// Whether a tensor of the slices source `s` keeps its data in a blob.
+pub(crate) fn source_names_blobs(s: &pb::SlicesSource) -> bool {
+    s.tensor.as_ref().is_some_and(|t| !t.blob_digest.is_empty())
+        || s.structure.as_ref().is_some_and(names_blobs)
+}
+
+/// The spec of `st` read from its tensors' dtypes and shapes, without decoding any data; the
+/// structure is checked as `structure_from_proto` checks it (no empty entry, no key twice).
+pub(crate) fn proto_spec(st: &pb::SlicesStructure) -> Result<ElementSpec, DatasetError> {
+    let missing = || DatasetError::invalid("from_slices structure has an empty entry");
+    Ok(match st.kind.as_ref().ok_or_else(missing)? {
+        StructureKind::Tensor(t) => tensor_proto_spec(t)?,
+        StructureKind::Tuple(l) => {
+            ElementSpec::Tuple(l.items.iter().map(proto_spec).collect::<Result<_, _>>()?)
+        }
+        StructureKind::Dict(d) => {
+            let mut fields = BTreeMap::new();
+            for f in &d.fields {
+                let value = proto_spec(f.value.as_ref().ok_or_else(missing)?)?;
+                if fields.insert(f.name.clone(), value).is_some() {
+                    return Err(DatasetError::invalid(format!(
+                        "from_slices dict has the key '{}' twice",
+                        f.name
+                    )));
+                }
+            }
+            ElementSpec::Dict(fields)
+        }
+    })
+}
+
+/// A tensor's spec from its dtype and shape.
+fn tensor_proto_spec(t: &pb::TensorProto) -> Result<ElementSpec, DatasetError> {
+    let dtype = sluice_element::DType::try_from(t.dtype)?;
+    let shape = t
+        .shape
+        .iter()
+        .map(|&d| {
+            usize::try_from(d)
+                .map(Some)
+                .map_err(|_| DatasetError::invalid(format!("dimension {d} is too large")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ElementSpec::Tensor { dtype, shape })
+}
+
+/// The row spec and the number of rows of a slices source, from its tensors' dtypes and shapes
+/// alone: every column has rank at least 1 and all share the first dimension, as
+/// `Slices::new` checks.
+pub(crate) fn proto_rows(s: &pb::SlicesSource) -> Result<(ElementSpec, usize), DatasetError> {
+    fn check(spec: &ElementSpec, len: &mut Option<usize>) -> Result<(), DatasetError> {
+        match spec {
+            ElementSpec::Tensor { shape, .. } => {
+                let Some(&Some(rows)) = shape.first() else {
+                    return Err(DatasetError::invalid(
+                        "from_slices needs a tensor of rank at least 1, got a scalar",
+                    ));
+                };
+                match *len {
+                    Some(n) if n != rows => Err(DatasetError::invalid(format!(
+                        "Dimensions {n} and {rows} are not compatible"
+                    ))),
+                    _ => {
+                        *len = Some(rows);
+                        Ok(())
+                    }
+                }
+            }
+            ElementSpec::Tuple(items) => items.iter().try_for_each(|i| check(i, len)),
+            ElementSpec::Dict(fields) => fields.values().try_for_each(|v| check(v, len)),
+            ElementSpec::Unknown => Ok(()),
+        }
+    }
+    let spec = match (&s.tensor, &s.structure) {
+        (Some(t), None) => tensor_proto_spec(t)?,
+        (None, Some(st)) => proto_spec(st)?,
+        (None, None) => return Err(DatasetError::invalid("from_slices source has no tensor")),
+        (Some(_), Some(_)) => {
+            return Err(DatasetError::invalid(
+                "from_slices source has both a tensor and a structure",
+            ))
+        }
+    };
+    let mut len = None;
+    check(&spec, &mut len)?;
+    let len = len.ok_or_else(|| DatasetError::invalid("from_slices needs at least one tensor"))?;
+    Ok((drop_first_dim(spec), len))
+}

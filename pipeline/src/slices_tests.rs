@@ -98,3 +98,53 @@ fn structured_slices_render_for_reading() {
     let single = Dataset::from_structured_slices(Element::Tuple(vec![ints(&[1])])).unwrap();
     assert_eq!(single.to_string(), "from_slices(([1],))");
 }
+
+/// A definition whose tensors are blobs is analysed from dtypes and shapes alone, as the
+/// dispatcher does (it never holds a blob's bytes): the same spec, cardinality and splits as
+/// with the data in place, and the same checks.
+#[test]
+fn tensors_kept_as_blobs_are_analysed_from_their_shapes() {
+    use crate::{cardinality, element_spec, split_counts};
+    use sluice_element::blob_tensors;
+    let registry = FunctionRegistry::global();
+    let images = Tensor::from_raw(
+        sluice_element::DType::UInt8,
+        vec![6, 4, 4],
+        Bytes::from(vec![9u8; 96]),
+    )
+    .unwrap();
+    let slices = Dataset::from_structured_slices(Element::Tuple(vec![
+        Element::Tensor(images.clone()),
+        ints(&[0, 1, 2, 3, 4, 5]),
+    ]))
+    .unwrap()
+    .into_def();
+    let tensors = Dataset::from_tensors(&Element::Tensor(images)).into_def();
+    for inline in [slices.clone(), tensors] {
+        let mut kept = inline.clone();
+        let blobs = blob_tensors::extract(&mut kept, 64);
+        assert_eq!(blobs.len(), 1, "the images, not the labels");
+        assert_eq!(
+            element_spec(&kept, &registry).unwrap(),
+            element_spec(&inline, &registry).unwrap()
+        );
+        assert_eq!(cardinality(&kept), cardinality(&inline));
+        assert_eq!(split_counts(&kept).ok(), split_counts(&inline).ok());
+        validate(&kept, &registry).unwrap();
+        assert!(crate::render_def(&kept).contains("<tensors kept as blobs>"));
+    }
+    // Columns of different lengths are refused from their shapes too.
+    let mut uneven = slices;
+    blob_tensors::extract(&mut uneven, 64);
+    blob_tensors::visit_mut(&mut uneven, &mut |t| {
+        if t.blob_digest.is_empty() {
+            t.shape = vec![5];
+        }
+    });
+    let err = element_spec(&uneven, &registry).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Dimensions 6 and 5 are not compatible"),
+        "{err}"
+    );
+}

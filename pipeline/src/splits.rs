@@ -115,6 +115,9 @@ fn source_splits(def: &pb::DatasetDef) -> Result<u64, DatasetError> {
             }
             Ok(range_len(r.start, r.stop, r.step))
         }
+        Some(pb::source::Kind::Slices(s)) if crate::slices::source_names_blobs(s) => {
+            Ok(crate::slices::proto_rows(s)?.1 as u64)
+        }
         Some(pb::source::Kind::Slices(s)) => Ok(Slices::from_proto(s)?.len() as u64),
         Some(pb::source::Kind::Files(fs)) => {
             if fs.files.is_empty() {

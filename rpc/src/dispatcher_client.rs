@@ -19,10 +19,12 @@ use crate::dispatcher_rpcs::{
     ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, TaskDelivery,
     WorkerHeartbeat,
 };
-use crate::error::RpcError;
+use crate::error::{is_retryable_status, RpcError};
 use crate::lease_batcher::LeaseBatcher;
 use crate::quorum::{Quorum, RetryConfig, Wait};
 use crate::request_ids::{InFlight, RequestIds};
+use bytes::Bytes;
+use sluice_element::blob_tensors::{self, BlobDigest};
 use sluice_proto::dataset as dpb;
 use sluice_proto::dispatcher as pb;
 use sluice_security::fetch_admission::FETCH_KEY_LEN;
@@ -53,6 +55,24 @@ struct Inner {
     leases: LeaseBatcher,
 }
 
+/// Tensors with more data than this travel as blobs when a definition is registered.
+pub const BLOB_THRESHOLD: usize = 256 * 1024;
+
+/// The largest blob (one tensor's data): 2 GiB, the limit on a constant in a tf.data graph.
+pub const MAX_BLOB_BYTES: u64 = 2 << 30;
+
+/// The most bytes one chunk of a blob carries.
+const BLOB_CHUNK_BYTES: usize = 1 << 20;
+
+/// How often a blob fetch that breaks off is resumed before it fails.
+const MAX_BLOB_RESUMES: u32 = 5;
+
+/// How long a blob of `len` bytes may take to travel, at 10 MiB/s at the least, beyond a
+/// fixed minute (the leader also hands it to a majority of replicas before it answers).
+fn transfer_wait(len: u64) -> Duration {
+    Duration::from_secs(60 + len / (10 << 20))
+}
+
 /// A request with the attempt's deadline.
 fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -70,8 +90,9 @@ fn too_large_definition(e: RpcError, def: &dpb::DatasetDef) -> RpcError {
             message,
         } => RpcError::InvalidArgument(format!(
             "the dataset definition is {} bytes, more than the dispatcher accepts ({message}); \
-             its limit is set by --max-definition-size, and large constant data belongs in \
-             files rather than in the definition",
+             its limit is set by --max-definition-size (numeric tensors over 256 KiB travel \
+             apart as blobs and do not count; many small tensors and strings do: keep such \
+             data in files)",
             prost::Message::encoded_len(def)
         )),
         other => other,
@@ -143,7 +164,144 @@ impl DispatcherClient {
 
     /// Registers a dataset definition (file lists already expanded) with its metadata; returns
     /// its id, `dataset_id` when one was given.
+    ///
+    /// The data of every tensor over [`BLOB_THRESHOLD`] bytes travels apart from the
+    /// definition, as a blob (see [`DispatcherClient::put_blob`]): uploaded first, then named
+    /// by its digest in the definition that is registered. So the definition's size limit
+    /// (`--max-definition-size`) bounds what is left, and each large tensor has a limit of its
+    /// own (2 GiB, as a constant in a tf.data graph).
     pub async fn register_dataset_def(
+        &self,
+        def: &dpb::DatasetDef,
+        dataset_id: Option<&DatasetId>,
+        metadata: &pb::DatasetMetadata,
+    ) -> Result<DatasetId, RpcError> {
+        let mut has_large = false;
+        blob_tensors::visit(def, &mut |t| has_large |= t.data.len() > BLOB_THRESHOLD);
+        if has_large {
+            let mut slim = def.clone();
+            let blobs = blob_tensors::extract(&mut slim, BLOB_THRESHOLD);
+            for (digest, data) in blobs {
+                self.put_blob(&digest, data).await?;
+            }
+            return self.register_prepared(&slim, dataset_id, metadata).await;
+        }
+        self.register_prepared(def, dataset_id, metadata).await
+    }
+
+    /// Uploads `data` as the blob `digest` names (its SHA-256), in chunks of at most 1 MiB;
+    /// returns once a majority of the dispatcher replicas hold it. A blob the leader holds
+    /// already is acknowledged after its first chunk.
+    pub async fn put_blob(&self, digest: &BlobDigest, data: Bytes) -> Result<(), RpcError> {
+        let len = data.len() as u64;
+        if len > MAX_BLOB_BYTES {
+            return Err(RpcError::InvalidArgument(format!(
+                "a tensor of {len} bytes is more than the largest constant a definition may \
+                 hold, {MAX_BLOB_BYTES} bytes (2 GiB, as tf.data's graphs): keep data this \
+                 large in files"
+            )));
+        }
+        let chunks: Vec<pb::PutBlobChunk> = if data.is_empty() {
+            vec![pb::PutBlobChunk {
+                digest: digest.to_vec(),
+                total_len: 0,
+                data: Bytes::new(),
+            }]
+        } else {
+            (0..data.len())
+                .step_by(BLOB_CHUNK_BYTES)
+                .map(|start| pb::PutBlobChunk {
+                    digest: if start == 0 {
+                        digest.to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                    total_len: if start == 0 { len } else { 0 },
+                    data: data.slice(start..(start + BLOB_CHUNK_BYTES).min(data.len())),
+                })
+                .collect()
+        };
+        self.inner
+            .quorum
+            .call("put_blob", Wait::Poll(transfer_wait(len)), |c, timeout| {
+                let mut request = tonic::Request::new(tokio_stream::iter(chunks.clone()));
+                request.set_timeout(timeout);
+                async move {
+                    c.max_encoding_message_size(2 * BLOB_CHUNK_BYTES)
+                        .put_blob(request)
+                        .await
+                }
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Blob `digest` (`len` bytes), fetched from the dispatcher; a fetch that breaks off
+    /// resumes where it stopped. The bytes are checked against the digest.
+    pub async fn get_blob(&self, digest: &BlobDigest, len: u64) -> Result<Bytes, RpcError> {
+        let capacity = usize::try_from(len.min(MAX_BLOB_BYTES)).unwrap_or(0);
+        let mut got = Vec::with_capacity(capacity);
+        let mut breaks = 0;
+        loop {
+            let request = pb::GetBlobRequest {
+                digest: digest.to_vec(),
+                offset: got.len() as u64,
+            };
+            let mut stream = self
+                .inner
+                .quorum
+                .call("get_blob", Wait::Poll(transfer_wait(len)), |c, timeout| {
+                    let request = timed(request.clone(), timeout);
+                    async move {
+                        c.max_decoding_message_size(2 * BLOB_CHUNK_BYTES)
+                            .get_blob(request)
+                            .await
+                    }
+                })
+                .await?;
+            let broke = loop {
+                match stream.message().await {
+                    Ok(Some(chunk)) => {
+                        if chunk.total_len != len || got.len() + chunk.data.len() > capacity {
+                            return Err(RpcError::FailedPrecondition(format!(
+                                "blob {} is {} bytes at the dispatcher, not the {len} bytes \
+                                 the definition names",
+                                blob_tensors::hex(digest),
+                                chunk.total_len
+                            )));
+                        }
+                        got.extend_from_slice(&chunk.data);
+                    }
+                    Ok(None) => break None,
+                    Err(status) => break Some(status),
+                }
+            };
+            match broke {
+                None if got.len() as u64 == len => break,
+                None => {
+                    return Err(RpcError::FailedPrecondition(format!(
+                        "the dispatcher sent {} of blob {}'s {len} bytes",
+                        got.len(),
+                        blob_tensors::hex(digest)
+                    )))
+                }
+                Some(status) if breaks < MAX_BLOB_RESUMES && is_retryable_status(&status) => {
+                    breaks += 1;
+                }
+                Some(status) => return Err(RpcError::from_status(&status)),
+            }
+        }
+        if blob_tensors::digest(&got) != *digest {
+            return Err(RpcError::FailedPrecondition(format!(
+                "the {len} bytes fetched as blob {} do not hash to its digest",
+                blob_tensors::hex(digest)
+            )));
+        }
+        Ok(Bytes::from(got))
+    }
+
+    /// Registers `def` as it is (its large tensors already blobs).
+    async fn register_prepared(
         &self,
         def: &dpb::DatasetDef,
         dataset_id: Option<&DatasetId>,

@@ -486,4 +486,21 @@ impl Dispatcher for Service {
     ) -> Result<Response<pb::RemoveNodeResponse>, Status> {
         unimplemented(&self.0, "remove_node").await
     }
+
+    async fn put_blob(
+        &self,
+        _: Request<tonic::Streaming<pb::PutBlobChunk>>,
+    ) -> Result<Response<pb::PutBlobResponse>, Status> {
+        unimplemented(&self.0, "put_blob").await
+    }
+
+    type GetBlobStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::BlobChunk, Status>> + Send>>;
+
+    async fn get_blob(
+        &self,
+        _: Request<pb::GetBlobRequest>,
+    ) -> Result<Response<Self::GetBlobStream>, Status> {
+        unimplemented(&self.0, "get_blob").await
+    }
 }

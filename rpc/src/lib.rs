@@ -43,7 +43,7 @@ mod worker_address;
 mod fuzz_tests;
 
 pub use convert::{lease_splits_result, FromProto, ToProto};
-pub use dispatcher_client::DispatcherClient;
+pub use dispatcher_client::{DispatcherClient, BLOB_THRESHOLD, MAX_BLOB_BYTES};
 pub use dispatcher_rpcs::{
     lease_slack, ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks,
     TaskDelivery, WorkerHeartbeat, MAX_LEASE_SLACK,

@@ -8,12 +8,15 @@
 //! cancelled or the runtime goes away. A failure that retrying cannot mend (an unknown dataset,
 //! a refused call) fails the task, naming the dataset.
 //!
-//! There is deliberately no cache across tasks: a dataset id may name another definition once
-//! the dispatcher has collected the first, and one fetch per task is already one per iteration
-//! and worker.
+//! There is deliberately no cache of definitions across tasks: a dataset id may name another
+//! definition once the dispatcher has collected the first, and one fetch per task is already
+//! one per iteration and worker. The blobs a definition names (its large tensors) are another
+//! matter: named by their content, they are fetched once and cached (see `blob_cache`).
 
+use crate::blob_cache;
 use crate::task_failure::TaskFailure;
 use sluice_element::pb as dpb;
+use sluice_proto::dispatcher as pb;
 use sluice_rpc::DispatcherClient;
 use sluice_types::DatasetId;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +39,17 @@ pub fn fetch_definition(
     let client = client.clone();
     let id = DatasetId(dataset_id.to_string());
     let call = runtime.spawn(async move {
-        let _ = tx.send(client.get_dataset(&id).await);
+        let mut fetched = client.get_dataset(&id).await.map_err(|e| e.to_string());
+        // The definition's large tensors travel apart from it, as blobs: put them back.
+        if let Ok(pb::GetDatasetResponse {
+            dataset: Some(def), ..
+        }) = &mut fetched
+        {
+            if let Err(e) = blob_cache::resolve(&client, def).await {
+                fetched = Err(e);
+            }
+        }
+        let _ = tx.send(fetched);
     });
     let failed = |message: String| {
         TaskFailure::from(format!(
@@ -55,7 +68,7 @@ pub fn fetch_definition(
                     .map(Some)
                     .ok_or_else(|| failed("the dispatcher's reply has no definition".into()));
             }
-            Ok(Err(e)) => return Err(failed(e.to_string())),
+            Ok(Err(e)) => return Err(failed(e)),
             Err(flume::RecvTimeoutError::Timeout) => {}
             Err(flume::RecvTimeoutError::Disconnected) => {
                 return Err(failed("the worker is shutting down".into()))

@@ -26,6 +26,7 @@
 //! - `worker_stats`: elements and bytes served, pipeline time, counted on the data path.
 //! - `worker_ops`: what the metrics listener serves: the worker's metrics and readiness.
 
+mod blob_cache;
 pub mod config;
 pub mod crash_record;
 pub mod cross_trainer_cache;

@@ -44,6 +44,9 @@ use std::sync::Arc;
 use tracing::debug;
 
 /// What a distributed dataset reads: a local pipeline or the service.
+// A local definition is a few hundred bytes inline (its source's tensor protos), built and moved
+// once per `distribute`: not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum DistributedInput {
     Local(Dataset),

@@ -3,6 +3,7 @@
 //! topic.
 
 mod bad_input;
+mod blobs;
 mod coordinated_reads;
 mod cross_trainer_cache;
 mod data_dir_identity;

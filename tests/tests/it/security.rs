@@ -194,6 +194,17 @@ async fn call_everything(
                     "RemoveNode",
                     code(d.remove_node(pb::RemoveNodeRequest::default()).await),
                 ),
+                (
+                    "PutBlob",
+                    code(
+                        d.put_blob(tokio_stream::iter(Vec::<pb::PutBlobChunk>::new()))
+                            .await,
+                    ),
+                ),
+                (
+                    "GetBlob",
+                    code(d.get_blob(pb::GetBlobRequest::default()).await),
+                ),
             ]
         }
     };
@@ -222,6 +233,22 @@ async fn call_everything(
                 (
                     "Probe",
                     code(r.probe(sluice_proto::raft::ProbeRequest::default()).await),
+                ),
+                (
+                    "PushBlob",
+                    code(
+                        r.push_blob(tokio_stream::iter(
+                            Vec::<sluice_proto::raft::BlobPart>::new(),
+                        ))
+                        .await,
+                    ),
+                ),
+                (
+                    "FetchBlob",
+                    code(
+                        r.fetch_blob(sluice_proto::raft::FetchBlobRequest::default())
+                            .await,
+                    ),
                 ),
             ]);
         }
@@ -252,9 +279,10 @@ fn refused_by_tls(calls: &[(&'static str, Code)]) -> Vec<&'static str> {
     names
 }
 
-const DISPATCHER_RPCS: [&str; 14] = [
+const DISPATCHER_RPCS: [&str; 16] = [
     "AddNode",
     "ClientHeartbeat",
+    "GetBlob",
     "GetDataset",
     "GetOrCreateIteration",
     "GetOrCreateJob",
@@ -262,17 +290,20 @@ const DISPATCHER_RPCS: [&str; 14] = [
     "LeaseSplits",
     "LeaseSplitsBatch",
     "MaybeRemoveTask",
+    "PutBlob",
     "RegisterDataset",
     "ReleaseIterationClient",
     "RemoveNode",
     "WorkerHeartbeat",
     "WorkerUpdate",
 ];
-const PEER_RPCS: [&str; 5] = [
+const PEER_RPCS: [&str; 7] = [
     "Announce",
     "AppendEntries",
+    "FetchBlob",
     "InstallSnapshot",
     "Probe",
+    "PushBlob",
     "Vote",
 ];
 const ADMIN_RPCS: [&str; 2] = ["AddNode", "RemoveNode"];
@@ -282,11 +313,12 @@ const WORKER_RPCS: [&str; 4] = [
     "WorkerHeartbeat",
     "WorkerUpdate",
 ];
-const CLIENT_RPCS: [&str; 6] = [
+const CLIENT_RPCS: [&str; 7] = [
     "ClientHeartbeat",
     "GetOrCreateIteration",
     "GetOrCreateJob",
     "MaybeRemoveTask",
+    "PutBlob",
     "RegisterDataset",
     "ReleaseIterationClient",
 ];

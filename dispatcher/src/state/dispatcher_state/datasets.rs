@@ -14,8 +14,12 @@
 use super::DispatcherState;
 use crate::state::entities::{Dataset, Definition, DefinitionKey};
 use crate::state::update::{DatasetMetadata, Outcome, Rejection};
+use prost::Message;
 use sha2::{Digest, Sha256};
+use sluice_element::blob_tensors::{self, BlobDigest};
+use sluice_element::pb::DatasetDef;
 use sluice_types::DatasetId;
+use std::collections::BTreeSet;
 
 /// No definition is larger than this (the largest `--max-definition-size` a dispatcher takes):
 /// a part reaching past it is refused.
@@ -175,6 +179,24 @@ impl DispatcherState {
             self.next_dataset_id = self.next_dataset_id.wrapping_add(1);
         }
         Ok(Outcome::DatasetRegistered { dataset_id: id })
+    }
+
+    /// The blobs the registered definitions name (see `sluice_element::blob_tensors`): what
+    /// every replica keeps in its blob store. Read from the definitions themselves, so the set
+    /// follows registration and collection with no bookkeeping of its own; a staged definition
+    /// no dataset uses yet names none, and an undecodable definition (none is registered
+    /// undecodable) names none.
+    pub fn live_blobs(&self) -> BTreeSet<BlobDigest> {
+        let mut live = BTreeSet::new();
+        for definition in self.definitions.values().filter(|d| d.datasets > 0) {
+            let Ok(def) = DatasetDef::decode(definition.bytes.as_slice()) else {
+                continue;
+            };
+            if let Ok(named) = blob_tensors::digests(&def) {
+                live.extend(named.into_keys());
+            }
+        }
+        live
     }
 
     /// Removes a dataset, and its definition if no other dataset uses it.

@@ -1,6 +1,7 @@
 //! Datasets: registration, definitions staged in parts, and how a definition is encoded.
 
 use super::*;
+use std::collections::BTreeSet;
 
 #[test]
 fn staged_definitions_table() {
@@ -160,4 +161,121 @@ fn a_definition_encodes_as_the_same_bytes_as_a_sequence_of_bytes() {
     // The codec's version byte, the variant's index (one byte), then the fields in order.
     assert_eq!(encoded[0], sequence[0]);
     assert!(encoded[2..].starts_with(&sequence[1..]));
+}
+
+/// The encoded definition of a `from_slices` source whose tensors are blobs named by
+/// `digests` (one byte repeated, each 64 bytes long); none: an inline tensor.
+fn def_naming(digests: &[u8]) -> Vec<u8> {
+    use prost::Message;
+    use sluice_element::pb;
+    let tensor = |d: Option<u8>| pb::SlicesStructure {
+        kind: Some(pb::slices_structure::Kind::Tensor(pb::TensorProto {
+            dtype: pb::DType::Float32 as i32,
+            shape: vec![16],
+            data: if d.is_none() { vec![0; 64] } else { vec![] },
+            blob_digest: d.map(|d| vec![d; 32]).unwrap_or_default(),
+            blob_len: if d.is_some() { 64 } else { 0 },
+            ..Default::default()
+        })),
+    };
+    let items = if digests.is_empty() {
+        vec![tensor(None)]
+    } else {
+        digests.iter().map(|d| tensor(Some(*d))).collect()
+    };
+    pb::DatasetDef {
+        source: Some(pb::Source {
+            kind: Some(pb::source::Kind::Slices(pb::SlicesSource {
+                tensor: None,
+                structure: Some(pb::SlicesStructure {
+                    kind: Some(pb::slices_structure::Kind::Tuple(pb::SlicesList { items })),
+                }),
+            })),
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// The blobs the registered definitions name: what every replica keeps. A blob stays while
+/// any dataset of any definition naming it stays, and leaves with the last.
+#[test]
+fn live_blobs_table() {
+    let forget = |ids: &[&str]| Update::RemoveIdle {
+        iterations_before: 0,
+        datasets_before: u64::MAX,
+        iterations: vec![],
+        jobs: vec![],
+        datasets: ids.iter().map(|d| DatasetId(d.to_string())).collect(),
+    };
+    let removed = |datasets| Outcome::IdleRemoved {
+        iterations: 0,
+        jobs: 0,
+        datasets,
+    };
+    let blobs = |ds: &[u8]| -> BTreeSet<[u8; 32]> { ds.iter().map(|d| [*d; 32]).collect() };
+    type Case = (&'static str, Vec<(Update, Outcome)>, BTreeSet<[u8; 32]>);
+    let cases: Vec<Case> = vec![
+        ("nothing registered", vec![], blobs(&[])),
+        (
+            "an inline definition names none",
+            vec![(register(None, &def_naming(&[])), registered("1000"))],
+            blobs(&[]),
+        ),
+        (
+            "a definition's blobs, each once",
+            vec![(register(None, &def_naming(&[1, 2, 1])), registered("1000"))],
+            blobs(&[1, 2]),
+        ),
+        (
+            "two definitions sharing a blob: it stays while either does",
+            vec![
+                (register(None, &def_naming(&[1, 2])), registered("1000")),
+                (register(None, &def_naming(&[2, 3])), registered("1001")),
+                (forget(&["1000"]), removed(1)),
+            ],
+            blobs(&[2, 3]),
+        ),
+        (
+            "two datasets of one definition: its blobs go with the last",
+            vec![
+                (register(None, &def_naming(&[4])), registered("1000")),
+                (
+                    register(Some("mine"), &def_naming(&[4])),
+                    registered("mine"),
+                ),
+                (forget(&["1000"]), removed(1)),
+            ],
+            blobs(&[4]),
+        ),
+        (
+            "every dataset collected: no blob is live",
+            vec![
+                (register(None, &def_naming(&[4])), registered("1000")),
+                (
+                    register(Some("mine"), &def_naming(&[5])),
+                    registered("mine"),
+                ),
+                (forget(&["1000", "mine"]), removed(2)),
+            ],
+            blobs(&[]),
+        ),
+        (
+            "a definition only staged names none yet",
+            vec![(
+                stage(&def_naming(&[6]), 0, &def_naming(&[6])),
+                staged(def_naming(&[6]).len() as u64),
+            )],
+            blobs(&[]),
+        ),
+        (
+            "bytes that are no definition name none",
+            vec![(register(None, b"\xff\xff\xff"), registered("1000"))],
+            blobs(&[]),
+        ),
+    ];
+    for (name, steps, want) in cases {
+        let state = run(name, steps);
+        assert_eq!(state.live_blobs(), want, "case {name:?}");
+    }
 }
