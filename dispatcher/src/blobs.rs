@@ -9,9 +9,11 @@
 //! Each replica keeps blobs as files, `data_dir/blobs/<hex digest>`: written to a temporary
 //! name, hashed as they arrive, fsynced, checked against their digest and only then renamed
 //! into place, so a file under a digest's name always holds that digest's bytes. Disk and
-//! hashing run on blocking threads, never on the async runtime (Raft runs on a runtime of its
-//! own anyway), so an upload holds up no heartbeat; uploads are limited in number
-//! ([`MAX_CONCURRENT_UPLOADS`]) and the store in size (`--max-blob-store-size`).
+//! hashing run on threads of their own ([`spawn_io`]), never on an async runtime nor on its
+//! blocking pool: a transfer lasts as long as its peer reads, and the Raft runtime's two
+//! blocking threads are the journal's (a follower whose log appends waited behind a 1 GiB push
+//! missed its heartbeats). Uploads are limited in number ([`MAX_CONCURRENT_UPLOADS`]), reads
+//! too ([`MAX_CONCURRENT_READS`]), and the store in size (`--max-blob-store-size`).
 //!
 //! The leader acknowledges an upload once a majority of the voters hold the blob: it pushes
 //! the file to every other member over a connection of its own (`PushBlob`), and answers when
@@ -56,6 +58,58 @@ pub const MAX_BLOB_BYTES: u64 = 2 << 30;
 /// The most uploads (from clients or pushed by the leader) a replica writes at once; more wait.
 pub const MAX_CONCURRENT_UPLOADS: usize = 4;
 
+/// The most blob reads (for `GetBlob` and peers' `FetchBlob`) a replica serves at once; more
+/// wait for one to end.
+pub const MAX_CONCURRENT_READS: usize = 16;
+
+/// Runs `work` on a thread of its own; the receiver gets its result (an error if the thread
+/// could not start).
+fn spawn_io<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> tokio::sync::oneshot::Receiver<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name("blob-io".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        });
+    if let Err(e) = started {
+        tracing::warn!("cannot start a thread for blob I/O: {e}");
+    }
+    rx
+}
+
+/// Sends blob `file` (`len` bytes) from `offset` on into `tx`, in chunks, holding `_permit`
+/// (one of [`MAX_CONCURRENT_READS`]) until done or the receiver is gone.
+fn read_chunks(
+    mut file: std::fs::File,
+    offset: u64,
+    len: u64,
+    tx: &mpsc::Sender<std::io::Result<Bytes>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    if let Err(e) = file.seek(SeekFrom::Start(offset)) {
+        let _ = tx.blocking_send(Err(e));
+        return;
+    }
+    let mut left = len - offset;
+    // Nothing left still makes one (empty) chunk, so a reply always names the length.
+    if left == 0 {
+        let _ = tx.blocking_send(Ok(Bytes::new()));
+    }
+    while left > 0 {
+        let mut buf = vec![0u8; (left as usize).min(CHUNK_BYTES)];
+        if let Err(e) = file.read_exact(&mut buf) {
+            let _ = tx.blocking_send(Err(e));
+            return;
+        }
+        left -= buf.len() as u64;
+        if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+            return;
+        }
+    }
+}
+
 /// How long a peer transfer may take per byte at the least (10 MiB/s) beyond a fixed minute.
 fn transfer_timeout(len: u64) -> Duration {
     Duration::from_secs(60 + len / (10 << 20))
@@ -72,6 +126,7 @@ struct Inner {
     /// Distinguishes the temporary files of concurrent writes.
     seq: AtomicU64,
     uploads: Semaphore,
+    reads: Arc<Semaphore>,
     max_store_bytes: u64,
     grace: Duration,
     raft: Raft,
@@ -106,6 +161,7 @@ impl Blobs {
                 dir,
                 seq: AtomicU64::new(0),
                 uploads: Semaphore::new(MAX_CONCURRENT_UPLOADS),
+                reads: Arc::new(Semaphore::new(MAX_CONCURRENT_READS)),
                 max_store_bytes,
                 grace,
                 raft,
@@ -186,7 +242,7 @@ impl Blobs {
         let temp = self.inner.dir.join(format!("{}.{seq}.tmp", hex(&digest)));
         let target = self.path(&digest);
         let (tx, mut rx) = mpsc::channel::<Bytes>(4);
-        let writer = tokio::task::spawn_blocking(move || {
+        let writer = spawn_io(move || {
             let result = write_file(&temp, &target, &digest, len, &mut rx);
             if result.is_err() {
                 let _ = std::fs::remove_file(&temp);
@@ -226,9 +282,9 @@ impl Blobs {
             next = chunks.next().await;
         }
         drop(tx);
-        let written = writer
-            .await
-            .map_err(|_| DispatcherError::RaftStopped("the dispatcher is stopping".into()))?;
+        let written = writer.await.map_err(|_| {
+            DispatcherError::QuorumUnavailable("the thread writing the blob did not start".into())
+        })?;
         if let Some(failure) = failure {
             return Err(failure);
         }
@@ -255,7 +311,7 @@ impl Blobs {
         offset: u64,
     ) -> Result<(u64, mpsc::Receiver<std::io::Result<Bytes>>), DispatcherError> {
         let path = self.path(digest);
-        let mut file = std::fs::File::open(&path).map_err(|_| not_held(digest))?;
+        let file = std::fs::File::open(&path).map_err(|_| not_held(digest))?;
         let len = file.metadata().map_err(|_| not_held(digest))?.len();
         if offset > len {
             return Err(DispatcherError::InvalidArgument(format!(
@@ -264,27 +320,13 @@ impl Blobs {
             )));
         }
         let (tx, rx) = mpsc::channel(4);
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = file.seek(SeekFrom::Start(offset)) {
-                let _ = tx.blocking_send(Err(e));
+        let reads = self.inner.reads.clone();
+        // A read beyond the bound starts when one ends; the caller's stream waits meanwhile.
+        tokio::spawn(async move {
+            let Ok(permit) = reads.acquire_owned().await else {
                 return;
-            }
-            let mut left = len - offset;
-            // Nothing left still makes one (empty) chunk, so a reply always names the length.
-            if left == 0 {
-                let _ = tx.blocking_send(Ok(Bytes::new()));
-            }
-            while left > 0 {
-                let mut buf = vec![0u8; (left as usize).min(CHUNK_BYTES)];
-                if let Err(e) = file.read_exact(&mut buf) {
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-                left -= buf.len() as u64;
-                if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                    return;
-                }
-            }
+            };
+            spawn_io(move || read_chunks(file, offset, len, &tx, permit));
         });
         Ok((len, rx))
     }
@@ -491,7 +533,7 @@ impl Blobs {
             };
             let store = self.clone();
             let keep = live.clone();
-            let _ = tokio::task::spawn_blocking(move || store.collect(&keep)).await;
+            let _ = spawn_io(move || store.collect(&keep)).await;
             for digest in live {
                 if self.len_of(&digest).is_none() {
                     if let Err(e) = self.ensure_local(&digest, None).await {
