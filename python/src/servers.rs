@@ -121,6 +121,7 @@ impl DispatchServer {
     /// `auth_token_file`, `insecure`: the replica's TLS and tokens, as `sluice dispatcher`'s
     /// flags of the same names. `max_definition_size`: bytes, as `--max-definition-size`.
     /// `gc_dynamic_sharding_jobs`: collect unused `distributed_epoch` jobs too.
+    /// `object_store_config`: the per-store settings file, as `--object-store-config`.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
@@ -292,7 +293,8 @@ impl WorkerServer {
     /// buffers may hold (`None`: half the machine's memory); `memory_reserve`: the part of it
     /// only a task within its fair share may take (`None`: an eighth).
     /// `cross_trainer_cache_size`: bytes each cross-trainer cache task may hold (`None`: 10 GiB,
-    /// or half the memory budget if that is less).
+    /// or half the memory budget if that is less). `object_store_config`: the per-store
+    /// settings file, as `--object-store-config`.
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
