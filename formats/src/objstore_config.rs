@@ -54,6 +54,11 @@ pub struct ObjectStoreSettings {
 struct SchemeKey(u8);
 
 impl SchemeKey {
+    /// The scheme's URL prefix (the inverse of `of`).
+    fn prefix(self) -> &'static str {
+        ["s3://", "gs://", "az://", "https://", "http://"][self.0 as usize]
+    }
+
     fn of(scheme: Scheme) -> SchemeKey {
         SchemeKey(match scheme {
             Scheme::S3 => 0,
@@ -71,7 +76,7 @@ impl std::fmt::Debug for ObjectStoreSettings {
         let mut map = f.debug_map();
         for ((scheme, bucket), options) in &self.stores {
             let keys: Vec<&str> = options.iter().map(|(k, _)| k.as_str()).collect();
-            map.entry(&format!("{scheme:?}://{bucket}"), &keys);
+            map.entry(&format!("{}{bucket}", scheme.prefix()), &keys);
         }
         map.finish()
     }
@@ -376,6 +381,7 @@ mod tests {
         );
         // Debug shows the keys, never a value.
         let debug = format!("{s:?}");
+        assert!(debug.contains("\"s3://b\": ["), "{debug}");
         assert!(debug.contains("secret_access_key"), "{debug}");
         for secret in s.secrets() {
             assert!(!debug.contains(secret.as_str()), "{debug}");
