@@ -292,6 +292,12 @@ pub struct DispatcherArgs {
     /// source is refused.
     #[arg(long = "data-root", value_name = "DIR|URL")]
     pub data_roots: Vec<PathBuf>,
+    /// Per-store settings of object stores, for listing patterns at registration: a JSON file
+    /// of endpoint, region, credentials (inline, `{"env": NAME}` or `{"file": PATH}`) and
+    /// client options by `SCHEME://BUCKET` or `SCHEME://` (see the guide). They override the
+    /// environment's and are never shown in logs, status pages or errors.
+    #[arg(long, value_name = "FILE")]
+    pub object_store_config: Option<PathBuf>,
     /// Serve `/metrics` (Prometheus), `/live`, `/ready` and the status page (`/`) over plain HTTP at
     /// HOST:PORT (port 0: any free port; the READY line then names it as `metrics=HOST:PORT`).
     #[arg(long, value_name = "HOST:PORT")]
@@ -377,6 +383,12 @@ pub struct WorkerArgs {
     /// refused.
     #[arg(long = "data-root", value_name = "DIR|URL")]
     pub data_roots: Vec<PathBuf>,
+    /// Per-store settings of object stores: a JSON file of endpoint, region, credentials
+    /// (inline, `{"env": NAME}` or `{"file": PATH}`) and client options by `SCHEME://BUCKET` or
+    /// `SCHEME://` (see the guide). They override the environment's and are never shown in
+    /// logs, status pages or errors.
+    #[arg(long, value_name = "FILE")]
+    pub object_store_config: Option<PathBuf>,
     /// Run pipelines' Python functions in executor processes of this interpreter (it must
     /// import sluice, numpy and cloudpickle, at the clients' Python and cloudpickle versions).
     /// Without it, pipelines with Python functions are refused. Their code runs on this

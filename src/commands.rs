@@ -103,6 +103,7 @@ pub async fn dispatcher(args: DispatcherArgs) -> anyhow::Result<()> {
         worker_addresses: DispatcherConfig::parse_worker_addresses(&args.worker_addresses),
         security: args.security.load()?,
         data_roots: args.data_roots,
+        object_store_config: args.object_store_config,
         max_definition_size: args.max_definition_size,
         max_blob_store_size: args.max_blob_store_size,
         blob_gc_grace: args.blob_gc_grace,
@@ -145,6 +146,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         memory_reserve_bytes: args.memory_reserve,
         release_memory: Some(release_freed_memory),
         data_roots: args.data_roots,
+        object_store_config: args.object_store_config,
         security: args.security.load()?,
         python: args.python.map(|python| {
             let mut pool = PoolConfig::with_cores(python);

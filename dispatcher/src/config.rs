@@ -91,6 +91,10 @@ pub struct DispatcherConfig {
     /// The only directories `files()` datasets may name (canonicalized at start; each must be
     /// an existing directory). Empty: every files source is refused, the safe default.
     pub data_roots: Vec<PathBuf>,
+    /// Per-store settings of object stores (`--object-store-config`): the JSON file of
+    /// endpoints, regions and credentials by bucket (see `sluice_formats::ObjectStoreSettings`),
+    /// loaded at start, for listing patterns at registration. `None`: the environment's only.
+    pub object_store_config: Option<PathBuf>,
     /// The largest dataset definition a registration may carry, in bytes (encoded, after its
     /// file patterns are expanded). Definitions travel through the Raft log to every replica,
     /// and openraft gives an append one heartbeat interval to reach a follower: a larger limit
@@ -159,6 +163,7 @@ impl Default for DispatcherConfig {
             worker_addresses: Vec::new(),
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
+            object_store_config: None,
             max_definition_size: DEFAULT_MAX_DEFINITION_SIZE,
             max_pipeline_ops: sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS,
             max_pipeline_depth: sluice_pipeline::DEFAULT_MAX_PIPELINE_DEPTH,

@@ -122,6 +122,9 @@ impl DispatcherHandle {
         let peer_caller = security.caller(Role::Peer).map_err(startup)?;
         let data_roots = DataRoots::new(&config.data_roots)
             .map_err(|e| DispatcherError::Startup(e.to_string()))?;
+        if let Some(path) = &config.object_store_config {
+            sluice_formats::load_object_store_settings(path).map_err(DispatcherError::Startup)?;
+        }
         let identity = config
             .journal_identity()
             .map_err(DispatcherError::Startup)?;

@@ -10,6 +10,8 @@
 //! - `expand`: glob expansion of a files source (`expand_files`), with the bound on matches,
 //!   local paths and object-store URL patterns.
 //! - `object_url`: `ObjectUrl`, an object-store URL (`s3://bucket/key`, ...) and its prefix test.
+//! - `objstore_config`: `ObjectStoreSettings`, per-store settings (endpoint, region,
+//!   credentials, ...) from a worker's or dispatcher's `--object-store-config` file.
 //! - `objstore`: listing and streaming objects through the `object_store` client (feature
 //!   `object-store`, part of `read`).
 //! - `files`: reading lines or records of one file, with the bound on line length.
@@ -34,6 +36,7 @@ pub mod image_ops;
 mod object_url;
 #[cfg(feature = "object-store")]
 mod objstore;
+mod objstore_config;
 #[cfg(feature = "read")]
 pub mod tfrecord;
 #[cfg(feature = "read")]
@@ -54,5 +57,8 @@ pub use files::{file_elements, MAX_LINE_BYTES};
 pub use object_url::{is_object_url, ObjectUrl, Scheme};
 #[cfg(feature = "object-store")]
 pub use objstore::write_object;
+pub use objstore_config::{
+    load_object_store_settings, set_object_store_settings, ObjectStoreSettings, SETTINGS_ENV,
+};
 #[cfg(feature = "read")]
 pub use tfrecord_file::TfRecordFile;

@@ -2,12 +2,15 @@
 //! Storage, HTTPS servers) through Apache Arrow's `object_store` client, for the files sources'
 //! URLs (see `ObjectUrl`).
 //!
-//! Configuration and credentials come only from the environment of the process that lists or
-//! reads (the client's for a pattern it expands, each worker's for the objects it reads), in the
-//! variables the client reads: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
-//! `AWS_REGION`, `AWS_ENDPOINT` (an S3-compatible store), `AWS_ALLOW_HTTP`; `GOOGLE_*`;
-//! `AZURE_*`. They never travel in a definition, and errors name the URL, never a credential: a
-//! store's error text has the values of the credential variables masked before it is shown.
+//! Configuration and credentials come only from the process that lists or reads (the client's
+//! for a pattern it expands, each worker's for the objects it reads): its environment, in the
+//! variables the client reads (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT` (an S3-compatible store), `AWS_ALLOW_HTTP`;
+//! `GOOGLE_*`; `AZURE_*`), and over it the per-store settings a worker or dispatcher was given
+//! (`objstore_config`; in any other process, the file `$SLUICE_OBJECT_STORE_CONFIG` names). They
+//! never travel in a definition, and errors name the URL, never a
+//! credential: a store's error text has the values of the credential variables and of the
+//! settings' secrets masked before it is shown.
 //!
 //! The client is asynchronous; the executor's readers are iterators on threads. One small
 //! runtime of this module's own runs every request; a caller blocks on a channel (never on
@@ -36,6 +39,7 @@ use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStore
 use sluice_element::DatasetError;
 
 use crate::object_url::{ObjectUrl, Scheme};
+use crate::objstore_config::{current_settings, ObjectStoreSettings};
 
 /// Chunks of a body (as the connection delivers them, typically 16 to 64 KiB) forwarded ahead
 /// of the reader.
@@ -68,67 +72,113 @@ fn run<T: Send + 'static>(f: impl Future<Output = T> + Send + 'static) -> T {
     rx.recv().expect("an object-store task ends with a result")
 }
 
-/// The stores built so far, by scheme and bucket (or host).
-type Stores = Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>;
+/// The stores built so far, by scheme and bucket (or host), and the generation of the settings
+/// they were built with.
+type Stores = Mutex<(u64, HashMap<(Scheme, String), Arc<dyn ObjectStore>>)>;
 
 /// The store a URL's objects are in, one per scheme and bucket (or host), built on first use
-/// from the environment; an error names `shown` (the URL or pattern as the user wrote it).
+/// from the environment and the per-store settings (built again after the settings change); an
+/// error names `shown` (the URL or pattern as the user wrote it).
 fn store(url: &ObjectUrl, shown: &str) -> Result<Arc<dyn ObjectStore>, DatasetError> {
     static STORES: OnceLock<Stores> = OnceLock::new();
     let stores = STORES.get_or_init(Default::default);
+    let (settings, generation) = current_settings().map_err(|message| DatasetError::Io {
+        path: shown.to_string(),
+        kind: io::ErrorKind::InvalidInput,
+        message,
+    })?;
     let key = (url.scheme, url.bucket.clone());
-    if let Some(store) = stores.lock().expect("not poisoned").get(&key) {
-        return Ok(store.clone());
+    {
+        let mut stores = stores.lock().expect("not poisoned");
+        if stores.0 != generation {
+            *stores = (generation, HashMap::new());
+        }
+        if let Some(store) = stores.1.get(&key) {
+            return Ok(store.clone());
+        }
     }
-    let store = build_store(url, shown)?;
-    stores
-        .lock()
-        .expect("not poisoned")
-        .entry(key)
-        .or_insert(store.clone());
+    let store = build_store(url, shown, &settings)?;
+    let mut stores = stores.lock().expect("not poisoned");
+    if stores.0 == generation {
+        stores.1.entry(key).or_insert(store.clone());
+    }
     Ok(store)
 }
 
-fn build_store(url: &ObjectUrl, shown: &str) -> Result<Arc<dyn ObjectStore>, DatasetError> {
+fn build_store(
+    url: &ObjectUrl,
+    shown: &str,
+    settings: &ObjectStoreSettings,
+) -> Result<Arc<dyn ObjectStore>, DatasetError> {
+    use std::str::FromStr;
     let failed = |e: object_store::Error| store_error(shown, Access::Configure, e);
+    let options = settings.options_for(url.scheme, &url.bucket);
+    // The keys were checked when the settings were loaded (a key that did not parse would be
+    // refused here too, by name).
     Ok(match url.scheme {
         Scheme::S3 => {
-            check_aws_credentials(shown)?;
+            let mut builder =
+                object_store::aws::AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
+            let mut configured_credentials = false;
+            for (key, value) in options {
+                use object_store::aws::AmazonS3ConfigKey as K;
+                let key = K::from_str(&key).map_err(failed)?;
+                configured_credentials |= matches!(
+                    key,
+                    K::AccessKeyId
+                        | K::SecretAccessKey
+                        | K::SkipSignature
+                        | K::WebIdentityTokenFile
+                        | K::ContainerCredentialsRelativeUri
+                        | K::ContainerCredentialsFullUri
+                );
+                builder = builder.with_config(key, value);
+            }
+            if !configured_credentials {
+                check_aws_credentials(shown)?;
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        Scheme::Gcs => {
+            let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(&url.bucket);
+            for (key, value) in options {
+                let key = object_store::gcp::GoogleConfigKey::from_str(&key).map_err(failed)?;
+                builder = builder.with_config(key, value);
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        Scheme::Azure => {
+            let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_container_name(&url.bucket);
+            for (key, value) in options {
+                let key = object_store::azure::AzureConfigKey::from_str(&key).map_err(failed)?;
+                builder = builder.with_config(key, value);
+            }
+            Arc::new(builder.build().map_err(failed)?)
+        }
+        Scheme::Https | Scheme::Http => {
+            let mut client = ClientOptions::new().with_allow_http(url.scheme == Scheme::Http);
+            for (key, value) in options {
+                let key = object_store::ClientConfigKey::from_str(&key).map_err(failed)?;
+                client = client.with_config(key, value);
+            }
             Arc::new(
-                object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(&url.bucket)
+                object_store::http::HttpBuilder::new()
+                    .with_url(format!("{}{}", url.scheme.prefix(), url.bucket))
+                    .with_client_options(client)
                     .build()
                     .map_err(failed)?,
             )
         }
-        Scheme::Gcs => Arc::new(
-            object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name(&url.bucket)
-                .build()
-                .map_err(failed)?,
-        ),
-        Scheme::Azure => Arc::new(
-            object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_container_name(&url.bucket)
-                .build()
-                .map_err(failed)?,
-        ),
-        Scheme::Https | Scheme::Http => Arc::new(
-            object_store::http::HttpBuilder::new()
-                .with_url(format!("{}{}", url.scheme.prefix(), url.bucket))
-                .with_client_options(
-                    ClientOptions::new().with_allow_http(url.scheme == Scheme::Http),
-                )
-                .build()
-                .map_err(failed)?,
-        ),
     })
 }
 
-/// Refuses early, naming the URL, when the environment gives S3 no way to sign a request: no
-/// keys, no web identity, no container credentials, and the instance metadata service turned
-/// off (`AWS_EC2_METADATA_DISABLED=true`, as AWS's own tools read it). Otherwise the client
-/// would try the instance metadata service, which off EC2 only times out.
+/// Refuses early, naming the URL, when neither the store's settings nor the environment give S3
+/// a way to sign a request: no keys, no web identity, no container credentials, and the
+/// instance metadata service turned off (`AWS_EC2_METADATA_DISABLED=true`, as AWS's own tools
+/// read it). Otherwise the client would try the instance metadata service, which off EC2 only
+/// times out.
 fn check_aws_credentials(url: &str) -> Result<(), DatasetError> {
     let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
     let on = |name: &str| std::env::var(name).is_ok_and(|v| v.eq_ignore_ascii_case("true"));
@@ -146,7 +196,8 @@ fn check_aws_credentials(url: &str) -> Result<(), DatasetError> {
         kind: io::ErrorKind::PermissionDenied,
         message: "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the \
                   environment of each process that reads it (every worker, and the client that \
-                  expands a pattern)"
+                  expands a pattern), or access_key_id and secret_access_key in the store's \
+                  entry of a worker's --object-store-config"
             .into(),
     })
 }
@@ -196,7 +247,8 @@ fn store_error(url: &str, access: Access, e: object_store::Error) -> DatasetErro
         _ if access == Access::Configure => (
             io::ErrorKind::InvalidInput,
             format!(
-                "the store's configuration (from the environment) is not usable: {}",
+                "the store's configuration (from the environment and the store's settings) is \
+                 not usable: {}",
                 masked(&e.to_string())
             ),
         ),
@@ -209,9 +261,15 @@ fn store_error(url: &str, access: Access, e: object_store::Error) -> DatasetErro
     }
 }
 
-/// `text` with the value of every credential-like environment variable replaced by `***`.
+/// `text` with the value of every credential-like environment variable, and every secret of the
+/// per-store settings, replaced by `***`.
 fn masked(text: &str) -> String {
     let mut out = text.to_string();
+    if let Ok((settings, _)) = current_settings() {
+        for secret in settings.secrets() {
+            out = out.replace(secret.as_str(), "***");
+        }
+    }
     for (name, value) in std::env::vars() {
         let name = name.to_ascii_uppercase();
         let secret = ["SECRET", "TOKEN", "KEY", "PASSWORD", "SAS", "CREDENTIAL"]
@@ -444,5 +502,40 @@ impl Read for ObjectReader {
         buf[..n].copy_from_slice(&self.current[..n]);
         let _ = self.current.split_to(n);
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_mask_the_secrets_of_the_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "tok-5e3c7a91").unwrap();
+        let path = dir.path().join("stores.json");
+        std::fs::write(
+            &path,
+            r#"{"stores": {"s3://b": {"endpoint": {"file": "token"},
+                                     "secret_access_key": "inline-4d2f8b"}}}"#,
+        )
+        .unwrap();
+        crate::load_object_store_settings(&path).unwrap();
+        // A client's error may quote a request's URL (the endpoint) or what it sent.
+        let source = "error sending request for url (http://host/tok-5e3c7a91/b/k) with \
+                      inline-4d2f8b";
+        for access in [Access::Configure, Access::List, Access::Read] {
+            let e = object_store::Error::Generic {
+                store: "S3",
+                source: source.into(),
+            };
+            let DatasetError::Io { path, message, .. } = store_error("s3://b/k", access, e) else {
+                panic!("an I/O error");
+            };
+            assert_eq!(path, "s3://b/k");
+            assert!(!message.contains("tok-5e3c7a91"), "{message}");
+            assert!(!message.contains("inline-4d2f8b"), "{message}");
+            assert!(message.contains("http://host/***/b/k"), "{message}");
+        }
     }
 }

@@ -167,6 +167,7 @@ class DispatchServer:
         max_pipeline_ops: Optional[int] = None,
         max_pipeline_depth: Optional[int] = None,
         gc_dynamic_sharding_jobs: bool = False,
+        object_store_config: Optional[str] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...
@@ -200,6 +201,7 @@ class WorkerServer:
         max_pipeline_ops: Optional[int] = None,
         max_pipeline_depth: Optional[int] = None,
         cross_trainer_cache_size: Optional[int] = None,
+        object_store_config: Optional[str] = None,
     ) -> None: ...
     @property
     def address(self) -> str: ...

@@ -60,9 +60,14 @@ class DispatcherConfig:
       (``None``: 10,000) and how deep tuples and dicts may nest in it (``None``: 64), as
       ``sluice dispatcher --max-pipeline-ops``/``--max-pipeline-depth``; larger ones are
       refused with ``InvalidArgumentError`` naming the count and the limit.
-    - ``data_roots``: the only directories ``files()`` datasets may name (each must exist).
+    - ``data_roots``: the only directories ``files()`` datasets may name (each must exist),
+      or object-store URL prefixes (``"s3://bucket/prefix"``) they may name objects below.
       ``None`` or empty refuses every ``files()`` dataset: the safe default, since the paths
       come from whoever can reach the dispatcher. Symlinks are resolved before the check.
+    - ``object_store_config``: a JSON file of per-store settings (endpoint, region,
+      credentials, client options by ``"s3://bucket"`` or ``"s3://"``), for listing patterns
+      at registration, as ``sluice dispatcher --object-store-config``; see docs/guide.md.
+      Its values override the environment's and are never shown in logs, status or errors.
     - ``tls_cert``, ``tls_key``: the replica's certificate and key (PEM); with them both its
       listeners speak TLS. ``tls_ca``: the CA that callers' client certificates (and, on the
       peer listener, the other replicas', which must present one) are verified against.
@@ -99,6 +104,7 @@ class DispatcherConfig:
     tls_ca: Optional[str] = None
     auth_token_file: Optional[str] = None
     insecure: bool = False
+    object_store_config: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -118,7 +124,8 @@ class WorkerConfig:
     - ``insecure``: serve beyond loopback without TLS and authentication; without it a worker
       whose ``host`` is not a loopback address refuses to start unprotected.
 
-    - ``data_roots``: the only directories tasks may read files below, checked again before
+    - ``data_roots``: the only directories tasks may read files below, or object-store URL
+      prefixes (``"s3://bucket/prefix"``) they may read objects below, checked again before
       each file is opened (whatever the dispatcher allowed). ``None`` or empty refuses every
       file. For example::
 
@@ -133,6 +140,11 @@ class WorkerConfig:
         ...     w.stop(); d.stop()
         >>> lines
         [b'one', b'two']
+
+    - ``object_store_config``: a JSON file of per-store settings (endpoint, region,
+      credentials, client options by ``"s3://bucket"`` or ``"s3://"``), as ``sluice worker
+      --object-store-config``; see docs/guide.md. Its values override the environment's and
+      are never shown in logs, status or errors.
 
     - ``python_executors``: how many Python executor processes run the Python functions of
       pipelines (``Dataset.map`` of a callable before ``distribute``), with this process's own
@@ -184,6 +196,7 @@ class WorkerConfig:
     max_pipeline_ops: Optional[int] = None
     max_pipeline_depth: Optional[int] = None
     cross_trainer_cache_size_bytes: Optional[int] = None
+    object_store_config: Optional[str] = None
 
 
 class _Server:
@@ -271,6 +284,7 @@ class DispatchServer(_Server):
             max_pipeline_ops=c.max_pipeline_ops,
             max_pipeline_depth=c.max_pipeline_depth,
             gc_dynamic_sharding_jobs=bool(c.gc_dynamic_sharding_jobs),
+            object_store_config=_path(c.object_store_config),
         )
 
     @property
@@ -342,6 +356,7 @@ class WorkerServer(_Server):
             max_pipeline_ops=c.max_pipeline_ops,
             max_pipeline_depth=c.max_pipeline_depth,
             cross_trainer_cache_size=c.cross_trainer_cache_size_bytes,
+            object_store_config=_path(c.object_store_config),
         )
 
     @property

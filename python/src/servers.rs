@@ -121,12 +121,13 @@ impl DispatchServer {
     /// `auth_token_file`, `insecure`: the replica's TLS and tokens, as `sluice dispatcher`'s
     /// flags of the same names. `max_definition_size`: bytes, as `--max-definition-size`.
     /// `gc_dynamic_sharding_jobs`: collect unused `distributed_epoch` jobs too.
+    /// `object_store_config`: the per-store settings file, as `--object-store-config`.
     #[new]
     #[pyo3(signature = (host, port, work_dir, node_id, peers, worker_addresses,
         worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None, join=false,
         data_roots=Vec::new(), peer_listen=None, tls_cert=None, tls_key=None, tls_ca=None,
         auth_token_file=None, insecure=false, max_definition_size=None, max_pipeline_ops=None,
-        max_pipeline_depth=None, gc_dynamic_sharding_jobs=false))]
+        max_pipeline_depth=None, gc_dynamic_sharding_jobs=false, object_store_config=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -151,6 +152,7 @@ impl DispatchServer {
         max_pipeline_ops: Option<usize>,
         max_pipeline_depth: Option<usize>,
         gc_dynamic_sharding_jobs: bool,
+        object_store_config: Option<PathBuf>,
     ) -> PyResult<DispatchServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -191,6 +193,7 @@ impl DispatchServer {
             peers,
             worker_addresses,
             data_roots,
+            object_store_config,
             security,
             worker_timeout: worker_timeout_ms
                 .map(Duration::from_millis)
@@ -290,13 +293,14 @@ impl WorkerServer {
     /// buffers may hold (`None`: half the machine's memory); `memory_reserve`: the part of it
     /// only a task within its fair share may take (`None`: an eighth).
     /// `cross_trainer_cache_size`: bytes each cross-trainer cache task may hold (`None`: 10 GiB,
-    /// or half the memory budget if that is less).
+    /// or half the memory budget if that is less). `object_store_config`: the per-store
+    /// settings file, as `--object-store-config`.
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
         insecure=false, python=None, python_executors=None, worker_address=None,
         memory_budget=None, memory_reserve=None, max_pipeline_ops=None, max_pipeline_depth=None,
-        cross_trainer_cache_size=None))]
+        cross_trainer_cache_size=None, object_store_config=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -319,6 +323,7 @@ impl WorkerServer {
         max_pipeline_ops: Option<usize>,
         max_pipeline_depth: Option<usize>,
         cross_trainer_cache_size: Option<u64>,
+        object_store_config: Option<PathBuf>,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -334,6 +339,7 @@ impl WorkerServer {
             listen: format!("{host}:{port}"),
             tags: worker_tags,
             data_roots,
+            object_store_config,
             heartbeat_poll: heartbeat_interval_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.heartbeat_poll),

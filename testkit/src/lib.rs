@@ -18,6 +18,8 @@
 //!   line, SIGSTOP and SIGCONT, SIGKILL, restart), and `run` for a command run to completion.
 //! - `moto`: `MotoServer`, an S3-compatible store (moto's server, from PyPI) for tests of
 //!   object-store sources.
+//! - `s3s_fs`: `S3sFs`, an S3-compatible store (the `s3s-fs` crate's server, a Rust program)
+//!   for tests and benchmarks of object-store sources.
 //! - `tcp_proxy`: `TcpProxy`, a forwarder in front of a port that a test turns into a blackhole.
 
 pub mod azurite;
@@ -27,6 +29,7 @@ pub mod fake_gcs;
 pub mod local_cluster;
 pub mod moto;
 pub mod process;
+pub mod s3s_fs;
 pub mod tcp_proxy;
 
 pub use azurite::Azurite;
@@ -36,4 +39,5 @@ pub use fake_gcs::FakeGcs;
 pub use local_cluster::{bind_again, local_dispatcher_config, LocalCluster, Tune};
 pub use moto::MotoServer;
 pub use process::SluiceProcess;
+pub use s3s_fs::S3sFs;
 pub use tcp_proxy::TcpProxy;

@@ -15,7 +15,9 @@ pub mod fault_proxy;
 pub mod http;
 pub mod wait;
 
-pub use sluice_testkit::{local_dispatcher_config, Azurite, FakeGcs, LocalCluster, MotoServer};
+pub use sluice_testkit::{
+    local_dispatcher_config, Azurite, FakeGcs, LocalCluster, MotoServer, S3sFs,
+};
 
 /// The local cluster, as the tests call it.
 pub type TestCluster = LocalCluster;

@@ -91,6 +91,10 @@ pub struct WorkerConfig {
     /// an existing directory). Checked before each file is opened, whatever the dispatcher
     /// allowed. Empty: every file is refused, the safe default.
     pub data_roots: Vec<PathBuf>,
+    /// Per-store settings of object stores (`--object-store-config`): the JSON file of
+    /// endpoints, regions and credentials by bucket (see `sluice_formats::ObjectStoreSettings`),
+    /// loaded at start. `None`: the environment's only.
+    pub object_store_config: Option<PathBuf>,
     /// The Python executors that run the Python functions of pipelines, started with the
     /// worker. `None`: pipelines with Python functions are refused.
     pub python: Option<PoolConfig>,
@@ -129,6 +133,7 @@ impl Default for WorkerConfig {
             local: true,
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
+            object_store_config: None,
             python: None,
             metrics_listen: None,
             max_pipeline_ops: sluice_pipeline::DEFAULT_MAX_PIPELINE_OPS,

@@ -81,6 +81,9 @@ impl WorkerHandle {
         };
         let data_roots =
             DataRoots::new(&config.data_roots).map_err(|e| WorkerError::Config(e.to_string()))?;
+        if let Some(path) = &config.object_store_config {
+            sluice_formats::load_object_store_settings(path).map_err(WorkerError::Config)?;
+        }
         // Python executors start before registration: a worker that cannot run them does not
         // join the cluster. Starting them waits on child processes, off the async threads.
         let python = match config.python.clone() {

@@ -18,6 +18,7 @@ mod jobs_and_datasets;
 mod limits;
 mod metrics;
 mod object_store;
+mod object_store_settings;
 mod processing_modes;
 mod quorum;
 mod reader_state;

@@ -1,7 +1,7 @@
-//! Files sources read from an S3-compatible store (moto's server on a loopback port, see
-//! `MotoServer`): a glob over keys expanded by listing, every record in distributed_epoch and in
-//! parallel_epochs as local files give them, URL prefixes as data roots on the dispatcher and
-//! the workers, and errors that name the URL and no credential.
+//! Files sources read from an S3-compatible store (the `s3s-fs` server on a loopback port, see
+//! `S3sFs`; it checks every request's signature): a glob over keys expanded by listing, every
+//! record in distributed_epoch and in parallel_epochs as local files give them, URL prefixes as
+//! data roots on the dispatcher and the workers, and errors that name the URL and no credential.
 //!
 //! Azure blobs (Azurite, the Azure Storage emulator) and GCS objects (fake-gcs-server) read the
 //! same way.
@@ -19,7 +19,7 @@ use sluice_element::pb as dpb;
 use sluice_formats::tfrecord::TfRecordWriter;
 use sluice_pipeline::Dataset;
 use sluice_proto::dispatcher as pb;
-use sluice_tests::{MotoServer, TestCluster};
+use sluice_tests::{S3sFs, TestCluster};
 use sluice_types::DatasetId;
 use std::time::Duration;
 
@@ -28,13 +28,13 @@ const EPOCH: Duration = Duration::from_secs(60);
 const BUCKET: &str = "sluice-test";
 /// The data root of every server in these tests.
 const ROOT: &str = "s3://sluice-test/data";
-/// The secret key `MotoServer::env` sets; no error may show it.
-const SECRET: &str = "testing-secret-key";
+/// The secret key `S3sFs::env` sets; no error may show it.
+const SECRET: &str = sluice_testkit::s3s_fs::SECRET_KEY;
 
-/// A moto server whose endpoint and credentials are this process's environment, with the
-/// test bucket created.
-fn store() -> anyhow::Result<MotoServer> {
-    let server = MotoServer::start()?;
+/// An S3 server whose endpoint and credentials are this process's environment, with the test
+/// bucket created.
+fn store() -> anyhow::Result<S3sFs> {
+    let server = S3sFs::start()?;
     for (name, value) in server.env() {
         std::env::set_var(name, value);
     }
@@ -365,9 +365,9 @@ fn write_many(n: usize, per: usize, gzip: bool) -> anyhow::Result<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_store_failures_lose_and_repeat_no_record() -> anyhow::Result<()> {
-    let moto = store()?;
+    let server = store()?;
     let proxy = sluice_tests::fault_proxy::FaultProxy::start(
-        ([127, 0, 0, 1], moto.port()).into(),
+        ([127, 0, 0, 1], server.port()).into(),
         sluice_tests::fault_proxy::Faults {
             fail_every: 10,
             cut_every: 3,
