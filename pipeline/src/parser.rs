@@ -17,6 +17,10 @@ pub(crate) const TRANSFORMATIONS: &str =
      snapshot, concatenate, interleave, take_while, group_by_window";
 const SOURCES: &str =
     "range, from_slices, from_tensors, files, random, zip, sample_from_datasets, choose_from_datasets";
+/// A nested dataset is parsed on a new stack segment of `STACK_SEGMENT` bytes when less than
+/// `STACK_RED_ZONE` is left of the current one.
+const STACK_RED_ZONE: usize = 128 * 1024;
+const STACK_SEGMENT: usize = 2 * 1024 * 1024;
 /// The most interleave templates an expression may nest (each is parsed recursively).
 const MAX_TEMPLATE_NESTING: usize = 16;
 /// tf.data's placeholder for numbers the HINT sharding policy fills in.
@@ -245,11 +249,16 @@ impl Parser {
             ));
         }
         self.depth += 1;
-        let mut ds = self.source()?;
-        while self.is_punct('.') {
-            self.next();
-            ds = ds.push_op(self.op()?);
-        }
+        // Each level takes a few frames holding definitions; a debug build's frames are large
+        // enough that 64 levels overflowed a test thread's 2 MiB stack, so the stack grows here.
+        let ds = stacker::maybe_grow(STACK_RED_ZONE, STACK_SEGMENT, || {
+            let mut ds = self.source()?;
+            while self.is_punct('.') {
+                self.next();
+                ds = ds.push_op(self.op()?);
+            }
+            Ok::<_, DatasetError>(ds)
+        })?;
         self.depth -= 1;
         Ok(ds)
     }
