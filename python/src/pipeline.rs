@@ -27,7 +27,10 @@ use crate::io::compression_from_py;
 use crate::reader_state::{epoch_over, state_from_py, state_to_py, wait_pinned};
 use crate::runtime::{wait, wait_borrowed};
 
+/// A `Dataset`'s pipeline. Each lives in its own Python object, made once per op the user
+/// chains, so the local variant's size (its definition inline) costs nothing a box would save.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Pipeline {
     Local(LocalDataset),
     Service(Box<ServiceDataset>),
