@@ -102,6 +102,19 @@ pub(crate) fn proto_len(s: &pb::SlicesSource) -> Option<u64> {
     }
 }
 
+/// Every column of a `from_slices` has as many rows as the first one (`len`, set by it).
+fn same_rows(len: &mut Option<usize>, rows: usize) -> Result<(), DatasetError> {
+    match *len {
+        Some(n) if n != rows => Err(DatasetError::invalid(format!(
+            "Dimensions {n} and {rows} are not compatible"
+        ))),
+        _ => {
+            *len = Some(rows);
+            Ok(())
+        }
+    }
+}
+
 fn check_columns(e: &Element, len: &mut Option<usize>) -> Result<(), DatasetError> {
     match e {
         Element::Tensor(t) => {
@@ -110,15 +123,7 @@ fn check_columns(e: &Element, len: &mut Option<usize>) -> Result<(), DatasetErro
                     "from_slices needs a tensor of rank at least 1, got a scalar",
                 ));
             };
-            match *len {
-                Some(n) if n != rows => Err(DatasetError::invalid(format!(
-                    "Dimensions {n} and {rows} are not compatible"
-                ))),
-                _ => {
-                    *len = Some(rows);
-                    Ok(())
-                }
-            }
+            same_rows(len, rows)
         }
         Element::Tuple(items) => items.iter().try_for_each(|i| check_columns(i, len)),
         Element::Dict(fields) => fields.values().try_for_each(|v| check_columns(v, len)),
@@ -286,15 +291,7 @@ pub(crate) fn proto_rows(s: &pb::SlicesSource) -> Result<(ElementSpec, usize), D
                         "from_slices needs a tensor of rank at least 1, got a scalar",
                     ));
                 };
-                match *len {
-                    Some(n) if n != rows => Err(DatasetError::invalid(format!(
-                        "Dimensions {n} and {rows} are not compatible"
-                    ))),
-                    _ => {
-                        *len = Some(rows);
-                        Ok(())
-                    }
-                }
+                same_rows(len, rows)
             }
             ElementSpec::Tuple(items) => items.iter().try_for_each(|i| check(i, len)),
             ElementSpec::Dict(fields) => fields.values().try_for_each(|v| check(v, len)),

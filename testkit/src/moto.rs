@@ -107,7 +107,7 @@ impl MotoServer {
 }
 
 /// Reads `from` to its end on a thread of its own, discarding what it reads.
-fn drain(mut from: impl std::io::Read + Send + 'static) {
+pub(crate) fn drain(mut from: impl std::io::Read + Send + 'static) {
     std::thread::spawn(move || std::io::copy(&mut from, &mut std::io::sink()));
 }
 

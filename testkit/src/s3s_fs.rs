@@ -74,8 +74,8 @@ impl S3sFs {
             std::thread::sleep(Duration::from_millis(20));
         }
         // Drained from now on, so an error it logs never blocks it on a full pipe.
-        if let Some(mut stderr) = child.stderr.take() {
-            std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        if let Some(stderr) = child.stderr.take() {
+            crate::moto::drain(stderr);
         }
         Ok(S3sFs { child, port, root })
     }
