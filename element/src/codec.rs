@@ -315,12 +315,42 @@ fn put_varint(out: &mut impl BufMut, mut v: u64) {
     out.put_u8(v as u8);
 }
 
-fn encode_into(el: &Element, out: &mut impl BufMut) {
+fn encode_into(el: &Element, out: &mut BytesMut) {
+    encode_with(el, out, &mut |out, raw| out.put_slice(raw));
+}
+
+/// Appends `el`'s uncompressed encoding to `out` as `encode_element_append` does, except that
+/// the data of every tensor (at any depth of tuples and dicts) of at least `part_min` bytes is
+/// not copied: `parts` receives what `out` held before it (split off `out`) and then the data
+/// itself, shared with the tensor. The encoding is `parts` concatenated, then what `out` holds.
+pub fn encode_element_split(
+    el: &Element,
+    part_min: usize,
+    out: &mut BytesMut,
+    parts: &mut Vec<Bytes>,
+) {
+    if let Some(scalar) = encode_scalar(el) {
+        out.extend_from_slice(&scalar.bytes[..scalar.len]);
+        return;
+    }
+    out.put_u8(VERSION);
+    encode_with(el, out, &mut |out, raw| {
+        if raw.len() >= part_min {
+            parts.push(out.split().freeze());
+            parts.push(raw.clone());
+        } else {
+            out.put_slice(raw);
+        }
+    });
+}
+
+/// The encoding of `el` into `out`, with each tensor's raw data handed to `data`.
+fn encode_with(el: &Element, out: &mut BytesMut, data: &mut dyn FnMut(&mut BytesMut, &Bytes)) {
     match el {
         Element::Tensor(t) => {
             encode_tensor_header(t, out);
             match (t.raw_data(), t.strings()) {
-                (Some(raw), _) => out.put_slice(raw),
+                (Some(raw), _) => data(out, raw),
                 (None, Some(strings)) => {
                     for s in strings {
                         put_varint(out, s.len() as u64);
@@ -334,7 +364,7 @@ fn encode_into(el: &Element, out: &mut impl BufMut) {
             out.put_u8(TAG_TUPLE);
             put_varint(out, items.len() as u64);
             for i in items {
-                encode_into(i, out);
+                encode_with(i, out, data);
             }
         }
         Element::Dict(fields) => {
@@ -343,7 +373,7 @@ fn encode_into(el: &Element, out: &mut impl BufMut) {
             for (k, v) in fields {
                 put_varint(out, k.len() as u64);
                 out.put_slice(k.as_bytes());
-                encode_into(v, out);
+                encode_with(v, out, data);
             }
         }
     }

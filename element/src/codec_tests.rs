@@ -238,6 +238,39 @@ fn elements_appended_to_one_buffer_match_separate_encodings() {
 }
 
 #[test]
+fn an_element_split_at_its_tensors_data_concatenates_to_its_encoding() {
+    let image = Tensor::from_values::<u8>(vec![64, 64, 3], &[7; 64 * 64 * 3]).unwrap();
+    let mut samples = samples();
+    samples.push(Element::Tuple(vec![
+        image.clone().into(),
+        Tensor::scalar_i64(3).into(),
+        Element::Dict(BTreeMap::from([("mask".to_string(), image.clone().into())])),
+    ]));
+    for part_min in [0, 1, 100, 4096, usize::MAX] {
+        let mut out = BytesMut::new();
+        out.extend_from_slice(b"before");
+        let mut parts = Vec::new();
+        for element in &samples {
+            encode_element_split(element, part_min, &mut out, &mut parts);
+        }
+        parts.push(out.freeze());
+        let mut expected = b"before".to_vec();
+        for element in &samples {
+            expected.extend_from_slice(&encode_element(element, Compression::None));
+        }
+        assert_eq!(parts.concat(), expected, "part_min {part_min}");
+        if part_min == 4096 {
+            // The image's data is shared, twice, not copied.
+            let shared = parts
+                .iter()
+                .filter(|p| p.as_ptr() == image.raw_data().unwrap().as_ptr())
+                .count();
+            assert_eq!(shared, 2);
+        }
+    }
+}
+
+#[test]
 fn a_large_tensor_travels_as_header_and_shared_data() {
     let floats = vec![0.25f32; PART_MIN / 4 + 3];
     let tensor = Tensor::from_f32s(vec![1, floats.len()], &floats).unwrap();

@@ -36,7 +36,6 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use sluice_element::pb::{PyFunctionKind, PyFunctionOp};
 use sluice_element::{
     CallResult, DatasetError, Element, PythonException, PythonFunction, PythonRunner,
@@ -48,12 +47,14 @@ use crate::error::PoolError;
 use crate::executor_process::{describe_exit, ExecutorProcess};
 use crate::pool_config::PoolConfig;
 use crate::protocol::{self, RemoteException};
+use crate::shared_region::SharedLayout;
 
 /// Functions an executor keeps loaded at most.
 pub const MAX_LOADED: usize = 64;
 
-/// Batches sent to one executor ahead of their replies.
-const PIPELINE_DEPTH: usize = 2;
+/// Batches sent to one executor ahead of their replies: as many as its shared region has slots
+/// (a batch's slots are written again by the batch this many after it).
+const PIPELINE_DEPTH: usize = SharedLayout::DEFAULT.slots;
 
 /// A running pool of executors. Cheap to share behind an `Arc`.
 pub struct ExecutorPool {
@@ -412,11 +413,15 @@ impl ExecutorSlot {
                 return fail(call, error);
             }
         }
-        let ahead = self.process.as_ref().map_or(0, |p| p.ahead_bytes);
-        if !self.loaded.contains(&call.function.id) || request_bytes(&call) > ahead {
+        let bytes = request_bytes(&call);
+        let fills_pipe = self
+            .process
+            .as_ref()
+            .is_none_or(|p| !p.fits_shared(bytes) && bytes > p.ahead_bytes);
+        if !self.loaded.contains(&call.function.id) || fills_pipe {
             // A LOAD's reply must be read before the call is sent, and a request larger than
-            // the pipe holds must not be written while the executor may be writing a reply
-            // (see `ExecutorProcess::ahead_bytes`): finish what is in flight.
+            // the pipe holds must not be written into it while the executor may be writing a
+            // reply (see `ExecutorProcess::ahead_bytes`): finish what is in flight.
             while !sent.is_empty() {
                 self.answer_oldest(sent, resend);
             }
@@ -543,10 +548,7 @@ fn load_and_send(
         Ok(pieces) => pieces,
         Err(error) => return Ok(Some(error)),
     };
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pieces.len());
-    parts.push(&head);
-    parts.extend(pieces.iter().map(Bytes::as_ref));
-    process.send(protocol::BATCH, &parts).map_err(Broken::Io)?;
+    process.send_batch(&head, &pieces).map_err(Broken::Io)?;
     Ok(None)
 }
 
@@ -555,17 +557,17 @@ fn load_and_send(
 fn receive(process: &mut ExecutorProcess, call: &Call) -> Result<Vec<CallResult>, Broken> {
     let function = &call.function;
     let reply = process.receive().map_err(Broken::Io)?;
-    match reply.kind {
-        protocol::RESULTS => {}
+    let body = match reply.kind {
+        protocol::RESULTS => reply.body,
+        protocol::RESULTS_SHARED => process.shared_results(&reply).map_err(Broken::Protocol)?,
         // The batch itself could not be read: every element fails with why.
         protocol::ERROR => {
             let error = exception(function, &reply.body)?;
             return Ok(call.inputs.iter().map(|_| Err(error.clone())).collect());
         }
         other => return Err(unexpected(other, "BATCH")),
-    }
-    let batch =
-        protocol::decode_results(&reply.body).map_err(|e| Broken::Protocol(e.to_string()))?;
+    };
+    let batch = protocol::decode_results(&body).map_err(|e| Broken::Protocol(e.to_string()))?;
     if batch.results.len() != call.inputs.len() {
         return Err(Broken::Protocol(format!(
             "{} results to a batch of {}",

@@ -2,7 +2,8 @@
 //! framed protocol. Only the pool's thread for this executor uses it, one request at a time.
 //!
 //! Invariants: the child's stdin and stdout are the protocol, its stderr is the worker's own
-//! (users' prints land there); dropping an `ExecutorProcess` kills and reaps the child, so
+//! (users' prints land there), and it inherits one more descriptor, its shared region (see
+//! `shared_region`), when one could be created; dropping an `ExecutorProcess` kills and reaps the child, so
 //! no executor outlives its pool and none is left a zombie. The child also exits on its own
 //! when its stdin closes.
 
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::PoolError;
 use crate::protocol::{self, Frame, Hello};
+use crate::shared_region::{SharedLayout, SharedRegion, SHARED_REGION_ENV};
 
 /// How long an executor whose pipe broke may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
@@ -45,6 +47,10 @@ pub struct ExecutorProcess {
     /// pipe, or the executor (blocked on a full stdout) and the worker's thread (blocked on a
     /// full stdin) would wait for each other for ever.
     pub ahead_bytes: usize,
+    /// The region batches and results travel through, once the executor said it mapped it.
+    region: Option<SharedRegion>,
+    /// Batches sent through the region: the next one's slot is this modulo the slots.
+    shared_batches: u64,
 }
 
 impl ExecutorProcess {
@@ -64,6 +70,30 @@ impl ExecutorProcess {
             if std::env::var_os(name).is_none() {
                 command.env(name, value);
             }
+        }
+        let region = match SharedRegion::create(SharedLayout::DEFAULT) {
+            Ok(region) => Some(region),
+            Err(e) => {
+                tracing::warn!(error = %e, "no shared region for a python executor; its batches go through its pipes");
+                None
+            }
+        };
+        if let Some(region) = &region {
+            use std::os::unix::process::CommandExt;
+            let fd = region.raw_fd();
+            command.env(SHARED_REGION_ENV, region.layout().to_env(fd));
+            // SAFETY: between fork and exec only fcntl(2) runs, which is async-signal-safe: the
+            // child keeps the region's descriptor (created close-on-exec) across its exec.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        } else {
+            command.env_remove(SHARED_REGION_ENV);
         }
         let mut child = command
             .args(["-m", "sluice._executor"])
@@ -94,7 +124,10 @@ impl ExecutorProcess {
                 python: String::new(),
                 cloudpickle: String::new(),
                 pid: 0,
+                shared: false,
             },
+            region,
+            shared_batches: 0,
         })
     }
 
@@ -113,6 +146,11 @@ impl ExecutorProcess {
         };
         match hello {
             Ok(hello) => {
+                if !hello.shared {
+                    // It could not map the region (or is an executor without the protocol's
+                    // shared frames): everything goes through the pipes.
+                    self.region = None;
+                }
                 self.hello = hello;
                 Ok(())
             }
@@ -143,6 +181,53 @@ impl ExecutorProcess {
     pub fn receive(&mut self) -> std::io::Result<Frame> {
         protocol::read_frame(&mut self.stdout)?
             .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+    }
+
+    /// Whether a batch of about `bytes` travels through the shared region (so it is not written
+    /// into the pipe).
+    pub fn fits_shared(&self, bytes: usize) -> bool {
+        self.region
+            .as_ref()
+            .is_some_and(|r| bytes <= r.layout().request_bytes)
+    }
+
+    /// Sends a BATCH of function `head` whose body (after the function id) is `pieces`
+    /// concatenated: through the shared region when it fits a request slot (a BATCH_SHARED),
+    /// else through the pipe. `false` when it went through the pipe.
+    pub fn send_batch(&mut self, head: &[u8; 8], pieces: &[bytes::Bytes]) -> std::io::Result<bool> {
+        if let Some(region) = self.region.as_mut() {
+            let slot = (self.shared_batches % region.layout().slots as u64) as usize;
+            let out = region.request_mut(slot).expect("slot within the layout");
+            if let Some(len) = protocol::copy_parts(out, pieces.iter().map(|p| p.as_ref())) {
+                self.shared_batches += 1;
+                let at = protocol::shared_ref(slot, len);
+                protocol::write_frame(&mut self.stdin, protocol::BATCH_SHARED, &[head, &at])?;
+                return Ok(true);
+            }
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pieces.len());
+        parts.push(head);
+        parts.extend(pieces.iter().map(|p| p.as_ref()));
+        protocol::write_frame(&mut self.stdin, protocol::BATCH, &parts)?;
+        Ok(false)
+    }
+
+    /// The body of a RESULTS_SHARED `frame` (a reference into a reply slot), copied out of the
+    /// region: the worker keeps results longer than the slot stays unwritten.
+    pub fn shared_results(&self, frame: &Frame) -> Result<bytes::Bytes, String> {
+        let region = self
+            .region
+            .as_ref()
+            .ok_or("shared results from an executor without a region")?;
+        let (slot, len) = protocol::parse_shared_ref(&frame.body)
+            .ok_or("a shared results reference that is not a slot and a length")?;
+        let bytes = region
+            .reply(slot)
+            .and_then(|reply| reply.get(..len))
+            .ok_or_else(|| {
+                format!("shared results of {len} bytes in reply slot {slot}, past the region")
+            })?;
+        Ok(bytes::Bytes::copy_from_slice(bytes))
     }
 
     /// Kills the executor (if it still runs) and waits for it; its exit status if known.

@@ -8,6 +8,8 @@
 //! - `executor_process`: one executor child process, its handshake and its pipes.
 //! - `executor_pool`: `ExecutorPool`, the `PythonRunner`: the shared FIFO of calls, one thread
 //!   per executor, loading functions, restarting executors that die.
+//! - `shared_region`: the memory a worker shares with each executor, through which batches and
+//!   results travel.
 //! - `batch_size`: how many elements one BATCH carries, from what the last batches cost.
 //! - `pool_config`: `PoolConfig`, the interpreter and the number of executors.
 //! - `error`: `PoolError`, why a pool could not start.
@@ -20,6 +22,7 @@ mod executor_pool;
 mod executor_process;
 mod pool_config;
 pub mod protocol;
+pub mod shared_region;
 
 pub use error::PoolError;
 pub use executor_pool::{ExecutorPool, MAX_LOADED};

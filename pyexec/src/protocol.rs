@@ -8,6 +8,8 @@
 //!   CALL   0x02  function id u64 LE, the element (sluice_element::codec, uncompressed)
 //!   UNLOAD 0x03  function id u64 LE                                       (no reply)
 //!   BATCH  0x04  function id u64 LE, count u32 LE, then per element: length u32 LE, element
+//!   BATCH_SHARED 0x05  function id u64 LE, slot u8, length u32 LE: a BATCH body (after its
+//!                 function id) of that length lies in the shared region's request slot
 //! replies (executor -> worker), one per LOAD or CALL, in request order:
 //!   HELLO   0x80  JSON {"python": "3.11", "cloudpickle": "3.0.0", "pid": 123} (first, unasked)
 //!   OUTPUTS 0x81  count u32 LE, then per output: length u32 LE, element encoding
@@ -16,7 +18,14 @@
 //!   LOADED  0x84  empty
 //!   RESULTS 0x85  count u32 LE, nanoseconds the batch took u64 LE, then per element in order:
 //!                 kind u8 (OUTPUTS, KEEP or ERROR), length u32 LE, that reply's body
+//!   RESULTS_SHARED 0x86  slot u8, length u32 LE: a RESULTS body of that length lies in the
+//!                 shared region's reply slot (the slot of the BATCH_SHARED it answers)
 //! ```
+//!
+//! An executor started with a shared region (`shared_region`) says so in its HELLO
+//! (`"shared": true`); the worker then sends a batch that fits a request slot as a
+//! BATCH_SHARED, and the executor answers one whose results fit a reply slot with a
+//! RESULTS_SHARED, any other with a RESULTS.
 //!
 //! A BATCH is answered by one RESULTS with a result per element (an element whose call raised
 //! has its ERROR there and the elements after it are still called), or by one ERROR when the
@@ -31,18 +40,20 @@ use std::io::{self, Read, Write};
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use sluice_element::{codec, Compression, DatasetError, Element};
+use sluice_element::{codec, DatasetError, Element};
 
 pub const LOAD: u8 = 0x01;
 pub const CALL: u8 = 0x02;
 pub const UNLOAD: u8 = 0x03;
 pub const BATCH: u8 = 0x04;
+pub const BATCH_SHARED: u8 = 0x05;
 pub const HELLO: u8 = 0x80;
 pub const OUTPUTS: u8 = 0x81;
 pub const KEEP: u8 = 0x82;
 pub const ERROR: u8 = 0x83;
 pub const LOADED: u8 = 0x84;
 pub const RESULTS: u8 = 0x85;
+pub const RESULTS_SHARED: u8 = 0x86;
 
 /// The largest frame written or read (1 GiB): a larger element is refused with an error, and a
 /// corrupt length never becomes a huge allocation.
@@ -61,6 +72,9 @@ pub struct Hello {
     pub python: String,
     pub cloudpickle: String,
     pub pid: u32,
+    /// Whether it mapped the shared region it was started with (absent: no).
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// An exception as an executor reports it.
@@ -127,32 +141,79 @@ pub fn function_head(id: u64) -> [u8; 8] {
     id.to_le_bytes()
 }
 
-/// Encodes a call's outputs as an OUTPUTS body.
-pub fn encode_outputs(outputs: &[Element]) -> Vec<u8> {
-    encode_outputs_parts(outputs).concat()
+/// Where in the shared region a BATCH_SHARED's inputs or a RESULTS_SHARED's results lie: the
+/// slot and the length, as the frame carries them (after a BATCH_SHARED's function id).
+pub fn shared_ref(slot: usize, len: usize) -> [u8; 5] {
+    let mut out = [0u8; 5];
+    out[0] = slot as u8;
+    out[1..].copy_from_slice(&(len as u32).to_le_bytes());
+    out
 }
 
-/// An OUTPUTS body as the parts that concatenate to it: each large tensor's data is a part of
-/// its own, shared with the tensor, so the body is copied once, where it is written.
-pub fn encode_outputs_parts(outputs: &[Element]) -> Vec<Bytes> {
-    let mut parts = Vec::with_capacity(2 * outputs.len() + 1);
-    let mut head = BytesMut::new();
-    head.extend_from_slice(&(outputs.len() as u32).to_le_bytes());
-    for element in outputs {
-        let at = head.len();
-        head.extend_from_slice(&[0; 4]);
-        let payload = codec::encode_element_append(element, Compression::None, &mut head);
-        let len = head.len() - at - 4 + payload.as_ref().map_or(0, Bytes::len);
-        head[at..at + 4].copy_from_slice(&(len as u32).to_le_bytes());
-        if let Some(payload) = payload {
+/// The slot and length of a `shared_ref`; `None` when `body` is not one.
+pub fn parse_shared_ref(body: &[u8]) -> Option<(usize, usize)> {
+    (body.len() == 5).then(|| (body[0] as usize, u32_le(&body[1..]) as usize))
+}
+
+/// Copies `parts` one after another into `out`: their total length, or `None` (and `out` partly
+/// written) when they do not fit.
+pub fn copy_parts<'a>(out: &mut [u8], parts: impl IntoIterator<Item = &'a [u8]>) -> Option<usize> {
+    let mut at = 0usize;
+    for part in parts {
+        let end = at.checked_add(part.len()).filter(|&end| end <= out.len())?;
+        out[at..end].copy_from_slice(part);
+        at = end;
+    }
+    Some(at)
+}
+
+/// A tensor's data of at least this many bytes is written into a frame or a slot from where it
+/// lies, rather than first copied into the encoding's other bytes.
+pub const PART_MIN_BYTES: usize = 4 << 10;
+
+/// Encodes a call's outputs as an OUTPUTS body.
+pub fn encode_outputs(outputs: &[Element]) -> Result<Vec<u8>, DatasetError> {
+    Ok(encode_outputs_parts(outputs)?.concat())
+}
+
+/// An OUTPUTS body as the parts that concatenate to it: each tensor's data of at least
+/// `PART_MIN_BYTES` is a part of its own, shared with the tensor, so the body is copied once,
+/// where it is written. Refused when an output's encoding is longer than a length field holds.
+pub fn encode_outputs_parts(outputs: &[Element]) -> Result<Vec<Bytes>, DatasetError> {
+    encode_counted(outputs, "a Python function's output")
+}
+
+/// The count of `elements`, then each one's length and encoding, as parts (see
+/// `encode_outputs_parts`). `what` names an element in the error for one too long.
+fn encode_counted(elements: &[Element], what: &str) -> Result<Vec<Bytes>, DatasetError> {
+    let mut parts = Vec::with_capacity(1 + 2 * elements.len());
+    let mut head = BytesMut::with_capacity(64);
+    head.extend_from_slice(&(elements.len() as u32).to_le_bytes());
+    let mut own = BytesMut::new();
+    let mut own_parts = Vec::new();
+    for element in elements {
+        codec::encode_element_split(element, PART_MIN_BYTES, &mut own, &mut own_parts);
+        let len = own.len() + own_parts.iter().map(Bytes::len).sum::<usize>();
+        let len = u32::try_from(len).map_err(|_| {
+            DatasetError::Codec(format!(
+                "{what} of {len} bytes is too large for a Python executor's frame"
+            ))
+        })?;
+        head.extend_from_slice(&len.to_le_bytes());
+        let mut own_parts_iter = own_parts.drain(..);
+        if let Some(first) = own_parts_iter.next() {
+            // What precedes the first large data: small, joined to the head.
+            head.extend_from_slice(&first);
             parts.push(head.split().freeze());
-            parts.push(payload);
+            parts.extend(own_parts_iter);
         }
+        head.extend_from_slice(&own);
+        own.clear();
     }
     if !head.is_empty() {
         parts.push(head.freeze());
     }
-    parts
+    Ok(parts)
 }
 
 /// Decodes an OUTPUTS body; tensors share `body` (no copy).
@@ -185,30 +246,11 @@ pub fn decode_outputs(body: &Bytes) -> Result<Vec<Element>, DatasetError> {
 }
 
 /// A BATCH body after its function id, as the pieces to write (`write_frame`'s parts): the
-/// count, then each element's length and encoding. A large tensor's data is a piece of its own,
-/// shared with the element (no copy). Refused when an element's encoding is longer than a
-/// length field holds.
+/// count, then each element's length and encoding, with tensors' data shared with the elements
+/// as in `encode_outputs_parts`. Refused when an element's encoding is longer than a length
+/// field holds.
 pub fn encode_batch(inputs: &[Element]) -> Result<Vec<Bytes>, DatasetError> {
-    let mut pieces = Vec::with_capacity(1 + 2 * inputs.len());
-    pieces.push(Bytes::copy_from_slice(&(inputs.len() as u32).to_le_bytes()));
-    for input in inputs {
-        // The length is written in front of the element's encoding, then filled in.
-        let mut encoded = BytesMut::with_capacity(64);
-        encoded.extend_from_slice(&[0; 4]);
-        let payload = codec::encode_element_append(input, Compression::None, &mut encoded);
-        let len = encoded.len() - 4 + payload.as_ref().map_or(0, |p| p.len());
-        let len = u32::try_from(len).map_err(|_| {
-            DatasetError::Codec(format!(
-                "an element of {len} bytes is too large for a Python executor's batch"
-            ))
-        })?;
-        encoded[..4].copy_from_slice(&len.to_le_bytes());
-        pieces.push(encoded.freeze());
-        if let Some(payload) = payload {
-            pieces.push(payload);
-        }
-    }
-    Ok(pieces)
+    encode_counted(inputs, "an element")
 }
 
 /// The elements' encodings in a BATCH body after its function id (or an OUTPUTS body): each
@@ -255,6 +297,32 @@ pub fn encode_results(nanos: u64, results: &[(u8, &[u8])]) -> Vec<u8> {
         out.extend_from_slice(body);
     }
     out
+}
+
+/// Writes a RESULTS body into `out` (the executor's side, into its reply slot): its length, or
+/// `None` when it does not fit. Each result is its kind and the parts of its body.
+pub fn write_results(out: &mut [u8], nanos: u64, results: &[(u8, Vec<Bytes>)]) -> Option<usize> {
+    let mut head = [0u8; 12];
+    head[..4].copy_from_slice(&u32::try_from(results.len()).ok()?.to_le_bytes());
+    head[4..].copy_from_slice(&nanos.to_le_bytes());
+    let mut at = copy_parts(out, [&head[..]])?;
+    for (kind, parts) in results {
+        at += write_results_entry(out.get_mut(at..)?, *kind, parts)?;
+    }
+    Some(at)
+}
+
+/// Writes one result of a RESULTS body (its kind, length and the parts of its body) at the
+/// start of `out`: its length, or `None` when it does not fit.
+pub fn write_results_entry(out: &mut [u8], kind: u8, parts: &[Bytes]) -> Option<usize> {
+    let len = parts.iter().map(Bytes::len).sum::<usize>();
+    let mut head = [0u8; 5];
+    head[0] = kind;
+    head[1..].copy_from_slice(&u32::try_from(len).ok()?.to_le_bytes());
+    copy_parts(
+        out,
+        std::iter::once(&head[..]).chain(parts.iter().map(Bytes::as_ref)),
+    )
 }
 
 /// Decodes a RESULTS body; each reply's body shares `body`.

@@ -71,17 +71,17 @@ fn outputs_round_trip_in_order() {
         ),
         int(4),
     ];
-    let body = Bytes::from(encode_outputs(&outputs));
+    let body = Bytes::from(encode_outputs(&outputs).unwrap());
     assert_eq!(decode_outputs(&body).unwrap(), outputs);
     assert_eq!(
-        decode_outputs(&Bytes::from(encode_outputs(&[]))).unwrap(),
+        decode_outputs(&Bytes::from(encode_outputs(&[]).unwrap())).unwrap(),
         vec![]
     );
 }
 
 #[test]
 fn garbage_outputs_are_a_codec_error() {
-    let good = encode_outputs(&[int(5)]);
+    let good = encode_outputs(&[int(5)]).unwrap();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", vec![]),
         ("truncated element", good[..good.len() - 1].to_vec()),
@@ -103,6 +103,10 @@ fn hello_and_exceptions_are_json() {
     let hello: Hello =
         serde_json::from_str(r#"{"python": "3.11", "cloudpickle": "3.0.0", "pid": 42}"#).unwrap();
     assert_eq!(hello.pid, 42);
+    assert!(
+        !hello.shared,
+        "an executor that does not say it mapped its region did not"
+    );
     let e: RemoteException = serde_json::from_str(
         r#"{"type_module": "builtins", "type_name": "ValueError", "message": "m", "traceback": "t"}"#,
     )
@@ -169,14 +173,14 @@ fn garbage_batches_are_a_codec_error() {
 
 #[test]
 fn results_read_back_in_order_with_the_batch_time() {
-    let outputs = encode_outputs(&[int(7)]);
+    let outputs = encode_outputs(&[int(7)]).unwrap();
     let body = encode_results(
         1_234_567,
         &[
             (OUTPUTS, &outputs),
             (KEEP, &[0]),
             (ERROR, b"{}"),
-            (OUTPUTS, &encode_outputs(&[])),
+            (OUTPUTS, &encode_outputs(&[]).unwrap()),
         ],
     );
     let batch = decode_results(&Bytes::from(body)).unwrap();
@@ -216,4 +220,38 @@ fn garbage_results_are_a_codec_error() {
         let err = decode_results(&Bytes::from(body)).unwrap_err();
         assert!(matches!(err, DatasetError::Codec(_)), "{what}: {err}");
     }
+}
+
+#[test]
+fn results_written_into_a_slot_read_back_as_a_results_body() {
+    let tensor = Tensor::from_f32s(vec![3], &[1.0, 2.0, 3.0]).unwrap();
+    let outputs = encode_outputs_parts(&[Element::Tensor(tensor), int(4)]).unwrap();
+    let results = vec![
+        (OUTPUTS, outputs.clone()),
+        (KEEP, vec![Bytes::from_static(&[1])]),
+        (ERROR, vec![Bytes::from_static(b"{}")]),
+    ];
+    let mut slot = vec![0u8; 4096];
+    let len = write_results(&mut slot, 77, &results).unwrap();
+    let read = decode_results(&Bytes::copy_from_slice(&slot[..len])).unwrap();
+    assert_eq!(read.nanos, 77);
+    let flat: Vec<(u8, Bytes)> = results
+        .iter()
+        .map(|(kind, parts)| (*kind, Bytes::from(parts.concat())))
+        .collect();
+    assert_eq!(read.results, flat);
+    // One byte short of the whole body: refused, not cut.
+    assert_eq!(write_results(&mut slot[..len - 1], 77, &results), None);
+    assert_eq!(write_results(&mut slot[..len], 77, &results), Some(len));
+}
+
+#[test]
+fn shared_references_round_trip_and_other_bodies_are_not_one() {
+    assert_eq!(parse_shared_ref(&shared_ref(1, 70_000)), Some((1, 70_000)));
+    assert_eq!(parse_shared_ref(&[1, 2, 3]), None);
+    assert_eq!(parse_shared_ref(&[0; 6]), None);
+    let mut out = [0u8; 4];
+    assert_eq!(copy_parts(&mut out, [&b"ab"[..], b"cd"]), Some(4));
+    assert_eq!(&out, b"abcd");
+    assert_eq!(copy_parts(&mut out, [&b"abc"[..], b"de"]), None);
 }

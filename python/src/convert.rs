@@ -222,6 +222,39 @@ pub fn tensor_from_parts(
     shape: Vec<usize>,
     data: &Bound<'_, PyAny>,
 ) -> PyResult<Tensor> {
+    tensor_from_parts_with(dtype, shape, data, |array| {
+        Ok(Bytes::copy_from_slice(array_bytes(array)?))
+    })
+}
+
+/// `tensor_from_parts` whose tensor borrows an array's data rather than copying it, for an
+/// encoding that is written and dropped while the GIL is held (the executor's results): the
+/// tensor keeps the array alive, and nothing may write the array before the tensor is gone.
+pub fn tensor_from_parts_borrowed(
+    dtype: &str,
+    shape: Vec<usize>,
+    data: &Bound<'_, PyAny>,
+) -> PyResult<Tensor> {
+    tensor_from_parts_with(dtype, shape, data, |array| {
+        let len = array_bytes(array)?.len();
+        if len < BORROW_MIN_BYTES {
+            // A small copy costs less than keeping the array.
+            return Ok(Bytes::copy_from_slice(array_bytes(array)?));
+        }
+        Ok(Bytes::from_owner(BorrowedArray {
+            ptr: array_bytes(array)?.as_ptr() as usize,
+            len,
+            _array: array.clone().unbind(),
+        }))
+    })
+}
+
+fn tensor_from_parts_with(
+    dtype: &str,
+    shape: Vec<usize>,
+    data: &Bound<'_, PyAny>,
+    array_data: impl Fn(&Bound<'_, PyUntypedArray>) -> PyResult<Bytes>,
+) -> PyResult<Tensor> {
     let dtype: DType = dtype.parse().map_err(dataset_error)?;
     let tensor = if dtype == DType::String {
         let strings = data
@@ -231,12 +264,30 @@ pub fn tensor_from_parts(
             .collect();
         Tensor::from_strings(shape, strings)
     } else if let Ok(array) = data.cast::<PyUntypedArray>() {
-        Tensor::from_raw(dtype, shape, Bytes::copy_from_slice(array_bytes(array)?))
+        Tensor::from_raw(dtype, shape, array_data(array)?)
     } else {
         let bytes = data.cast::<PyBytes>()?.as_bytes();
         Tensor::from_raw(dtype, shape, Bytes::copy_from_slice(bytes))
     };
     tensor.map_err(dataset_error)
+}
+
+/// Arrays' data from this size on is borrowed by `tensor_from_parts_borrowed`.
+const BORROW_MIN_BYTES: usize = 4 << 10;
+
+/// A C-contiguous array's data as `Bytes` without a copy: the array is kept alive with it.
+struct BorrowedArray {
+    ptr: usize,
+    len: usize,
+    _array: Py<PyUntypedArray>,
+}
+
+impl AsRef<[u8]> for BorrowedArray {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `ptr` are the data of the array this value keeps alive; its
+        // user (`tensor_from_parts_borrowed`'s) writes nothing to it while it exists.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
 }
 
 /// The bytes of a C-contiguous array (`output_parts` hands one over in place of its `tobytes()`,
@@ -298,11 +349,25 @@ pub fn columns_from_py(value: &Bound<'_, PyAny>) -> PyResult<Element> {
         "from_tensor_slices",
         Element::Tuple,
         Element::Dict,
-        &columns_leaf,
+        &|leaf| columns_leaf(leaf, tensor_from_parts),
     )
 }
 
-fn columns_leaf(value: &Bound<'_, PyAny>) -> PyResult<Element> {
+/// `columns_from_py` whose tensors borrow their arrays' data (`tensor_from_parts_borrowed`).
+pub fn columns_from_py_borrowed(value: &Bound<'_, PyAny>) -> PyResult<Element> {
+    structure_from_py(
+        value,
+        "from_tensor_slices",
+        Element::Tuple,
+        Element::Dict,
+        &|leaf| columns_leaf(leaf, tensor_from_parts_borrowed),
+    )
+}
+
+fn columns_leaf(
+    value: &Bound<'_, PyAny>,
+    tensor: fn(&str, Vec<usize>, &Bound<'_, PyAny>) -> PyResult<Tensor>,
+) -> PyResult<Element> {
     let leaf = value.cast::<PyList>()?;
     if leaf.len() != 3 {
         return Err(invalid_argument(
@@ -311,11 +376,7 @@ fn columns_leaf(value: &Bound<'_, PyAny>) -> PyResult<Element> {
     }
     let dtype: String = leaf.get_item(0)?.extract()?;
     let shape: Vec<usize> = leaf.get_item(1)?.extract()?;
-    Ok(Element::Tensor(tensor_from_parts(
-        &dtype,
-        shape,
-        &leaf.get_item(2)?,
-    )?))
+    Ok(Element::Tensor(tensor(&dtype, shape, &leaf.get_item(2)?)?))
 }
 
 /// An element spec from `sluice.data.TensorSpec` leaves (anything with a `shape` of ints and

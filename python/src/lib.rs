@@ -44,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::Dataset>()?;
     m.add_class::<pipeline::Iterator>()?;
     m.add_class::<convert::TensorBuffer>()?;
+    m.add_class::<executor_codec::ExecutorRegion>()?;
     m.add_class::<distribute::InputContext>()?;
     m.add_class::<distribute::DistributedDataset>()?;
     m.add_class::<distribute::DistributedIterator>()?;

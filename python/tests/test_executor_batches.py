@@ -186,3 +186,123 @@ def test_large_and_strided_arrays_round_trip_bit_exactly_in_both_directions(serv
         assert sorted(out) == sorted(want)
         for key in want:
             bit_exact(out[key], want[key])
+
+
+#: One array a function writes its every result into: reused, as a careful user's is.
+_REUSED = np.zeros((64, 64, 3), np.float32)
+
+
+def reuse_output(x):
+    _REUSED[...] = x
+    return _REUSED
+
+
+def test_a_function_reusing_its_output_array_delivers_each_calls_values(service):
+    # A batch's results are encoded one by one, each right after its call: the next call
+    # overwriting the array cannot change an element already produced.
+    out = service.read(Dataset.range(2000).map(reuse_output))
+    assert len(out) == 2000
+    for i, array in enumerate(out):
+        assert array.shape == (64, 64, 3)
+        assert (array == i).all(), f"element {i} holds {array.flat[0]}"
+
+
+def sized(x):
+    # Mostly small results, and every ninth one past the executors' 16 MiB reply slots; the
+    # large ones are the next function's inputs, past the 4 MiB request slots.
+    n = (20 << 20) if x % 9 == 8 else 48 << 10
+    return np.full(n, x % 251, np.uint8)
+
+
+def test_results_and_inputs_too_large_for_the_shared_region_go_through_the_pipes(service):
+    ds = Dataset.range(40).map(sized).map(lambda a: (a[::-1].copy(), np.int64(a.size)))
+    got = service.read(ds)
+    assert len(got) == 40
+    for x, (array, size) in enumerate(got):
+        want = sized(x)
+        assert int(size) == want.size
+        np.testing.assert_array_equal(array, want)
+
+
+def _executor_with_region(env_value=None):
+    """An executor started as a worker starts it, with a region of two 64 KiB request slots
+    and two 256 KiB reply slots (or `env_value` as its variable), and the region's mapping."""
+    import mmap
+    import subprocess
+    import sys
+
+    fd = os.memfd_create("sluice-test-region")
+    size = 2 * (64 << 10) + 2 * (256 << 10)
+    os.ftruncate(fd, size)
+    region = mmap.mmap(fd, size)
+    env = dict(os.environ)
+    env["SLUICE_EXECUTOR_REGION"] = env_value or f"{fd}:2:{64 << 10}:{256 << 10}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice._executor"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=[fd],
+        env=env,
+    )
+    os.close(fd)
+    return proc, region
+
+
+def test_an_executor_answers_a_batch_in_the_shared_region_and_says_where():
+    import json
+    import struct
+
+    from sluice import _executor, _functions, _native
+
+    proc, region = _executor_with_region()
+    try:
+        kind, hello = _executor._read_frame(proc.stdout)
+        assert kind == _executor.HELLO and json.loads(hello)["shared"] is True
+        fn = _functions.pickle_function(lambda a: a * 2).pickled
+        _executor._write_frame(proc.stdin, _executor.LOAD, struct.pack("<QB", 7, 1) + fn)
+        assert _executor._read_frame(proc.stdout)[0] == _executor.LOADED
+        inputs = [np.arange(i, i + 3000, dtype=np.float32) for i in range(5)]
+        body = _native.encode_elements([_functions.output_parts(a) for a in inputs])
+        # Request slot 1 starts after slot 0's 64 KiB.
+        region[64 << 10 : (64 << 10) + len(body)] = body
+        _executor._write_frame(
+            proc.stdin, _executor.BATCH_SHARED, struct.pack("<QBI", 7, 1, len(body))
+        )
+        kind, where = _executor._read_frame(proc.stdout)
+        assert kind == _executor.RESULTS_SHARED
+        slot, length = struct.unpack("<BI", where)
+        assert slot == 1
+        at = 2 * (64 << 10) + (256 << 10)
+        results = bytes(region[at : at + length])
+        count, _nanos = struct.unpack_from("<IQ", results)
+        assert count == 5
+        pos = 12
+        for a in inputs:
+            result_kind, n = struct.unpack_from("<BI", results, pos)
+            assert result_kind == _executor.OUTPUTS
+            # An OUTPUTS body is laid out as a batch's: its one output decodes as an element.
+            (out,) = _native.decode_elements(results[pos + 5 : pos + 5 + n])
+            np.testing.assert_array_equal(out, a * 2)
+            pos += 5 + n
+        assert pos == length
+    finally:
+        proc.kill()
+        proc.wait()
+        region.close()
+
+
+def test_an_executor_that_cannot_map_its_region_says_so_and_uses_its_pipes():
+    import json
+
+    from sluice import _executor
+
+    proc, region = _executor_with_region(env_value="not-a-region")
+    try:
+        kind, hello = _executor._read_frame(proc.stdout)
+        assert kind == _executor.HELLO and json.loads(hello)["shared"] is False
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+        region.close()
+    assert b"no shared region" in err and b"SLUICE_EXECUTOR_REGION" in err
