@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 import cloudpickle
 import numpy as np
 
-from sluice._tensors import DTYPES, tensor_parts
+from sluice._tensors import dtype_name, little_endian_c_order, tensor_parts
 
 # `PyFunctionKind` in the dataset definition.
 KIND_MAP = 1
@@ -397,10 +397,11 @@ def output_parts(value: Any) -> Any:
                     f"a dict output of a Python function has str keys, got {type(key).__name__}"
                 )
         return {k: output_parts(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray) and value.ndim > 0 and value.dtype.name in DTYPES:
-        # The array itself rather than its bytes: the native side copies it once.
-        data = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
-        return [value.dtype.name, list(value.shape), data]
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        name = dtype_name(value.dtype)
+        if name is not None:
+            # The array itself rather than its bytes: the native side copies it once.
+            return [name, list(value.shape), little_endian_c_order(value)]
     if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
         return list(tensor_parts(value))
     raise TypeError(

@@ -6,7 +6,8 @@ outputs), below the modules that use it.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -28,21 +29,44 @@ DTYPES = {
 }
 
 
+# Each dtype above, in both byte orders, to its name. numpy 2's ``dtype.name`` is computed in
+# Python on every access (7 µs, more than a small function's own call): this is a dict lookup.
+_NAMES: Dict[np.dtype, str] = {}
+for _name in DTYPES:
+    for _order in "<>":
+        _NAMES[np.dtype(_name).newbyteorder(_order)] = _name
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def dtype_name(dtype: np.dtype) -> Optional[str]:
+    """The Sluice name of a numeric numpy dtype; ``None`` for any other."""
+    return _NAMES.get(dtype)
+
+
+def little_endian_c_order(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when it is already little-endian and C-contiguous (the usual case, and
+    free), else a copy that is."""
+    little = array.dtype.isnative if _LITTLE_ENDIAN else array.dtype.byteorder == "<"
+    if little and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+
+
 def tensor_parts(value: Any) -> "tuple[str, list[int], Any]":
     """(Sluice dtype name, shape, little-endian C-order bytes or a list of bytes)."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    shape = [int(d) for d in array.shape]
+    shape = list(array.shape)
     if array.dtype.kind in "SUO":
         flat = [to_bytes(v) for v in array.reshape(-1).tolist()]
         return "string", shape, flat
-    name = array.dtype.name
-    if name not in DTYPES:
+    name = dtype_name(array.dtype)
+    if name is None:
         raise InvalidArgumentError(
             f"unsupported dtype {array.dtype}; Sluice tensors are one of {sorted(DTYPES)} "
             "or strings"
         )
-    data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return name, shape, data.tobytes()
+    return name, shape, little_endian_c_order(array).tobytes()
 
 
 def to_bytes(value: object) -> bytes:
