@@ -90,6 +90,10 @@ async fn a_large_array_is_a_blob_every_replica_keeps_until_its_dataset_is_collec
         config.gc_dynamic_jobs = true;
         config.blob_gc_grace = Duration::from_secs(5);
         config.blob_maintenance_interval = Duration::from_millis(200);
+        // Elections only after 2 s without a heartbeat: a registration that starved the
+        // leader's heartbeats would still change the leader, a loaded machine's scheduling
+        // hiccups (the test kit's default is 150-300 ms) would not.
+        config.election_timeout = (Duration::from_secs(2), Duration::from_secs(4));
     })
     .await?;
     let leader = cluster.wait_for_leader(WAIT).await?;
