@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 import cloudpickle
 import numpy as np
 
-from sluice._tensors import dtype_name, little_endian_c_order, tensor_parts
+from sluice._tensors import LITTLE_ENDIAN, dtype_name, little_endian_c_order, tensor_parts
 
 # `PyFunctionKind` in the dataset definition.
 KIND_MAP = 1
@@ -402,6 +402,11 @@ def output_parts(value: Any) -> Any:
         if name is not None:
             # The array itself rather than its bytes: the native side copies it once.
             return [name, list(value.shape), little_endian_c_order(value)]
+    elif isinstance(value, np.generic) and value.dtype.isnative and LITTLE_ENDIAN:
+        # A numpy scalar (a small function's usual result), without making it an array.
+        name = dtype_name(value.dtype)
+        if name is not None:
+            return [name, [], value.tobytes()]
     if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
         return list(tensor_parts(value))
     raise TypeError(

@@ -36,7 +36,7 @@ for _name in DTYPES:
     for _order in "<>":
         _NAMES[np.dtype(_name).newbyteorder(_order)] = _name
 
-_LITTLE_ENDIAN = sys.byteorder == "little"
+LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def dtype_name(dtype: np.dtype) -> Optional[str]:
@@ -47,7 +47,7 @@ def dtype_name(dtype: np.dtype) -> Optional[str]:
 def little_endian_c_order(array: np.ndarray) -> np.ndarray:
     """``array`` itself when it is already little-endian and C-contiguous (the usual case, and
     free), else a copy that is."""
-    little = array.dtype.isnative if _LITTLE_ENDIAN else array.dtype.byteorder == "<"
+    little = array.dtype.isnative if LITTLE_ENDIAN else array.dtype.byteorder == "<"
     if little and array.flags.c_contiguous:
         return array
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
