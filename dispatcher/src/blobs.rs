@@ -40,7 +40,7 @@ use sluice_element::blob_tensors::{hex, BlobDigest};
 use sluice_proto::raft::raft_peer_client::RaftPeerClient;
 use sluice_proto::raft::{BlobPart, FetchBlobRequest};
 use sluice_types::NodeId;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -522,6 +522,8 @@ impl Blobs {
         interval: Duration,
         shutdown: CancellationToken,
     ) {
+        // Each live definition's blobs, decoded once (see `live_blobs_cached`).
+        let mut known = BTreeMap::new();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -529,7 +531,7 @@ impl Blobs {
             }
             let live = {
                 let applied = state.read().expect("state lock poisoned");
-                applied.state.live_blobs()
+                applied.state.live_blobs_cached(&mut known)
             };
             let store = self.clone();
             let keep = live.clone();

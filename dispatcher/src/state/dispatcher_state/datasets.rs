@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use sluice_element::blob_tensors::{self, BlobDigest};
 use sluice_element::pb::DatasetDef;
 use sluice_types::DatasetId;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// No definition is larger than this (the largest `--max-definition-size` a dispatcher takes):
 /// a part reaching past it is refused.
@@ -187,14 +187,29 @@ impl DispatcherState {
     /// no dataset uses yet names none, and an undecodable definition (none is registered
     /// undecodable) names none.
     pub fn live_blobs(&self) -> BTreeSet<BlobDigest> {
+        self.live_blobs_cached(&mut BTreeMap::new())
+    }
+
+    /// `live_blobs`, decoding only the definitions `known` has not seen yet: `known` keeps each
+    /// live definition's blobs between calls (a definition never changes under its key) and
+    /// forgets the definitions gone. A replica's blob maintenance calls this every few seconds
+    /// under the state's read lock, which Raft's apply waits behind: decoding every definition
+    /// each time would hold it for as long as thousands of definitions take to decode.
+    pub fn live_blobs_cached(
+        &self,
+        known: &mut BTreeMap<DefinitionKey, Vec<BlobDigest>>,
+    ) -> BTreeSet<BlobDigest> {
+        known.retain(|key, _| self.definitions.get(key).is_some_and(|d| d.datasets > 0));
         let mut live = BTreeSet::new();
-        for definition in self.definitions.values().filter(|d| d.datasets > 0) {
-            let Ok(def) = DatasetDef::decode(definition.bytes.as_slice()) else {
-                continue;
-            };
-            if let Ok(named) = blob_tensors::digests(&def) {
-                live.extend(named.into_keys());
-            }
+        for (key, definition) in self.definitions.iter().filter(|(_, d)| d.datasets > 0) {
+            let named = known.entry(*key).or_insert_with(|| {
+                DatasetDef::decode(definition.bytes.as_slice())
+                    .ok()
+                    .and_then(|def| blob_tensors::digests(&def).ok())
+                    .map(|named| named.into_keys().collect())
+                    .unwrap_or_default()
+            });
+            live.extend(named.iter().copied());
         }
         live
     }

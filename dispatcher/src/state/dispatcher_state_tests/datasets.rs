@@ -1,7 +1,7 @@
 //! Datasets: registration, definitions staged in parts, and how a definition is encoded.
 
 use super::*;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[test]
 fn staged_definitions_table() {
@@ -274,8 +274,20 @@ fn live_blobs_table() {
             blobs(&[]),
         ),
     ];
+    // One cache carried through every case's steps, as a replica's maintenance carries it:
+    // after each step it gives what decoding every definition gives.
+    let mut known = BTreeMap::new();
     for (name, steps, want) in cases {
+        for n in 0..=steps.len() {
+            let state = run(name, steps[..n].to_vec());
+            assert_eq!(
+                state.live_blobs_cached(&mut known),
+                state.live_blobs(),
+                "case {name:?} after {n} steps"
+            );
+        }
         let state = run(name, steps);
         assert_eq!(state.live_blobs(), want, "case {name:?}");
+        assert_eq!(state.live_blobs_cached(&mut known), want, "case {name:?}");
     }
 }
