@@ -356,6 +356,21 @@ impl LocalCluster {
         metrics.last_applied.map(|l| l.index)
     }
 
+    /// The applied index of replica `id` once it holds every worker started so far and has
+    /// applied the leader's log: the baseline of a test that checks what reached the log (on a
+    /// loaded machine a worker's registration may land after the cluster is up).
+    pub async fn settled_index(&self, id: NodeId, timeout: Duration) -> anyhow::Result<u64> {
+        let workers = self.workers.len();
+        wait_until("every worker's registration", timeout, || {
+            self.state_of(id)
+                .is_some_and(|state| state.workers().count() == workers)
+        })
+        .await?;
+        self.wait_caught_up(id, timeout).await?;
+        self.applied_index(id)
+            .with_context(|| format!("replica {id} is not running"))
+    }
+
     /// Waits until replica `id` has applied everything in the leader's log when called.
     ///
     /// The target is the leader's last log index, not its applied index: a leader fresh from an

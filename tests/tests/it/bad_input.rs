@@ -14,16 +14,7 @@ fn one_line(e: &impl std::fmt::Display) -> String {
 async fn bad_requests_are_rejected_without_changing_state() -> anyhow::Result<()> {
     let cluster = sluice_tests::start_cluster(1, 1).await?;
     let client = cluster.client();
-    // The baseline once the worker's registration is applied: on a loaded machine it may come
-    // after the cluster is up, and would otherwise count as an entry the refusals wrote.
-    sluice_tests::wait_until("the worker's registration", sluice_tests::HANG, || {
-        cluster
-            .state_of(1)
-            .is_some_and(|state| state.workers().count() == 1)
-    })
-    .await?;
-    cluster.wait_caught_up(1, sluice_tests::HANG).await?;
-    let applied_before = cluster.applied_index(1);
+    let applied_before = Some(cluster.settled_index(1, sluice_tests::HANG).await?);
 
     let err = sluice_pipeline::parse("range(10).map(square").unwrap_err();
     assert_eq!(

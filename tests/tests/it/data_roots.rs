@@ -32,16 +32,7 @@ async fn an_explicit_file_list_is_checked_against_the_dispatchers_roots() -> any
     std::fs::write(&secret, "do not read\n")?;
     let link = root.join("link.txt");
     std::os::unix::fs::symlink(&secret, &link)?;
-    // The baseline once the worker's registration is applied: on a loaded machine it may come
-    // after the cluster is up, and would otherwise count as an entry the refusals wrote.
-    sluice_tests::wait_until("the worker's registration", sluice_tests::HANG, || {
-        cluster
-            .state_of(1)
-            .is_some_and(|state| state.workers().count() == 1)
-    })
-    .await?;
-    cluster.wait_caught_up(1, sluice_tests::HANG).await?;
-    let applied_before = cluster.applied_index(1);
+    let applied_before = Some(cluster.settled_index(1, sluice_tests::HANG).await?);
     let metadata = pb::DatasetMetadata::default();
 
     info!("--- files outside the roots, through a symlink, and special files are refused");
