@@ -236,10 +236,15 @@ impl PackedDecoder {
     fn decode(&mut self, range: std::ops::Range<usize>) -> Option<Element> {
         let Packed {
             packed, payloads, ..
-        } = &self.packed;
-        let payload = payloads.get(self.next - 1).filter(|p| !p.is_empty());
+        } = &mut self.packed;
+        // Taken, not cloned: each element is decoded once, and a tensor holding the only
+        // reference to its data may hand it on without a copy (to numpy, writable).
+        let payload = payloads
+            .get_mut(self.next - 1)
+            .map(std::mem::take)
+            .filter(|p| !p.is_empty());
         let decoded = match payload {
-            Some(payload) => decode_element_parts(packed.slice(range), payload.clone()),
+            Some(payload) => decode_element_parts(packed.slice(range), payload),
             None if range.len() < SHARE_FROM => decode_element(&packed[range]),
             None => decode_element_bytes(packed.slice(range)),
         };

@@ -4,8 +4,9 @@
 //!
 //! A numeric tensor of at least `ZERO_COPY_MIN_BYTES` becomes an array over the received buffer,
 //! kept alive by a `TensorBuffer`; the array is writable when the buffer was the tensor's alone,
-//! read-only when other values still share it. Smaller tensors are copied: holding a small view
-//! would keep a whole received chunk alive.
+//! read-only when other values still share it. So does one of at least `OWN_BUFFER_MIN_BYTES`
+//! whose buffer is its own (writable). Other tensors are copied: holding a small view would keep
+//! a whole received chunk alive.
 
 use bytes::{Bytes, BytesMut};
 use numpy::ndarray::{ArrayD, IxDyn};
@@ -22,6 +23,11 @@ use crate::errors::{dataset_error, invalid_argument};
 
 /// Tensors at least this large (in bytes) are handed to numpy without a copy.
 pub const ZERO_COPY_MIN_BYTES: usize = 64 * 1024;
+
+/// Tensors at least this large whose data is a buffer of their own (a payload received apart
+/// from its batch) are handed to numpy without a copy, and writable: nothing else is kept alive
+/// by the array. Smaller ones, and those sharing a buffer under `ZERO_COPY_MIN_BYTES`, are copied.
+const OWN_BUFFER_MIN_BYTES: usize = 16 * 1024;
 
 /// Owns the bytes a zero-copy array points into.
 #[pyclass(frozen, module = "sluice._native")]
@@ -127,9 +133,15 @@ fn numeric<T: NumpyElement + TensorValue>(py: Python<'_>, t: Tensor) -> PyResult
     }
     let raw = t.raw_data().cloned().unwrap_or_default();
     let native = cfg!(target_endian = "little") && T::DTYPE != DType::Bool;
-    if native && raw.len() >= ZERO_COPY_MIN_BYTES {
+    if native && raw.len() >= OWN_BUFFER_MIN_BYTES {
         drop(t);
-        return array_over::<T>(py, raw, shape);
+        return match raw.try_into_mut() {
+            Ok(unique) => array_over::<T>(py, Buffer::Unique(unique), shape),
+            Err(shared) if shared.len() >= ZERO_COPY_MIN_BYTES => {
+                array_over::<T>(py, Buffer::Shared(shared), shape)
+            }
+            Err(shared) => array_copied::<T>(py, &shared, &shape),
+        };
     }
     if native {
         return array_copied::<T>(py, &raw, &shape);
@@ -171,12 +183,12 @@ fn array_copied<'py, T: NumpyElement + TensorValue>(
 /// unaligned array as such), so the received buffer is used wherever its data starts.
 fn array_over<T: NumpyElement>(
     py: Python<'_>,
-    raw: Bytes,
+    buffer: Buffer,
     shape: Vec<usize>,
 ) -> PyResult<Bound<'_, PyAny>> {
-    let (buffer, flags) = match raw.try_into_mut() {
-        Ok(unique) => (Buffer::Unique(unique), npyffi::NPY_ARRAY_WRITEABLE),
-        Err(shared) => (Buffer::Shared(shared), 0),
+    let flags = match &buffer {
+        Buffer::Unique(_) => npyffi::NPY_ARRAY_WRITEABLE,
+        Buffer::Shared(_) => 0,
     };
     let owner = Bound::new(py, TensorBuffer { data: buffer })?;
     let data = match &owner.get().data {

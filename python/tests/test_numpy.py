@@ -122,6 +122,24 @@ def test_large_tensors_arrive_over_the_received_buffer(cluster):
     assert all(a.flags.writeable for a in small)  # small tensors are copied, writable
 
 
+def test_image_sized_tensors_arrive_in_buffers_of_their_own_and_are_writable(cluster):
+    # 48 KiB each: sent uncompressed apart from their batch, received into a buffer each,
+    # handed to numpy without a copy, and the caller's to change.
+    source = np.arange(4 * 64 * 64 * 3, dtype=np.float32).reshape(4, 64, 64, 3)
+    ds = Dataset.from_tensor_slices(source).apply(
+        sluice.distribute("distributed_epoch", cluster.target, compression=None)
+    )
+    got = sorted(ds, key=lambda a: a[0, 0, 0])
+    assert len(got) == 4
+    for a, b in zip(got, source):
+        assert np.array_equal(a, b)
+        assert type(a.base).__name__ == "TensorBuffer"
+        assert a.flags.writeable
+        a += 1  # in place: no error, and no other element changes
+    for a, b in zip(got, source):
+        assert np.array_equal(a, b + 1)
+
+
 def test_batches_of_scalars_are_arrays(cluster):
     got = sorted(
         (b.tolist() for b in distributed(Dataset.range(10).batch(4), cluster.target)),
