@@ -5,17 +5,33 @@
 //! (all its lines or records). In distributed_epoch mode `SplitIter` asks the `SplitSupplier` for
 //! split indices and yields only their content: the dispatcher hands each index out at most once,
 //! and the worker recomputes the content from the definition and the index.
+//!
+//! A files source reads its next files ahead of use (`FILES_AHEAD`): in distributed_epoch mode
+//! it asks the supplier for the next splits before the current one ends, and starts their
+//! objects' streams (`file_elements_started`), so that an object's first bytes are there when
+//! its turn comes instead of one round trip to the store per file. Splits are still asked for,
+//! and yielded, in the same order as one at a time, and anything that fails a file surfaces at
+//! its turn.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sluice_element::{pb, Cancellation, DatasetError, Element, OriginCell, Tensor};
-use sluice_formats::{file_elements, FileAccess};
+use sluice_formats::{file_elements_started, FileAccess};
 use sluice_pipeline::source_rules::{not_expanded, range_len, Reading};
 use sluice_pipeline::Slices;
 
 use crate::splits::SplitSupplier;
 use sluice_element::ElementIter;
+
+/// Files a files source keeps started ahead of the one it reads (their splits asked for, their
+/// objects' streams requested). Enough to cover a store's first-byte latency (tens of
+/// milliseconds) with the reading of the files before, while memory stays bounded: each started
+/// object holds at most its stream's read-ahead (`objstore`'s 64 chunks, a few MiB), and a task
+/// that stops early leaves at most this many splits asked for and unread. Sources whose split
+/// opens nothing (names, ranges, slices) read no split ahead.
+pub(crate) const FILES_AHEAD: usize = 4;
 
 /// A source ready to produce elements.
 #[derive(Debug)]
@@ -107,6 +123,18 @@ impl Source {
         }
     }
 
+    /// How many splits after the current one to keep started (see `FILES_AHEAD`).
+    fn splits_ahead(&self) -> usize {
+        match self {
+            Source::Files { reading, .. } if *reading != Reading::Names => FILES_AHEAD,
+            Source::Files { .. }
+            | Source::Range { .. }
+            | Source::Slices(_)
+            | Source::Random { .. }
+            | Source::Tensors(_) => 0,
+        }
+    }
+
     pub(crate) fn num_splits(&self) -> u64 {
         match self {
             Source::Range { len, .. } => *len,
@@ -135,12 +163,11 @@ impl Source {
                 origin,
             } => {
                 let (reading, access, origin) = (*reading, access.clone(), origin.clone());
-                Box::new(
-                    files
-                        .clone()
-                        .into_iter()
-                        .flat_map(move |f| file_elements(f, reading, &access, &origin)),
-                )
+                let started = files
+                    .clone()
+                    .into_iter()
+                    .map(move |f| file_elements_started(f, reading, &access, &origin));
+                Box::new(Ahead::new(started, self.splits_ahead()).flatten())
             }
             Source::Random { seed } => {
                 let mut state = seed.unwrap_or_else(rand::random);
@@ -154,7 +181,8 @@ impl Source {
         }
     }
 
-    /// The content of split `index`.
+    /// The content of split `index` (a file's object stream started now: see
+    /// `file_elements_started`).
     pub(crate) fn split(&self, index: u64) -> Result<ElementIter, DatasetError> {
         let n = self.num_splits();
         if index >= n {
@@ -172,7 +200,7 @@ impl Source {
                 reading,
                 access,
                 origin,
-            } => file_elements(files[index as usize].clone(), *reading, access, origin),
+            } => file_elements_started(files[index as usize].clone(), *reading, access, origin),
             Source::Random { .. } => return Err(sluice_pipeline::no_random_splits()),
             Source::Tensors(e) => Box::new(std::iter::once(Ok(e.clone()))),
         })
@@ -216,7 +244,10 @@ impl SplitCount {
 }
 
 /// Yields the content of the splits a `SplitSupplier` hands out for one repetition of one
-/// provider.
+/// provider, keeping the source's next splits started ahead (`Source::splits_ahead`): at each
+/// split's end it asks for splits until that many wait after the next one, in order, and each is
+/// yielded in its turn. An error (the supplier's, or a split's) ends the iterator at its turn,
+/// after the splits before it.
 pub(crate) struct SplitIter {
     source: Arc<Source>,
     supplier: Arc<dyn SplitSupplier>,
@@ -229,8 +260,13 @@ pub(crate) struct SplitIter {
     /// mode (see `executor.rs`). Only for sources whose split is one element.
     with_index: bool,
     current: Option<ElementIter>,
+    /// Splits received and started, not yet read, in the order received; an error takes the
+    /// place of the split it stopped.
+    ahead: VecDeque<Result<ElementIter, DatasetError>>,
+    /// The supplier answered with the end of the splits or an error: nothing more is asked.
+    asked_all: bool,
     done: bool,
-    /// Checked before each split is asked for: many empty splits in a row yield nothing.
+    /// Checked before each split is read: many empty splits in a row yield nothing.
     cancel: Cancellation,
 }
 
@@ -252,9 +288,51 @@ impl SplitIter {
             received,
             with_index,
             current: None,
+            ahead: VecDeque::new(),
+            asked_all: false,
             done: false,
             cancel,
         }
+    }
+
+    /// Asks the supplier for one split and starts it (after the end of the splits or an error,
+    /// nothing more is asked).
+    fn ask(&mut self) {
+        self.received.ask();
+        let split = match self.supplier.next_split(self.provider, self.repetition) {
+            Ok(Some(index)) => {
+                self.received.add_one();
+                self.content(index)
+            }
+            Ok(None) => {
+                self.asked_all = true;
+                return;
+            }
+            Err(e) => Err(e),
+        };
+        if split.is_err() {
+            self.asked_all = true;
+        }
+        self.ahead.push_back(split);
+    }
+
+    /// The content of split `index`, started.
+    fn content(&self, index: u64) -> Result<ElementIter, DatasetError> {
+        let it = self.source.split(index)?;
+        if !self.with_index {
+            return Ok(it);
+        }
+        let index = Element::Tensor(Tensor::scalar_i64(index as i64));
+        Ok(Box::new(it.map(move |r| {
+            r.map(|e| Element::Tuple(vec![index.clone(), e]))
+        })))
+    }
+
+    /// Ends the iterator: the splits started ahead are dropped (their streams stop).
+    fn finish(&mut self) {
+        self.done = true;
+        self.current = None;
+        self.ahead.clear();
     }
 }
 
@@ -273,39 +351,58 @@ impl Iterator for SplitIter {
                 return None;
             }
             if let Err(e) = self.cancel.check() {
-                self.done = true;
+                self.finish();
                 return Some(Err(e));
             }
-            self.received.ask();
-            let split = self.supplier.next_split(self.provider, self.repetition);
-            if let Ok(Some(_)) = split {
-                self.received.add_one();
+            // The next split, and the source's splits ahead after it.
+            let want = 1 + self.source.splits_ahead();
+            while !self.asked_all && self.ahead.len() < want {
+                self.ask();
             }
-            match split {
-                Ok(Some(index)) => match self.source.split(index) {
-                    Ok(it) if self.with_index => {
-                        let index = Element::Tensor(Tensor::scalar_i64(index as i64));
-                        self.current =
-                            Some(Box::new(it.map(move |r| {
-                                r.map(|e| Element::Tuple(vec![index.clone(), e]))
-                            })));
-                    }
-                    Ok(it) => self.current = Some(it),
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Ok(None) => {
-                    self.done = true;
-                    return None;
-                }
-                Err(e) => {
-                    self.done = true;
+            match self.ahead.pop_front() {
+                Some(Ok(it)) => self.current = Some(it),
+                Some(Err(e)) => {
+                    self.finish();
                     return Some(Err(e));
+                }
+                None => {
+                    self.finish();
+                    return None;
                 }
             }
         }
+    }
+}
+
+/// `inner`'s items, each taken from `inner` `ahead` items before it is yielded: a files source's
+/// next files (`file_elements_started`), started while the one before is read.
+struct Ahead<I: Iterator> {
+    inner: I,
+    ahead: usize,
+    taken: VecDeque<I::Item>,
+}
+
+impl<I: Iterator> Ahead<I> {
+    fn new(inner: I, ahead: usize) -> Self {
+        Ahead {
+            inner,
+            ahead,
+            taken: VecDeque::new(),
+        }
+    }
+}
+
+impl<I: Iterator> Iterator for Ahead<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        while self.taken.len() <= self.ahead {
+            match self.inner.next() {
+                Some(item) => self.taken.push_back(item),
+                None => break,
+            }
+        }
+        self.taken.pop_front()
     }
 }
 

@@ -47,33 +47,63 @@ pub fn file_elements(
     Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()))
 }
 
+/// The elements of one file, as `file_elements` yields them, with an object's stream started
+/// now: its request is sent and its first bytes read ahead while the files before it are read,
+/// so they are there when its turn comes. Anything that refuses or fails the file (a path outside
+/// the data roots, a missing object) is still its first element, at its turn, with the same
+/// text. A local file is opened at its turn, as `file_elements` opens it (opening it early gains
+/// nothing: the system reads ahead on its own). Dropping the iterator stops the object's stream.
+pub fn file_elements_started(
+    path: String,
+    reading: Reading,
+    access: &FileAccess,
+    origin: &OriginCell,
+) -> ElementIter {
+    let open = match reading {
+        Reading::TfRecord(pb::RecordCompression::None) => open_tfrecord,
+        Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
+        Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
+        Reading::Lines => open_lines,
+        Reading::Names => return name_element(path, access, origin),
+    };
+    if !crate::object_url::is_object_url(&path) {
+        return Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()));
+    }
+    let opening = access
+        .resolve_url(&path)
+        .and_then(|url| start_object(&url, &path));
+    Box::new(Lazy::Started(path, open, opening, origin.clone()))
+}
+
 /// Reads `path` (as named to the user) from `file`, opened after the access check allowed it.
 type Opener = fn(&str, Box<dyn Read + Send>, &OriginCell) -> Result<ElementIter, DatasetError>;
+
+/// An object whose stream was started ahead of its turn; calling it waits for the store's first
+/// answer.
+type Opening = Box<dyn FnOnce() -> Result<Box<dyn Read + Send>, DatasetError> + Send>;
 
 /// Opens `path` as `access` allows: a local file at its checked path, or an object's stream.
 fn open_checked(path: &str, access: &FileAccess) -> Result<Box<dyn Read + Send>, DatasetError> {
     if crate::object_url::is_object_url(path) {
         let url = access.resolve_url(path)?;
-        return open_object(&url, path);
+        return start_object(&url, path)?();
     }
     let resolved = access.resolve(path)?;
     let f = File::open(resolved).map_err(|e| DatasetError::io(path, &e))?;
     Ok(Box::new(f))
 }
 
+/// Starts the object's stream; the returned call waits for the store's first answer.
 #[cfg(feature = "object-store")]
-fn open_object(
-    url: &crate::object_url::ObjectUrl,
-    path: &str,
-) -> Result<Box<dyn Read + Send>, DatasetError> {
-    Ok(Box::new(crate::objstore::open(url, path)?))
+fn start_object(url: &crate::object_url::ObjectUrl, path: &str) -> Result<Opening, DatasetError> {
+    let started = crate::objstore::start(url, path)?;
+    Ok(Box::new(move || {
+        Ok(Box::new(started.wait()?) as Box<dyn Read + Send>)
+    }))
 }
 
 #[cfg(not(feature = "object-store"))]
-fn open_object(
-    _url: &crate::object_url::ObjectUrl,
-    path: &str,
-) -> Result<Box<dyn Read + Send>, DatasetError> {
+fn start_object(_url: &crate::object_url::ObjectUrl, path: &str) -> Result<Opening, DatasetError> {
     Err(DatasetError::invalid(format!(
         "this process reads no object stores (built without the object-store feature), so it \
          cannot read '{path}'"
@@ -206,6 +236,8 @@ fn tracked(
 /// Opens on the first `next`, then delegates; a refusal or open error is yielded once.
 enum Lazy {
     Pending(String, Opener, FileAccess, OriginCell),
+    /// Its object's stream already started (or refused: the error waits for the first `next`).
+    Started(String, Opener, Result<Opening, DatasetError>, OriginCell),
     Open(ElementIter),
     Done,
 }
@@ -214,18 +246,31 @@ impl Iterator for Lazy {
     type Item = Result<Element, DatasetError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if let Lazy::Pending(path, open, access, origin) = self {
-            match open_checked(path, access).and_then(|file| open(path, file, origin)) {
-                Ok(it) => *self = Lazy::Open(it),
-                Err(e) => {
-                    *self = Lazy::Done;
-                    return Some(Err(e));
-                }
+        if let Lazy::Open(it) = self {
+            return it.next();
+        }
+        let opened = match std::mem::replace(self, Lazy::Done) {
+            Lazy::Pending(path, open, access, origin) => {
+                Some(open_checked(&path, &access).and_then(|file| open(&path, file, &origin)))
             }
+            Lazy::Started(path, open, opening, origin) => Some(
+                opening
+                    .and_then(|wait| wait())
+                    .and_then(|file| open(&path, file, &origin)),
+            ),
+            other => {
+                *self = other;
+                None
+            }
+        };
+        match opened {
+            Some(Ok(it)) => *self = Lazy::Open(it),
+            Some(Err(e)) => return Some(Err(e)),
+            None => {}
         }
         match self {
             Lazy::Open(it) => it.next(),
-            Lazy::Pending(..) | Lazy::Done => None,
+            Lazy::Pending(..) | Lazy::Started(..) | Lazy::Done => None,
         }
     }
 }

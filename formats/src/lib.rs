@@ -53,7 +53,7 @@ pub use example_parser::{serialize_example, ExampleParser};
 pub use expand::{expand_files, list_objects};
 pub use file_access::FileAccess;
 #[cfg(feature = "read")]
-pub use files::{file_elements, MAX_LINE_BYTES};
+pub use files::{file_elements, file_elements_started, MAX_LINE_BYTES};
 pub use object_url::{is_object_url, ObjectUrl, Scheme};
 #[cfg(feature = "object-store")]
 pub use objstore::write_object;

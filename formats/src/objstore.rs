@@ -19,7 +19,9 @@
 //!
 //! Reading streams the object: a task of the runtime requests the object and forwards its body
 //! in chunks through a bounded channel, at most `READ_AHEAD_CHUNKS` ahead of the reader (the
-//! read-ahead). A request the store fails with a transient error (5xx, a dropped connection) is
+//! read-ahead). The stream may be started before its reader's turn (`start`; a files source
+//! starts the next files' while it reads one, see `files::file_elements_started`), and the
+//! reader takes the store's first answer when it begins (`Started::wait`). A request the store fails with a transient error (5xx, a dropped connection) is
 //! retried by the client, with backoff; a body cut off part way is resumed by the client with a
 //! ranged request from the first byte not yet delivered, pinned to the object's ETag. Should the
 //! client give up on a body, the task resumes it the same way (at most `MAX_RESUMES` times
@@ -366,32 +368,52 @@ enum Chunk {
 }
 
 /// A streamed object, read as `Read` (see the module's doc). Opening waits for the store's
-/// answer, so a missing object is an error of `open`.
+/// answer (`Started::wait`), so a missing object is an error of the open.
 pub(crate) struct ObjectReader {
     chunks: flume::Receiver<Chunk>,
     current: Bytes,
     done: bool,
 }
 
-/// Opens the object `url` (as named to the user: `shown`) and starts streaming it.
-pub(crate) fn open(url: &ObjectUrl, shown: &str) -> Result<ObjectReader, DatasetError> {
+/// An object whose stream was started (its request sent, its body forwarded as it arrives) but
+/// whose first answer has not been taken yet: a file read ahead of its turn. Dropping it stops
+/// the stream.
+pub(crate) struct Started {
+    chunks: flume::Receiver<Chunk>,
+    shown: String,
+}
+
+/// Starts streaming the object `url` (as named to the user: `shown`) without waiting for the
+/// store's answer: `Started::wait` takes it.
+pub(crate) fn start(url: &ObjectUrl, shown: &str) -> Result<Started, DatasetError> {
     let store = store(url, shown)?;
     let location = location(url)?;
     let (tx, rx) = flume::bounded(READ_AHEAD_CHUNKS);
     runtime().spawn(pump(store, location, shown.to_string(), tx));
-    let mut reader = ObjectReader {
+    Ok(Started {
         chunks: rx,
-        current: Bytes::new(),
-        done: false,
-    };
-    // The first message comes after the store answered: an error is the open's.
-    match reader.chunks.recv() {
-        Ok(Chunk::Data(b)) => reader.current = b,
-        Ok(Chunk::End) => reader.done = true,
-        Ok(Chunk::Failed(e)) => return Err(e),
-        Err(_) => return Err(stopped(shown)),
+        shown: shown.to_string(),
+    })
+}
+
+impl Started {
+    /// Waits for the store's first answer: the object's first bytes, or the error that makes
+    /// it unreadable (a missing object), as `open`'s error.
+    pub(crate) fn wait(self) -> Result<ObjectReader, DatasetError> {
+        let mut reader = ObjectReader {
+            chunks: self.chunks,
+            current: Bytes::new(),
+            done: false,
+        };
+        // The first message comes after the store answered: an error is the open's.
+        match reader.chunks.recv() {
+            Ok(Chunk::Data(b)) => reader.current = b,
+            Ok(Chunk::End) => reader.done = true,
+            Ok(Chunk::Failed(e)) => return Err(e),
+            Err(_) => return Err(stopped(&self.shown)),
+        }
+        Ok(reader)
     }
-    Ok(reader)
 }
 
 fn stopped(url: &str) -> DatasetError {

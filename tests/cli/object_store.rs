@@ -1,12 +1,22 @@
 //! Object-store sources through the real binary: dispatcher, workers and `sluice read` as
-//! separate processes, each with the S3 store's endpoint and credentials in its environment
-//! (inherited from this test's) and nothing of them in the dataset expression.
+//! separate processes, with the S3 store's endpoint and credentials either in each one's
+//! environment (inherited from this test's) or only in a settings file
+//! (`--object-store-config`), and nothing of them in the dataset expression.
 
 use crate::*;
 use sluice_formats::tfrecord::TfRecordWriter;
-use sluice_tests::MotoServer;
+use sluice_tests::{http, MotoServer, S3sFs};
 
 const ROOT: &str = "s3://sluice-cli/data";
+
+/// A TFRecord object of `records`.
+fn tfrecord(records: &[String]) -> Vec<u8> {
+    let mut writer = TfRecordWriter::new(Vec::new());
+    for r in records {
+        writer.write_record(r.as_bytes()).expect("write");
+    }
+    writer.into_inner().expect("records")
+}
 
 #[test]
 fn a_glob_in_a_bucket_reads_with_credentials_from_the_environment_only() {
@@ -64,4 +74,78 @@ fn a_glob_in_a_bucket_reads_with_credentials_from_the_environment_only() {
         "{err}"
     );
     assert!(!err.contains("testing-secret-key"), "{err}");
+}
+
+#[test]
+fn workers_and_dispatcher_read_a_bucket_with_credentials_only_in_their_settings_file() {
+    // No AWS variable in this process, so none in the servers it starts: s3s-fs checks every
+    // request's signature, which only the settings file's key pair makes.
+    for (name, _) in std::env::vars() {
+        if name.starts_with("AWS_") {
+            std::env::remove_var(name);
+        }
+    }
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    let server = S3sFs::start().expect("the s3s-fs S3 server");
+    server
+        .create_bucket("sluice-cli")
+        .expect("create the bucket");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (key_id, secret) = server.key_pair();
+    std::fs::write(dir.path().join("s3-secret"), secret).expect("write the secret");
+    let settings = dir.path().join("object-stores.json");
+    let stores = serde_json::json!({"stores": {"s3://sluice-cli": {
+        "endpoint": server.endpoint(),
+        "allow_http": true,
+        "region": "us-east-1",
+        "access_key_id": key_id,
+        "secret_access_key": {"file": "s3-secret"},
+    }}});
+    std::fs::write(&settings, stores.to_string()).expect("write the settings");
+    // This process writes the objects with the same settings.
+    sluice_formats::load_object_store_settings(&settings).expect("settings load");
+    let mut want = Vec::new();
+    for f in 0..8 {
+        let records: Vec<String> = (0..5).map(|r| format!("file{f}-record{r}")).collect();
+        let url = format!("{ROOT}/part-{f}.tfrecord");
+        sluice_formats::write_object(&url, tfrecord(&records)).expect("put");
+        want.extend(records.iter().map(|r| format!("\"{r}\"")));
+    }
+    want.sort();
+
+    let config = settings.to_str().expect("utf-8 path");
+    let common = ["--data-root", ROOT, "--object-store-config", config];
+    let mut args = common.to_vec();
+    args.extend(["--metrics-listen", "127.0.0.1:0"]);
+    let dispatcher = dispatcher(dir.path(), &args);
+    let _workers = workers_with(&dispatcher.addr, 2, &common);
+    // `sluice read` lists the pattern itself (a client expands its patterns), from the same
+    // file, named by the variable a client reads: the servers above started without it.
+    std::env::set_var(sluice_formats::SETTINGS_ENV, config);
+    let dataset = format!("files(\"{ROOT}/*.tfrecord\").tfrecord()");
+    let (ok, out, err) = sluice(&[
+        "read",
+        "--dispatcher",
+        &dispatcher.addr,
+        "--mode",
+        "distributed_epoch",
+        "--dataset",
+        &dataset,
+    ]);
+    assert!(ok, "{err}");
+    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+    got.sort();
+    assert_eq!(got, want);
+
+    assert!(!err.contains(secret), "{err}");
+
+    let metrics = dispatcher
+        .metrics_addr
+        .as_deref()
+        .expect("a metrics listener");
+    for page in ["/status.json", "/"] {
+        let (status, body) = http::get(metrics, page).expect("the status page");
+        assert_eq!(status, 200, "{page}");
+        assert!(!body.contains(secret), "{page}: {body}");
+    }
 }

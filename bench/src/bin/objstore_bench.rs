@@ -14,7 +14,7 @@
 //!   way) between the service and the store, as a store in another zone or region would;
 //!
 //! each as a user would write it: the files' splits handed out by the dispatcher and read one
-//! file after another (`files(pattern).tfrecord()`), and the file names' splits read
+//! file after another, the next few started ahead (`files(pattern).tfrecord()`), and the file names' splits read
 //! `--parallel` files at a time (`files(pattern).names().interleave(TFRecordDataset,
 //! cycle_length=N, num_parallel_calls=N)`). Each run prints a row (seconds, MiB/s, records/s);
 //! the last lines are the ratios of the same run: `s3` against `local`, `s3+LATENCY` against

@@ -6,6 +6,9 @@
 //! Azure blobs (Azurite, the Azure Storage emulator) and GCS objects (fake-gcs-server) read the
 //! same way.
 //!
+//! A files source reads its next objects ahead of use: the order of the records, and where a
+//! missing object's error comes, are as one object at a time gives them.
+//!
 //! Through a proxy that answers one request in ten with 503 and cuts every third object
 //! response mid-body, an epoch still gives every record exactly once, GZIP objects included.
 //!
@@ -274,6 +277,96 @@ async fn urls_outside_the_roots_are_refused_naming_them() -> anyhow::Result<()> 
         "{err}"
     );
     assert!(!err.contains(SECRET), "{err}");
+    cluster.shutdown().await;
+    Ok(())
+}
+
+/// The elements a stream yields before its error, and the error.
+async fn until_error(
+    service: &sluice_client::ServiceDataset,
+) -> anyhow::Result<(Vec<String>, String)> {
+    let mut stream = service.iter().await?;
+    let mut got = Vec::new();
+    let read = async {
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(e) => got.push(e.to_json().as_str().expect("a string").to_string()),
+                Err(e) => return Some(e.to_string()),
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(EPOCH, read).await? {
+        Some(err) => Ok((got, err)),
+        None => anyhow::bail!(
+            "the epoch ended without an error after {} elements",
+            got.len()
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_read_ahead_keep_their_order_and_a_missing_one_fails_at_its_turn(
+) -> anyhow::Result<()> {
+    let _store = store()?;
+    let records = write_parts()?;
+    // One worker, so one reader's order shows.
+    let mut cluster = TestCluster::start_with(1, 0, |c| c.data_roots = vec![ROOT.into()]).await?;
+    cluster
+        .add_worker_with(|c| c.data_roots = vec![ROOT.into()])
+        .await?;
+    let client = cluster.client();
+    let metadata = pb::DatasetMetadata::default();
+    let part = |f: usize| format!("{ROOT}/part-{f:02}.tfrecord");
+    let of = |files: &[usize]| -> Vec<String> {
+        files
+            .iter()
+            .flat_map(|f| records[f * 50..(f + 1) * 50].to_vec())
+            .collect()
+    };
+
+    // Every object, in an order of the definition's own, read whole by the one worker.
+    let order = [11, 3, 7, 0, 10, 1, 9, 2, 8, 4, 6, 5];
+    let mut def = listed(&part(order[0]));
+    if let Some(dpb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut()) {
+        fs.files = order.iter().map(|&f| part(f)).collect();
+    }
+    let id = client.register_dataset_def(&def, None, &metadata).await?;
+    for policy in [ShardingPolicy::Off, ShardingPolicy::Dynamic] {
+        let service = client
+            .from_dataset_id(policy, &id.0, DistributeOptions::default())
+            .await?;
+        let got: Vec<String> = read_epoch(&service, EPOCH)
+            .await?
+            .iter()
+            .map(|e| e.to_json().as_str().expect("a string").to_string())
+            .collect();
+        assert_eq!(got, of(&order), "{policy:?}");
+    }
+
+    // A missing object third: started with the two before it, its error comes after their
+    // records (in their order, none of a later object's), as the object's own. (The service
+    // may end the epoch with the error before it delivered every element the worker produced
+    // before it, so what came first is a prefix.)
+    let missing = format!("{ROOT}/missing.tfrecord");
+    let mut def = listed(&missing);
+    if let Some(dpb::source::Kind::Files(fs)) = def.source.as_mut().and_then(|s| s.kind.as_mut()) {
+        fs.files = vec![part(4), part(2), missing.clone(), part(0), part(1)];
+    }
+    let id = client.register_dataset_def(&def, None, &metadata).await?;
+    for policy in [ShardingPolicy::Off, ShardingPolicy::Dynamic] {
+        let service = client
+            .from_dataset_id(policy, &id.0, DistributeOptions::default())
+            .await?;
+        let (got, err) = until_error(&service).await?;
+        let before = of(&[4, 2]);
+        assert_eq!(got, before[..got.len()], "{policy:?}");
+        assert!(
+            err.contains(&format!("cannot read '{missing}': no such object")),
+            "{err}"
+        );
+        assert!(!err.contains(SECRET), "{err}");
+    }
     cluster.shutdown().await;
     Ok(())
 }
