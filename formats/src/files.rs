@@ -37,12 +37,8 @@ pub fn file_elements(
     access: &FileAccess,
     origin: &OriginCell,
 ) -> ElementIter {
-    let open = match reading {
-        Reading::TfRecord(pb::RecordCompression::None) => open_tfrecord,
-        Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
-        Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
-        Reading::Lines => open_lines,
-        Reading::Names => return name_element(path, access, origin),
+    let Some(open) = opener(reading) else {
+        return name_element(path, access, origin);
     };
     Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()))
 }
@@ -59,12 +55,8 @@ pub fn file_elements_started(
     access: &FileAccess,
     origin: &OriginCell,
 ) -> ElementIter {
-    let open = match reading {
-        Reading::TfRecord(pb::RecordCompression::None) => open_tfrecord,
-        Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
-        Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
-        Reading::Lines => open_lines,
-        Reading::Names => return name_element(path, access, origin),
+    let Some(open) = opener(reading) else {
+        return name_element(path, access, origin);
     };
     if !crate::object_url::is_object_url(&path) {
         return Box::new(Lazy::Pending(path, open, access.clone(), origin.clone()));
@@ -73,6 +65,17 @@ pub fn file_elements_started(
         .resolve_url(&path)
         .and_then(|url| start_object(&url, &path));
     Box::new(Lazy::Started(path, open, opening, origin.clone()))
+}
+
+/// How a file read as `reading` is opened; `None` for names, which are not opened.
+fn opener(reading: Reading) -> Option<Opener> {
+    Some(match reading {
+        Reading::TfRecord(pb::RecordCompression::None) => open_tfrecord,
+        Reading::TfRecord(pb::RecordCompression::Gzip) => open_tfrecord_gzip,
+        Reading::TfRecord(pb::RecordCompression::Zlib) => open_tfrecord_zlib,
+        Reading::Lines => open_lines,
+        Reading::Names => return None,
+    })
 }
 
 /// Reads `path` (as named to the user) from `file`, opened after the access check allowed it.

@@ -18,6 +18,26 @@ fn tfrecord(records: &[String]) -> Vec<u8> {
     writer.into_inner().expect("records")
 }
 
+/// Reads `ROOT`'s TFRecord objects with `sluice read` as one distributed_epoch through the
+/// dispatcher at `addr`, checks it gives `want` (sorted), and returns what it printed on stderr.
+fn assert_reads_every_record(addr: &str, want: &[String]) -> String {
+    let dataset = format!("files(\"{ROOT}/*.tfrecord\").tfrecord()");
+    let (ok, out, err) = sluice(&[
+        "read",
+        "--dispatcher",
+        addr,
+        "--mode",
+        "distributed_epoch",
+        "--dataset",
+        &dataset,
+    ]);
+    assert!(ok, "{err}");
+    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+    got.sort();
+    assert_eq!(got, want);
+    err
+}
+
 #[test]
 fn a_glob_in_a_bucket_reads_with_credentials_from_the_environment_only() {
     let moto = MotoServer::start().expect("the moto S3 server");
@@ -43,20 +63,7 @@ fn a_glob_in_a_bucket_reads_with_credentials_from_the_environment_only() {
     let dir = tempfile::tempdir().expect("temp dir");
     let dispatcher = dispatcher(dir.path(), &["--data-root", ROOT]);
     let _workers = workers_with(&dispatcher.addr, 2, &["--data-root", ROOT]);
-    let dataset = format!("files(\"{ROOT}/*.tfrecord\").tfrecord()");
-    let (ok, out, err) = sluice(&[
-        "read",
-        "--dispatcher",
-        &dispatcher.addr,
-        "--mode",
-        "distributed_epoch",
-        "--dataset",
-        &dataset,
-    ]);
-    assert!(ok, "{err}");
-    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
-    got.sort();
-    assert_eq!(got, want);
+    assert_reads_every_record(&dispatcher.addr, &want);
 
     let outside = "s3://sluice-cli/other/part-0.tfrecord";
     let (ok, out, err) = sluice(&[
@@ -122,20 +129,7 @@ fn workers_and_dispatcher_read_a_bucket_with_credentials_only_in_their_settings_
     // `sluice read` lists the pattern itself (a client expands its patterns), from the same
     // file, named by the variable a client reads: the servers above started without it.
     std::env::set_var(sluice_formats::SETTINGS_ENV, config);
-    let dataset = format!("files(\"{ROOT}/*.tfrecord\").tfrecord()");
-    let (ok, out, err) = sluice(&[
-        "read",
-        "--dispatcher",
-        &dispatcher.addr,
-        "--mode",
-        "distributed_epoch",
-        "--dataset",
-        &dataset,
-    ]);
-    assert!(ok, "{err}");
-    let mut got: Vec<String> = out.lines().map(str::to_string).collect();
-    got.sort();
-    assert_eq!(got, want);
+    let err = assert_reads_every_record(&dispatcher.addr, &want);
 
     assert!(!err.contains(secret), "{err}");
 
