@@ -78,15 +78,7 @@ impl MotoServer {
     /// The environment an S3 client needs to use this server, as `(name, value)` pairs: the
     /// endpoint, plain HTTP, a region, and moto's accepted test credentials.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT", self.endpoint()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ACCESS_KEY_ID", "testing-key-id".into()),
-            ("AWS_SECRET_ACCESS_KEY", "testing-secret-key".into()),
-            // Never the instance metadata service: off EC2 it only times out.
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ]
+        s3_env(self.endpoint(), "testing-key-id", "testing-secret-key")
     }
 
     /// Creates `bucket` (moto answers S3's CreateBucket with a plain PUT of the bucket).
@@ -118,4 +110,18 @@ impl Drop for MotoServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What an S3 client needs to use a local S3 server at `endpoint` (plain HTTP, a region) with
+/// the key pair `key_id` and `secret`, as `(name, value)` pairs.
+pub(crate) fn s3_env(endpoint: String, key_id: &str, secret: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT", endpoint),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", key_id.into()),
+        ("AWS_SECRET_ACCESS_KEY", secret.into()),
+        // Never the instance metadata service: off EC2 it only times out.
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
 }

@@ -92,15 +92,7 @@ impl S3sFs {
     /// The environment an S3 client needs to use this server, as `(name, value)` pairs: the
     /// endpoint, plain HTTP, a region, and the server's key pair.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT", self.endpoint()),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
-            // Never the instance metadata service: off EC2 it only times out.
-            ("AWS_EC2_METADATA_DISABLED", "true".into()),
-        ]
+        crate::moto::s3_env(self.endpoint(), ACCESS_KEY, SECRET_KEY)
     }
 
     /// The server's key pair: (access key id, secret access key).

@@ -4,19 +4,9 @@
 //! (`--object-store-config`), and nothing of them in the dataset expression.
 
 use crate::*;
-use sluice_formats::tfrecord::TfRecordWriter;
 use sluice_tests::{http, MotoServer, S3sFs};
 
 const ROOT: &str = "s3://sluice-cli/data";
-
-/// A TFRecord object of `records`.
-fn tfrecord(records: &[String]) -> Vec<u8> {
-    let mut writer = TfRecordWriter::new(Vec::new());
-    for r in records {
-        writer.write_record(r.as_bytes()).expect("write");
-    }
-    writer.into_inner().expect("records")
-}
 
 /// Reads `ROOT`'s TFRecord objects with `sluice read` as one distributed_epoch through the
 /// dispatcher at `addr`, checks it gives `want` (sorted), and returns what it printed on stderr.
@@ -48,13 +38,9 @@ fn a_glob_in_a_bucket_reads_with_credentials_from_the_environment_only() {
     moto.create_bucket("sluice-cli").expect("create the bucket");
     let mut want = Vec::new();
     for f in 0..3 {
-        let mut writer = TfRecordWriter::new(Vec::new());
-        for r in 0..4 {
-            let record = format!("file{f}-record{r}");
-            writer.write_record(record.as_bytes()).expect("write");
-            want.push(format!("\"{record}\""));
-        }
-        let bytes = writer.into_inner().expect("records");
+        let records: Vec<String> = (0..4).map(|r| format!("file{f}-record{r}")).collect();
+        want.extend(records.iter().map(|r| format!("\"{r}\"")));
+        let bytes = sluice_tests::tfrecord_bytes(&records).expect("records");
         sluice_formats::write_object(&format!("{ROOT}/part-{f}.tfrecord"), bytes).expect("put");
     }
     sluice_formats::write_object("s3://sluice-cli/other/part-0.tfrecord", "x").expect("put");
@@ -115,7 +101,8 @@ fn workers_and_dispatcher_read_a_bucket_with_credentials_only_in_their_settings_
     for f in 0..8 {
         let records: Vec<String> = (0..5).map(|r| format!("file{f}-record{r}")).collect();
         let url = format!("{ROOT}/part-{f}.tfrecord");
-        sluice_formats::write_object(&url, tfrecord(&records)).expect("put");
+        let bytes = sluice_tests::tfrecord_bytes(&records).expect("records");
+        sluice_formats::write_object(&url, bytes).expect("put");
         want.extend(records.iter().map(|r| format!("\"{r}\"")));
     }
     want.sort();

@@ -19,6 +19,26 @@ pub use sluice_testkit::{
     local_dispatcher_config, Azurite, FakeGcs, LocalCluster, MotoServer, S3sFs,
 };
 
+/// The bytes of a TFRecord file holding `records`.
+pub fn tfrecord_bytes(records: &[String]) -> anyhow::Result<Vec<u8>> {
+    let mut writer = sluice_formats::tfrecord::TfRecordWriter::new(Vec::new());
+    for r in records {
+        writer.write_record(r.as_bytes())?;
+    }
+    Ok(writer.into_inner()?)
+}
+
+/// The values of string elements (records read as they are), sorted: what a read gave, to
+/// compare with what was written whatever order the workers delivered it in.
+pub fn sorted_strings(elements: &[sluice_element::Element]) -> Vec<String> {
+    let mut out: Vec<String> = elements
+        .iter()
+        .map(|e| e.to_json().as_str().expect("a string element").to_string())
+        .collect();
+    out.sort();
+    out
+}
+
 /// The local cluster, as the tests call it.
 pub type TestCluster = LocalCluster;
 

@@ -19,10 +19,9 @@ use crate::read_epoch;
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, RpcError, ShardingPolicy};
 use sluice_element::pb as dpb;
-use sluice_formats::tfrecord::TfRecordWriter;
 use sluice_pipeline::Dataset;
 use sluice_proto::dispatcher as pb;
-use sluice_tests::{S3sFs, TestCluster};
+use sluice_tests::{sorted_strings, tfrecord_bytes, S3sFs, TestCluster};
 use sluice_types::DatasetId;
 use std::time::Duration;
 
@@ -45,15 +44,6 @@ fn store() -> anyhow::Result<S3sFs> {
     Ok(server)
 }
 
-/// A TFRecord object of `records`.
-fn tfrecord(records: &[String]) -> anyhow::Result<Vec<u8>> {
-    let mut writer = TfRecordWriter::new(Vec::new());
-    for r in records {
-        writer.write_record(r.as_bytes())?;
-    }
-    Ok(writer.into_inner()?)
-}
-
 /// Writes 12 TFRecord objects of 50 records below `data/`, and objects a pattern over
 /// `data/*.tfrecord` must not match; returns every record.
 fn write_parts() -> anyhow::Result<Vec<String>> {
@@ -61,12 +51,12 @@ fn write_parts() -> anyhow::Result<Vec<String>> {
     for f in 0..12 {
         let records: Vec<String> = (0..50).map(|r| format!("file{f}-record{r}")).collect();
         let url = format!("{ROOT}/part-{f:02}.tfrecord");
-        sluice_formats::write_object(&url, tfrecord(&records)?)?;
+        sluice_formats::write_object(&url, tfrecord_bytes(&records)?)?;
         want.extend(records);
     }
     sluice_formats::write_object(&format!("{ROOT}/ignored.txt"), "not records")?;
     // `*` stays within one component, as in a local glob.
-    let nested = tfrecord(&["nested".to_string()])?;
+    let nested = tfrecord_bytes(&["nested".to_string()])?;
     sluice_formats::write_object(&format!("{ROOT}/sub/part-99.tfrecord"), nested.clone())?;
     // Outside the root, and in a key that only shares the root's text.
     sluice_formats::write_object(
@@ -88,15 +78,6 @@ async fn cluster() -> anyhow::Result<TestCluster> {
     Ok(cluster)
 }
 
-fn strings(elements: &[sluice_element::Element]) -> Vec<String> {
-    let mut out: Vec<String> = elements
-        .iter()
-        .map(|e| e.to_json().as_str().expect("a string element").to_string())
-        .collect();
-    out.sort();
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distributed_epoch_over_an_s3_glob_yields_every_record_exactly_once() -> anyhow::Result<()>
 {
@@ -112,7 +93,7 @@ async fn distributed_epoch_over_an_s3_glob_yields_every_record_exactly_once() ->
             DistributeOptions::default(),
         )
         .await?;
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), want);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), want);
     // The registered definition lists the 12 objects by URL, sorted.
     let id = DatasetId(service.dataset_id().to_string());
     let stored = cluster.client().get_dataset(&id).await?;
@@ -150,7 +131,7 @@ async fn parallel_epochs_over_s3_objects_give_every_record_once_per_worker() -> 
         .collect();
     want.sort();
     assert_eq!(want.len(), 2 * 10 * 50);
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), want);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), want);
 
     let lines = client
         .distribute(
@@ -160,7 +141,7 @@ async fn parallel_epochs_over_s3_objects_give_every_record_once_per_worker() -> 
         )
         .await?;
     assert_eq!(
-        strings(&read_epoch(&lines, EPOCH).await?),
+        sorted_strings(&read_epoch(&lines, EPOCH).await?),
         ["one", "one", "three", "three", "two", "two"]
     );
     cluster.shutdown().await;
@@ -484,7 +465,7 @@ async fn transient_store_failures_lose_and_repeat_no_record() -> anyhow::Result<
             DistributeOptions::default(),
         )
         .await?;
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), plain);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), plain);
 
     let service = client
         .distribute(
@@ -494,7 +475,7 @@ async fn transient_store_failures_lose_and_repeat_no_record() -> anyhow::Result<
             DistributeOptions::default(),
         )
         .await?;
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), gzip);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), gzip);
 
     // The faults happened: requests were refused and bodies cut, and were retried and resumed.
     assert!(
@@ -518,10 +499,16 @@ async fn azure_blobs_read_as_s3_objects_do() -> anyhow::Result<()> {
     let mut want = Vec::new();
     for f in 0..6 {
         let records: Vec<String> = (0..40).map(|r| format!("blob{f}-record{r}")).collect();
-        sluice_formats::write_object(&format!("{root}/part-{f}.tfrecord"), tfrecord(&records)?)?;
+        sluice_formats::write_object(
+            &format!("{root}/part-{f}.tfrecord"),
+            tfrecord_bytes(&records)?,
+        )?;
         want.extend(records);
     }
-    sluice_formats::write_object("az://sluice/other/part-0.tfrecord", tfrecord(&want[..1])?)?;
+    sluice_formats::write_object(
+        "az://sluice/other/part-0.tfrecord",
+        tfrecord_bytes(&want[..1])?,
+    )?;
     want.sort();
     let mut cluster =
         TestCluster::start_with(1, 0, move |c| c.data_roots = vec![root.into()]).await?;
@@ -539,7 +526,7 @@ async fn azure_blobs_read_as_s3_objects_do() -> anyhow::Result<()> {
             DistributeOptions::default(),
         )
         .await?;
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), want);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), want);
     let service = client
         .distribute(
             &Dataset::files(&pattern).tfrecord(),
@@ -549,7 +536,7 @@ async fn azure_blobs_read_as_s3_objects_do() -> anyhow::Result<()> {
         .await?;
     let mut twice: Vec<String> = want.iter().flat_map(|r| [r.clone(), r.clone()]).collect();
     twice.sort();
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), twice);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), twice);
     let outside = "az://sluice/other/part-0.tfrecord";
     let err = client
         .distribute(
@@ -584,11 +571,15 @@ async fn gcs_objects_read_as_s3_objects_do() -> anyhow::Result<()> {
         gcs.upload(
             "sluice",
             &format!("data/part-{f}.tfrecord"),
-            &tfrecord(&records)?,
+            &tfrecord_bytes(&records)?,
         )?;
         want.extend(records);
     }
-    gcs.upload("sluice", "data/sub/part-9.tfrecord", &tfrecord(&want[..1])?)?;
+    gcs.upload(
+        "sluice",
+        "data/sub/part-9.tfrecord",
+        &tfrecord_bytes(&want[..1])?,
+    )?;
     want.sort();
     let mut cluster =
         TestCluster::start_with(1, 0, move |c| c.data_roots = vec![root.into()]).await?;
@@ -605,7 +596,7 @@ async fn gcs_objects_read_as_s3_objects_do() -> anyhow::Result<()> {
             DistributeOptions::default(),
         )
         .await?;
-    assert_eq!(strings(&read_epoch(&service, EPOCH).await?), want);
+    assert_eq!(sorted_strings(&read_epoch(&service, EPOCH).await?), want);
     cluster.shutdown().await;
     Ok(())
 }

@@ -10,10 +10,9 @@
 use crate::read_epoch;
 use sluice_client::DispatcherClientExt;
 use sluice_client::{DistributeOptions, ShardingPolicy};
-use sluice_formats::tfrecord::TfRecordWriter;
 use sluice_pipeline::{Dataset, Transform};
 use sluice_tests::http::get_async;
-use sluice_tests::{S3sFs, TestCluster};
+use sluice_tests::{sorted_strings, tfrecord_bytes, S3sFs, TestCluster};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -21,15 +20,6 @@ use std::time::Duration;
 const EPOCH: Duration = Duration::from_secs(60);
 const BUCKET: &str = "sluice-settings";
 const ROOT: &str = "s3://sluice-settings/data";
-
-/// A TFRecord object of `records`.
-fn tfrecord(records: &[String]) -> anyhow::Result<Vec<u8>> {
-    let mut writer = TfRecordWriter::new(Vec::new());
-    for r in records {
-        writer.write_record(r.as_bytes())?;
-    }
-    Ok(writer.into_inner()?)
-}
 
 /// No AWS variable in this process: whatever reaches the store comes from the settings. The
 /// metadata service stays off (off EC2 it only times out).
@@ -96,7 +86,10 @@ async fn store_settings_give_endpoint_and_credentials_without_the_environment() 
     let mut want = Vec::new();
     for f in 0..6 {
         let records: Vec<String> = (0..20).map(|r| format!("file{f}-record{r}")).collect();
-        sluice_formats::write_object(&format!("{ROOT}/part-{f}.tfrecord"), tfrecord(&records)?)?;
+        sluice_formats::write_object(
+            &format!("{ROOT}/part-{f}.tfrecord"),
+            tfrecord_bytes(&records)?,
+        )?;
         want.extend(records);
     }
     want.sort();
@@ -109,12 +102,7 @@ async fn store_settings_give_endpoint_and_credentials_without_the_environment() 
             DistributeOptions::default(),
         )
         .await?;
-    let mut got: Vec<String> = read_epoch(&service, EPOCH)
-        .await?
-        .iter()
-        .map(|e| e.to_json().as_str().expect("a string").to_string())
-        .collect();
-    got.sort();
+    let got = sorted_strings(&read_epoch(&service, EPOCH).await?);
     assert_eq!(got, want);
     cluster.shutdown().await;
     Ok(())
@@ -224,7 +212,10 @@ async fn objects_of_a_plain_http_server_read_as_files() -> anyhow::Result<()> {
     let mut want = Vec::new();
     for f in 0..3 {
         let records: Vec<String> = (0..10).map(|r| format!("web{f}-record{r}")).collect();
-        files.push((format!("/data/part-{f}.tfrecord"), tfrecord(&records)?));
+        files.push((
+            format!("/data/part-{f}.tfrecord"),
+            tfrecord_bytes(&records)?,
+        ));
         want.extend(records);
     }
     want.sort();
@@ -255,12 +246,7 @@ async fn objects_of_a_plain_http_server_read_as_files() -> anyhow::Result<()> {
         .client()
         .distribute(&dataset, ShardingPolicy::Off, DistributeOptions::default())
         .await?;
-    let mut got: Vec<String> = read_epoch(&service, EPOCH)
-        .await?
-        .iter()
-        .map(|e| e.to_json().as_str().expect("a string").to_string())
-        .collect();
-    got.sort();
+    let got = sorted_strings(&read_epoch(&service, EPOCH).await?);
     // Each of the two workers reads the whole dataset (parallel_epochs).
     let mut twice: Vec<String> = want.iter().flat_map(|r| [r.clone(), r.clone()]).collect();
     twice.sort();

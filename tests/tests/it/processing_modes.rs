@@ -79,12 +79,7 @@ async fn distributed_epoch_over_a_directory_of_files_yields_every_record_exactly
             DistributeOptions::default(),
         )
         .await?;
-    let mut got: Vec<String> = read_epoch(&service, EPOCH)
-        .await?
-        .iter()
-        .map(|e| e.to_json().as_str().expect("a string element").to_string())
-        .collect();
-    got.sort();
+    let got = sluice_tests::sorted_strings(&read_epoch(&service, EPOCH).await?);
     want.sort();
     assert_eq!(got, want);
     cluster.shutdown().await;
