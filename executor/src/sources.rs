@@ -295,9 +295,12 @@ impl SplitIter {
         }
     }
 
-    /// Asks the supplier for one split and starts it (after the end of the splits or an error,
-    /// nothing more is asked).
-    fn ask(&mut self) {
+    /// Asks the supplier for one split and starts it; `None` at the end of the splits. After
+    /// the end or an error, nothing more is asked.
+    fn ask(&mut self) -> Option<Result<ElementIter, DatasetError>> {
+        if self.asked_all {
+            return None;
+        }
         self.received.ask();
         let split = match self.supplier.next_split(self.provider, self.repetition) {
             Ok(Some(index)) => {
@@ -306,14 +309,14 @@ impl SplitIter {
             }
             Ok(None) => {
                 self.asked_all = true;
-                return;
+                return None;
             }
             Err(e) => Err(e),
         };
         if split.is_err() {
             self.asked_all = true;
         }
-        self.ahead.push_back(split);
+        Some(split)
     }
 
     /// The content of split `index`, started.
@@ -354,12 +357,21 @@ impl Iterator for SplitIter {
                 self.finish();
                 return Some(Err(e));
             }
-            // The next split, and the source's splits ahead after it.
-            let want = 1 + self.source.splits_ahead();
-            while !self.asked_all && self.ahead.len() < want {
-                self.ask();
-            }
-            match self.ahead.pop_front() {
+            // The next split, and the source's splits ahead after it. A source that reads none
+            // ahead (a range's or slices' split is one element) asks for each at its turn,
+            // without the queue.
+            let ahead = self.source.splits_ahead();
+            let next = if ahead == 0 && self.ahead.is_empty() {
+                self.ask()
+            } else {
+                while !self.asked_all && self.ahead.len() <= ahead {
+                    if let Some(split) = self.ask() {
+                        self.ahead.push_back(split);
+                    }
+                }
+                self.ahead.pop_front()
+            };
+            match next {
                 Some(Ok(it)) => self.current = Some(it),
                 Some(Err(e)) => {
                     self.finish();
