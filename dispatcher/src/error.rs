@@ -83,6 +83,9 @@ impl From<DispatcherError> for tonic::Status {
                 tonic::Status::permission_denied(message)
             }
             DispatcherError::Rejected(Rejection::ResourceExhausted(_)) => {
+                sluice_rpc::refuse_retry(tonic::Status::resource_exhausted(message))
+            }
+            DispatcherError::Rejected(Rejection::Busy(_)) => {
                 tonic::Status::resource_exhausted(message)
             }
             DispatcherError::InvalidArgument(_) => tonic::Status::invalid_argument(message),

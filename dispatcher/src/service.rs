@@ -33,7 +33,7 @@ use sluice_pipeline::PipelineLimits;
 use sluice_proto::dispatcher as pb;
 use sluice_proto::dispatcher::dispatcher_server::Dispatcher;
 use sluice_proto::MAX_LEASES_PER_CALL;
-use sluice_rpc::{is_retryable_code, lease_splits_result, FromProto, ToProto};
+use sluice_rpc::{is_retryable_status, lease_splits_result, FromProto, ToProto};
 use sluice_security::{authorize, Identity};
 use sluice_types::{
     ClientId, DatasetId, Delivery, JobId, LeaseRequest, ShardingPolicy, TargetWorkers, TaskId,
@@ -405,7 +405,7 @@ impl Dispatcher for DispatcherService {
             match outcome.map_err(Status::from) {
                 // A retry may cure it (no leader, no quorum): the whole call is retried, with
                 // the same request ids, so the leases granted are answered again.
-                Err(status) if is_retryable_code(status.code()) => return Err(status),
+                Err(status) if is_retryable_status(&status) => return Err(status),
                 outcome => results.push(lease_splits_result(outcome)),
             }
         }

@@ -30,7 +30,9 @@ fn dispatcher_error(e: DispatcherError) -> PyErr {
         DispatcherError::Rejected(Rejection::NotFound(_)) => "NotFoundError",
         DispatcherError::Rejected(Rejection::FailedPrecondition(_)) => "FailedPreconditionError",
         DispatcherError::Rejected(Rejection::PermissionDenied(_)) => "PermissionDeniedError",
-        DispatcherError::Rejected(Rejection::ResourceExhausted(_)) => "ResourceExhaustedError",
+        DispatcherError::Rejected(Rejection::ResourceExhausted(_) | Rejection::Busy(_)) => {
+            "ResourceExhaustedError"
+        }
         DispatcherError::NotLeader { .. }
         | DispatcherError::QuorumUnavailable(_)
         | DispatcherError::RaftStopped(_) => "UnavailableError",

@@ -54,8 +54,40 @@ impl RpcError {
 /// under it. tonic reports a stream the peer reset (a replica killed or cut mid-call) as
 /// `Internal`, though no server answered; every mutating call carries a request id, so sending
 /// it again cannot apply it twice.
+/// A status whose server said not to send the request again is not retried either (see
+/// `refuse_retry`).
 pub fn is_retryable_status(status: &tonic::Status) -> bool {
-    is_retryable_code(status.code()) || broken_stream(status)
+    (is_retryable_code(status.code()) && !retry_refused(status)) || broken_stream(status)
+}
+
+/// gRPC's retry pushback header: milliseconds to wait before a retry, or a negative value
+/// when the request must not be retried (gRPC's retry design, proposal A6).
+pub const RETRY_PUSHBACK_METADATA_KEY: &str = "grpc-retry-pushback-ms";
+
+/// `status`, telling clients not to retry the request: for a `ResourceExhausted` that sending
+/// the same request again cannot get past (a full store, a request over a fixed limit), which
+/// would otherwise be retried until the caller's deadline and end as `Unavailable`.
+pub fn refuse_retry(mut status: tonic::Status) -> tonic::Status {
+    status.metadata_mut().insert(
+        RETRY_PUSHBACK_METADATA_KEY,
+        tonic::metadata::MetadataValue::from_static("-1"),
+    );
+    status
+}
+
+/// Whether `status` carries a retry pushback that refuses retries: a negative number, or
+/// anything that is not a number, as gRPC's own clients read it.
+fn retry_refused(status: &tonic::Status) -> bool {
+    status
+        .metadata()
+        .get(RETRY_PUSHBACK_METADATA_KEY)
+        .is_some_and(|value| {
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_none()
+        })
 }
 
 /// An `Internal` status that tonic made from an HTTP/2 error rather than one a server sent.
@@ -151,5 +183,33 @@ mod tests {
         assert!(!is_retryable_status(&tonic::Status::permission_denied(
             "no"
         )));
+    }
+
+    #[test]
+    fn a_retry_pushback_that_refuses_stops_retries_and_a_delay_does_not() {
+        let with = |code: tonic::Code, value: &'static str| {
+            let mut status = tonic::Status::new(code, "refused");
+            status.metadata_mut().insert(
+                RETRY_PUSHBACK_METADATA_KEY,
+                tonic::metadata::MetadataValue::from_static(value),
+            );
+            status
+        };
+        let exhausted = tonic::Code::ResourceExhausted;
+        let cases = [
+            (tonic::Status::resource_exhausted("busy"), true),
+            (
+                refuse_retry(tonic::Status::resource_exhausted("full")),
+                false,
+            ),
+            (with(exhausted, "-1"), false),
+            (with(exhausted, "soon"), false),
+            (with(exhausted, "250"), true),
+            // A code that is not retried stays so, whatever the header says.
+            (with(tonic::Code::InvalidArgument, "250"), false),
+        ];
+        for (status, retried) in cases {
+            assert_eq!(is_retryable_status(&status), retried, "{status:?}");
+        }
     }
 }

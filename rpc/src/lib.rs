@@ -48,7 +48,10 @@ pub use dispatcher_rpcs::{
     lease_slack, ClientHeartbeat, ClientHeartbeatReply, IterationClient, JobRequest, KnownTasks,
     TaskDelivery, WorkerHeartbeat, MAX_LEASE_SLACK,
 };
-pub use error::{dataset_error_code, is_retryable_code, is_retryable_status, RpcError};
+pub use error::{
+    dataset_error_code, is_retryable_code, is_retryable_status, refuse_retry, RpcError,
+    RETRY_PUSHBACK_METADATA_KEY,
+};
 pub use local_workers::{LocalWorker, LocalWorkers};
 pub use quorum::RetryConfig;
 pub use worker_address::check_worker_address;

@@ -87,7 +87,7 @@ impl RequestLog {
             )));
         }
         if requester.outcomes.len() >= MAX_OUTCOMES_PER_REQUESTER {
-            return Admission::Refused(Rejection::ResourceExhausted(format!(
+            return Admission::Refused(Rejection::Busy(format!(
                 "requester {} has {MAX_OUTCOMES_PER_REQUESTER} answered requests above its \
                  watermark {}; request {} was not applied (retry once earlier requests are \
                  acknowledged)",

@@ -329,6 +329,13 @@ pub enum Rejection {
     FailedPrecondition(String),
     #[error("{0}")]
     PermissionDenied(String),
+    /// A limit the request will still cross if sent again later (its own size, or a store
+    /// that is full): `ResourceExhausted`, with gRPC's retry pushback telling clients not to
+    /// retry it.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// A limit that frees up as other requests finish: `ResourceExhausted`, which clients
+    /// retry with backoff.
+    #[error("{0}")]
+    Busy(String),
 }

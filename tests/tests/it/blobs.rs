@@ -5,7 +5,9 @@
 //! blobs and definitions naming unknown blobs are refused.
 
 use crate::assert_exactly_once;
-use sluice_client::{DispatcherClientExt, DistributeOptions, RpcError, ShardingPolicy};
+use sluice_client::{
+    ClientError, DispatcherClientExt, DistributeOptions, RpcError, ShardingPolicy,
+};
 use sluice_element::blob_tensors::{self, BlobDigest};
 use sluice_element::{DType, Tensor};
 use sluice_pipeline::Dataset;
@@ -253,6 +255,62 @@ async fn forged_blobs_and_unknown_digests_are_refused() -> anyhow::Result<()> {
             assert!(message.contains("not the 64 bytes"), "{message}");
         }
         other => panic!("expected FailedPrecondition, got {other:?}"),
+    }
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_blob_store_refuses_an_upload_at_once_and_keeps_nothing_of_it() -> anyhow::Result<()>
+{
+    sluice_tests::init_tracing();
+    let cluster = TestCluster::start_with(1, 0, |config| {
+        config.max_blob_store_size = 4 * MIB as u64;
+    })
+    .await?;
+    cluster.wait_for_leader(WAIT).await?;
+    let client = cluster.client();
+    let (first, first_digest) = rows_of(1024, 3 * MIB / 1024, salt());
+    let first = bytes::Bytes::copy_from_slice(first.raw_data().expect("raw data"));
+    client.put_blob(&first_digest, first).await?;
+
+    // A store that is full stays full however often the upload is sent: the client must get
+    // the refusal itself, not retry it until its deadline and then report the dispatcher as
+    // unavailable.
+    let (second, second_digest) = rows_of(1024, 3 * MIB / 1024, salt() + 1);
+    let blobs = cluster.replica_data_dir(1).unwrap().join("blobs");
+    let before = std::fs::read_dir(&blobs)?.count();
+    match client
+        .put_blob(
+            &second_digest,
+            bytes::Bytes::copy_from_slice(second.raw_data().expect("raw data")),
+        )
+        .await
+    {
+        Err(RpcError::Status { code, message }) => {
+            assert_eq!(code, tonic::Code::ResourceExhausted, "{message}");
+            assert!(message.contains("--max-blob-store-size"), "{message}");
+            assert!(
+                message.contains(&blob_tensors::hex(&second_digest)),
+                "{message}"
+            );
+        }
+        other => panic!("expected ResourceExhausted, got {other:?}"),
+    }
+    assert_eq!(std::fs::read_dir(&blobs)?.count(), before, "nothing kept");
+
+    // The same through a registration: the dataset is refused with the store's reason.
+    let dataset = Dataset::from_slices(second);
+    match client
+        .distribute(&dataset, ShardingPolicy::Off, DistributeOptions::default())
+        .await
+    {
+        Err(ClientError::Rpc { code, message }) => {
+            assert_eq!(code, tonic::Code::ResourceExhausted, "{message}");
+            assert!(message.contains("--max-blob-store-size"), "{message}");
+        }
+        Err(other) => panic!("expected ResourceExhausted, got {other:?}"),
+        Ok(_) => panic!("a dataset whose blob does not fit was registered"),
     }
     cluster.shutdown().await;
     Ok(())

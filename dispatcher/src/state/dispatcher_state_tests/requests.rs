@@ -127,7 +127,7 @@ fn a_requester_that_never_raises_its_watermark_is_refused_not_grown() {
         &request(MAX_OUTCOMES_PER_REQUESTER as u64),
     );
     assert!(
-        matches!(refused, Outcome::Rejected(Rejection::ResourceExhausted(_))),
+        matches!(refused, Outcome::Rejected(Rejection::Busy(_))),
         "{refused:?}"
     );
     assert_eq!(state.sizes().recorded_outcomes, MAX_OUTCOMES_PER_REQUESTER);
