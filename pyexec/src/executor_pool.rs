@@ -11,8 +11,9 @@
 //! Batches: the stage hands a function's inputs over in batches (`call_batch`), each one frame
 //! to an executor (BATCH) and one frame back (RESULTS, a result per element, in order). The
 //! size it is asked for (`batch_size`) is each function's own, re-chosen after every batch
-//! from the executor's measure of it (`batch_size::next_batch_size`): 1 at first, growing
-//! while elements are cheap, 1 for a function that takes milliseconds.
+//! from the executor's measure of it and the batch's bytes (`batch_size::next_batch_size`): 1
+//! at first, growing while a batch is short and small, 1 for a function that takes 20 ms or
+//! more per element or whose elements are a megabyte.
 //!
 //! Failure containment: an executor that dies during a call (os._exit, a segfault, a kill)
 //! fails that call with `DatasetError::PythonRuntime` and is restarted by its thread; other
@@ -577,8 +578,9 @@ fn receive(process: &mut ExecutorProcess, call: &Call) -> Result<Vec<CallResult>
     }
     let current = function.batch.load(Ordering::Relaxed);
     let elapsed = Duration::from_nanos(batch.nanos);
+    let bytes = request_bytes(call).saturating_add(body.len());
     function.batch.store(
-        next_batch_size(current, call.inputs.len(), elapsed),
+        next_batch_size(current, call.inputs.len(), elapsed, bytes),
         Ordering::Relaxed,
     );
     call.inputs

@@ -77,15 +77,33 @@ def test_a_slow_map_keeps_calls_one_by_one(service):
     import time
 
     def slow(x):
-        end = time.perf_counter() + 0.004
+        end = time.perf_counter() + 0.025
         while time.perf_counter() < end:
             pass
         return (x, np.int64(os.getpid()))
 
-    out = service.read(Dataset.range(60).map(slow))
-    assert [int(x) for x, _ in out] == list(range(60))
-    # Calls of 4 ms are past a batch's aim: each goes alone, so the two executors share even
-    # the first elements rather than one taking a batch of them.
+    out = service.read(Dataset.range(30).map(slow))
+    assert [int(x) for x, _ in out] == list(range(30))
+    # Calls of 25 ms are past a batch's aim (20 ms): each goes alone, so the two executors
+    # share even the first elements rather than one taking a batch of them.
+    pids = [int(pid) for _, pid in out]
+    assert longest_run(pids) < 8, pids
+
+
+def test_a_map_of_large_outputs_keeps_calls_one_by_one(service):
+    import time
+
+    def large(x):
+        end = time.perf_counter() + 0.005
+        while time.perf_counter() < end:
+            pass
+        return (np.full(384 * 1024, x, dtype=np.float32), np.int64(os.getpid()))
+
+    out = service.read(Dataset.range(40).map(large))
+    assert [int(a[0]) for a, _ in out] == list(range(40))
+    assert all(a.shape == (384 * 1024,) and int(a[-1]) == i for i, (a, _) in enumerate(out))
+    # 5 ms calls would go four to a batch, but each returns 1.5 MiB: past a batch's aim of
+    # bytes (1 MiB), so each goes alone.
     pids = [int(pid) for _, pid in out]
     assert longest_run(pids) < 8, pids
 
