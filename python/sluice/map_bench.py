@@ -20,10 +20,11 @@ outputs (checked by a checksum):
   ``P`` Python executors; the dispatcher and the worker run in their own processes, the reader
   in this one.
 
-Each figure is elements per second, the median of ``--epochs`` runs, the setups of a workload
-run in turn in one process so the ratios compare like with like on a shared machine. One line
-per figure and a line of ratios per workload, then a JSON object of every figure on the last
-line.
+Each figure is elements per second, the median of ``--epochs`` runs. The setups of a workload
+take turns epoch by epoch (a loop epoch, a Pool epoch, a Sluice epoch, then again), with the
+Pool and the Sluice servers started once before the first, so a shared machine's slow spell
+falls on every setup alike and the ratios compare like with like. One line per figure and a
+line of ratios per workload, then a JSON object of every figure on the last line.
 """
 
 from __future__ import annotations
@@ -96,14 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if workload not in _WORKLOADS:
             raise SystemExit(f"unknown workload {workload!r}: one of {', '.join(_WORKLOADS)}")
         fn, inputs, dataset = _WORKLOADS[workload](args.images)
-        rates = {
-            "loop": _median(args.epochs, lambda: _loop(fn, inputs, workload)),
-            "pool": _median(
-                args.epochs,
-                lambda: _pool(fn, inputs, args.processes, args.chunksize, workload),
-            ),
-            "sluice": _sluice(dataset, fn, len(inputs), args.processes, args.epochs, workload),
-        }
+        rates = _interleaved(fn, inputs, dataset, workload, args)
         for setup, rate in rates.items():
             figures[f"py_map_{workload}_{setup}_eps"] = round(rate, 1)
             print(f"py_map_{workload}_{setup}_eps {rate:>12,.1f} elements/s", flush=True)
@@ -195,49 +189,82 @@ def _timed(outputs: "Callable[[], Iterable[Any]]", n: int, workload: str) -> flo
     return n / elapsed
 
 
+def _interleaved(
+    fn: Callable[[Any], Any], inputs: List[Any], dataset: Any, workload: str, args: Any
+) -> Dict[str, float]:
+    """The median rate of each setup over ``args.epochs`` turns, the setups taking turns."""
+    epochs: Dict[str, List[float]] = {"loop": [], "pool": [], "sluice": []}
+    with _Pool(args.processes) as pool, _Sluice(args.processes) as service:
+        # Warm before the clock runs: the Pool's processes started, the executors' function
+        # loaded.
+        service.epoch(dataset, fn, len(inputs), workload)
+        for _ in range(max(args.epochs, 1)):
+            epochs["loop"].append(_loop(fn, inputs, workload))
+            epochs["pool"].append(pool.epoch(fn, inputs, args.chunksize, workload))
+            epochs["sluice"].append(service.epoch(dataset, fn, len(inputs), workload))
+    return {setup: statistics.median(rates) for setup, rates in epochs.items()}
+
+
 def _loop(fn: Callable[[Any], Any], inputs: List[Any], workload: str) -> float:
     return _timed(lambda: (fn(x) for x in inputs), len(inputs), workload)
 
 
-def _pool(
-    fn: Callable[[Any], Any], inputs: List[Any], processes: int, chunksize: int, workload: str
-) -> float:
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        # Started and warm before the clock runs, as the Sluice worker's executors are.
-        pool.map(abs, range(processes))
-        return _timed(lambda: pool.imap(fn, inputs, chunksize=chunksize), len(inputs), workload)
+class _Pool:
+    """``multiprocessing.Pool(processes)``, started and warm."""
 
+    def __init__(self, processes: int) -> None:
+        self.pool = multiprocessing.get_context("spawn").Pool(processes)
+        self.pool.map(abs, range(processes))
 
-def _sluice(
-    dataset: Any, fn: Callable[[Any], Any], n: int, executors: int, epochs: int, workload: str
-) -> float:
-    import sluice
-    from sluice.bench import _Child
+    def __enter__(self) -> "_Pool":
+        return self
 
-    dispatcher = _Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])
-    children = [dispatcher]
-    try:
-        worker = _Child(
-            [sys.executable, "-m", "sluice.bench", "serve", "worker"]
-            + ["--dispatcher", dispatcher.address, "--python-executors", str(executors)]
+    def __exit__(self, *exc: Any) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+    def epoch(
+        self, fn: Callable[[Any], Any], inputs: List[Any], chunksize: int, workload: str
+    ) -> float:
+        return _timed(
+            lambda: self.pool.imap(fn, inputs, chunksize=chunksize), len(inputs), workload
         )
-        children.append(worker)
 
-        def epoch() -> float:
-            distributed = dataset.map(fn).apply(
-                sluice.distribute("parallel_epochs", dispatcher.address, compression=None)
+
+class _Sluice:
+    """A dispatcher and a worker with ``executors`` Python executors, each in its own
+    process; epochs are read in this one."""
+
+    def __init__(self, executors: int) -> None:
+        from sluice.bench import _Child
+
+        self.children = [_Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])]
+        self.address = self.children[0].address
+        try:
+            self.children.append(
+                _Child(
+                    [sys.executable, "-m", "sluice.bench", "serve", "worker"]
+                    + ["--dispatcher", self.address, "--python-executors", str(executors)]
+                )
             )
-            return _timed(lambda: iter(distributed), n, workload)
+        except BaseException:
+            self.__exit__()
+            raise
 
-        epoch()  # the executors load the function once; not timed, as the Pool's warm-up
-        return _median(epochs, epoch)
-    finally:
-        for child in reversed(children):
+    def __enter__(self) -> "_Sluice":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for child in reversed(self.children):
             child.stop()
 
+    def epoch(self, dataset: Any, fn: Callable[[Any], Any], n: int, workload: str) -> float:
+        import sluice
 
-def _median(epochs: int, run: Callable[[], float]) -> float:
-    return statistics.median(run() for _ in range(max(epochs, 1)))
+        distributed = dataset.map(fn).apply(
+            sluice.distribute("parallel_epochs", self.address, compression=None)
+        )
+        return _timed(lambda: iter(distributed), n, workload)
 
 
 if __name__ == "__main__":
