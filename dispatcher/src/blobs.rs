@@ -136,6 +136,77 @@ struct Inner {
 /// Where a blob's bytes come from while it is written.
 pub type Chunks = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, tonic::Status>> + Send>>;
 
+/// A peer's `FetchBlob` stream of a blob's parts.
+type Parts = futures::stream::BoxStream<'static, Result<BlobPart, tonic::Status>>;
+
+/// How many times one fetch from a peer is resumed after its stream broke.
+const MAX_PEER_RESUMES: u32 = 8;
+
+/// The data of `parts`, a blob of `len` bytes from `received` on; when the stream breaks with a
+/// status worth retrying, `open(offset)` asks the peer again from the bytes received so far, at
+/// most `MAX_PEER_RESUMES` times, so a broken transfer of a large blob does not start over. A
+/// resumed stream that names another length is an error (the writer checks the whole digest).
+fn resuming<F, Fut>(open: F, parts: Parts, received: u64, len: u64) -> Chunks
+where
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<Parts, tonic::Status>> + Send,
+{
+    struct State<F> {
+        open: F,
+        parts: Option<Parts>,
+        received: u64,
+        resumes: u32,
+    }
+    let state = State {
+        open,
+        parts: Some(parts),
+        received,
+        resumes: 0,
+    };
+    Box::pin(futures::stream::unfold(
+        state,
+        move |mut state| async move {
+            loop {
+                let parts = state.parts.as_mut()?;
+                let status = match parts.next().await {
+                    None => return None,
+                    Some(Ok(part)) if part.total_len != len => {
+                        state.parts = None;
+                        let error = tonic::Status::failed_precondition(format!(
+                            "the peer's blob is {} bytes, not {len}",
+                            part.total_len
+                        ));
+                        return Some((Err(error), state));
+                    }
+                    Some(Ok(part)) => {
+                        state.received += part.data.len() as u64;
+                        return Some((Ok(part.data), state));
+                    }
+                    Some(Err(status)) => status,
+                };
+                if state.resumes >= MAX_PEER_RESUMES || !sluice_rpc::is_retryable_status(&status) {
+                    state.parts = None;
+                    return Some((Err(status), state));
+                }
+                state.resumes += 1;
+                tracing::debug!(
+                    received = state.received,
+                    resumes = state.resumes,
+                    "a peer's blob stream broke ({}); resuming",
+                    status.message()
+                );
+                match (state.open)(state.received).await {
+                    Ok(parts) => state.parts = Some(parts),
+                    Err(status) => {
+                        state.parts = None;
+                        return Some((Err(status), state));
+                    }
+                }
+            }
+        },
+    ))
+}
+
 impl Blobs {
     /// The store under `data_dir/blobs` (created if missing); temporary files a previous run
     /// left are removed.
@@ -481,7 +552,8 @@ impl Blobs {
         .into())
     }
 
-    /// Fetches blob `digest` from `target` into this store.
+    /// Fetches blob `digest` from `target` into this store. A stream that breaks on the way
+    /// (the peer restarted, a link cut) is asked again from where it broke (`resuming`).
     async fn fetch_from(
         &self,
         target: NodeId,
@@ -489,26 +561,33 @@ impl Blobs {
         digest: &BlobDigest,
     ) -> Result<(), String> {
         let channel = self.inner.network.blob_channel(target, node)?;
-        let mut client = RaftPeerClient::new(channel)
+        let client = RaftPeerClient::new(channel)
             .max_decoding_message_size(2 * CHUNK_BYTES)
             .max_encoding_message_size(2 * CHUNK_BYTES);
-        let mut request = tonic::Request::new(FetchBlobRequest {
-            digest: digest.to_vec(),
-            offset: 0,
-        });
-        request.set_timeout(transfer_timeout(MAX_BLOB_BYTES));
-        let mut parts = client
-            .fetch_blob(request)
+        let wanted = digest.to_vec();
+        let open = move |offset: u64| {
+            let mut client = client.clone();
+            let mut request = tonic::Request::new(FetchBlobRequest {
+                digest: wanted.clone(),
+                offset,
+            });
+            request.set_timeout(transfer_timeout(MAX_BLOB_BYTES));
+            async move {
+                let parts = client.fetch_blob(request).await?.into_inner();
+                Ok(parts.boxed())
+            }
+        };
+        let mut parts = open(0)
             .await
-            .map_err(|s| format!("{}: {}", s.code(), s.message()))?
-            .into_inner();
+            .map_err(|s: tonic::Status| format!("{}: {}", s.code(), s.message()))?;
         let first = parts
-            .message()
+            .next()
             .await
+            .transpose()
             .map_err(|s| format!("{}: {}", s.code(), s.message()))?
             .ok_or_else(|| "the peer sent no part".to_string())?;
         let len = first.total_len;
-        let rest: Chunks = Box::pin(parts.map(|p| p.map(|p| p.data)));
+        let rest = resuming(open, parts, first.data.len() as u64, len);
         self.write(*digest, len, first.data, rest)
             .await
             .map_err(|e| e.to_string())
@@ -641,4 +720,174 @@ fn parse_hex(name: &str) -> Option<BlobDigest> {
         *byte = u8::from_str_radix(name.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A peer serving `data` in parts of `part` bytes, whose streams break (`Unavailable`, or
+    /// `broken` as given) after `cuts[i]` parts on the `i`-th request; records each request's
+    /// offset.
+    struct Peer {
+        data: Vec<u8>,
+        part: usize,
+        cuts: Vec<usize>,
+        broken: tonic::Code,
+        offsets: Mutex<Vec<u64>>,
+    }
+
+    impl Peer {
+        fn open(self: &Arc<Self>, offset: u64) -> Parts {
+            let mut offsets = self.offsets.lock().unwrap();
+            let attempt = offsets.len();
+            offsets.push(offset);
+            let total_len = self.data.len() as u64;
+            let mut parts: Vec<Result<BlobPart, tonic::Status>> = self.data[offset as usize..]
+                .chunks(self.part)
+                .map(|chunk| {
+                    Ok(BlobPart {
+                        digest: Vec::new(),
+                        data: Bytes::copy_from_slice(chunk),
+                        total_len,
+                    })
+                })
+                .collect();
+            if let Some(&cut) = self.cuts.get(attempt) {
+                parts.truncate(cut);
+                parts.push(Err(tonic::Status::new(self.broken, "the stream broke")));
+            }
+            futures::stream::iter(parts).boxed()
+        }
+    }
+
+    /// Reads a blob through `resuming` as `fetch_from` does: the first part, then the rest.
+    async fn fetch(peer: &Arc<Peer>) -> (Vec<u8>, Option<tonic::Status>) {
+        let mut parts = peer.open(0);
+        let first = parts.next().await.unwrap().unwrap();
+        let mut got = first.data.to_vec();
+        let opener = peer.clone();
+        let open = move |offset| {
+            let parts = opener.open(offset);
+            async move { Ok(parts) }
+        };
+        let mut rest = resuming(open, parts, got.len() as u64, first.total_len);
+        while let Some(chunk) = rest.next().await {
+            match chunk {
+                Ok(data) => got.extend_from_slice(&data),
+                Err(status) => return (got, Some(status)),
+            }
+        }
+        (got, None)
+    }
+
+    fn peer(cuts: Vec<usize>, broken: tonic::Code) -> Arc<Peer> {
+        Arc::new(Peer {
+            data: (0..10_000u32).map(|i| (i % 251) as u8).collect(),
+            part: 1000,
+            cuts,
+            broken,
+            offsets: Mutex::new(Vec::new()),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_broken_peer_stream_resumes_where_it_broke() {
+        /// A peer whose streams break after `cuts` parts with `broken`: the offsets asked for,
+        /// and whether the whole blob arrives.
+        struct Case {
+            name: &'static str,
+            cuts: Vec<usize>,
+            broken: tonic::Code,
+            offsets: Vec<u64>,
+            whole: bool,
+        }
+        let unavailable = tonic::Code::Unavailable;
+        let cases = [
+            Case {
+                name: "never broken",
+                cuts: vec![],
+                broken: unavailable,
+                offsets: vec![0],
+                whole: true,
+            },
+            Case {
+                name: "broken twice",
+                cuts: vec![3, 2],
+                broken: unavailable,
+                offsets: vec![0, 3000, 5000],
+                whole: true,
+            },
+            Case {
+                name: "broken before its first part resumes at once",
+                cuts: vec![4, 0],
+                broken: unavailable,
+                offsets: vec![0, 4000, 4000],
+                whole: true,
+            },
+            Case {
+                name: "a refusal is not retried",
+                cuts: vec![3],
+                broken: tonic::Code::PermissionDenied,
+                offsets: vec![0],
+                whole: false,
+            },
+            Case {
+                name: "at most MAX_PEER_RESUMES resumes",
+                cuts: vec![1; MAX_PEER_RESUMES as usize + 2],
+                broken: unavailable,
+                offsets: (0..=MAX_PEER_RESUMES as u64).map(|i| i * 1000).collect(),
+                whole: false,
+            },
+        ];
+        for Case {
+            name,
+            cuts,
+            broken,
+            offsets,
+            whole,
+        } in cases
+        {
+            let peer = peer(cuts, broken);
+            let (got, error) = fetch(&peer).await;
+            assert_eq!(*peer.offsets.lock().unwrap(), offsets, "{name}");
+            if whole {
+                assert_eq!(got, peer.data, "{name}");
+                assert!(error.is_none(), "{name}: {error:?}");
+            } else {
+                assert_eq!(got, peer.data[..got.len()], "{name}: a prefix");
+                assert_eq!(error.map(|e| e.code()), Some(broken), "{name}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resumed_stream_of_another_length_is_an_error() {
+        let peer = peer(vec![2], tonic::Code::Unavailable);
+        let mut parts = peer.open(0);
+        let first = parts.next().await.unwrap().unwrap();
+        let other = peer.clone();
+        let open = move |offset| {
+            // The peer now holds a blob of another length under the digest.
+            let parts = other
+                .open(offset)
+                .map(|part| {
+                    part.map(|mut part| {
+                        part.total_len += 1;
+                        part
+                    })
+                })
+                .boxed();
+            async move { Ok(parts) }
+        };
+        let mut rest = resuming(open, parts, 1000, first.total_len);
+        let mut errors = Vec::new();
+        while let Some(chunk) = rest.next().await {
+            if let Err(status) = chunk {
+                errors.push(status.code());
+            }
+        }
+        assert_eq!(errors, [tonic::Code::FailedPrecondition]);
+    }
 }
