@@ -330,3 +330,96 @@ fn compression_parses_tf_data_spellings_and_refuses_anything_else() {
         assert_eq!(Compression::from_proto(c.to_proto() as i32).ok(), Some(c));
     }
 }
+
+/// Which of `verdicts` (whether each tried element compressed) `AutoCompression` tries, as a
+/// string: `t` tried, `.` sent without trying, until the verdicts run out.
+fn auto_trace(verdicts: &[bool], elements: usize) -> String {
+    let mut auto = AutoCompression::default();
+    let mut verdicts = verdicts.iter();
+    let mut trace = String::new();
+    for _ in 0..elements {
+        match auto.next(Compression::Auto) {
+            Compression::Auto => {
+                let Some(&compressed) = verdicts.next() else {
+                    break;
+                };
+                auto.tried(compressed);
+                trace.push('t');
+            }
+            Compression::None => trace.push('.'),
+        }
+    }
+    trace
+}
+
+#[test]
+fn auto_compression_stops_trying_what_does_not_compress_and_keeps_what_does() {
+    let dots = |n: usize| ".".repeat(n);
+    let cases: [(&str, Vec<bool>, usize, String); 5] = [
+        (
+            "compressible: always tried",
+            vec![true; 100],
+            100,
+            "t".repeat(100),
+        ),
+        (
+            "incompressible: four misses, then 64 skipped, 128, 256",
+            vec![false; 7],
+            4 + 64 + 1 + 128 + 1 + 256 + 1,
+            format!("tttt{}t{}t{}t", dots(64), dots(128), dots(256)),
+        ),
+        (
+            "a hit starts over",
+            vec![false, false, false, true, false, false, false, false],
+            8 + 64,
+            format!("tttttttt{}", dots(64)),
+        ),
+        (
+            "a compressible stretch after skipping is compressed again",
+            vec![false, false, false, false, true, true, true],
+            4 + 64 + 3,
+            format!("tttt{}ttt", dots(64)),
+        ),
+        (
+            "the skip stops growing",
+            vec![false; 12],
+            4 + 64 + 1 + 128 + 1 + 256 + 1 + 512 + 1 + 1024 + 1 + 2048 + 1 + 4096 + 1 + 4096 + 1,
+            format!(
+                "tttt{}t{}t{}t{}t{}t{}t{}t{}t",
+                dots(64),
+                dots(128),
+                dots(256),
+                dots(512),
+                dots(1024),
+                dots(2048),
+                dots(4096),
+                dots(4096)
+            ),
+        ),
+    ];
+    for (name, verdicts, elements, want) in cases {
+        assert_eq!(auto_trace(&verdicts, elements), want, "{name}");
+    }
+    // A dataset without compression never tries.
+    let mut auto = AutoCompression::default();
+    assert_eq!(auto.next(Compression::None), Compression::None);
+    // Many misses saturate, never wrap to trying every element.
+    let mut auto = AutoCompression::default();
+    for _ in 0..100 {
+        auto.tried(false);
+    }
+    let skipped = (0..AutoCompression::MAX_SKIP)
+        .filter(|_| auto.next(Compression::Auto) == Compression::None)
+        .count();
+    assert_eq!(skipped, AutoCompression::MAX_SKIP as usize);
+}
+
+#[test]
+fn is_compressed_reads_the_header() {
+    let zeros: Element = Tensor::from_raw(DType::Float32, vec![4096], vec![0u8; 16384].into())
+        .unwrap()
+        .into();
+    assert!(is_compressed(&encode_element(&zeros, Compression::Auto)));
+    assert!(!is_compressed(&encode_element(&zeros, Compression::None)));
+    assert!(!is_compressed(&[]));
+}

@@ -40,7 +40,8 @@ mod fuzz_tests;
 
 pub use cancellation::Cancellation;
 pub use codec::{
-    decode_element, decode_element_bytes, encode_element, encode_element_append, Compression,
+    decode_element, decode_element_bytes, encode_element, encode_element_append, is_compressed,
+    AutoCompression, Compression,
 };
 pub use dtype::DType;
 pub use element::{Element, ElementIter};

@@ -35,6 +35,9 @@ const BACKLOG: usize = 128;
 #[derive(Clone, Debug, Default)]
 pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
+    /// Whether the caller runs on this machine: it connected over loopback, or from the address
+    /// it reached this server at.
+    pub same_host: bool,
     /// The identity of a verified client certificate with a role, if one was presented.
     pub cert_identity: Option<Identity>,
     /// The hosts that certificate names (its subject alternative names): where its holder may
@@ -115,6 +118,9 @@ impl Stream for Incoming {
             let _ = socket.set_nodelay(true);
             let info = ConnInfo {
                 remote: Some(remote),
+                same_host: socket
+                    .local_addr()
+                    .is_ok_and(|local| same_host(local, remote)),
                 ..ConnInfo::default()
             };
             let Some(acceptor) = this.acceptor.clone() else {
@@ -129,6 +135,12 @@ impl Stream for Incoming {
             ));
         }
     }
+}
+
+/// Whether a connection from `remote` to `local` stays on this machine.
+fn same_host(local: SocketAddr, remote: SocketAddr) -> bool {
+    let remote = remote.ip().to_canonical();
+    remote.is_loopback() || remote == local.ip().to_canonical()
 }
 
 /// Runs one TLS handshake under its deadline and hands the connection to the stream; a failed
@@ -211,5 +223,32 @@ impl tonic::transport::server::Connected for SecureStream {
 
     fn connect_info(&self) -> ConnInfo {
         self.info().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_is_on_this_host_over_loopback_or_from_the_address_it_reached() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let cases = [
+            ("127.0.0.1:5000", "127.0.0.1:40000", true),
+            ("127.0.0.1:5000", "127.0.0.2:40000", true),
+            ("[::1]:5000", "[::1]:40000", true),
+            ("[::ffff:127.0.0.1]:5000", "[::ffff:127.0.0.1]:40000", true),
+            ("10.0.0.5:5000", "10.0.0.5:40000", true),
+            ("[::ffff:10.0.0.5]:5000", "10.0.0.5:40000", true),
+            ("10.0.0.5:5000", "10.0.0.6:40000", false),
+            ("[2001:db8::1]:5000", "[2001:db8::2]:40000", false),
+        ];
+        for (local, remote, want) in cases {
+            assert_eq!(
+                same_host(at(local), at(remote)),
+                want,
+                "{local} <- {remote}"
+            );
+        }
     }
 }

@@ -312,6 +312,7 @@ impl tonic::transport::server::Connected for Sniffed {
 /// Serves one raw fetch stream: requests are read here and passed on to the serving task, and
 /// its batches written as frames, until the stream ends; then the connection closes.
 async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
+    let same_host = connection.info().same_host;
     let (read, mut write) = tokio::io::split(connection);
     // The read half stays here, not with the serving task, so that this task decides when the
     // connection closes (see `linger`).
@@ -333,7 +334,7 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
         // `forward` lives until the stream ends, so a stream waiting on it would never open.
         None => FetchRequests::new(stream::empty()),
     };
-    let mut batches = match open_fetch(&state, requests).await {
+    let mut batches = match open_fetch(&state, requests, same_host).await {
         Ok(batches) => batches,
         Err(error) => {
             let status: Status = error.into();

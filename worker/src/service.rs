@@ -33,7 +33,7 @@ use sluice_proto::worker::{
     ElementBatch, FetchRequest, GetElementRequest, GetElementResponse, GetWorkerTasksRequest,
     GetWorkerTasksResponse,
 };
-use sluice_security::{authorize, Role};
+use sluice_security::{authorize, ConnInfo, Role};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -103,8 +103,9 @@ impl Worker for WorkerService {
         request: Request<Streaming<FetchRequest>>,
     ) -> Result<Response<BatchStream>, Status> {
         authorize(&request, "Fetch", READERS)?;
+        let same_host = same_host(&request);
         let requests = FetchRequests::new(request.into_inner());
-        let batches = open_fetch(&self.state, requests).await?;
+        let batches = open_fetch(&self.state, requests, same_host).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(batches))))
     }
 
@@ -114,6 +115,7 @@ impl Worker for WorkerService {
         request: Request<GetElementRequest>,
     ) -> Result<Response<GetElementResponse>, Status> {
         authorize(&request, "GetElement", READERS)?;
+        let same_host = same_host(&request);
         let req = request.into_inner();
         self.state
             .check_admission(req.task_id, req.client_id, &req.admission)?;
@@ -126,6 +128,9 @@ impl Worker for WorkerService {
         let round_robin = runner.round_robin().ok_or(WorkerError::NotRoundRobin {
             task_id: req.task_id,
         })?;
+        if !same_host {
+            runner.buffer().reader_elsewhere();
+        }
         let reply = round_robin
             .get(
                 req.consumer_index,
@@ -182,9 +187,20 @@ impl FetchRequests {
 /// task), and starts serving it. The batches to send come out of the receiver, which closes
 /// after the last one; a refusal (task not here yet, deleted, a bad request) is the error the
 /// stream fails with.
+/// Whether `request` comes from this machine (see `ConnInfo::same_host`).
+fn same_host<T>(request: &Request<T>) -> bool {
+    request
+        .extensions()
+        .get::<ConnInfo>()
+        .is_some_and(|conn| conn.same_host)
+}
+
+/// `same_host`: the reader runs on this machine (its elements are not compressed for it; see
+/// `TaskBuffer::reader_elsewhere`).
 pub(crate) async fn open_fetch(
     state: &Arc<WorkerState>,
     mut requests: FetchRequests,
+    same_host: bool,
 ) -> Result<mpsc::Receiver<Result<ElementBatch, Status>>, WorkerError> {
     let first = requests
         .message()
@@ -219,6 +235,9 @@ pub(crate) async fn open_fetch(
         }
         return Err(WorkerError::TaskNotHereYet { task_id });
     };
+    if !same_host {
+        runner.buffer().reader_elsewhere();
+    }
     match runner.cross_trainer_cache() {
         Some(cache) => {
             if first.trainer_id.is_empty() {

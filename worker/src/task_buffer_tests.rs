@@ -183,6 +183,7 @@ async fn elements_small_and_large_come_out_as_they_went_in() {
     ];
     for compression in [Compression::None, Compression::Auto] {
         let (mut tx, buffer) = TaskBuffer::channel(100, usize::MAX);
+        buffer.reader_elsewhere();
         let mut scratch = BytesMut::new();
         for e in &elements {
             assert!(tx.push_element(e, compression, &mut scratch));
@@ -203,6 +204,77 @@ async fn elements_small_and_large_come_out_as_they_went_in() {
             );
         }
     }
+}
+
+/// Pushes `elements` with `Auto` compression and reads them back, a reader on another machine
+/// having come after `elsewhere_after` of them: per element, whether its data travelled as a
+/// part of its own (sent uncompressed, without a copy). Checks that they come back equal.
+async fn auto_pushed(elements: &[Element], elsewhere_after: usize) -> Vec<bool> {
+    let (mut tx, buffer) = TaskBuffer::channel(elements.len(), usize::MAX);
+    let mut scratch = BytesMut::new();
+    for (i, e) in elements.iter().enumerate() {
+        if i == elsewhere_after {
+            buffer.reader_elsewhere();
+        }
+        assert!(tx.push_element(e, Compression::Auto, &mut scratch));
+    }
+    tx.finish(Ok(()));
+    let mut as_parts = Vec::new();
+    let mut decoded = Vec::new();
+    while let Taken::Elements(packed, _) = buffer.take(elements.len()).await {
+        as_parts.extend(packed.encoded().map(|(_, payload)| !payload.is_empty()));
+        decoded.extend(packed.into_decoder().map(Result::unwrap));
+    }
+    assert!(
+        decoded == elements,
+        "the elements come back as they went in"
+    );
+    as_parts
+}
+
+#[tokio::test]
+async fn auto_compression_stops_trying_a_tasks_incompressible_elements_and_sends_them_as_parts() {
+    use rand::{Rng, SeedableRng};
+    use sluice_element::{AutoCompression, Tensor};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let n = 40;
+    let noise: Vec<Element> = (0..n)
+        .map(|_| {
+            let floats: Vec<f32> = (0..8192).map(|_| rng.random::<f32>()).collect();
+            Tensor::from_f32s(vec![floats.len()], &floats)
+                .unwrap()
+                .into()
+        })
+        .collect();
+    let tried = AutoCompression::MISSES_BEFORE_SKIPPING as usize;
+    let mut want = vec![false; tried];
+    want.resize(n, true);
+    assert_eq!(
+        auto_pushed(&noise, 0).await,
+        want,
+        "tried {tried} times, then sent without trying"
+    );
+
+    // Elements that compress stay compressed (whole, no parts).
+    let zeros: Vec<Element> = (0..n)
+        .map(|_| Tensor::from_f32s(vec![8192], &[0.0; 8192]).unwrap().into())
+        .collect();
+    assert_eq!(auto_pushed(&zeros, 0).await, vec![false; n]);
+}
+
+#[tokio::test]
+async fn auto_compression_waits_for_a_reader_on_another_machine() {
+    use sluice_element::Tensor;
+    let n = 10;
+    let zeros: Vec<Element> = (0..n)
+        .map(|_| Tensor::from_f32s(vec![8192], &[0.0; 8192]).unwrap().into())
+        .collect();
+    // Compressible, but read on this machine only: sent as they are, their data as parts.
+    assert_eq!(auto_pushed(&zeros, n).await, vec![true; n]);
+    // A reader elsewhere after 4: compressed from then on.
+    let mut want = vec![true; 4];
+    want.resize(n, false);
+    assert_eq!(auto_pushed(&zeros, 4).await, want);
 }
 
 #[tokio::test]
