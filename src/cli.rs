@@ -389,6 +389,12 @@ pub struct WorkerArgs {
     /// logs, status pages or errors.
     #[arg(long, value_name = "FILE")]
     pub object_store_config: Option<PathBuf>,
+    /// Compress elements (of datasets registered with `auto` compression) for readers on this
+    /// machine too. By default a task is compressed once a reader from another machine reads
+    /// it: set this when readers reach the worker through a local proxy (a service mesh's
+    /// sidecar, an SSH tunnel).
+    #[arg(long)]
+    pub compress_local_readers: bool,
     /// Run pipelines' Python functions in executor processes of this interpreter (it must
     /// import sluice, numpy and cloudpickle, at the clients' Python and cloudpickle versions).
     /// Without it, pipelines with Python functions are refused. Their code runs on this

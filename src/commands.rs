@@ -147,6 +147,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         release_memory: Some(release_freed_memory),
         data_roots: args.data_roots,
         object_store_config: args.object_store_config,
+        compress_local_readers: args.compress_local_readers,
         security: args.security.load()?,
         python: args.python.map(|python| {
             let mut pool = PoolConfig::with_cores(python);

@@ -202,6 +202,7 @@ class WorkerServer:
         max_pipeline_depth: Optional[int] = None,
         cross_trainer_cache_size: Optional[int] = None,
         object_store_config: Optional[str] = None,
+        compress_local_readers: bool = False,
     ) -> None: ...
     @property
     def address(self) -> str: ...

@@ -171,6 +171,11 @@ class WorkerConfig:
       ``CrossTrainerCache`` may keep for its trainers, as tf.data's and ``sluice worker
       --cross-trainer-cache-size``; the oldest elements go first, so a trainer that falls behind
       skips them. ``None``: 10 GiB, or half the memory budget if that is less.
+    - ``compress_local_readers``: compress the elements of datasets distributed with
+      ``compression="AUTO"`` for readers on this machine too, as ``sluice worker
+      --compress-local-readers``. By default a task's elements are compressed once a reader
+      from another machine reads it; set this when readers reach the worker through a local
+      proxy (a service mesh's sidecar, an SSH tunnel), so they look local and are not.
 
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
@@ -197,6 +202,7 @@ class WorkerConfig:
     max_pipeline_depth: Optional[int] = None
     cross_trainer_cache_size_bytes: Optional[int] = None
     object_store_config: Optional[str] = None
+    compress_local_readers: bool = False
 
 
 class _Server:
@@ -357,6 +363,7 @@ class WorkerServer(_Server):
             max_pipeline_depth=c.max_pipeline_depth,
             cross_trainer_cache_size=c.cross_trainer_cache_size_bytes,
             object_store_config=_path(c.object_store_config),
+            compress_local_readers=bool(c.compress_local_readers),
         )
 
     @property

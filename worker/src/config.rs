@@ -95,6 +95,11 @@ pub struct WorkerConfig {
     /// endpoints, regions and credentials by bucket (see `sluice_formats::ObjectStoreSettings`),
     /// loaded at start. `None`: the environment's only.
     pub object_store_config: Option<PathBuf>,
+    /// Compress elements of datasets registered with `Auto` compression for readers on this
+    /// machine too (`--compress-local-readers`). By default a task is compressed only once a
+    /// reader from another machine reads it: set this when readers reach the worker through a
+    /// local proxy (a service mesh's sidecar, an SSH tunnel), so they look local and are not.
+    pub compress_local_readers: bool,
     /// The Python executors that run the Python functions of pipelines, started with the
     /// worker. `None`: pipelines with Python functions are refused.
     pub python: Option<PoolConfig>,
@@ -133,6 +138,7 @@ impl Default for WorkerConfig {
             local: true,
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
+            compress_local_readers: false,
             object_store_config: None,
             python: None,
             metrics_listen: None,

@@ -128,7 +128,7 @@ impl Worker for WorkerService {
         let round_robin = runner.round_robin().ok_or(WorkerError::NotRoundRobin {
             task_id: req.task_id,
         })?;
-        if !same_host {
+        if self.state.compresses_for(same_host) {
             runner.buffer().reader_elsewhere();
         }
         let reply = round_robin
@@ -235,7 +235,7 @@ pub(crate) async fn open_fetch(
         }
         return Err(WorkerError::TaskNotHereYet { task_id });
     };
-    if !same_host {
+    if state.compresses_for(same_host) {
         runner.buffer().reader_elsewhere();
     }
     match runner.cross_trainer_cache() {

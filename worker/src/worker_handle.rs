@@ -114,7 +114,10 @@ impl WorkerHandle {
             config.security.caller(Role::Worker)?,
         )?;
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
-        let state = Arc::new(WorkerState::new(advertised.clone(), completed_tx));
+        let state = Arc::new(
+            WorkerState::new(advertised.clone(), completed_tx)
+                .compressing_local_readers(config.compress_local_readers),
+        );
         let cancel = CancellationToken::new();
         let memory = MemoryBudget::with_reserve(
             config.memory_budget_bytes,

@@ -75,6 +75,8 @@ pub struct WorkerState {
     confirmations: Notify,
     /// Set when the worker stops: nothing it has not reported will be confirmed any more.
     stopping: std::sync::atomic::AtomicBool,
+    /// `WorkerConfig::compress_local_readers`: readers on this machine count as elsewhere.
+    pub compress_local_readers: bool,
 }
 
 #[derive(Default)]
@@ -108,7 +110,20 @@ impl WorkerState {
             progress: Arc::new(Notify::new()),
             confirmations: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            compress_local_readers: false,
         }
+    }
+
+    /// The same, compressing for readers on this machine too (see
+    /// `WorkerConfig::compress_local_readers`).
+    pub fn compressing_local_readers(mut self, compress: bool) -> Self {
+        self.compress_local_readers = compress;
+        self
+    }
+
+    /// Whether elements of `Auto` compression are compressed for a reader, `same_host` or not.
+    pub fn compresses_for(&self, same_host: bool) -> bool {
+        !same_host || self.compress_local_readers
     }
 
     /// Keeps `key`, the cluster's fetch key as the dispatcher sent it.

@@ -192,3 +192,73 @@ async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_ep
     cluster.shutdown().await;
     Ok(())
 }
+
+/// `Auto` compression is for the network: a worker's readers on its machine get elements as
+/// they are, unless the worker compresses for them too (`compress_local_readers`, for readers
+/// behind a local proxy). Told apart by the bytes each worker served for the same epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so(
+) -> anyhow::Result<()> {
+    use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
+    use sluice_element::{DType, Tensor};
+    sluice_tests::init_tracing();
+    let mut cluster = sluice_tests::LocalCluster::start(1, 0).await?;
+    for compress_local_readers in [false, true] {
+        cluster
+            .add_worker_with(|config| {
+                config.metrics_listen = Some(LISTEN.into());
+                config.local = false;
+                config.compress_local_readers = compress_local_readers;
+            })
+            .await?;
+    }
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    // 64 rows of 64 KiB of zeros: 4 MiB that snappy makes about twenty times smaller.
+    const ROWS: usize = 64;
+    const ROW: usize = 64 << 10;
+    let zeros = Tensor::from_raw(
+        DType::Float32,
+        vec![ROWS, ROW / 4],
+        vec![0u8; ROWS * ROW].into(),
+    )?;
+    let service = cluster
+        .client()
+        .distribute(
+            &sluice_pipeline::Dataset::from_slices(zeros),
+            ShardingPolicy::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let got =
+        tokio::time::timeout(Duration::from_secs(60), service.iter().await?.collect()).await??;
+    // Each of the two workers serves the whole epoch.
+    assert_eq!(got.len(), 2 * ROWS);
+    for element in &got {
+        let data = element
+            .as_tensor()
+            .and_then(|t| t.raw_data())
+            .expect("a row");
+        assert!(data.len() == ROW && data.iter().all(|&b| b == 0));
+    }
+    let mut served = Vec::new();
+    for index in 0..2 {
+        let addr = cluster
+            .worker(index)
+            .and_then(|w| w.metrics_addr())
+            .expect("a worker with a metrics listener")
+            .to_string();
+        let samples = scrape(&addr).await?;
+        served.push(total(&samples, "sluice_worker_bytes_served_total").unwrap_or(0.0));
+    }
+    let whole = (ROWS * ROW) as f64;
+    assert!(
+        served[0] >= whole,
+        "uncompressed on this machine: {served:?}"
+    );
+    assert!(
+        served[1] < whole / 4.0,
+        "compressed when told so: {served:?}"
+    );
+    cluster.shutdown().await;
+    Ok(())
+}
