@@ -17,8 +17,8 @@ outputs (checked by a checksum):
 - ``loop``: ``[fn(x) for x in inputs]`` in this process;
 - ``pool``: ``multiprocessing.Pool(P).imap(fn, inputs, chunksize=C)``;
 - ``sluice``: the dataset ``.map(fn)`` distributed (``parallel_epochs``) to one worker with
-  ``P`` Python executors; the dispatcher and the worker run in their own processes, the reader
-  in this one.
+  ``P`` Python executors, without compression (``--compression auto`` for ``distribute``'s
+  default); the dispatcher and the worker run in their own processes, the reader in this one.
 
 Each figure is elements per second, the median of ``--epochs`` runs. The setups of a workload
 take turns epoch by epoch (a loop epoch, a Pool epoch, a Sluice epoch, then again), with the
@@ -91,6 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "load_1min": round(os.getloadavg()[0], 2),
         "processes": args.processes,
         "chunksize": args.chunksize,
+        "compression": args.compression,
         "elements": args.images,
     }
     for workload in args.workloads.split(","):
@@ -134,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
         "--processes", type=int, default=2, help="Pool processes and the worker's executors"
     )
     parser.add_argument("--chunksize", type=int, default=32, help="Pool.imap's chunksize")
+    parser.add_argument(
+        "--compression",
+        choices=("none", "auto"),
+        default="none",
+        help="distribute's compression (default: none; auto is distribute's own default)",
+    )
     return parser
 
 
@@ -194,7 +201,8 @@ def _interleaved(
 ) -> Dict[str, float]:
     """The median rate of each setup over ``args.epochs`` turns, the setups taking turns."""
     epochs: Dict[str, List[float]] = {"loop": [], "pool": [], "sluice": []}
-    with _Pool(args.processes) as pool, _Sluice(args.processes) as service:
+    compression = None if args.compression == "none" else "AUTO"
+    with _Pool(args.processes) as pool, _Sluice(args.processes, compression) as service:
         # Warm before the clock runs: the Pool's processes started, the executors' function
         # loaded.
         service.epoch(dataset, fn, len(inputs), workload)
@@ -235,9 +243,10 @@ class _Sluice:
     """A dispatcher and a worker with ``executors`` Python executors, each in its own
     process; epochs are read in this one."""
 
-    def __init__(self, executors: int) -> None:
+    def __init__(self, executors: int, compression: Optional[str]) -> None:
         from sluice.bench import _Child
 
+        self.compression = compression
         self.children = [_Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])]
         self.address = self.children[0].address
         try:
@@ -262,7 +271,7 @@ class _Sluice:
         import sluice
 
         distributed = dataset.map(fn).apply(
-            sluice.distribute("parallel_epochs", self.address, compression=None)
+            sluice.distribute("parallel_epochs", self.address, compression=self.compression)
         )
         return _timed(lambda: iter(distributed), n, workload)
 

@@ -53,3 +53,13 @@ def test_map_bench_reads_every_element_of_each_workload_in_each_setup() -> None:
             assert any(line.startswith(name) for line in lines[:-1]), lines
         assert figures[f"{workload}_sluice_vs_pool"] > 0, figures
         assert figures[f"{workload}_sluice_vs_loop"] > 0, figures
+
+
+def test_map_bench_reads_with_distributes_default_compression() -> None:
+    _, figures = run(
+        "sluice.map_bench",
+        *("--epochs", "1", "--images", "24", "--workloads", "image", "--compression", "auto"),
+        timeout=180,
+    )
+    assert figures["compression"] == "auto", figures
+    assert figures["py_map_image_sluice_eps"] > 0, figures
