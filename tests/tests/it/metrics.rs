@@ -16,6 +16,15 @@ async fn scrape(addr: &str) -> anyhow::Result<Vec<Sample>> {
     Ok(parse(&body)?)
 }
 
+/// The metrics listener's address of worker `index` of `cluster`.
+fn worker_metrics_addr(cluster: &sluice_tests::LocalCluster, index: usize) -> String {
+    cluster
+        .worker(index)
+        .and_then(|w| w.metrics_addr())
+        .expect("a worker with a metrics listener")
+        .to_string()
+}
+
 /// The sum of the samples named `name` (over their labels); `None` when there are none.
 fn total(samples: &[Sample], name: &str) -> Option<f64> {
     let values: Vec<f64> = samples
@@ -101,11 +110,7 @@ async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_ep
     info!("--- every worker: tasks, elements and bytes served, pipeline time");
     let mut served = 0.0;
     for index in 0..2 {
-        let addr = cluster
-            .worker(index)
-            .and_then(|w| w.metrics_addr())
-            .expect("a worker with a metrics listener")
-            .to_string();
+        let addr = worker_metrics_addr(&cluster, index);
         let samples = scrape(&addr).await?;
         for name in [
             "sluice_worker_tasks",
@@ -242,12 +247,7 @@ async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so
     }
     let mut served = Vec::new();
     for index in 0..2 {
-        let addr = cluster
-            .worker(index)
-            .and_then(|w| w.metrics_addr())
-            .expect("a worker with a metrics listener")
-            .to_string();
-        let samples = scrape(&addr).await?;
+        let samples = scrape(&worker_metrics_addr(&cluster, index)).await?;
         served.push(total(&samples, "sluice_worker_bytes_served_total").unwrap_or(0.0));
     }
     let whole = (ROWS * ROW) as f64;
