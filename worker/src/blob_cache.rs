@@ -142,12 +142,12 @@ impl Checked {
 
     /// Whether the change time is at least `SETTLED` before `now`.
     fn settled(&self, now: SystemTime) -> bool {
-        let Ok(now) = now.duration_since(SystemTime::UNIX_EPOCH) else {
-            return false;
-        };
         let (secs, nanos) = self.ctime;
-        let changed = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
-        changed + (SETTLED.as_nanos() as i128) <= now.as_nanos() as i128
+        let changed = u64::try_from(secs)
+            .ok()
+            .zip(u32::try_from(nanos).ok())
+            .and_then(|(s, n)| SystemTime::UNIX_EPOCH.checked_add(Duration::new(s, n)));
+        changed.is_some_and(|changed| now.duration_since(changed).is_ok_and(|age| age >= SETTLED))
     }
 }
 
@@ -186,8 +186,11 @@ fn read_cached(
     if data.len() as u64 != len || !(known || hash_matches(&data, digest)) {
         return None;
     }
-    let used = meta.modified().ok();
-    if used.is_none_or(|used| used + RENEW_AFTER <= now) {
+    let renew_at = meta
+        .modified()
+        .ok()
+        .and_then(|used| used.checked_add(RENEW_AFTER));
+    if renew_at.is_none_or(|at| at <= now) {
         // Recently used: the last to be evicted.
         if let Ok(touch) = std::fs::File::options().append(true).open(path) {
             let _ = touch.set_modified(now);

@@ -128,9 +128,7 @@ impl Worker for WorkerService {
         let round_robin = runner.round_robin().ok_or(WorkerError::NotRoundRobin {
             task_id: req.task_id,
         })?;
-        if self.state.compresses_for(same_host) {
-            runner.buffer().reader_elsewhere();
-        }
+        self.state.reader_of(&runner, same_host);
         let reply = round_robin
             .get(
                 req.consumer_index,
@@ -183,10 +181,6 @@ impl FetchRequests {
     }
 }
 
-/// Opens a fetch stream, whatever its transport: reads the first request (which names the
-/// task), and starts serving it. The batches to send come out of the receiver, which closes
-/// after the last one; a refusal (task not here yet, deleted, a bad request) is the error the
-/// stream fails with.
 /// Whether `request` comes from this machine (see `ConnInfo::same_host`).
 fn same_host<T>(request: &Request<T>) -> bool {
     request
@@ -195,8 +189,11 @@ fn same_host<T>(request: &Request<T>) -> bool {
         .is_some_and(|conn| conn.same_host)
 }
 
-/// `same_host`: the reader runs on this machine (its elements are not compressed for it; see
-/// `TaskBuffer::reader_elsewhere`).
+/// Opens a fetch stream, whatever its transport: reads the first request (which names the
+/// task), and starts serving it. The batches to send come out of the receiver, which closes
+/// after the last one; a refusal (task not here yet, deleted, a bad request) is the error the
+/// stream fails with. `same_host`: the reader runs on this machine (see
+/// `WorkerState::reader_of`).
 pub(crate) async fn open_fetch(
     state: &Arc<WorkerState>,
     mut requests: FetchRequests,
@@ -235,9 +232,7 @@ pub(crate) async fn open_fetch(
         }
         return Err(WorkerError::TaskNotHereYet { task_id });
     };
-    if state.compresses_for(same_host) {
-        runner.buffer().reader_elsewhere();
-    }
+    state.reader_of(&runner, same_host);
     match runner.cross_trainer_cache() {
         Some(cache) => {
             if first.trainer_id.is_empty() {

@@ -76,7 +76,7 @@ pub struct WorkerState {
     /// Set when the worker stops: nothing it has not reported will be confirmed any more.
     stopping: std::sync::atomic::AtomicBool,
     /// `WorkerConfig::compress_local_readers`: readers on this machine count as elsewhere.
-    pub compress_local_readers: bool,
+    compress_local_readers: bool,
 }
 
 #[derive(Default)]
@@ -121,9 +121,13 @@ impl WorkerState {
         self
     }
 
-    /// Whether elements of `Auto` compression are compressed for a reader, `same_host` or not.
-    pub fn compresses_for(&self, same_host: bool) -> bool {
-        !same_host || self.compress_local_readers
+    /// A reader, on this machine (`same_host`) or not, reads `runner`'s task: one from
+    /// elsewhere (or any, with `compress_local_readers`) turns on its `Auto` compression (see
+    /// `TaskBuffer::reader_elsewhere`).
+    pub fn reader_of(&self, runner: &TaskRunner, same_host: bool) {
+        if !same_host || self.compress_local_readers {
+            runner.buffer().reader_elsewhere();
+        }
     }
 
     /// Keeps `key`, the cluster's fetch key as the dispatcher sent it.
