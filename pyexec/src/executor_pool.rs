@@ -45,17 +45,15 @@ use tracing::{info, warn};
 
 use crate::batch_size::next_batch_size;
 use crate::error::PoolError;
-use crate::executor_process::{describe_exit, ExecutorProcess};
+use crate::executor_process::{describe_exit, ExecutorProcess, BATCHES_IN_FLIGHT};
 use crate::pool_config::PoolConfig;
 use crate::protocol::{self, RemoteException};
-use crate::shared_region::SharedLayout;
 
 /// Functions an executor keeps loaded at most.
 pub const MAX_LOADED: usize = 64;
 
-/// Batches sent to one executor ahead of their replies: as many as its shared region has slots
-/// (a batch's slots are written again by the batch this many after it).
-const PIPELINE_DEPTH: usize = SharedLayout::DEFAULT.slots;
+/// Batches sent to one executor ahead of their replies.
+const PIPELINE_DEPTH: usize = BATCHES_IN_FLIGHT;
 
 /// A running pool of executors. Cheap to share behind an `Arc`.
 pub struct ExecutorPool {
@@ -557,10 +555,12 @@ fn load_and_send(
 /// order. Re-sizes the function's batches from the executor's measure.
 fn receive(process: &mut ExecutorProcess, call: &Call) -> Result<Vec<CallResult>, Broken> {
     let function = &call.function;
-    let reply = process.receive().map_err(Broken::Io)?;
+    let reply = process
+        .receive_batch()
+        .map_err(Broken::Io)?
+        .map_err(Broken::Protocol)?;
     let body = match reply.kind {
         protocol::RESULTS => reply.body,
-        protocol::RESULTS_SHARED => process.shared_results(&reply).map_err(Broken::Protocol)?,
         // The batch itself could not be read: every element fails with why.
         protocol::ERROR => {
             let error = exception(function, &reply.body)?;

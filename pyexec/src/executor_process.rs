@@ -7,6 +7,7 @@
 //! no executor outlives its pool and none is left a zombie. The child also exits on its own
 //! when its stdin closes.
 
+use std::collections::VecDeque;
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -49,9 +50,15 @@ pub struct ExecutorProcess {
     pub ahead_bytes: usize,
     /// The region batches and results travel through, once the executor said it mapped it.
     region: Option<SharedRegion>,
-    /// Batches sent through the region: the next one's slot is this modulo the slots.
-    shared_batches: u64,
+    /// The batches sent and not answered, oldest first: each one's slot in the region, `None`
+    /// for one sent through the pipe.
+    batches: VecDeque<Option<usize>>,
 }
+
+/// Batches a worker keeps sent to an executor ahead of their replies, so the executor starts
+/// its next batch as soon as it has written a reply. Up to the region's slots less these are
+/// leased (see `SharedRegion::take_reply`), so a slot is always free for the next batch.
+pub const BATCHES_IN_FLIGHT: usize = 2;
 
 impl ExecutorProcess {
     /// Starts an executor and reads its handshake. A missing interpreter, or one that cannot
@@ -127,7 +134,7 @@ impl ExecutorProcess {
                 shared: false,
             },
             region,
-            shared_batches: 0,
+            batches: VecDeque::new(),
         })
     }
 
@@ -192,42 +199,72 @@ impl ExecutorProcess {
     }
 
     /// Sends a BATCH of function `head` whose body (after the function id) is `pieces`
-    /// concatenated: through the shared region when it fits a request slot (a BATCH_SHARED),
-    /// else through the pipe. `false` when it went through the pipe.
+    /// concatenated: through a free slot of the shared region when it fits one (a
+    /// BATCH_SHARED), else through the pipe. `false` when it went through the pipe. Its reply
+    /// is read with `receive_batch`.
     pub fn send_batch(&mut self, head: &[u8; 8], pieces: &[bytes::Bytes]) -> std::io::Result<bool> {
         if let Some(region) = self.region.as_mut() {
-            let slot = (self.shared_batches % region.layout().slots as u64) as usize;
-            let out = region.request_mut(slot).expect("slot within the layout");
-            if let Some(len) = protocol::copy_parts(out, pieces.iter().map(|p| p.as_ref())) {
-                self.shared_batches += 1;
-                let at = protocol::shared_ref(slot, len);
-                protocol::write_frame(&mut self.stdin, protocol::BATCH_SHARED, &[head, &at])?;
-                return Ok(true);
+            if let Some(slot) = region.claim() {
+                let out = region
+                    .request_mut(slot)
+                    .expect("a claimed slot is in the layout");
+                if let Some(len) = protocol::copy_parts(out, pieces.iter().map(|p| p.as_ref())) {
+                    self.batches.push_back(Some(slot));
+                    let at = protocol::shared_ref(slot, len);
+                    protocol::write_frame(&mut self.stdin, protocol::BATCH_SHARED, &[head, &at])?;
+                    return Ok(true);
+                }
+                region.release(slot);
             }
         }
         let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + pieces.len());
         parts.push(head);
         parts.extend(pieces.iter().map(|p| p.as_ref()));
+        self.batches.push_back(None);
         protocol::write_frame(&mut self.stdin, protocol::BATCH, &parts)?;
         Ok(false)
     }
 
-    /// The body of a RESULTS_SHARED `frame` (a reference into a reply slot), copied out of the
-    /// region: the worker keeps results longer than the slot stays unwritten.
-    pub fn shared_results(&self, frame: &Frame) -> Result<bytes::Bytes, String> {
-        let region = self
-            .region
-            .as_ref()
-            .ok_or("shared results from an executor without a region")?;
-        let (slot, len) = protocol::parse_shared_ref(&frame.body)
-            .ok_or("a shared results reference that is not a slot and a length")?;
-        let bytes = region
-            .reply(slot)
-            .and_then(|reply| reply.get(..len))
-            .ok_or_else(|| {
-                format!("shared results of {len} bytes in reply slot {slot}, past the region")
-            })?;
-        Ok(bytes::Bytes::copy_from_slice(bytes))
+    /// Reads the reply to the oldest batch sent. Results the executor wrote into the batch's
+    /// reply slot (a RESULTS_SHARED) come back as a RESULTS frame whose body borrows the slot
+    /// (or is copied out of it, see `SharedRegion::take_reply`); the slot of a batch answered
+    /// otherwise is freed. The outer error: the pipe failed; the inner: the executor answered
+    /// out of protocol.
+    pub fn receive_batch(&mut self) -> std::io::Result<Result<Frame, String>> {
+        let frame = self.receive()?;
+        let slot = self.batches.pop_front().flatten();
+        let Some(region) = self.region.as_ref() else {
+            return Ok(match frame.kind {
+                protocol::RESULTS_SHARED => {
+                    Err("shared results from an executor without a region".into())
+                }
+                _ => Ok(frame),
+            });
+        };
+        if frame.kind != protocol::RESULTS_SHARED {
+            if let Some(slot) = slot {
+                region.release(slot);
+            }
+            return Ok(Ok(frame));
+        }
+        let Some((at, len)) = protocol::parse_shared_ref(&frame.body) else {
+            return Ok(Err(
+                "a shared results reference that is not a slot and a length".into(),
+            ));
+        };
+        if slot != Some(at) {
+            if let Some(slot) = slot {
+                region.release(slot);
+            }
+            return Ok(Err(format!(
+                "shared results in reply slot {at}, for a batch sent in {slot:?}"
+            )));
+        }
+        let max_leased = region.layout().slots.saturating_sub(BATCHES_IN_FLIGHT);
+        Ok(region.take_reply(at, len, max_leased).map(|body| Frame {
+            kind: protocol::RESULTS,
+            body,
+        }))
     }
 
     /// Kills the executor (if it still runs) and waits for it; its exit status if known.

@@ -4,20 +4,31 @@
 //!
 //! Through the pipes, a result crossed from the executor to the worker in four copies: the
 //! encoding into a Python `bytes`, the kernel's copy into the pipe, its copy out of the pipe,
-//! and the worker's decoding. Through the region it is encoded once, in place, and copied once
-//! out of it by the worker (which must own its results: the region is written again two
-//! batches later). The same for a batch's inputs the other way.
+//! and the worker's decoding. Through the region it is encoded once, in place, and read where it
+//! lies: the worker hands the results on as `Bytes` that borrow their reply slot (a *lease*,
+//! [`SharedRegion::take_reply`]), so an image goes from the executor's encoding to the socket
+//! without another copy. The same for a batch's inputs the other way, copied once into a request
+//! slot.
 //!
 //! The region is an anonymous memory file (`memfd_create`) that the worker creates and maps,
 //! and the executor inherits as a descriptor and maps too: nothing in the file system is left
 //! behind when either dies. Its layout (`SharedLayout`) is `slots` request slots, then `slots`
-//! reply slots. Batch `n` of an executor (counted from its start) goes in request slot
-//! `n % slots` and its results in reply slot `n % slots`; the worker keeps at most `slots`
-//! batches in flight and reads a batch's results before it sends the one that reuses its slots,
-//! so neither side writes a slot the other still reads.
+//! reply slots. The worker picks a free slot for each batch ([`SharedRegion::claim`]) and names
+//! it in the BATCH_SHARED; the executor reads the batch from that request slot and writes its
+//! results into the reply slot of the same number. A slot is free again once its batch's
+//! results were copied out, or its lease's last `Bytes` is dropped: neither side writes a slot
+//! the other may still read. Leases are capped so that a slot is always free for the batches
+//! in flight; past the cap, results are copied out as before.
+//!
+//! The mapping lives as long as the region or any lease of it, so results outlive an executor
+//! that died or was replaced.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 /// Where a region's slots lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +45,13 @@ pub struct SharedLayout {
 pub const SHARED_REGION_ENV: &str = "SLUICE_EXECUTOR_REGION";
 
 impl SharedLayout {
-    /// A worker's executors' regions: two slots each way (the batches a worker keeps in
-    /// flight per executor). A request slot holds 4 MiB of inputs and a reply slot 16 MiB of
-    /// results; a larger batch or result travels through the pipes. Only the pages a batch
-    /// touches take memory.
+    /// A worker's executors' regions: eight slots each way, for the two batches a worker keeps
+    /// in flight per executor and up to six leased (see `take_reply`). A request slot holds
+    /// 4 MiB of inputs and a reply slot 16 MiB of results; a larger batch or result travels
+    /// through the pipes. Only the pages a batch touches take memory, and the lowest free slot
+    /// is used first, so a worker whose results are read promptly touches two or three.
     pub const DEFAULT: SharedLayout = SharedLayout {
-        slots: 2,
+        slots: 8,
         request_bytes: 4 << 20,
         reply_bytes: 16 << 20,
     };
@@ -96,18 +108,69 @@ impl SharedLayout {
     }
 }
 
+/// A slot the worker may write a batch to.
+const FREE: u8 = 0;
+/// A slot holding a batch sent to the executor, whose results are due.
+const IN_FLIGHT: u8 = 1;
+/// A slot whose results are still read through a lease.
+const LEASED: u8 = 2;
+
 /// A mapped region: the worker's (which created it) or the executor's (which inherited it).
 pub struct SharedRegion {
     fd: OwnedFd,
+    map: Arc<Mapping>,
+    layout: SharedLayout,
+    /// Each slot's state (`FREE`, `IN_FLIGHT`, `LEASED`): the worker's account of which slots
+    /// it may write. A lease's last `Bytes` sets its slot `FREE` from whichever thread drops it.
+    states: Arc<[AtomicU8]>,
+}
+
+/// The mapping itself, unmapped when the region and its last lease are gone.
+struct Mapping {
     base: *mut u8,
     len: usize,
-    layout: SharedLayout,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; which side writes which slot when is
-// the protocol's rule (see the module's comment), and `&mut self` guards writes in this process.
-unsafe impl Send for SharedRegion {}
-unsafe impl Sync for SharedRegion {}
+// the protocol's rule (see the module's comment), and `&mut SharedRegion` guards writes in this
+// process.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `SharedRegion::map` made; no slice of it outlives
+        // the region (which holds this) or a lease (which does too).
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+/// Results borrowed from a reply slot (the owner of the `Bytes` `take_reply` lends).
+struct Lease {
+    map: Arc<Mapping>,
+    states: Arc<[AtomicU8]>,
+    slot: usize,
+    at: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Lease {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `at + len` lies within the mapping (checked by `take_reply`), which `map`
+        // keeps; the slot is `LEASED`, so the worker sends no batch that would have the
+        // executor write it.
+        unsafe { std::slice::from_raw_parts(self.map.base.add(self.at), self.len) }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Release: every read through this lease comes before a later `claim` of the slot.
+        self.states[self.slot].store(FREE, Ordering::Release);
+    }
+}
 
 impl SharedRegion {
     /// Creates a region of `layout` (the worker's side). Its descriptor is closed on exec;
@@ -174,9 +237,12 @@ impl SharedRegion {
         }
         Ok(SharedRegion {
             fd,
-            base: base.cast(),
-            len,
+            map: Arc::new(Mapping {
+                base: base.cast(),
+                len,
+            }),
             layout,
+            states: (0..layout.slots).map(|_| AtomicU8::new(FREE)).collect(),
         })
     }
 
@@ -212,6 +278,75 @@ impl SharedRegion {
         Some(self.bytes_mut(at, self.layout.reply_bytes))
     }
 
+    /// The lowest free slot, now in flight: the caller writes a batch into its request slot and
+    /// has the executor answer into its reply slot, then gives it back with `take_reply` or
+    /// `release`. `None` when every slot is in flight or leased.
+    pub fn claim(&self) -> Option<usize> {
+        // Acquire: pairs with a lease's release, so its reads are over before the slot is
+        // written again.
+        self.states.iter().position(|state| {
+            state
+                .compare_exchange(FREE, IN_FLIGHT, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Frees in-flight slot `slot` whose batch was answered without its reply slot (through
+    /// the pipe, or with an error).
+    pub fn release(&self, slot: usize) {
+        if let Some(state) = self.states.get(slot) {
+            let _ = state.compare_exchange(IN_FLIGHT, FREE, Ordering::Release, Ordering::Relaxed);
+        }
+    }
+
+    /// The first `len` bytes of in-flight reply slot `slot`, the slot then given back. While
+    /// fewer than `max_leased` slots are leased, the bytes are lent: they borrow the slot, which
+    /// stays leased until the last of them (slices included) is dropped. Otherwise they are
+    /// copied out and the slot is free at once. An error when the slot is not in flight or
+    /// `len` passes its end.
+    pub fn take_reply(&self, slot: usize, len: usize, max_leased: usize) -> Result<Bytes, String> {
+        let state = self
+            .states
+            .get(slot)
+            .filter(|s| s.load(Ordering::Relaxed) == IN_FLIGHT)
+            .ok_or_else(|| format!("results in reply slot {slot}, which has no batch"))?;
+        let at = self
+            .slot_at(slot, false)
+            .expect("a slot with a state is in the layout");
+        if len > self.layout.reply_bytes {
+            return Err(format!(
+                "results of {len} bytes in reply slot {slot} of {}",
+                self.layout.reply_bytes
+            ));
+        }
+        let leased = self
+            .states
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) == LEASED)
+            .count();
+        if leased >= max_leased {
+            let copy = Bytes::copy_from_slice(self.bytes(at, len));
+            state.store(FREE, Ordering::Release);
+            return Ok(copy);
+        }
+        state.store(LEASED, Ordering::Relaxed);
+        Ok(Bytes::from_owner(Lease {
+            map: self.map.clone(),
+            states: self.states.clone(),
+            slot,
+            at,
+            len,
+        }))
+    }
+
+    /// Slots leased now.
+    pub fn leased(&self) -> usize {
+        self.states
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) == LEASED)
+            .count()
+    }
+
     fn slot_at(&self, slot: usize, request: bool) -> Option<usize> {
         (slot < self.layout.slots).then(|| {
             if request {
@@ -223,25 +358,17 @@ impl SharedRegion {
     }
 
     fn bytes(&self, at: usize, len: usize) -> &[u8] {
-        debug_assert!(at + len <= self.len);
+        debug_assert!(at + len <= self.map.len);
         // SAFETY: `at + len` lies within the mapping (the layout's total is its length), which
         // lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.base.add(at), len) }
+        unsafe { std::slice::from_raw_parts(self.map.base.add(at), len) }
     }
 
     fn bytes_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
-        debug_assert!(at + len <= self.len);
-        // SAFETY: as in `bytes`; `&mut self` keeps this process from aliasing it.
-        unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len) }
-    }
-}
-
-impl Drop for SharedRegion {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `map` made; no slice of it outlives `self`.
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
-        }
+        debug_assert!(at + len <= self.map.len);
+        // SAFETY: as in `bytes`; `&mut self` keeps this process from aliasing it (a lease reads
+        // only a reply slot the worker does not write).
+        unsafe { std::slice::from_raw_parts_mut(self.map.base.add(at), len) }
     }
 }
 
@@ -269,6 +396,110 @@ mod tests {
         assert_eq!(worker.request(0).unwrap()[..5], [0; 5]);
         assert_eq!(worker.reply(1).unwrap()[8191], 0);
         assert!(worker.request(2).is_none() && worker.reply(2).is_none());
+    }
+
+    /// A worker's region and the executor's mapping of it.
+    fn pair(layout: SharedLayout) -> (SharedRegion, SharedRegion) {
+        let worker = SharedRegion::create(layout).unwrap();
+        // SAFETY: a duplicate of the worker's descriptor, owned by the second mapping only.
+        let fd = unsafe { libc::dup(worker.raw_fd()) };
+        let executor = unsafe { SharedRegion::inherit(fd, layout) }.unwrap();
+        (worker, executor)
+    }
+
+    const FOUR: SharedLayout = SharedLayout {
+        slots: 4,
+        request_bytes: 4096,
+        reply_bytes: 8192,
+    };
+
+    #[test]
+    fn a_leased_slot_is_not_claimed_until_its_last_bytes_are_dropped() {
+        let (worker, mut executor) = pair(FOUR);
+        assert_eq!(worker.claim(), Some(0));
+        executor.reply_mut(0).unwrap()[..6].copy_from_slice(b"images");
+        let lent = worker.take_reply(0, 6, 2).unwrap();
+        assert_eq!(&lent[..], b"images");
+        assert_eq!(worker.leased(), 1);
+        // A slice of the lent bytes keeps the slot leased as well.
+        let tail = lent.slice(3..);
+        drop(lent);
+        assert_eq!(worker.claim(), Some(1));
+        assert_eq!(worker.leased(), 1);
+        drop(tail);
+        assert_eq!(worker.leased(), 0);
+        assert_eq!(worker.claim(), Some(0));
+    }
+
+    #[test]
+    fn past_the_lease_cap_results_are_copied_and_their_slot_freed_at_once() {
+        let (worker, mut executor) = pair(FOUR);
+        let mut kept = Vec::new();
+        for expected in 0..2 {
+            let slot = worker.claim().unwrap();
+            assert_eq!(slot, expected);
+            executor.reply_mut(slot).unwrap()[0] = slot as u8 + 1;
+            kept.push(worker.take_reply(slot, 1, 2).unwrap());
+        }
+        assert_eq!(worker.leased(), 2);
+        let slot = worker.claim().unwrap();
+        assert_eq!(slot, 2);
+        executor.reply_mut(slot).unwrap()[0] = 9;
+        let copied = worker.take_reply(slot, 1, 2).unwrap();
+        assert_eq!(worker.leased(), 2);
+        // The copy does not change when the executor writes its slot again.
+        assert_eq!(worker.claim(), Some(2));
+        executor.reply_mut(2).unwrap()[0] = 10;
+        assert_eq!(&copied[..], &[9]);
+        assert_eq!(&kept[0][..], &[1]);
+        assert_eq!(&kept[1][..], &[2]);
+    }
+
+    #[test]
+    fn replies_of_slots_without_a_batch_or_past_their_end_are_refused() {
+        let (worker, _executor) = pair(FOUR);
+        // Never claimed, and past the last slot.
+        assert!(worker.take_reply(0, 1, 2).is_err());
+        assert!(worker.take_reply(4, 1, 2).is_err());
+        let slot = worker.claim().unwrap();
+        assert!(worker.take_reply(slot, 8193, 2).is_err());
+        // Still in flight after a refusal; a release frees it.
+        assert_eq!(worker.claim(), Some(1));
+        worker.release(slot);
+        worker.release(1);
+        assert_eq!(worker.claim(), Some(0));
+        // Releasing a leased slot does not free it.
+        let lent = worker.take_reply(0, 8192, 2).unwrap();
+        worker.release(0);
+        assert_eq!(worker.claim(), Some(1));
+        drop(lent);
+        assert_eq!(worker.claim(), Some(0));
+    }
+
+    #[test]
+    fn lent_results_outlive_the_region() {
+        let (worker, mut executor) = pair(FOUR);
+        let slot = worker.claim().unwrap();
+        executor.reply_mut(slot).unwrap()[..5].copy_from_slice(b"still");
+        let lent = worker.take_reply(slot, 5, 2).unwrap();
+        drop(worker);
+        drop(executor);
+        assert_eq!(&lent[..], b"still");
+    }
+
+    #[test]
+    fn every_slot_in_flight_or_leased_leaves_none_to_claim() {
+        let (worker, _executor) = pair(FOUR);
+        let lent: Vec<Bytes> = (0..2)
+            .map(|_| {
+                let slot = worker.claim().unwrap();
+                worker.take_reply(slot, 1, 2).unwrap()
+            })
+            .collect();
+        assert_eq!((worker.claim(), worker.claim()), (Some(2), Some(3)));
+        assert_eq!(worker.claim(), None);
+        drop(lent);
+        assert_eq!(worker.claim(), Some(0));
     }
 
     #[test]

@@ -225,6 +225,23 @@ def test_a_function_reusing_its_output_array_delivers_each_calls_values(service)
         assert (array == i).all(), f"element {i} holds {array.flat[0]}"
 
 
+def filled(x):
+    return np.full(4096, x, np.int64)
+
+
+def test_results_the_worker_keeps_stay_intact_while_later_batches_reuse_the_region(service):
+    # The worker reads a batch's results where the executor wrote them, lending the reply slot
+    # until the results are dropped. A cache keeps every result of the first epoch while the
+    # later batches run: more batches (32 KiB each result, about 30 to a batch) than the
+    # region has slots, so some results are lent and the rest copied out, and none may change
+    # when a slot is written again.
+    out = service.read(Dataset.range(600).map(filled).cache().repeat(3))
+    assert len(out) == 1800
+    for i, array in enumerate(out):
+        assert array.shape == (4096,)
+        assert (array == i % 600).all(), f"element {i} holds {array[0]} and {array[-1]}"
+
+
 def sized(x):
     # Mostly small results, and every ninth one past the executors' 16 MiB reply slots; the
     # large ones are the next function's inputs, past the 4 MiB request slots.
