@@ -20,6 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sluice.dispatcher.v1.PutBlobChunk.data")
         .bytes(".sluice.dispatcher.v1.BlobChunk.data")
         .bytes(".sluice.raft.v1.BlobPart.data")
+        .bytes(".sluice.dataset.v1.TensorProto.data")
         .compile_fds(fds)?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

@@ -252,7 +252,7 @@ pub fn fill(
         });
         match filled {
             Ok(data) => {
-                t.data = Vec::from(data);
+                t.data = data;
                 t.blob_digest.clear();
                 t.blob_len = 0;
             }

@@ -457,8 +457,8 @@ impl Tensor {
 
     pub fn to_proto(&self) -> pb::TensorProto {
         let (data, strings) = match &self.data {
-            Data::Raw(b) => (b.to_vec(), Vec::new()),
-            Data::Strings(s) => (Vec::new(), s.iter().map(|b| b.to_vec()).collect()),
+            Data::Raw(b) => (b.clone(), Vec::new()),
+            Data::Strings(s) => (Bytes::new(), s.iter().map(|b| b.to_vec()).collect()),
         };
         pb::TensorProto {
             dtype: pb::DType::from(self.dtype) as i32,
@@ -506,7 +506,8 @@ impl Tensor {
                     "{dtype} tensor must not carry strings"
                 )));
             }
-            Tensor::from_raw(dtype, shape, Bytes::copy_from_slice(&p.data))
+            // The definition's bytes, shared (a large constant is not copied per use).
+            Tensor::from_raw(dtype, shape, p.data.clone())
         }
     }
 }
@@ -584,7 +585,7 @@ mod tests {
             assert_eq!(Tensor::from_proto(&t.to_proto()).unwrap(), t);
         }
         let mut p = Tensor::from_i64s(vec![3], &[1, 2, 3]).unwrap().to_proto();
-        p.data.pop();
+        p.data.truncate(p.data.len() - 1);
         assert!(Tensor::from_proto(&p).is_err());
         p.dtype = 0;
         assert!(Tensor::from_proto(&p).is_err());

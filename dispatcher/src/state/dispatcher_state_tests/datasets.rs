@@ -172,7 +172,11 @@ fn def_naming(digests: &[u8]) -> Vec<u8> {
         kind: Some(pb::slices_structure::Kind::Tensor(pb::TensorProto {
             dtype: pb::DType::Float32 as i32,
             shape: vec![16],
-            data: if d.is_none() { vec![0; 64] } else { vec![] },
+            data: if d.is_none() {
+                vec![0; 64].into()
+            } else {
+                Default::default()
+            },
             blob_digest: d.map(|d| vec![d; 32]).unwrap_or_default(),
             blob_len: if d.is_some() { 64 } else { 0 },
             ..Default::default()
