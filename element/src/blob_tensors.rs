@@ -216,7 +216,7 @@ pub fn extract(def: &mut pb::DatasetDef, threshold: usize) -> BTreeMap<BlobDiges
         if t.data.len() <= threshold || !t.blob_digest.is_empty() {
             return;
         }
-        let data = Bytes::from(std::mem::take(&mut t.data));
+        let data = std::mem::take(&mut t.data);
         let d = digest(&data);
         t.blob_digest = d.to_vec();
         t.blob_len = data.len() as u64;
