@@ -21,6 +21,10 @@ outputs (checked by a checksum):
   ``P`` Python executors, without compression (``--compression auto`` for ``distribute``'s
   default); the dispatcher and the worker run in their own processes, the reader in this one.
 
+With ``--cpu`` (Linux), each Sluice epoch also measures the CPU time each process spent on it
+(the reader, that is this process; the worker; its executors together; the dispatcher), from
+``/proc``, and prints its median per element.
+
 Each figure is elements per second, the median of ``--epochs`` runs. The setups of a workload
 take turns epoch by epoch (a loop epoch, a Pool epoch, a Sluice epoch, then again), with the
 Pool and the Sluice servers started once before the first, so a shared machine's slow spell
@@ -118,10 +122,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if workload not in _WORKLOADS:
             raise SystemExit(f"unknown workload {workload!r}: one of {', '.join(_WORKLOADS)}")
         fn, inputs, dataset = _WORKLOADS[workload](args.images)
-        rates = _interleaved(fn, inputs, dataset, workload, args)
+        rates, cpu = _interleaved(fn, inputs, dataset, workload, args)
         for setup, rate in rates.items():
             figures[f"py_map_{workload}_{setup}_eps"] = round(rate, 1)
             print(f"py_map_{workload}_{setup}_eps {rate:>12,.1f} elements/s", flush=True)
+        if cpu:
+            for process, micros in cpu.items():
+                figures[f"{workload}_sluice_cpu_us_{process}"] = round(micros, 1)
+            shares = "   ".join(f"{process} {micros:.1f}" for process, micros in cpu.items())
+            print(f"{workload}: CPU µs per element: {shares}", flush=True)
         for other in ("pool", "loop"):
             figures[f"{workload}_sluice_vs_{other}"] = round(rates["sluice"] / rates[other], 3)
         print(
@@ -155,6 +164,11 @@ def _parser() -> argparse.ArgumentParser:
         "--processes", type=int, default=2, help="Pool processes and the worker's executors"
     )
     parser.add_argument("--chunksize", type=int, default=32, help="Pool.imap's chunksize")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="also print each Sluice process's CPU time per element (Linux)",
+    )
     parser.add_argument(
         "--compression",
         choices=("none", "auto"),
@@ -218,9 +232,11 @@ def _timed(outputs: "Callable[[], Iterable[Any]]", n: int, workload: str) -> flo
 
 def _interleaved(
     fn: Callable[[Any], Any], inputs: List[Any], dataset: Any, workload: str, args: Any
-) -> Dict[str, float]:
-    """The median rate of each setup over ``args.epochs`` turns, the setups taking turns."""
+) -> "tuple[Dict[str, float], Dict[str, float]]":
+    """The median rate of each setup over ``args.epochs`` turns, the setups taking turns; with
+    ``args.cpu``, also each Sluice process's median CPU µs per element."""
     epochs: Dict[str, List[float]] = {"loop": [], "pool": [], "sluice": []}
+    cpu: Dict[str, List[float]] = {}
     compression = None if args.compression == "none" else "AUTO"
     with _Pool(args.processes) as pool, _Sluice(args.processes, compression) as service:
         # Warm before the clock runs: the Pool's processes started, the executors' function
@@ -229,8 +245,13 @@ def _interleaved(
         for _ in range(max(args.epochs, 1)):
             epochs["loop"].append(_loop(fn, inputs, workload))
             epochs["pool"].append(pool.epoch(fn, inputs, args.chunksize, workload))
+            before = service.cpu_seconds() if args.cpu else {}
             epochs["sluice"].append(service.epoch(dataset, fn, len(inputs), workload))
-    return {setup: statistics.median(rates) for setup, rates in epochs.items()}
+            for process, seconds in (service.cpu_seconds() if args.cpu else {}).items():
+                spent = seconds - before.get(process, 0.0)
+                cpu.setdefault(process, []).append(spent / len(inputs) * 1e6)
+    rates = {setup: statistics.median(rates) for setup, rates in epochs.items()}
+    return rates, {process: statistics.median(spent) for process, spent in cpu.items()}
 
 
 def _loop(fn: Callable[[Any], Any], inputs: List[Any], workload: str) -> float:
@@ -294,6 +315,47 @@ class _Sluice:
             sluice.distribute("parallel_epochs", self.address, compression=self.compression)
         )
         return _timed(lambda: iter(distributed), n, workload)
+
+    def cpu_seconds(self) -> Dict[str, float]:
+        """The CPU seconds (user and system) each process has spent so far: this one (the
+        reader), the worker, its executors (together) and the dispatcher."""
+        import resource
+
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        dispatcher, worker = (child.process.pid for child in self.children)
+        return {
+            "reader": me.ru_utime + me.ru_stime,
+            "worker": _proc_cpu_seconds(worker),
+            "executors": sum(_proc_cpu_seconds(pid) for pid in _proc_children(worker)),
+            "dispatcher": _proc_cpu_seconds(dispatcher),
+        }
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """A process's CPU seconds from ``/proc/PID/stat`` (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime, the 14th and 15th fields (the 12th and 13th after the name).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_children(pid: int) -> List[int]:
+    """A process's children, from ``/proc/PID/task/*/children``."""
+    found: List[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return found
 
 
 if __name__ == "__main__":

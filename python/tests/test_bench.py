@@ -63,3 +63,16 @@ def test_map_bench_reads_with_distributes_default_compression() -> None:
     )
     assert figures["compression"] == "auto", figures
     assert figures["py_map_image_sluice_eps"] > 0, figures
+
+
+def test_map_bench_measures_each_sluice_process_cpu_per_element() -> None:
+    lines, figures = run(
+        "sluice.map_bench",
+        *("--epochs", "1", "--images", "24", "--workloads", "augment", "--cpu"),
+        timeout=180,
+    )
+    for process in ("reader", "worker", "executors", "dispatcher"):
+        assert figures[f"augment_sluice_cpu_us_{process}"] >= 0, figures
+    # The function runs a few milliseconds per element, in the executors and nowhere else.
+    assert figures["augment_sluice_cpu_us_executors"] > 500, figures
+    assert any(line.startswith("augment: CPU µs per element") for line in lines), lines
