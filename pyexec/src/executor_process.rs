@@ -253,11 +253,15 @@ impl ExecutorProcess {
             ));
         };
         if slot != Some(at) {
-            if let Some(slot) = slot {
-                region.release(slot);
-            }
+            let sent = match slot {
+                Some(slot) => {
+                    region.release(slot);
+                    format!("in slot {slot}")
+                }
+                None => "through the pipe".to_string(),
+            };
             return Ok(Err(format!(
-                "shared results in reply slot {at}, for a batch sent in {slot:?}"
+                "shared results in reply slot {at}, for a batch sent {sent}"
             )));
         }
         let max_leased = region.layout().slots.saturating_sub(BATCHES_IN_FLIGHT);
