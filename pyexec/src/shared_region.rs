@@ -319,12 +319,7 @@ impl SharedRegion {
                 self.layout.reply_bytes
             ));
         }
-        let leased = self
-            .states
-            .iter()
-            .filter(|s| s.load(Ordering::Relaxed) == LEASED)
-            .count();
-        if leased >= max_leased {
+        if self.leased() >= max_leased {
             let copy = Bytes::copy_from_slice(self.bytes(at, len));
             state.store(FREE, Ordering::Release);
             return Ok(copy);
