@@ -19,8 +19,8 @@
 //! (by their files' modification time, which a read renews once it is a minute old) are
 //! deleted until the rest fit.
 //!
-//! Memory: a resolved tensor is held whole in the definition, and the pipeline's source holds
-//! its own copy while it runs; the cache saves the network, not memory.
+//! Memory: a resolved tensor is held whole in the definition, and the pipeline's source shares
+//! those bytes while it runs; the cache saves the network, not memory.
 
 use bytes::Bytes;
 use sluice_element::blob_tensors::{self, BlobDigest};
@@ -56,22 +56,12 @@ pub async fn resolve(client: &DispatcherClient, def: &mut pb::DatasetDef) -> Res
     for (digest, len) in named {
         blobs.insert(digest, blob(client, &digest, len).await?);
     }
-    // A blob named once moves into its tensor without a copy; one named by several tensors is
-    // copied into each.
-    let mut uses = BTreeMap::<BlobDigest, usize>::new();
-    blob_tensors::visit(def, &mut |t| {
-        if let Ok(d) = blob_tensors::digest_from(&t.blob_digest) {
-            *uses.entry(d).or_default() += 1;
-        }
-    });
+    // Tensors naming the same blob share its bytes.
     blob_tensors::fill(def, &mut |d, _| {
-        let left = uses.entry(*d).or_default();
-        *left = left.saturating_sub(1);
-        let data = match *left {
-            0 => blobs.remove(d),
-            _ => blobs.get(d).cloned(),
-        };
-        data.ok_or_else(|| DatasetError::invalid("a blob was not fetched"))
+        blobs
+            .get(d)
+            .cloned()
+            .ok_or_else(|| DatasetError::invalid("a blob was not fetched"))
     })
     .map_err(|e| e.to_string())
 }
