@@ -2,7 +2,7 @@
 //! pipelines.
 //!
 //! Calls of every task and every function go into one FIFO; one thread per executor takes the
-//! next calls and keeps up to `PIPELINE_DEPTH` of them sent ahead of their replies, so all
+//! next calls and keeps up to `BATCHES_IN_FLIGHT` of them sent ahead of their replies, so all
 //! executors stay busy whichever tasks produce work, and none waits for its thread between
 //! calls. A function is known by its pickle's content and is loaded into an executor
 //! (LOAD, unpickling there) before its first call on that executor, never per element; each
@@ -51,9 +51,6 @@ use crate::protocol::{self, RemoteException};
 
 /// Functions an executor keeps loaded at most.
 pub const MAX_LOADED: usize = 64;
-
-/// Batches sent to one executor ahead of their replies.
-const PIPELINE_DEPTH: usize = BATCHES_IN_FLIGHT;
 
 /// A running pool of executors. Cheap to share behind an `Arc`.
 pub struct ExecutorPool {
@@ -323,7 +320,7 @@ enum Broken {
 }
 
 impl ExecutorSlot {
-    /// Feeds the executor from `queue`, keeping up to `PIPELINE_DEPTH` calls sent ahead of
+    /// Feeds the executor from `queue`, keeping up to `BATCHES_IN_FLIGHT` calls sent ahead of
     /// their replies, so the executor starts its next call as soon as it has written a reply
     /// rather than after this thread has read it and sent another (on a busy machine that
     /// thread may wait for a core first). Replies come in request order.
@@ -333,7 +330,7 @@ impl ExecutorSlot {
         // reached them (it runs calls one at a time, so they never started).
         let mut resend: VecDeque<Call> = VecDeque::new();
         loop {
-            while sent.len() < PIPELINE_DEPTH {
+            while sent.len() < BATCHES_IN_FLIGHT {
                 let next = match resend.pop_front() {
                     Some(call) => call,
                     None if sent.is_empty() => match queue.recv() {
