@@ -395,6 +395,11 @@ pub struct WorkerArgs {
     /// sidecar, an SSH tunnel).
     #[arg(long)]
     pub compress_local_readers: bool,
+    /// Send elements to readers on this machine over the socket only. By default a reader on
+    /// the worker's machine, of the worker's user, reads large elements from a shared memory
+    /// region of its stream instead, which saves both processes the copies through the kernel.
+    #[arg(long)]
+    pub no_shared_memory: bool,
     /// Run pipelines' Python functions in executor processes of this interpreter (it must
     /// import sluice, numpy and cloudpickle, at the clients' Python and cloudpickle versions).
     /// Without it, pipelines with Python functions are refused. Their code runs on this

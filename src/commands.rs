@@ -148,6 +148,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         data_roots: args.data_roots,
         object_store_config: args.object_store_config,
         compress_local_readers: args.compress_local_readers,
+        share_memory_with_local_readers: !args.no_shared_memory,
         security: args.security.load()?,
         python: args.python.map(|python| {
             let mut pool = PoolConfig::with_cores(python);

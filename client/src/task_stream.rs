@@ -287,8 +287,10 @@ async fn fetch(
     let mut held = Held { permit: None };
     let granted = held.top_up(permits, config.max_credits, true).await;
     // The admission goes with the first request: the worker checks it before it serves.
+    // A worker on this machine may offer a shared memory region for large payloads.
     let first = FetchRequest {
         admission: config.admission.to_bytes(),
+        shared_memory: true,
         ..resume.request(config, granted)
     };
     // Whether the worker serves the task is the stream's first message (as a status it would

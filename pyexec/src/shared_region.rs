@@ -24,11 +24,12 @@
 //! that died or was replaced.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use sluice_shm::MemFile;
 
 /// Where a region's slots lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,80 +118,22 @@ const LEASED: u8 = 2;
 
 /// A mapped region: the worker's (which created it) or the executor's (which inherited it).
 pub struct SharedRegion {
-    fd: OwnedFd,
-    map: Arc<Mapping>,
+    file: MemFile,
     layout: SharedLayout,
     /// Each slot's state (`FREE`, `IN_FLIGHT`, `LEASED`): the worker's account of which slots
     /// it may write. A lease's last `Bytes` sets its slot `FREE` from whichever thread drops it.
     states: Arc<[AtomicU8]>,
 }
 
-/// The mapping itself, unmapped when the region and its last lease are gone.
-struct Mapping {
-    base: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory owned by this value; which side writes which slot when is
-// the protocol's rule (see the module's comment), and `&mut SharedRegion` guards writes in this
-// process.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `SharedRegion::map` made; no slice of it outlives
-        // the region (which holds this) or a lease (which does too).
-        unsafe {
-            libc::munmap(self.base.cast(), self.len);
-        }
-    }
-}
-
-/// Results borrowed from a reply slot (the owner of the `Bytes` `take_reply` lends).
-struct Lease {
-    map: Arc<Mapping>,
-    states: Arc<[AtomicU8]>,
-    slot: usize,
-    at: usize,
-    len: usize,
-}
-
-impl AsRef<[u8]> for Lease {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: `at + len` lies within the mapping (checked by `take_reply`), which `map`
-        // keeps; the slot is `LEASED`, so the worker sends no batch that would have the
-        // executor write it.
-        unsafe { std::slice::from_raw_parts(self.map.base.add(self.at), self.len) }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        // Release: every read through this lease comes before a later `claim` of the slot.
-        self.states[self.slot].store(FREE, Ordering::Release);
-    }
-}
-
 impl SharedRegion {
     /// Creates a region of `layout` (the worker's side). Its descriptor is closed on exec;
-    /// `inheritable_fd` gives the one an executor is started with.
+    /// `raw_fd` gives the one an executor is started with.
     pub fn create(layout: SharedLayout) -> io::Result<SharedRegion> {
         let len = layout
             .total()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
-        // SAFETY: memfd_create(2) with a NUL-terminated name; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"sluice-executor".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ftruncate(2) on the descriptor just created.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Self::map(fd, len, layout)
+        let file = MemFile::create(c"sluice-executor", len, false)?;
+        Ok(Self::with(file, layout))
     }
 
     /// Maps the region inherited as `fd` (the executor's side); `fd` is then this region's.
@@ -202,48 +145,17 @@ impl SharedRegion {
             .total()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
         // SAFETY: the caller hands over an open descriptor no one else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: fstat(2) into a zeroed struct this function owns.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if (stat.st_size as u64) < len as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "the region is {} bytes, its layout needs {len}",
-                    stat.st_size
-                ),
-            ));
-        }
-        Self::map(fd, len, layout)
+        let file = unsafe { MemFile::inherit(fd, len) }
+            .map_err(|e| io::Error::new(e.kind(), format!("the region's layout: {e}")))?;
+        Ok(Self::with(file, layout))
     }
 
-    fn map(fd: OwnedFd, len: usize, layout: SharedLayout) -> io::Result<SharedRegion> {
-        // SAFETY: a shared mapping of `len` bytes of a file at least that long; checked below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedRegion {
-            fd,
-            map: Arc::new(Mapping {
-                base: base.cast(),
-                len,
-            }),
+    fn with(file: MemFile, layout: SharedLayout) -> SharedRegion {
+        SharedRegion {
+            file,
             layout,
             states: (0..layout.slots).map(|_| AtomicU8::new(FREE)).collect(),
-        })
+        }
     }
 
     pub fn layout(&self) -> SharedLayout {
@@ -253,7 +165,7 @@ impl SharedRegion {
     /// The descriptor, for the executor to inherit (the caller clears its close-on-exec flag in
     /// the child only).
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.file.raw_fd()
     }
 
     /// Request slot `slot`; `None` past the last.
@@ -325,13 +237,16 @@ impl SharedRegion {
             return Ok(copy);
         }
         state.store(LEASED, Ordering::Relaxed);
-        Ok(Bytes::from_owner(Lease {
-            map: self.map.clone(),
-            states: self.states.clone(),
-            slot,
-            at,
-            len,
-        }))
+        let states = self.states.clone();
+        // SAFETY: the slot is `LEASED` until the release runs, so the worker sends no batch
+        // that would have the executor write it.
+        let lent = unsafe {
+            self.file.mapping().lend(at, len, move || {
+                // Release: every read through the lease comes before a later `claim`.
+                states[slot].store(FREE, Ordering::Release);
+            })
+        };
+        Ok(lent.expect("a reply slot lies within the region"))
     }
 
     /// Slots leased now.
@@ -353,17 +268,16 @@ impl SharedRegion {
     }
 
     fn bytes(&self, at: usize, len: usize) -> &[u8] {
-        debug_assert!(at + len <= self.map.len);
-        // SAFETY: `at + len` lies within the mapping (the layout's total is its length), which
-        // lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.map.base.add(at), len) }
+        // SAFETY: the worker writes a slot only while it is in flight, before the executor
+        // answers, and the executor only a slot whose batch it serves (see the module's
+        // comment); `at + len` lies within the layout, whose total is the mapping's length.
+        unsafe { self.file.mapping().bytes(at, len) }.expect("a slot lies within the region")
     }
 
     fn bytes_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
-        debug_assert!(at + len <= self.map.len);
         // SAFETY: as in `bytes`; `&mut self` keeps this process from aliasing it (a lease reads
         // only a reply slot the worker does not write).
-        unsafe { std::slice::from_raw_parts_mut(self.map.base.add(at), len) }
+        unsafe { self.file.mapping().bytes_mut(at, len) }.expect("a slot lies within the region")
     }
 }
 

@@ -203,6 +203,7 @@ class WorkerServer:
         cross_trainer_cache_size: Optional[int] = None,
         object_store_config: Optional[str] = None,
         compress_local_readers: bool = False,
+        shared_memory: bool = True,
     ) -> None: ...
     @property
     def address(self) -> str: ...

@@ -176,6 +176,9 @@ class WorkerConfig:
       --compress-local-readers``. By default a task's elements are compressed once a reader
       from another machine reads it; set this when readers reach the worker through a local
       proxy (a service mesh's sidecar, an SSH tunnel), so they look local and are not.
+    - ``shared_memory``: readers on this machine, of this user, read large elements from a
+      shared memory region of their stream rather than over the socket (``False``: as ``sluice
+      worker --no-shared-memory``, the socket only).
 
     Readers in other processes present ``SLUICE_TLS_CA`` and ``SLUICE_AUTH_TOKEN`` (or
     ``SLUICE_AUTH_TOKEN_FILE``) from their environment.
@@ -203,6 +206,7 @@ class WorkerConfig:
     cross_trainer_cache_size_bytes: Optional[int] = None
     object_store_config: Optional[str] = None
     compress_local_readers: bool = False
+    shared_memory: bool = True
 
 
 class _Server:
@@ -364,6 +368,7 @@ class WorkerServer(_Server):
             cross_trainer_cache_size=c.cross_trainer_cache_size_bytes,
             object_store_config=_path(c.object_store_config),
             compress_local_readers=bool(c.compress_local_readers),
+            shared_memory=bool(c.shared_memory),
         )
 
     @property

@@ -297,13 +297,14 @@ impl WorkerServer {
     /// `cross_trainer_cache_size`: bytes each cross-trainer cache task may hold (`None`: 10 GiB,
     /// or half the memory budget if that is less). `object_store_config`: the per-store
     /// settings file, as `--object-store-config`. `compress_local_readers`: as
-    /// `--compress-local-readers`.
+    /// `--compress-local-readers`. `shared_memory`: false as `--no-shared-memory`.
     #[new]
     #[pyo3(signature = (dispatcher_address, host, port, worker_tags, heartbeat_interval_ms=None,
         data_roots=Vec::new(), tls_cert=None, tls_key=None, tls_ca=None, auth_token_file=None,
         insecure=false, python=None, python_executors=None, worker_address=None,
         memory_budget=None, memory_reserve=None, max_pipeline_ops=None, max_pipeline_depth=None,
-        cross_trainer_cache_size=None, object_store_config=None, compress_local_readers=false))]
+        cross_trainer_cache_size=None, object_store_config=None, compress_local_readers=false,
+        shared_memory=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -328,6 +329,7 @@ impl WorkerServer {
         cross_trainer_cache_size: Option<u64>,
         object_store_config: Option<PathBuf>,
         compress_local_readers: bool,
+        shared_memory: bool,
     ) -> PyResult<WorkerServer> {
         let security = ServerSecurity::load(&ServerSecurityFiles {
             tls_cert,
@@ -345,6 +347,7 @@ impl WorkerServer {
             data_roots,
             object_store_config,
             compress_local_readers,
+            share_memory_with_local_readers: shared_memory,
             heartbeat_poll: heartbeat_interval_ms
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.heartbeat_poll),

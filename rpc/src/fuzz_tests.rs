@@ -50,7 +50,7 @@ async fn frames_of(batches: &[ElementBatch]) -> Vec<u8> {
     let mut out = Vec::new();
     for batch in batches {
         let frame = match batch.status_code {
-            0 => Frame::batch(batch.clone()).expect("a frame"),
+            0 => Frame::batch(batch.clone(), None).expect("a frame"),
             code => Frame::status(&Status::new(code.into(), batch.status_message.clone())),
         };
         frame.write_to(&mut out).await.expect("writes to a Vec");
@@ -198,6 +198,8 @@ fn request(task_id: u64, credits: u32, trainer_id: &str) -> FetchRequest {
         incarnation: 99,
         window: credits,
         admission: Vec::new(),
+        shared_memory: true,
+        region_mapped: false,
     }
 }
 

@@ -36,6 +36,7 @@ mod local_workers;
 mod quorum;
 pub mod raw_fetch;
 pub mod raw_frame;
+pub mod raw_region;
 mod request_ids;
 mod worker_address;
 

@@ -38,7 +38,9 @@ pub async fn connect(address: &str, security: &ClientSecurity) -> io::Result<Raw
 /// Opens the fetch stream `first` names on a connected stream, presenting `token` (the caller's
 /// credential, if it has one). Whether the worker serves the task, and whether it accepts the
 /// caller, is the first message's answer (a status, as a gRPC `Fetch` would fail).
-/// `max_credits` bounds the elements of one batch (see `raw_frame` limits).
+/// `max_credits` bounds the elements of one batch (see `raw_frame` limits). A `first` request
+/// that asks for `shared_memory` maps the region the worker offers, if it can (see
+/// `raw_region`).
 pub async fn open<S>(
     stream: S,
     token: Option<&[u8]>,
@@ -65,6 +67,10 @@ where
             }
         }
     });
-    let batches = FrameReader::new(read, max_credits as usize).into_batches();
+    let mut frames = FrameReader::new(read, max_credits as usize);
+    if first.shared_memory {
+        frames = frames.mapping_regions(requests_tx.clone());
+    }
+    let batches = frames.into_batches();
     Ok((requests_tx, batches))
 }

@@ -29,6 +29,11 @@
 //! - A frame is one `ElementBatch` of the gRPC stream (see worker.proto) with its `payloads` moved
 //!   out: their lengths go into `payload_lengths` and their bytes follow the header, in order.
 //!   The reader puts them back, so a batch reads as the gRPC stream would deliver it.
+//! - A reader on the worker's machine may ask for a shared memory region in its first request
+//!   (`shared_memory`). A worker that grants one sends a frame that only offers it (`region`)
+//!   before any batch; once the reader said it mapped it (`region_mapped`, a request the worker
+//!   keeps to itself), a frame's `payload_offsets` name the payloads the worker placed in the
+//!   region instead of writing them after the header (see `raw_region`).
 //! - A header with a non-zero `status_code` is a status frame: the stream ends with the
 //!   `tonic::Status` (code and message) that a gRPC `Fetch` would have ended with, so callers
 //!   classify both transports' failures alike. The connection closes after it.
@@ -40,7 +45,7 @@
 //! Limits, so that a garbage or hostile peer gets an error and never a panic or an allocation
 //! out of proportion to the bytes it actually sent: a request is at most `MAX_REQUEST_BYTES`; a
 //! frame has at most as many payloads as the reader could have granted credits for; a payload is
-//! at most `MAX_PART_BYTES` (a gRPC message's own bound); and no buffer is allocated more than
+//! at most `MAX_PART_BYTES` (a gRPC message's own bound), and one in a region lies within it; and no buffer is allocated more than
 //! `PREALLOC_BYTES` ahead of the bytes received. A header has no bound of its own beyond its u32
 //! length: whole elements (tuples, compressed ones) travel inside it and may be large.
 //!
@@ -48,13 +53,16 @@
 //! the reader's (`raw_fetch`, used by the client and by the worker's tests) and the worker's
 //! (`sluice_worker::raw_fetch`).
 
+use crate::raw_region::{RegionReader, RegionWriter};
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
 use prost::Message;
-use sluice_proto::worker::{ElementBatch, FetchRequest};
+use sluice_proto::worker::{ElementBatch, FetchRequest, RegionOffer};
 use std::io::{self, IoSlice};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 use tonic::{Code, Status};
+use tracing::debug;
 
 /// The first bytes a raw fetch client sends; the last byte is the protocol version.
 pub const MAGIC: [u8; 8] = *b"SLUICE\x00\x02";
@@ -79,11 +87,18 @@ const MAX_SLICES: usize = 64;
 pub struct Frame {
     header: Vec<u8>,
     payloads: Vec<Bytes>,
+    /// Bytes of payload placed in the stream's region rather than written after the header.
+    placed: u64,
 }
 
 impl Frame {
-    /// A batch's frame: its payloads leave the header and are written from their own buffers.
-    pub fn batch(mut batch: ElementBatch) -> Result<Frame, Status> {
+    /// A batch's frame: its payloads leave the header and are written from their own buffers,
+    /// or, with a `region` the reader mapped, copied into it when it takes them (see
+    /// `raw_region`).
+    pub fn batch(
+        mut batch: ElementBatch,
+        region: Option<&mut RegionWriter>,
+    ) -> Result<Frame, Status> {
         let payloads = std::mem::take(&mut batch.payloads);
         batch.payload_lengths = payloads.iter().map(|p| p.len() as u64).collect();
         if let Some(len) = batch
@@ -95,10 +110,51 @@ impl Frame {
                 "an element part of {len} bytes exceeds the raw fetch stream's {MAX_PART_BYTES}"
             )));
         }
+        let mut inline = Vec::with_capacity(payloads.len());
+        let mut placed = 0;
+        if let Some(region) = region {
+            let offsets: Vec<u64> = payloads
+                .into_iter()
+                .map(|payload| match region.place(&payload) {
+                    Some(at) => {
+                        placed += payload.len() as u64;
+                        at
+                    }
+                    None => {
+                        inline.push(payload);
+                        0
+                    }
+                })
+                .collect();
+            if offsets.iter().any(|&at| at != 0) {
+                batch.payload_offsets = offsets;
+            }
+        } else {
+            inline = payloads;
+        }
         Ok(Frame {
             header: length_prefixed(&batch)?,
-            payloads,
+            payloads: inline,
+            placed,
         })
+    }
+
+    /// Bytes of payload this frame placed in the stream's region.
+    pub fn placed_bytes(&self) -> u64 {
+        self.placed
+    }
+
+    /// The frame that offers a stream's reader `region` (see `raw_region`).
+    pub fn offer(region: &RegionWriter) -> Frame {
+        let header = ElementBatch {
+            region: Some(region.offer()),
+            ..Default::default()
+        };
+        Frame {
+            header: length_prefixed(&header).expect("an offer fits a frame header"),
+            payloads: Vec::new(),
+            placed: 0,
+        }
     }
 
     /// The frame that ends a stream with `status`.
@@ -116,6 +172,7 @@ impl Frame {
         Frame {
             header: length_prefixed(&header).expect("a status message fits a frame header"),
             payloads: Vec::new(),
+            placed: 0,
         }
     }
 
@@ -283,6 +340,11 @@ pub struct FrameReader<R> {
     staging: BytesMut,
     /// Payloads a frame may carry at most: the credits the reader grants at most.
     max_parts: usize,
+    /// Where a reader that asked for a region says it mapped one; dropped after the first
+    /// frame, offer or not, so that it never keeps the connection's request side open.
+    requests: Option<mpsc::Sender<FetchRequest>>,
+    /// The region the worker offered, once mapped.
+    region: Option<RegionReader>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -291,13 +353,76 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             reader,
             staging: BytesMut::new(),
             max_parts,
+            requests: None,
+            region: None,
         }
+    }
+
+    /// A reader that asked for a region in its first request: it maps the one the worker
+    /// offers, if it can, and says so through `requests`.
+    pub fn mapping_regions(mut self, requests: mpsc::Sender<FetchRequest>) -> FrameReader<R> {
+        self.requests = Some(requests);
+        self
+    }
+
+    /// Whether the stream reads payloads from a region.
+    pub fn has_region(&self) -> bool {
+        self.region.is_some()
     }
 
     /// The next batch with its payloads back in place; `None` when the worker closed the
     /// connection between frames; the status of a status frame, or of a broken or malformed
     /// stream (`Unavailable` for I/O, `Internal` for bytes that are not this protocol).
     pub async fn next(&mut self) -> Result<Option<ElementBatch>, Status> {
+        loop {
+            let Some(mut batch) = self.next_header().await? else {
+                return Ok(None);
+            };
+            let requests = self.requests.take();
+            if let Some(offer) = batch.region.take() {
+                self.map_region(&offer, requests).await;
+                continue;
+            }
+            let lengths = std::mem::take(&mut batch.payload_lengths);
+            let offsets = std::mem::take(&mut batch.payload_offsets);
+            if lengths.len() > self.max_parts {
+                return Err(Status::internal(format!(
+                    "a raw fetch frame with {} payloads, more than the {} credits this stream grants",
+                    lengths.len(),
+                    self.max_parts
+                )));
+            }
+            if !offsets.is_empty() && offsets.len() != lengths.len() {
+                return Err(Status::internal(format!(
+                    "a raw fetch frame places {} of its {} payloads",
+                    offsets.len(),
+                    lengths.len()
+                )));
+            }
+            let mut payloads = Vec::with_capacity(lengths.len());
+            for (i, len) in lengths.into_iter().enumerate() {
+                if len > MAX_PART_BYTES {
+                    return Err(Status::internal(format!(
+                        "a raw fetch payload of {len} bytes (at most {MAX_PART_BYTES})"
+                    )));
+                }
+                let payload = match (offsets.get(i).copied().unwrap_or(0), &self.region) {
+                    (0, _) => self.read_payload(len as usize).await?,
+                    (at, Some(region)) => region.payload(at, len)?,
+                    (_, None) => return Err(Status::internal(
+                        "a raw fetch frame places a payload in a region this stream has not mapped",
+                    )),
+                };
+                payloads.push(payload);
+            }
+            batch.payloads = payloads;
+            return Ok(Some(batch));
+        }
+    }
+
+    /// The next frame's header, decoded: `None` when the worker closed the connection between
+    /// frames; the status of a status frame as an error.
+    async fn next_header(&mut self) -> Result<Option<ElementBatch>, Status> {
         while self.staging.len() < 4 {
             self.staging.reserve(READ_AHEAD);
             let n = (&mut self.reader)
@@ -317,7 +442,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         fill(&mut self.reader, &mut self.staging, header_len).await?;
         let header = self.staging.split_to(header_len).freeze();
         // Decoding from `Bytes` slices the elements out of the header without copying them.
-        let mut batch = ElementBatch::decode(header)
+        let batch = ElementBatch::decode(header)
             .map_err(|e| Status::internal(format!("malformed raw fetch frame header: {e}")))?;
         if batch.status_code != 0 {
             return Err(Status::new(
@@ -330,25 +455,33 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 "a raw fetch frame header carries payloads inline",
             ));
         }
-        let lengths = std::mem::take(&mut batch.payload_lengths);
-        if lengths.len() > self.max_parts {
-            return Err(Status::internal(format!(
-                "a raw fetch frame with {} payloads, more than the {} credits this stream grants",
-                lengths.len(),
-                self.max_parts
-            )));
-        }
-        let mut payloads = Vec::with_capacity(lengths.len());
-        for len in lengths {
-            if len > MAX_PART_BYTES {
-                return Err(Status::internal(format!(
-                    "a raw fetch payload of {len} bytes (at most {MAX_PART_BYTES})"
-                )));
-            }
-            payloads.push(self.read_payload(len as usize).await?);
-        }
-        batch.payloads = payloads;
         Ok(Some(batch))
+    }
+
+    /// Maps the offered region and tells the worker, when this reader asked for one (`requests`)
+    /// and can; otherwise the stream goes on over the socket alone.
+    async fn map_region(
+        &mut self,
+        offer: &RegionOffer,
+        requests: Option<mpsc::Sender<FetchRequest>>,
+    ) {
+        let Some(requests) = requests else {
+            return; // not asked for, or not first: ignored
+        };
+        match RegionReader::open(offer) {
+            Ok(region) => {
+                let mapped = FetchRequest {
+                    region_mapped: true,
+                    ..Default::default()
+                };
+                if requests.send(mapped).await.is_ok() {
+                    self.region = Some(region);
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, "could not map the worker's region; reading over the socket")
+            }
+        }
     }
 
     /// A payload in a buffer of its own, read into from the socket directly: only the bytes

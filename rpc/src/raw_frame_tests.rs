@@ -118,7 +118,7 @@ fn tiny_batch() -> ElementBatch {
 async fn encode(batches: &[ElementBatch]) -> Vec<u8> {
     let mut out = Vec::new();
     for batch in batches {
-        Frame::batch(batch.clone())
+        Frame::batch(batch.clone(), None)
             .expect("a frame")
             .write_to(&mut out)
             .await
@@ -168,7 +168,7 @@ async fn frames_survive_reads_and_writes_of_any_size() {
             rng: StdRng::seed_from_u64(seed),
         };
         for batch in &batches {
-            let frame = Frame::batch(batch.clone()).unwrap();
+            let frame = Frame::batch(batch.clone(), None).unwrap();
             frame.write_to(&mut writer).await.unwrap();
         }
         assert_eq!(
@@ -322,6 +322,8 @@ async fn requests_round_trip_and_oversized_ones_are_refused() {
             window: i * 16,
             // The reader's admission, in its first request.
             admission: if i == 0 { vec![0xa5; 32] } else { Vec::new() },
+            shared_memory: i == 0,
+            region_mapped: i == 4,
         })
         .collect();
     let wire: Vec<u8> = sent.iter().flat_map(request_bytes).collect();

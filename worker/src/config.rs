@@ -100,6 +100,10 @@ pub struct WorkerConfig {
     /// reader from another machine reads it: set this when readers reach the worker through a
     /// local proxy (a service mesh's sidecar, an SSH tunnel), so they look local and are not.
     pub compress_local_readers: bool,
+    /// Hand large elements to readers on this machine through a shared memory region of each
+    /// stream rather than over the socket, when they ask (`--no-shared-memory` turns it off).
+    /// Only processes of the worker's user can map a region.
+    pub share_memory_with_local_readers: bool,
     /// The Python executors that run the Python functions of pipelines, started with the
     /// worker. `None`: pipelines with Python functions are refused.
     pub python: Option<PoolConfig>,
@@ -139,6 +143,7 @@ impl Default for WorkerConfig {
             security: ServerSecurity::default(),
             data_roots: Vec::new(),
             compress_local_readers: false,
+            share_memory_with_local_readers: true,
             object_store_config: None,
             python: None,
             metrics_listen: None,

@@ -27,6 +27,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use sluice_proto::worker::worker_server::WorkerServer;
 use sluice_proto::worker::FetchRequest;
 use sluice_rpc::raw_frame::{self, Frame, MAGIC};
+use sluice_rpc::raw_region::RegionWriter;
 use sluice_security::{
     Authenticator, ClientCerts, ConnInfo, Identity, Role, SecureStream, ServerSecurity,
 };
@@ -325,6 +326,7 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
             return;
         }
     };
+    let wants_region = matches!(&first, Some(Ok(request)) if request.shared_memory);
     let (forward, queued) = mpsc::channel(QUEUED_REQUESTS);
     let requests = match first {
         Some(first) => {
@@ -344,6 +346,14 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
             return;
         }
     };
+    let mut region = offer_region(&state, same_host && wants_region);
+    if let Some(region) = &region {
+        if Frame::offer(region).write_to(&mut write).await.is_err() {
+            return;
+        }
+    }
+    // Set once the reader mapped the region: payloads go into it from then on.
+    let mut mapped = false;
     // Dropped when the client closed its side: the serving task sees its requests end.
     let mut forward = Some(forward);
     loop {
@@ -353,6 +363,10 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
                     forward = None;
                     continue;
                 };
+                if request.region_mapped {
+                    mapped = region.is_some();
+                    continue; // the transport's own, not the stream's
+                }
                 let sender = forward.as_ref().expect("checked by the branch condition");
                 if let Err(mpsc::error::TrySendError::Full(_)) = sender.try_send(Ok(request)) {
                     let status: Status = WorkerError::TooManyRequests {
@@ -366,7 +380,7 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
             }
             batch = batches.recv() => {
                 let (frame, last) = match batch {
-                    Some(Ok(batch)) => match Frame::batch(batch) {
+                    Some(Ok(batch)) => match Frame::batch(batch, region.as_mut().filter(|_| mapped)) {
                         Ok(frame) => (frame, false),
                         Err(status) => (Frame::status(&status), true),
                     },
@@ -376,6 +390,9 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
                 if frame.write_to(&mut write).await.is_err() {
                     return; // the client went away
                 }
+                if frame.placed_bytes() > 0 {
+                    state.stats.record_shared(frame.placed_bytes());
+                }
                 if last {
                     break;
                 }
@@ -383,6 +400,17 @@ async fn serve(connection: SecureStream, state: Arc<WorkerState>) {
         }
     }
     linger(write, incoming).await;
+}
+
+/// A region for a reader on this machine that asked for one (`wanted`), if the worker shares
+/// memory with local readers and can make one (see `sluice_rpc::raw_region`).
+fn offer_region(state: &WorkerState, wanted: bool) -> Option<RegionWriter> {
+    if !wanted || !state.shares_memory() {
+        return None;
+    }
+    RegionWriter::create()
+        .inspect_err(|e| debug!(error = %e, "no shared memory region for a local reader"))
+        .ok()
 }
 
 /// Closes a connection without losing what was written: sends FIN, then reads until the client

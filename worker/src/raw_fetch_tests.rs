@@ -90,11 +90,16 @@ pub(super) async fn start_keyed(
     security: &ServerSecurity,
     key: Option<FetchKey>,
 ) -> Worker {
-    let (worker, mut reports) = start_reporting(tasks, security, key).await;
-    let confirming = worker.state.clone();
+    let (worker, reports) = start_reporting(tasks, security, key).await;
+    confirming(worker, reports)
+}
+
+/// `worker`, whose reports of finished tasks the dispatcher records at once.
+fn confirming(worker: Worker, mut reports: mpsc::UnboundedReceiver<u64>) -> Worker {
+    let state = worker.state.clone();
     tokio::spawn(async move {
         while let Some(task_id) = reports.recv().await {
-            confirming.confirm(&[task_id]);
+            state.confirm(&[task_id]);
         }
     });
     worker
@@ -107,10 +112,20 @@ pub(super) async fn start_reporting(
     security: &ServerSecurity,
     key: Option<FetchKey>,
 ) -> (Worker, mpsc::UnboundedReceiver<u64>) {
+    start_sharing(tasks, security, key, true).await
+}
+
+/// `start_reporting`, offering local readers shared memory regions or not (`share`).
+async fn start_sharing(
+    tasks: Vec<Held>,
+    security: &ServerSecurity,
+    key: Option<FetchKey>,
+    share: bool,
+) -> (Worker, mpsc::UnboundedReceiver<u64>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("bound");
     let (completed, reports) = mpsc::unbounded_channel();
-    let state = Arc::new(WorkerState::new(addr.to_string(), completed));
+    let state = Arc::new(WorkerState::new(addr.to_string(), completed).sharing_memory(share));
     if let Some(key) = key {
         state.set_fetch_key(key);
     }
@@ -333,6 +348,48 @@ async fn grpc_and_raw_clients_share_the_port() {
         .map(|i| Element::Tensor(large_tensor().slice(i).expect("a row")))
         .collect();
     assert!(large == want, "the large rows arrive intact");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_on_the_workers_machine_reads_large_payloads_from_shared_memory() {
+    let want: Vec<Element> = (0..LARGE_ROWS)
+        .map(|i| Element::Tensor(large_tensor().slice(i).expect("a row")))
+        .collect();
+    let row_bytes = (LARGE_FLOATS * 4) as u64;
+    // (worker shares memory, reader asks for it, rows that must come through the region)
+    let cases = [
+        (true, true, LARGE_ROWS as u64 - 2),
+        (true, false, 0),
+        (false, true, 0),
+    ];
+    for (share, ask, at_least) in cases {
+        info!(share, ask, "--- a local reader");
+        let (worker, reports) = start_sharing(
+            vec![task(2, Dataset::from_slices(large_tensor()))],
+            &ServerSecurity::default(),
+            Some(test_key()),
+            share,
+        )
+        .await;
+        let worker = confirming(worker, reports);
+        let first = FetchRequest {
+            shared_memory: ask,
+            ..request(2, 2)
+        };
+        let rows = read_raw_with(&ClientSecurity::default(), worker.addr, first)
+            .await
+            .expect("read");
+        assert!(
+            rows == want,
+            "the rows arrive intact (share {share}, ask {ask})"
+        );
+        let shared = worker.state.stats.shared_memory_bytes();
+        // The first batch may leave before the reader mapped the region; the rest go through it.
+        assert!(
+            shared >= at_least * row_bytes && (at_least > 0 || shared == 0),
+            "{shared} bytes through shared memory (share {share}, ask {ask})"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

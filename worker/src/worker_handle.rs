@@ -116,7 +116,8 @@ impl WorkerHandle {
         let (completed_tx, completed_rx) = mpsc::unbounded_channel();
         let state = Arc::new(
             WorkerState::new(advertised.clone(), completed_tx)
-                .compressing_local_readers(config.compress_local_readers),
+                .compressing_local_readers(config.compress_local_readers)
+                .sharing_memory(config.share_memory_with_local_readers),
         );
         let cancel = CancellationToken::new();
         let memory = MemoryBudget::with_reserve(

@@ -147,6 +147,13 @@ impl Collector for WorkerCollector {
         )?;
         counter(
             e,
+            "sluice_worker_shared_memory_bytes",
+            "Bytes of element payload handed to readers on this machine through shared memory \
+             (counted in sluice_worker_bytes_served too)",
+            stats.shared_memory_bytes(),
+        )?;
+        counter(
+            e,
             "sluice_worker_pipeline_seconds",
             "Time the tasks' pipelines spent producing elements",
             stats.pipeline_time().as_secs_f64(),

@@ -77,6 +77,8 @@ pub struct WorkerState {
     stopping: std::sync::atomic::AtomicBool,
     /// `WorkerConfig::compress_local_readers`: readers on this machine count as elsewhere.
     compress_local_readers: bool,
+    /// `WorkerConfig::share_memory_with_local_readers`.
+    share_memory: bool,
 }
 
 #[derive(Default)]
@@ -111,6 +113,7 @@ impl WorkerState {
             confirmations: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             compress_local_readers: false,
+            share_memory: true,
         }
     }
 
@@ -119,6 +122,18 @@ impl WorkerState {
     pub fn compressing_local_readers(mut self, compress: bool) -> Self {
         self.compress_local_readers = compress;
         self
+    }
+
+    /// The same, offering readers on this machine a shared memory region or not (see
+    /// `WorkerConfig::share_memory_with_local_readers`).
+    pub fn sharing_memory(mut self, share: bool) -> Self {
+        self.share_memory = share;
+        self
+    }
+
+    /// Whether raw fetch streams from readers on this machine may use a shared memory region.
+    pub fn shares_memory(&self) -> bool {
+        self.share_memory
     }
 
     /// A reader, on this machine (`same_host`) or not, reads `runner`'s task: one from

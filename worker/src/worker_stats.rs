@@ -17,6 +17,7 @@ const SAMPLE_EVERY: u64 = 64;
 pub struct WorkerStats {
     elements_served: AtomicU64,
     bytes_served: AtomicU64,
+    shared_memory_bytes: AtomicU64,
     pipeline_nanos: AtomicU64,
     elements_produced: AtomicU64,
     timed: AtomicBool,
@@ -27,6 +28,15 @@ impl WorkerStats {
     pub fn record_served(&self, elements: u64, bytes: u64) {
         self.elements_served.fetch_add(elements, Ordering::Relaxed);
         self.bytes_served.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `bytes` of payload handed to a reader on this machine through shared memory.
+    pub fn record_shared(&self, bytes: u64) {
+        self.shared_memory_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn shared_memory_bytes(&self) -> u64 {
+        self.shared_memory_bytes.load(Ordering::Relaxed)
     }
 
     /// Turns pipeline timing on (a metrics listener is open).

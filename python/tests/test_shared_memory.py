@@ -1,0 +1,93 @@
+"""Readers on the worker's machine read large elements from a shared memory region of their
+stream: a worker in a process of its own, as users run it, and this process as the reader."""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import sluice
+from sluice.bench import _Child
+from sluice.data import Dataset
+
+
+class Servers:
+    def __init__(self) -> None:
+        self.dispatcher = _Child([sys.executable, "-m", "sluice.bench", "serve", "dispatcher"])
+        try:
+            self.worker = _Child(
+                [sys.executable, "-m", "sluice.bench", "serve", "worker"]
+                + ["--dispatcher", self.dispatcher.address, "--python-executors", "0"]
+            )
+        except BaseException:
+            self.dispatcher.stop()
+            raise
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.dispatcher.stop()
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[Servers]:
+    s = Servers()
+    yield s
+    s.stop()
+
+
+def images(n: int) -> np.ndarray:
+    """`n` float32 images of 48 KiB, each holding its own index and position."""
+    base = np.arange(64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3)
+    return np.stack([base + i * 100_000 for i in range(n)])
+
+
+def fetch_regions() -> int:
+    """This process's mappings of workers' fetch regions."""
+    with open("/proc/self/maps") as maps:
+        return sum("sluice-fetch" in line for line in maps)
+
+
+def read(servers: Servers, data: np.ndarray, job: str) -> Iterator[np.ndarray]:
+    ds = Dataset.from_tensor_slices(data).apply(
+        sluice.distribute("parallel_epochs", servers.dispatcher.address, job_name=job)
+    )
+    return (np.asarray(x) for x in ds)
+
+
+def test_a_reader_beside_its_worker_reads_from_the_workers_region(servers):
+    data = images(200)
+    assert fetch_regions() == 0
+    kept = []
+    for i, array in enumerate(read(servers, data, "shm-beside")):
+        kept.append(array)
+        if i == 100:
+            # The worker runs in another process: a mapping here is the reader's own.
+            assert fetch_regions() >= 1, "the reader mapped no region of the worker's"
+    assert len(kept) == 200
+    for i, array in enumerate(kept):
+        np.testing.assert_array_equal(array, data[i], err_msg=f"element {i}")
+
+
+def test_arrays_kept_past_what_the_region_holds_stay_intact(servers):
+    # 1,600 images of 48 KiB are 75 MiB, more than a region's 64 MiB: the reader keeps every
+    # third one (so places are freed out of order, and the oldest is never free), and the rest
+    # of the epoch goes over the socket once the region is full. No kept image may change.
+    data = images(1600)
+    kept = {}
+    for i, array in enumerate(read(servers, data, "shm-kept")):
+        assert array[0, 0, 0] == i * 100_000, f"element {i} arrived as {array[0, 0, 0]}"
+        if i % 3 == 0:
+            kept[i] = array
+    assert len(kept) == 534
+    for i, array in kept.items():
+        np.testing.assert_array_equal(array, data[i], err_msg=f"element {i}")
+
+
+def test_an_epoch_whose_arrays_are_all_kept_arrives_whole(servers):
+    data = images(1600)
+    kept = list(read(servers, data, "shm-all"))
+    assert len(kept) == 1600
+    np.testing.assert_array_equal(np.stack(kept), data)
