@@ -113,6 +113,12 @@ impl Frame {
         let mut inline = Vec::with_capacity(payloads.len());
         let mut placed = 0;
         if let Some(region) = region {
+            if let Some(at) = region.place(&batch.packed) {
+                placed += batch.packed.len() as u64;
+                batch.packed_offset = at;
+                batch.packed_length = batch.packed.len() as u64;
+                batch.packed = Bytes::new();
+            }
             let offsets: Vec<u64> = payloads
                 .into_iter()
                 .map(|payload| match region.place(&payload) {
@@ -383,6 +389,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.map_region(&offer, requests).await;
                 continue;
             }
+            if batch.packed_offset != 0 {
+                if !batch.packed.is_empty() {
+                    return Err(Status::internal(
+                        "a raw fetch frame places its elements in a region and carries them too",
+                    ));
+                }
+                batch.packed = self.placed(batch.packed_offset, batch.packed_length)?;
+            }
             let lengths = std::mem::take(&mut batch.payload_lengths);
             let offsets = std::mem::take(&mut batch.payload_offsets);
             if lengths.len() > self.max_parts {
@@ -406,17 +420,24 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         "a raw fetch payload of {len} bytes (at most {MAX_PART_BYTES})"
                     )));
                 }
-                let payload = match (offsets.get(i).copied().unwrap_or(0), &self.region) {
-                    (0, _) => self.read_payload(len as usize).await?,
-                    (at, Some(region)) => region.payload(at, len)?,
-                    (_, None) => return Err(Status::internal(
-                        "a raw fetch frame places a payload in a region this stream has not mapped",
-                    )),
+                let payload = match offsets.get(i).copied().unwrap_or(0) {
+                    0 => self.read_payload(len as usize).await?,
+                    at => self.placed(at, len)?,
                 };
                 payloads.push(payload);
             }
             batch.payloads = payloads;
             return Ok(Some(batch));
+        }
+    }
+
+    /// The bytes a frame placed at `offset` of the stream's region.
+    fn placed(&self, offset: u64, len: u64) -> Result<Bytes, Status> {
+        match &self.region {
+            Some(region) => region.payload(offset, len),
+            None => Err(Status::internal(
+                "a raw fetch frame places bytes in a region this stream has not mapped",
+            )),
         }
     }
 

@@ -2,7 +2,7 @@
 //! worker's machine. Over loopback TCP, each payload is copied into the kernel by the worker
 //! and out of it by the reader, and the TCP stack runs for every segment in between: for a
 //! stream of 48 KiB images, most of what the worker and the reader spend per element. Through
-//! a region, the worker copies it once, and the reader's arrays are read where it lies.
+//! a region, the worker copies it in and the reader copies it out, and no TCP segment is made.
 //!
 //! How a stream comes to use one:
 //! 1. The reader asks in its first request (`FetchRequest.shared_memory`).
@@ -20,15 +20,16 @@
 //!    (`ElementBatch.payload_offsets`; 0 for one whose bytes follow the header as before).
 //!
 //! Each stream has a region of its own, holding only that stream's elements, and drops it when
-//! the stream ends; mappings that the reader's arrays still use stay valid until they are freed.
+//! the stream ends.
 //!
 //! The region is a ring: after its header, each payload has a [`SLOT_HEAD`] of its own whose
 //! first word is its state (`LENT`, then `FREE`), then its bytes. The worker writes a payload
 //! where the last one ended, or back at the start when there is room before the oldest one still
 //! lent, and never moves past a payload the reader has not freed; it frees the oldest payloads
-//! whose words say `FREE` before each placement. The reader sets a payload's word `FREE` when the
-//! last `Bytes` of it is dropped (its arrays included), in any order. A ring with no room (a
-//! reader that keeps its elements) sends the next payloads over the socket until there is.
+//! whose words say `FREE` before each placement. The reader copies each payload out into a
+//! buffer of its own as it reads its frame (its arrays are then its own, and writable, as
+//! over the socket) and sets its word `FREE` at once. A ring with no room (more payloads in
+//! flight than it holds) sends the next payloads over the socket until there is.
 //!
 //! The worker trusts nothing in the region: it only ever writes payload bytes and reads state
 //! words, at places it chose itself. A reader that scribbles over the region spoils only its own
@@ -38,9 +39,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use sluice_proto::worker::RegionOffer;
 use sluice_shm::{Mapping, MemFile};
 use tonic::Status;
@@ -58,6 +58,8 @@ pub const MAX_PAYLOAD: usize = REGION_BYTES / 4;
 /// The region's header (its magic and nonce), and each payload's head (its state word), are
 /// this long, so that every payload starts on a cache line of its own.
 pub const SLOT_HEAD: usize = 64;
+/// The memory file's name, as `/proc/<pid>/fd/<fd>` links to it (`/memfd:sluice-fetch`).
+const REGION_NAME: &std::ffi::CStr = c"sluice-fetch";
 /// The region's first bytes, before its nonce.
 const MAGIC: &[u8; 8] = b"SLUICERG";
 const NONCE_BYTES: usize = 16;
@@ -83,7 +85,7 @@ impl RegionWriter {
 
     /// A region of `size` bytes (tests use small ones).
     pub fn with_size(size: usize) -> io::Result<RegionWriter> {
-        let file = MemFile::create(c"sluice-fetch", size, true)?;
+        let file = MemFile::create(REGION_NAME, size, true)?;
         let nonce: [u8; NONCE_BYTES] = rand::random();
         // SAFETY: the file was just made; no other process has it yet.
         let header = unsafe { file.mapping().bytes_mut(0, MAGIC.len() + NONCE_BYTES) }
@@ -178,9 +180,7 @@ impl RegionWriter {
 
 /// The reader's side: its mapping of the region a worker offered.
 pub struct RegionReader {
-    map: Arc<Mapping>,
-    /// Keeps the descriptor open for as long as the stream reads (the mapping alone would do).
-    _file: MemFile,
+    file: MemFile,
 }
 
 impl RegionReader {
@@ -192,7 +192,7 @@ impl RegionReader {
             .filter(|&size| size >= 2 * SLOT_HEAD)
             .ok_or_else(|| invalid(format!("a region of {} bytes", offer.size)))?;
         let path = PathBuf::from(format!("/proc/{}/fd/{}", offer.pid, offer.fd));
-        let file = MemFile::open(&path, size)?;
+        let file = MemFile::open(&path, REGION_NAME, size)?;
         // SAFETY: the worker wrote the header before it offered the region and never again.
         let header = unsafe { file.mapping().bytes(0, MAGIC.len() + NONCE_BYTES) }
             .expect("the region is at least two heads long");
@@ -202,19 +202,17 @@ impl RegionReader {
                 path.display()
             )));
         }
-        Ok(RegionReader {
-            map: file.mapping().clone(),
-            _file: file,
-        })
+        Ok(RegionReader { file })
     }
 
-    /// The payload of `len` bytes at `offset`, lent from the region: its slot is freed when the
-    /// last `Bytes` of it is dropped. An error for a place that is not a payload's.
+    /// The payload of `len` bytes at `offset`, copied out into a buffer of its own (as a
+    /// payload read off the socket is, so an array over it is the caller's alone and writable),
+    /// its place freed at once. An error for a place that is not a payload's.
     pub fn payload(&self, offset: u64, len: u64) -> Result<Bytes, Status> {
         let bad = || {
             Status::internal(format!(
                 "a raw fetch payload of {len} bytes at {offset} of a region of {}",
-                self.map.len()
+                self.map().len()
             ))
         };
         let at = usize::try_from(offset).map_err(|_| bad())?;
@@ -223,20 +221,18 @@ impl RegionReader {
         if at < 2 * SLOT_HEAD || !at.is_multiple_of(SLOT_HEAD) || len == 0 {
             return Err(bad());
         }
-        let word = at - SLOT_HEAD;
-        self.map.word(word).ok_or_else(bad)?;
-        let map = self.map.clone();
+        let word = self.map().word(at - SLOT_HEAD).ok_or_else(bad)?;
         // SAFETY: the worker writes a payload's bytes only before it names them in a frame,
-        // and not again until the release below sets its word free.
-        let lent = unsafe {
-            self.map.lend(at, len, move || {
-                if let Some(word) = map.word(word) {
-                    // Release: every read of the payload comes before the worker's next write.
-                    word.store(FREE, Ordering::Release);
-                }
-            })
-        };
-        lent.ok_or_else(bad)
+        // and not again until its word says free, below.
+        let bytes = unsafe { self.map().bytes(at, len) }.ok_or_else(bad)?;
+        let copy = BytesMut::from(bytes).freeze();
+        // Release: the copy is made before the worker writes the place again.
+        word.store(FREE, Ordering::Release);
+        Ok(copy)
+    }
+
+    fn map(&self) -> &Mapping {
+        self.file.mapping()
     }
 }
 

@@ -98,9 +98,20 @@ impl MemFile {
         Self::map(fd, len)
     }
 
-    /// Opens and maps the memory file at `path` (`/proc/<pid>/fd/<fd>`), which must be exactly
-    /// `len` bytes and sealed (see the module's comment).
-    pub fn open(path: &Path, len: usize) -> io::Result<MemFile> {
+    /// Opens and maps the memory file at `path` (`/proc/<pid>/fd/<fd>`), which must be a memory
+    /// file created as `name`, exactly `len` bytes and sealed (see the module's comment).
+    /// Nothing else is opened: not a device, a pipe or a file of another name that such a path
+    /// may lead to in another PID namespace.
+    pub fn open(path: &Path, name: &CStr, len: usize) -> io::Result<MemFile> {
+        let target = std::fs::read_link(path)?;
+        let memfd = format!("/memfd:{}", name.to_string_lossy());
+        let target = target.as_os_str().as_bytes();
+        if !(target == memfd.as_bytes() || target.starts_with(format!("{memfd} ").as_bytes())) {
+            return Err(invalid(format!(
+                "{} is not a memory file named {memfd}",
+                path.display()
+            )));
+        }
         let mut name = path.as_os_str().as_bytes().to_vec();
         name.push(0);
         // SAFETY: open(2) with a NUL-terminated path; the result is checked.

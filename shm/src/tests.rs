@@ -34,7 +34,7 @@ fn what_one_mapping_writes_the_other_reads() {
 #[test]
 fn a_sealed_file_opens_through_proc_and_keeps_its_size() {
     let made = MemFile::create(c"test", 4096, true).unwrap();
-    let opened = MemFile::open(&proc_path(&made), 4096).unwrap();
+    let opened = MemFile::open(&proc_path(&made), c"test", 4096).unwrap();
     made.mapping().word(0).unwrap().store(42, Ordering::Relaxed);
     assert_eq!(
         opened.mapping().word(0).unwrap().load(Ordering::Relaxed),
@@ -49,26 +49,59 @@ fn a_sealed_file_opens_through_proc_and_keeps_its_size() {
 }
 
 #[test]
-fn open_refuses_unsealed_files_other_sizes_and_missing_paths() {
+fn open_refuses_what_is_not_a_sealed_memory_file_of_its_name_and_size() {
     let unsealed = MemFile::create(c"test", 4096, false).unwrap();
-    let err = MemFile::open(&proc_path(&unsealed), 4096).err().unwrap();
+    let err = MemFile::open(&proc_path(&unsealed), c"test", 4096)
+        .err()
+        .unwrap();
     assert!(
         err.to_string().contains("not a sealed memory file"),
         "{err}"
     );
 
     let sealed = MemFile::create(c"test", 4096, true).unwrap();
-    let err = MemFile::open(&proc_path(&sealed), 8192).err().unwrap();
+    let err = MemFile::open(&proc_path(&sealed), c"test", 8192)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("is 4096 bytes, not 8192"), "{err}");
+    // Another name, or one that only starts like it.
+    let longer = MemFile::create(c"test-2", 4096, true).unwrap();
+    for (file, name) in [(&sealed, c"tes"), (&sealed, c"other"), (&longer, c"test")] {
+        let err = MemFile::open(&proc_path(file), name, 4096).err().unwrap();
+        assert!(
+            err.to_string().contains("is not a memory file named"),
+            "{err}"
+        );
+    }
 
+    // Not a memory file at all: a link to a plain file, a pipe, a plain file (no link).
     let plain = tempfile::NamedTempFile::new().unwrap();
-    let err = MemFile::open(plain.path(), 0).err().unwrap();
+    let link = plain.path().with_extension("link");
+    std::os::unix::fs::symlink(plain.path(), &link).unwrap();
+    let err = MemFile::open(&link, c"test", 0).err().unwrap();
+    std::fs::remove_file(&link).unwrap();
     assert!(
-        err.to_string().contains("not a sealed memory file"),
+        err.to_string().contains("is not a memory file named"),
         "{err}"
     );
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) into an array of two descriptors, closed below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let pipe = PathBuf::from(format!("/proc/self/fd/{}", fds[0]));
+    let err = MemFile::open(&pipe, c"test", 0).err().unwrap();
+    // SAFETY: closing the pipe's descriptors, which nothing else owns.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    assert!(
+        err.to_string().contains("is not a memory file named"),
+        "{err}"
+    );
+    let err = MemFile::open(plain.path(), c"test", 0).err().unwrap();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
 
-    let err = MemFile::open(Path::new("/proc/self/fd/999999"), 4096)
+    let err = MemFile::open(Path::new("/proc/self/fd/999999"), c"test", 4096)
         .err()
         .unwrap();
     assert_eq!(err.kind(), io::ErrorKind::NotFound);

@@ -352,20 +352,34 @@ async fn grpc_and_raw_clients_share_the_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_the_workers_machine_reads_large_payloads_from_shared_memory() {
-    let want: Vec<Element> = (0..LARGE_ROWS)
+    let rows = || Dataset::from_slices(large_tensor());
+    let want_rows: Vec<Element> = (0..LARGE_ROWS)
         .map(|i| Element::Tensor(large_tensor().slice(i).expect("a row")))
         .collect();
+    // Pairs travel in the frame's packed elements rather than as payloads.
+    let pairs = || Dataset::zip(vec![rows(), Dataset::range(LARGE_ROWS as i64)]);
+    let want_pairs: Vec<Element> = want_rows
+        .iter()
+        .zip(0..)
+        .map(|(row, i)| Element::Tuple(vec![row.clone(), Element::Tensor(Tensor::scalar_i64(i))]))
+        .collect();
     let row_bytes = (LARGE_FLOATS * 4) as u64;
-    // (worker shares memory, reader asks for it, rows that must come through the region)
+    // (dataset, worker shares memory, reader asks for it, rows that must come through the
+    // region): the first batch may leave before the reader mapped the region.
     let cases = [
-        (true, true, LARGE_ROWS as u64 - 2),
-        (true, false, 0),
-        (false, true, 0),
+        ("rows", true, true, LARGE_ROWS as u64 - 2),
+        ("rows", true, false, 0),
+        ("rows", false, true, 0),
+        ("pairs", true, true, LARGE_ROWS as u64 - 2),
     ];
-    for (share, ask, at_least) in cases {
-        info!(share, ask, "--- a local reader");
+    for (dataset, share, ask, at_least) in cases {
+        info!(dataset, share, ask, "--- a local reader");
+        let (source, want) = match dataset {
+            "rows" => (rows(), &want_rows),
+            _ => (pairs(), &want_pairs),
+        };
         let (worker, reports) = start_sharing(
-            vec![task(2, Dataset::from_slices(large_tensor()))],
+            vec![task(2, source)],
             &ServerSecurity::default(),
             Some(test_key()),
             share,
@@ -376,18 +390,17 @@ async fn a_reader_on_the_workers_machine_reads_large_payloads_from_shared_memory
             shared_memory: ask,
             ..request(2, 2)
         };
-        let rows = read_raw_with(&ClientSecurity::default(), worker.addr, first)
+        let got = read_raw_with(&ClientSecurity::default(), worker.addr, first)
             .await
             .expect("read");
         assert!(
-            rows == want,
-            "the rows arrive intact (share {share}, ask {ask})"
+            &got == want,
+            "{dataset} arrive intact (share {share}, ask {ask})"
         );
         let shared = worker.state.stats.shared_memory_bytes();
-        // The first batch may leave before the reader mapped the region; the rest go through it.
         assert!(
             shared >= at_least * row_bytes && (at_least > 0 || shared == 0),
-            "{shared} bytes through shared memory (share {share}, ask {ask})"
+            "{dataset}: {shared} bytes through shared memory (share {share}, ask {ask})"
         );
     }
 }
