@@ -80,6 +80,7 @@ pub use service_dataset::{DispatcherClientExt, ServiceDataset};
 pub use sluice_element::Compression;
 pub use sluice_rpc::{
     dataset_error_code, DispatcherClient, LocalWorker, LocalWorkers, RetryConfig, RpcError,
+    BLOB_THRESHOLD,
 };
 pub use sluice_types::{
     ClientId, DatasetId, Delivery, IterationId, JobId, NodeId, ShardingPolicy, TargetWorkers,

@@ -18,6 +18,7 @@ use crate::DatasetError;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// The length of a blob's digest (SHA-256).
 pub const DIGEST_LEN: usize = 32;
@@ -27,7 +28,67 @@ pub type BlobDigest = [u8; DIGEST_LEN];
 
 /// The digest of `data`.
 pub fn digest(data: &[u8]) -> BlobDigest {
+    #[cfg(test)]
+    tests::HASHED.with(|n| n.set(n.get() + 1));
     Sha256::digest(data).into()
+}
+
+/// Buffers that remember their digest once it is computed, by the address of their data: a
+/// definition registered again (each epoch's `iter()` of a distributed dataset registers it)
+/// names the same buffers, and [`extract`] then does not hash them again. An entry is only
+/// a weak reference, removed when its buffer is freed, so no buffer is kept alive by it and no
+/// other data can be taken for it at the same address.
+static REMEMBERING: Mutex<BTreeMap<usize, Weak<Remembering>>> = Mutex::new(BTreeMap::new());
+
+struct Remembering {
+    data: Vec<u8>,
+    digest: OnceLock<BlobDigest>,
+}
+
+impl Drop for Remembering {
+    fn drop(&mut self) {
+        if let Ok(mut buffers) = REMEMBERING.lock() {
+            buffers.remove(&(self.data.as_ptr() as usize));
+        }
+    }
+}
+
+/// The owner of a remembering buffer's `Bytes`.
+struct RememberingOwner(Arc<Remembering>);
+
+impl AsRef<[u8]> for RememberingOwner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.data
+    }
+}
+
+/// A copy of `data` in a buffer that remembers its digest once [`extract`] computes it (see
+/// `REMEMBERING`): for the large arrays a user's definition starts from, copied in once and
+/// registered every epoch.
+pub fn remembering_digest(data: &[u8]) -> Bytes {
+    let buffer = Arc::new(Remembering {
+        data: data.to_vec(),
+        digest: OnceLock::new(),
+    });
+    if let Ok(mut buffers) = REMEMBERING.lock() {
+        buffers.insert(buffer.data.as_ptr() as usize, Arc::downgrade(&buffer));
+    }
+    Bytes::from_owner(RememberingOwner(buffer))
+}
+
+/// The digest of `data`, computed once per remembering buffer (see [`remembering_digest`]).
+fn digest_of(data: &Bytes) -> BlobDigest {
+    let remembered = REMEMBERING
+        .lock()
+        .ok()
+        .and_then(|buffers| buffers.get(&(data.as_ptr() as usize))?.upgrade());
+    match remembered {
+        // The whole live buffer: no other bytes can be at its address while it lives.
+        Some(buffer) if buffer.data.len() == data.len() => {
+            *buffer.digest.get_or_init(|| digest(&buffer.data))
+        }
+        _ => digest(data),
+    }
 }
 
 /// `bytes` in lowercase hex (how a digest is named in errors and file names).
@@ -217,7 +278,7 @@ pub fn extract(def: &mut pb::DatasetDef, threshold: usize) -> BTreeMap<BlobDiges
             return;
         }
         let data = std::mem::take(&mut t.data);
-        let d = digest(&data);
+        let d = digest_of(&data);
         t.blob_digest = d.to_vec();
         t.blob_len = data.len() as u64;
         blobs.entry(d).or_insert(data);
@@ -269,6 +330,62 @@ pub fn fill(
 mod tests {
     use super::*;
     use crate::{DType, Tensor};
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Buffers this thread hashed.
+        pub(super) static HASHED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn hashed() -> usize {
+        HASHED.with(Cell::get)
+    }
+
+    #[test]
+    fn a_remembering_buffer_is_hashed_once_however_often_it_is_extracted() {
+        let data: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let tensor = Tensor::from_raw(DType::UInt32, vec![100_000], remembering_digest(&data))
+            .expect("a tensor");
+        let def = slices(vec![tensor.clone()]);
+        let before = hashed();
+        for _ in 0..3 {
+            let blobs = extract(&mut def.clone(), 64);
+            assert_eq!(blobs.keys().copied().collect::<Vec<_>>(), [digest(&data)]);
+        }
+        assert_eq!(
+            hashed() - before,
+            1 + 3,
+            "once by extract, and once for each assert"
+        );
+
+        // A part of the buffer is other bytes: hashed each time, and right.
+        let part = slices(vec![tensor.slice(0).expect("a row")]);
+        let before = hashed();
+        for _ in 0..2 {
+            let blobs = extract(&mut part.clone(), 0);
+            assert_eq!(
+                blobs.keys().copied().collect::<Vec<_>>(),
+                [digest(&data[..4])]
+            );
+        }
+        assert_eq!(hashed() - before, 2 * 2);
+    }
+
+    #[test]
+    fn a_freed_buffer_is_forgotten_and_its_address_taken_by_other_bytes_is_hashed() {
+        let at = |b: &Bytes| b.as_ptr() as usize;
+        let first = remembering_digest(&[1; 4096]);
+        let address = at(&first);
+        let digest_first = digest_of(&first);
+        assert_eq!(digest_first, digest(&[1; 4096]));
+        assert!(REMEMBERING.lock().unwrap().contains_key(&address));
+        drop(first);
+        assert!(!REMEMBERING.lock().unwrap().contains_key(&address));
+        // Whatever address the next buffer gets (often the same), its digest is its own.
+        let second = remembering_digest(&[2; 4096]);
+        assert_eq!(digest_of(&second), digest(&[2; 4096]));
+        assert_ne!(digest_of(&second), digest_first);
+    }
 
     fn slices(tensors: Vec<Tensor>) -> pb::DatasetDef {
         let items = tensors

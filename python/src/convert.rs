@@ -17,7 +17,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use sluice_element::{DType, Element, ElementSpec, Tensor, TensorValue};
+use sluice_element::{blob_tensors, DType, Element, ElementSpec, Tensor, TensorValue};
 
 use crate::errors::{dataset_error, invalid_argument};
 
@@ -235,7 +235,12 @@ pub fn tensor_from_parts(
     data: &Bound<'_, PyAny>,
 ) -> PyResult<Tensor> {
     tensor_from_parts_with(dtype, shape, data, |array| {
-        Ok(Bytes::copy_from_slice(array_bytes(array)?))
+        let bytes = array_bytes(array)?;
+        if bytes.len() > sluice_client::BLOB_THRESHOLD {
+            // A constant registered as a blob: hashed once, however often it is registered.
+            return Ok(blob_tensors::remembering_digest(bytes));
+        }
+        Ok(Bytes::copy_from_slice(bytes))
     })
 }
 

@@ -33,21 +33,24 @@
 //!   (`shared_memory`). A worker that grants one sends a frame that only offers it (`region`)
 //!   before any batch; once the reader said it mapped it (`region_mapped`, a request the worker
 //!   keeps to itself), a frame's `payload_offsets` name the payloads the worker placed in the
-//!   region instead of writing them after the header (see `raw_region`).
+//!   region instead of writing them after the header, and `packed_offset` its packed elements
+//!   (see `raw_region`).
 //! - A header with a non-zero `status_code` is a status frame: the stream ends with the
 //!   `tonic::Status` (code and message) that a gRPC `Fetch` would have ended with, so callers
 //!   classify both transports' failures alike. The connection closes after it.
 //! - The worker closes the connection after the batch that ends the stream (end of sequence, a
 //!   pipeline error) or a status frame; after an end of sequence to a reader that acknowledges,
-//!   once the reader acknowledged it or closed its side (or a few seconds passed). A connection closed at any other point is a broken stream
-//!   (as a gRPC stream ending early), to be retried.
+//!   once the reader acknowledged it or closed its side (or a few seconds passed). A connection
+//!   closed at any other point is a broken stream (as a gRPC stream ending early), to be retried.
 //!
 //! Limits, so that a garbage or hostile peer gets an error and never a panic or an allocation
 //! out of proportion to the bytes it actually sent: a request is at most `MAX_REQUEST_BYTES`; a
 //! frame has at most as many payloads as the reader could have granted credits for; a payload is
-//! at most `MAX_PART_BYTES` (a gRPC message's own bound), and one in a region lies within it; and no buffer is allocated more than
-//! `PREALLOC_BYTES` ahead of the bytes received. A header has no bound of its own beyond its u32
-//! length: whole elements (tuples, compressed ones) travel inside it and may be large.
+//! at most `MAX_PART_BYTES` (a gRPC message's own bound); bytes placed in a region lie within it,
+//! and a region offered is at most `raw_region::MAX_OFFERED_BYTES`; and no buffer is allocated
+//! more than `PREALLOC_BYTES` ahead of the bytes received. A header has no bound of its own
+//! beyond its u32 length: whole elements (tuples, compressed ones) travel inside it and may be
+//! large.
 //!
 //! Wire parsing works on any `AsyncRead`/`AsyncWrite` (tests use byte slices); the sockets are
 //! the reader's (`raw_fetch`, used by the client and by the worker's tests) and the worker's
@@ -369,11 +372,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn mapping_regions(mut self, requests: mpsc::Sender<FetchRequest>) -> FrameReader<R> {
         self.requests = Some(requests);
         self
-    }
-
-    /// Whether the stream reads payloads from a region.
-    pub fn has_region(&self) -> bool {
-        self.region.is_some()
     }
 
     /// The next batch with its payloads back in place; `None` when the worker closed the

@@ -49,6 +49,8 @@ use tonic::Status;
 /// the start whenever they fit there, so a reader that keeps up touches about twice what it
 /// holds at once.
 pub const REGION_BYTES: usize = 64 << 20;
+/// The largest region a reader maps: a worker that offers more is not believed.
+pub const MAX_OFFERED_BYTES: usize = 1 << 30;
 /// Payloads smaller than this follow their header on the socket: copying them costs less than
 /// their slot's round trip through the ring.
 pub const MIN_PAYLOAD: usize = 4 << 10;
@@ -189,7 +191,7 @@ impl RegionReader {
     pub fn open(offer: &RegionOffer) -> io::Result<RegionReader> {
         let size = usize::try_from(offer.size)
             .ok()
-            .filter(|&size| size >= 2 * SLOT_HEAD)
+            .filter(|&size| (2 * SLOT_HEAD..=MAX_OFFERED_BYTES).contains(&size))
             .ok_or_else(|| invalid(format!("a region of {} bytes", offer.size)))?;
         let path = PathBuf::from(format!("/proc/{}/fd/{}", offer.pid, offer.fd));
         let file = MemFile::open(&path, REGION_NAME, size)?;

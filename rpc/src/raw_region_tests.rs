@@ -141,6 +141,14 @@ fn a_reader_refuses_offers_and_places_that_are_not_the_regions() {
             "a region of 64 bytes",
         ),
         (
+            "too large to believe",
+            RegionOffer {
+                size: MAX_OFFERED_BYTES as u64 + 1,
+                ..offer.clone()
+            },
+            "a region of 1073741825 bytes",
+        ),
+        (
             "no such descriptor",
             RegionOffer {
                 fd: 999_999,

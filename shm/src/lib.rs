@@ -272,6 +272,47 @@ impl<F: FnOnce()> Drop for Lease<F> {
     }
 }
 
+/// The first `len` bytes of `file`, mapped read-only, as `Bytes` that keep the mapping: the
+/// kernel's page cache is the memory, shared by every process that maps the file, and nothing
+/// is copied or faulted in before it is read. An error when the file is shorter.
+///
+/// The file must never be truncated while mapped (a read past its new end would kill the
+/// process with `SIGBUS`): it is for files that are only replaced (renamed over) or unlinked,
+/// which leaves a mapping intact.
+pub fn map_file(file: &std::fs::File, len: usize) -> io::Result<Bytes> {
+    if len == 0 {
+        return Ok(Bytes::new());
+    }
+    let size = file.metadata()?.len();
+    if size < len as u64 {
+        return Err(invalid(format!(
+            "the file is {size} bytes, {len} were expected"
+        )));
+    }
+    // SAFETY: a read-only shared mapping of `len` bytes of a file at least that long; the
+    // result is checked.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let map = Arc::new(Mapping {
+        base: base.cast(),
+        len,
+    });
+    // SAFETY: the mapping is read-only here, and the caller's files are never written in place.
+    let bytes = unsafe { map.lend(0, len, || {}) };
+    Ok(bytes.expect("the whole mapping"))
+}
+
 fn file_size(fd: &OwnedFd) -> io::Result<u64> {
     // SAFETY: fstat(2) into a zeroed struct this function owns.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };

@@ -161,3 +161,34 @@ fn lent_bytes_release_once_after_their_last_slice_and_outlive_the_file() {
     drop(tail);
     assert_eq!(released.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_mapped_file_reads_as_its_bytes_and_outlives_its_unlinking() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blob");
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(&data)
+        .unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    let whole = map_file(&file, data.len()).unwrap();
+    let head = map_file(&file, 10).unwrap();
+    drop(file);
+    // Replaced and unlinked, as a cache does: the mapping still reads the old bytes.
+    std::fs::write(dir.path().join("new"), b"other").unwrap();
+    std::fs::rename(dir.path().join("new"), &path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(&whole[..], &data[..]);
+    assert_eq!(&head[..], &data[..10]);
+    assert_eq!(whole.slice(99_990..), data[99_990..]);
+
+    let short = std::fs::File::open(tempfile::NamedTempFile::new().unwrap().path()).unwrap();
+    let err = map_file(&short, 1).err().unwrap();
+    assert!(
+        err.to_string().contains("0 bytes, 1 were expected"),
+        "{err}"
+    );
+    assert!(map_file(&short, 0).unwrap().is_empty());
+}
