@@ -394,6 +394,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     ));
                 }
                 batch.packed = self.placed(batch.packed_offset, batch.packed_length)?;
+                (batch.packed_offset, batch.packed_length) = (0, 0);
             }
             let lengths = std::mem::take(&mut batch.payload_lengths);
             let offsets = std::mem::take(&mut batch.payload_offsets);

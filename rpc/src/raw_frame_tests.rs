@@ -403,3 +403,99 @@ async fn a_token_field_past_its_bound_or_cut_short_is_refused() {
         assert_eq!(got.unwrap_err().code(), code, "{wire:?}");
     }
 }
+
+/// The wire form of a header as the worker writes it, with no payload bytes after it.
+fn header_frame(batch: &ElementBatch) -> Vec<u8> {
+    length_prefixed(batch).expect("a header")
+}
+
+#[tokio::test]
+async fn a_mapped_region_carries_the_parts_and_packed_elements_a_frame_places_there() {
+    let mut region = RegionWriter::with_size(8 << 20).unwrap();
+    let mut wire = Vec::new();
+    Frame::offer(&region).write_to(&mut wire).await.unwrap();
+    // Placed: the 300,000- and 70,000-byte parts, and the tiny batch's 7 KiB of packed heads;
+    // the empty part follows its header on the socket.
+    let batches = [large_batch(), tiny_batch()];
+    let mut placed = 0;
+    for batch in &batches {
+        let frame = Frame::batch(batch.clone(), Some(&mut region)).unwrap();
+        placed += frame.placed_bytes();
+        frame.write_to(&mut wire).await.unwrap();
+    }
+    assert_eq!(placed, 370_000 + batches[1].packed.len() as u64);
+
+    let (requests, mut said) = mpsc::channel(4);
+    let mut reader = FrameReader::new(&wire[..], 1000).mapping_regions(requests);
+    for want in &batches {
+        let got = reader.next().await.unwrap().expect("a batch");
+        assert_eq!(got.payloads, want.payloads);
+        assert_eq!(got.packed, want.packed);
+        assert!(got.payload_offsets.is_empty() && got.packed_offset == 0);
+    }
+    assert!(reader.next().await.unwrap().is_none());
+    assert!(said.recv().await.expect("a request").region_mapped);
+    assert!(
+        said.recv().await.is_none(),
+        "one request, and the sender dropped"
+    );
+    assert_eq!(region.lent(), 3, "not reclaimed until the next placement");
+    assert!(region.place(&[0; 4096]).is_some());
+    assert_eq!(region.lent(), 1, "every part read was freed");
+
+    // A reader that did not ask ignores an offer and reads what follows over the socket.
+    let mut wire = Vec::new();
+    Frame::offer(&region).write_to(&mut wire).await.unwrap();
+    wire.extend(encode(&batches).await);
+    let got = read_all(&wire[..], 1000).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].payloads, batches[0].payloads);
+}
+
+#[tokio::test]
+async fn frames_that_name_a_region_the_reader_has_not_mapped_are_refused() {
+    let cases = [
+        (
+            "a part in a region",
+            ElementBatch {
+                payload_lengths: vec![5000],
+                payload_offsets: vec![128],
+                ..Default::default()
+            },
+            "places bytes in a region this stream has not mapped",
+        ),
+        (
+            "packed elements in a region",
+            ElementBatch {
+                packed_offset: 128,
+                packed_length: 10,
+                ..Default::default()
+            },
+            "places bytes in a region this stream has not mapped",
+        ),
+        (
+            "packed elements in a region and in the header",
+            ElementBatch {
+                packed_offset: 128,
+                packed_length: 10,
+                packed: bytes_of(10, 1),
+                ..Default::default()
+            },
+            "places its elements in a region and carries them too",
+        ),
+        (
+            "fewer places than parts",
+            ElementBatch {
+                payload_lengths: vec![1, 2],
+                payload_offsets: vec![0],
+                ..Default::default()
+            },
+            "places 1 of its 2 payloads",
+        ),
+    ];
+    for (case, batch, message) in cases {
+        let err = read_all(&header_frame(&batch)[..], 64).await.unwrap_err();
+        assert_eq!(err.code(), Code::Internal, "{case}");
+        assert!(err.message().contains(message), "{case}: {}", err.message());
+    }
+}

@@ -18,7 +18,10 @@
 //!
 //! What a stream serves is not decided here: `service::open_fetch` does that for both
 //! transports. This module only moves requests in and frames out, and closes the connection
-//! without losing the last frame.
+//! without losing the last frame. To a reader on this machine that asks, it offers a shared
+//! memory region of the stream's own, and once the reader mapped it, frames place large parts
+//! there rather than on the socket (see `sluice_rpc::raw_region`; `--no-shared-memory` turns
+//! it off).
 
 use crate::error::WorkerError;
 use crate::service::{open_fetch, FetchRequests, WorkerService};
