@@ -106,3 +106,25 @@ def test_tuples_and_tensors_of_every_size_arrive_whole(servers):
     got = list(pairs)
     assert [int(label) for _, label in got] == list(range(20))
     np.testing.assert_array_equal(np.stack([np.asarray(x) for x, _ in got]), images(20))
+
+
+def test_a_worker_told_not_to_share_memory_serves_over_the_socket():
+    # In this process, so that a region it made would be mapped here too.
+    dispatcher = sluice.DispatchServer(sluice.DispatcherConfig())
+    worker = sluice.WorkerServer(
+        sluice.WorkerConfig(dispatcher.target, shared_memory=False)
+    )
+    try:
+        data = images(200)
+        ds = Dataset.from_tensor_slices(data).apply(
+            sluice.distribute("parallel_epochs", dispatcher.target, job_name="shm-off")
+        )
+        got = []
+        for i, array in enumerate(ds):
+            got.append(np.asarray(array))
+            if i == 100:
+                assert fetch_regions() == 0, "a region, though the worker was told not to"
+        np.testing.assert_array_equal(np.stack(got), data)
+    finally:
+        worker.stop()
+        dispatcher.stop()

@@ -262,3 +262,66 @@ async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so
     cluster.shutdown().await;
     Ok(())
 }
+
+/// A reader on the worker's machine reads large parts through a shared memory region of its
+/// stream, which the worker counts, unless the worker was told to keep every element on the
+/// socket (`share_memory_with_local_readers`, `--no-shared-memory`). Both give the same rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_readers_read_through_shared_memory_unless_the_worker_is_told_not_to(
+) -> anyhow::Result<()> {
+    use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
+    use sluice_element::{DType, Tensor};
+    sluice_tests::init_tracing();
+    let mut cluster = sluice_tests::LocalCluster::start(1, 0).await?;
+    for share in [true, false] {
+        cluster
+            .add_worker_with(|config| {
+                config.metrics_listen = Some(LISTEN.into());
+                config.local = false;
+                config.share_memory_with_local_readers = share;
+            })
+            .await?;
+    }
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    // 64 rows of 64 KiB, each row's bytes its index.
+    const ROWS: usize = 64;
+    const ROW: usize = 64 << 10;
+    let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i / ROW) as u8).collect();
+    let rows = Tensor::from_raw(DType::UInt8, vec![ROWS, ROW], data.into())?;
+    let service = cluster
+        .client()
+        .distribute(
+            &sluice_pipeline::Dataset::from_slices(rows),
+            ShardingPolicy::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let got =
+        tokio::time::timeout(Duration::from_secs(60), service.iter().await?.collect()).await??;
+    // Each of the two workers serves the whole epoch.
+    assert_eq!(got.len(), 2 * ROWS);
+    let mut seen = vec![0; ROWS];
+    for element in &got {
+        let row = element
+            .as_tensor()
+            .and_then(|t| t.raw_data())
+            .expect("a row");
+        assert!(row.len() == ROW && row.iter().all(|&b| b == row[0]));
+        seen[row[0] as usize] += 1;
+    }
+    assert!(
+        seen.iter().all(|&n| n == 2),
+        "every row from each worker: {seen:?}"
+    );
+    let mut shared = Vec::new();
+    for index in 0..2 {
+        let samples = scrape(&worker_metrics_addr(&cluster, index)).await?;
+        shared.push(total(&samples, "sluice_worker_shared_memory_bytes_total").unwrap_or(0.0));
+    }
+    // The first batch may leave before the reader mapped the region; most rows go through it.
+    let whole = (ROWS * ROW) as f64;
+    assert!(shared[0] >= whole / 2.0, "through the region: {shared:?}");
+    assert_eq!(shared[1], 0.0, "on the socket when told so: {shared:?}");
+    cluster.shutdown().await;
+    Ok(())
+}
