@@ -76,8 +76,8 @@ pub struct RegionWriter {
     nonce: [u8; NONCE_BYTES],
     /// Where the next payload goes when there is room after the newest one.
     next: usize,
-    /// Payloads placed and not yet seen freed, oldest first: where each slot starts and ends.
-    live: VecDeque<(usize, usize)>,
+    /// Where the slots of the payloads placed and not yet seen freed start, oldest first.
+    live: VecDeque<usize>,
 }
 
 impl RegionWriter {
@@ -131,14 +131,14 @@ impl RegionWriter {
         // this process writes the region only here. A reader that writes it anyway spoils only
         // its own element.
         unsafe { map.bytes_mut(start + SLOT_HEAD, payload.len()) }?.copy_from_slice(payload);
-        self.live.push_back((start, start + need));
+        self.live.push_back(start);
         self.next = start + need;
         Some((start + SLOT_HEAD) as u64)
     }
 
     /// Forgets the oldest payloads the reader freed.
     fn reclaim(&mut self) {
-        while let Some(&(start, _)) = self.live.front() {
+        while let Some(&start) = self.live.front() {
             // Acquire: the reader's reads of the payload come before it is written again.
             let freed = self
                 .file
@@ -158,7 +158,7 @@ impl RegionWriter {
     /// Where a slot of `need` bytes fits without passing a payload still lent: back at the
     /// start if it fits before the oldest, else after the newest.
     fn room_for(&self, need: usize) -> Option<usize> {
-        let Some(&(oldest, _)) = self.live.front() else {
+        let Some(&oldest) = self.live.front() else {
             return (SLOT_HEAD + need <= self.size()).then_some(SLOT_HEAD);
         };
         if self.next > oldest {

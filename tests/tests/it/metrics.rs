@@ -198,6 +198,39 @@ async fn every_node_serves_parsable_metrics_with_the_expected_series_after_an_ep
     Ok(())
 }
 
+/// One dispatcher and two workers with metrics listeners, each configured by `configure`
+/// (`second` for the second worker).
+async fn two_metered_workers(
+    configure: impl Fn(&mut sluice_worker::config::WorkerConfig, bool),
+) -> anyhow::Result<sluice_tests::LocalCluster> {
+    sluice_tests::init_tracing();
+    let mut cluster = sluice_tests::LocalCluster::start(1, 0).await?;
+    for second in [false, true] {
+        cluster
+            .add_worker_with(|config| {
+                config.metrics_listen = Some(LISTEN.into());
+                config.local = false;
+                configure(config, second);
+            })
+            .await?;
+    }
+    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    Ok(cluster)
+}
+
+/// Metric `name` summed over its samples, on each of the cluster's two workers (0 when absent).
+async fn worker_totals(
+    cluster: &sluice_tests::LocalCluster,
+    name: &str,
+) -> anyhow::Result<Vec<f64>> {
+    let mut totals = Vec::new();
+    for index in 0..2 {
+        let samples = scrape(&worker_metrics_addr(cluster, index)).await?;
+        totals.push(total(&samples, name).unwrap_or(0.0));
+    }
+    Ok(totals)
+}
+
 /// `Auto` compression is for the network: a worker's readers on its machine get elements as
 /// they are, unless the worker compresses for them too (`compress_local_readers`, for readers
 /// behind a local proxy). Told apart by the bytes each worker served for the same epoch.
@@ -206,18 +239,8 @@ async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so
 ) -> anyhow::Result<()> {
     use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
     use sluice_element::{DType, Tensor};
-    sluice_tests::init_tracing();
-    let mut cluster = sluice_tests::LocalCluster::start(1, 0).await?;
-    for compress_local_readers in [false, true] {
-        cluster
-            .add_worker_with(|config| {
-                config.metrics_listen = Some(LISTEN.into());
-                config.local = false;
-                config.compress_local_readers = compress_local_readers;
-            })
-            .await?;
-    }
-    cluster.wait_for_leader(Duration::from_secs(10)).await?;
+    let cluster =
+        two_metered_workers(|config, second| config.compress_local_readers = second).await?;
     // 64 rows of 64 KiB of zeros: 4 MiB that snappy makes about twenty times smaller.
     const ROWS: usize = 64;
     const ROW: usize = 64 << 10;
@@ -245,11 +268,7 @@ async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so
             .expect("a row");
         assert!(data.len() == ROW && data.iter().all(|&b| b == 0));
     }
-    let mut served = Vec::new();
-    for index in 0..2 {
-        let samples = scrape(&worker_metrics_addr(&cluster, index)).await?;
-        served.push(total(&samples, "sluice_worker_bytes_served_total").unwrap_or(0.0));
-    }
+    let served = worker_totals(&cluster, "sluice_worker_bytes_served_total").await?;
     let whole = (ROWS * ROW) as f64;
     assert!(
         served[0] >= whole,
@@ -271,18 +290,9 @@ async fn local_readers_read_through_shared_memory_unless_the_worker_is_told_not_
 ) -> anyhow::Result<()> {
     use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
     use sluice_element::{DType, Tensor};
-    sluice_tests::init_tracing();
-    let mut cluster = sluice_tests::LocalCluster::start(1, 0).await?;
-    for share in [true, false] {
-        cluster
-            .add_worker_with(|config| {
-                config.metrics_listen = Some(LISTEN.into());
-                config.local = false;
-                config.share_memory_with_local_readers = share;
-            })
+    let cluster =
+        two_metered_workers(|config, second| config.share_memory_with_local_readers = !second)
             .await?;
-    }
-    cluster.wait_for_leader(Duration::from_secs(10)).await?;
     // 64 rows of 64 KiB, each row's bytes its index.
     const ROWS: usize = 64;
     const ROW: usize = 64 << 10;
@@ -313,11 +323,7 @@ async fn local_readers_read_through_shared_memory_unless_the_worker_is_told_not_
         seen.iter().all(|&n| n == 2),
         "every row from each worker: {seen:?}"
     );
-    let mut shared = Vec::new();
-    for index in 0..2 {
-        let samples = scrape(&worker_metrics_addr(&cluster, index)).await?;
-        shared.push(total(&samples, "sluice_worker_shared_memory_bytes_total").unwrap_or(0.0));
-    }
+    let shared = worker_totals(&cluster, "sluice_worker_shared_memory_bytes_total").await?;
     // The first batch may leave before the reader mapped the region; most rows go through it.
     let whole = (ROWS * ROW) as f64;
     assert!(shared[0] >= whole / 2.0, "through the region: {shared:?}");
