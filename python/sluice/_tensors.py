@@ -54,7 +54,11 @@ def little_endian_c_order(array: np.ndarray) -> np.ndarray:
 
 
 def tensor_parts(value: Any) -> "tuple[str, list[int], Any]":
-    """(Sluice dtype name, shape, little-endian C-order bytes or a list of bytes)."""
+    """(Sluice dtype name, shape, a little-endian C-order array or a list of bytes).
+
+    The array itself rather than its ``tobytes()``: the native side copies it once, and a large
+    one (a definition's constant) into a buffer that remembers its digest, so a dataset
+    registered again (each ``distribute`` or ``register_dataset`` of it) is not hashed again."""
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     shape = list(array.shape)
     if array.dtype.kind in "SUO":
@@ -66,7 +70,7 @@ def tensor_parts(value: Any) -> "tuple[str, list[int], Any]":
             f"unsupported dtype {array.dtype}; Sluice tensors are one of {sorted(DTYPES)} "
             "or strings"
         )
-    return name, shape, little_endian_c_order(array).tobytes()
+    return name, shape, little_endian_c_order(array)
 
 
 def to_bytes(value: object) -> bytes:

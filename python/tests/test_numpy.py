@@ -212,3 +212,31 @@ def test_slices_of_different_lengths_fail_as_tf_data():
         Dataset.from_tensor_slices(([1, 2, 3], [1, 2]))
     with pytest.raises(sluice.errors.InvalidArgumentError, match="rank at least 1"):
         Dataset.from_tensor_slices(([1, 2], 5))
+
+
+def test_arrays_reach_the_native_side_as_arrays_copied_only_where_their_layout_needs_it():
+    # A definition's constant is handed over as the array itself (the native side copies it
+    # once, into a buffer that remembers its digest across registrations), not its bytes.
+    from sluice._tensors import tensor_parts
+
+    images = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3)
+    name, shape, data = tensor_parts(images)
+    assert (name, shape) == ("uint8", [2, 4, 4, 3])
+    assert data is images
+
+    # Another byte order or a strided view is made little-endian and C-contiguous first.
+    big_endian = np.arange(6, dtype=">i4").reshape(2, 3)
+    _, _, data = tensor_parts(big_endian)
+    assert data.dtype == np.dtype("<i4") and data.flags.c_contiguous
+    assert np.array_equal(data, big_endian)
+    _, shape, data = tensor_parts(images[:, ::2])
+    assert shape == [2, 2, 4, 3] and data.flags.c_contiguous
+    assert np.array_equal(data, images[:, ::2])
+
+    # The native side copies the array it is handed: writes to the caller's array after the
+    # dataset is made do not reach it.
+    expected = images.copy()
+    ds = Dataset.from_tensor_slices(images)
+    images[:] = 0
+    assert all(np.array_equal(got, want) for got, want in zip(ds.as_numpy_iterator(), expected))
+    assert len(list(ds.as_numpy_iterator())) == 2
