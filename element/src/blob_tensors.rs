@@ -34,8 +34,9 @@ pub fn digest(data: &[u8]) -> BlobDigest {
 }
 
 /// Buffers that remember their digest once it is computed, by the address of their data: a
-/// definition registered again (each epoch's `iter()` of a distributed dataset registers it)
-/// names the same buffers, and [`extract`] then does not hash them again. An entry is only
+/// definition registered again (each `distribute` or `register_dataset` of the same dataset,
+/// often one per epoch in a training loop) names the same buffers, and [`extract`] then does
+/// not hash them again. An entry is only
 /// a weak reference, removed when its buffer is freed, so no buffer is kept alive by it and no
 /// other data can be taken for it at the same address.
 static REMEMBERING: Mutex<BTreeMap<usize, Weak<Remembering>>> = Mutex::new(BTreeMap::new());
@@ -64,7 +65,7 @@ impl AsRef<[u8]> for RememberingOwner {
 
 /// A copy of `data` in a buffer that remembers its digest once [`extract`] computes it (see
 /// `REMEMBERING`): for the large arrays a user's definition starts from, copied in once and
-/// registered every epoch.
+/// perhaps registered many times.
 pub fn remembering_digest(data: &[u8]) -> Bytes {
     let buffer = Arc::new(Remembering {
         data: data.to_vec(),
