@@ -36,9 +36,8 @@ pub fn digest(data: &[u8]) -> BlobDigest {
 /// Buffers that remember their digest once it is computed, by the address of their data: a
 /// definition registered again (each `distribute` or `register_dataset` of the same dataset,
 /// often one per epoch in a training loop) names the same buffers, and [`extract`] then does
-/// not hash them again. An entry is only
-/// a weak reference, removed when its buffer is freed, so no buffer is kept alive by it and no
-/// other data can be taken for it at the same address.
+/// not hash them again. An entry is only a weak reference, removed when its buffer is freed,
+/// so no buffer is kept alive by it and no other data can be taken for it at the same address.
 static REMEMBERING: Mutex<BTreeMap<usize, Weak<Remembering>>> = Mutex::new(BTreeMap::new());
 
 struct Remembering {
