@@ -231,13 +231,41 @@ async fn worker_totals(
     Ok(totals)
 }
 
+/// The rows of one epoch of `rows`' slices, read unsharded (`Off`) from the cluster's workers:
+/// each worker serves them all. Each row's bytes.
+async fn rows_of_an_epoch(
+    cluster: &sluice_tests::LocalCluster,
+    rows: sluice_element::Tensor,
+) -> anyhow::Result<Vec<bytes::Bytes>> {
+    use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
+    let service = cluster
+        .client()
+        .distribute(
+            &sluice_pipeline::Dataset::from_slices(rows),
+            ShardingPolicy::Off,
+            DistributeOptions::default(),
+        )
+        .await?;
+    let got =
+        tokio::time::timeout(Duration::from_secs(60), service.iter().await?.collect()).await??;
+    Ok(got
+        .iter()
+        .map(|element| {
+            element
+                .as_tensor()
+                .and_then(|t| t.raw_data())
+                .expect("a row")
+                .clone()
+        })
+        .collect())
+}
+
 /// `Auto` compression is for the network: a worker's readers on its machine get elements as
 /// they are, unless the worker compresses for them too (`compress_local_readers`, for readers
 /// behind a local proxy). Told apart by the bytes each worker served for the same epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so(
 ) -> anyhow::Result<()> {
-    use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
     use sluice_element::{DType, Tensor};
     let cluster =
         two_metered_workers(|config, second| config.compress_local_readers = second).await?;
@@ -249,23 +277,10 @@ async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so
         vec![ROWS, ROW / 4],
         vec![0u8; ROWS * ROW].into(),
     )?;
-    let service = cluster
-        .client()
-        .distribute(
-            &sluice_pipeline::Dataset::from_slices(zeros),
-            ShardingPolicy::Off,
-            DistributeOptions::default(),
-        )
-        .await?;
-    let got =
-        tokio::time::timeout(Duration::from_secs(60), service.iter().await?.collect()).await??;
+    let got = rows_of_an_epoch(&cluster, zeros).await?;
     // Each of the two workers serves the whole epoch.
     assert_eq!(got.len(), 2 * ROWS);
-    for element in &got {
-        let data = element
-            .as_tensor()
-            .and_then(|t| t.raw_data())
-            .expect("a row");
+    for data in &got {
         assert!(data.len() == ROW && data.iter().all(|&b| b == 0));
     }
     let served = worker_totals(&cluster, "sluice_worker_bytes_served_total").await?;
@@ -288,7 +303,6 @@ async fn auto_compression_is_for_readers_elsewhere_or_when_the_worker_is_told_so
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_readers_read_through_shared_memory_unless_the_worker_is_told_not_to(
 ) -> anyhow::Result<()> {
-    use sluice_client::{DispatcherClientExt, DistributeOptions, ShardingPolicy};
     use sluice_element::{DType, Tensor};
     let cluster =
         two_metered_workers(|config, second| config.share_memory_with_local_readers = !second)
@@ -298,24 +312,11 @@ async fn local_readers_read_through_shared_memory_unless_the_worker_is_told_not_
     const ROW: usize = 64 << 10;
     let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i / ROW) as u8).collect();
     let rows = Tensor::from_raw(DType::UInt8, vec![ROWS, ROW], data.into())?;
-    let service = cluster
-        .client()
-        .distribute(
-            &sluice_pipeline::Dataset::from_slices(rows),
-            ShardingPolicy::Off,
-            DistributeOptions::default(),
-        )
-        .await?;
-    let got =
-        tokio::time::timeout(Duration::from_secs(60), service.iter().await?.collect()).await??;
+    let got = rows_of_an_epoch(&cluster, rows).await?;
     // Each of the two workers serves the whole epoch.
     assert_eq!(got.len(), 2 * ROWS);
     let mut seen = vec![0; ROWS];
-    for element in &got {
-        let row = element
-            .as_tensor()
-            .and_then(|t| t.raw_data())
-            .expect("a row");
+    for row in &got {
         assert!(row.len() == ROW && row.iter().all(|&b| b == row[0]));
         seen[row[0] as usize] += 1;
     }
