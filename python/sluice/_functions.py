@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 import cloudpickle
 import numpy as np
 
-from sluice._tensors import LITTLE_ENDIAN, dtype_name, little_endian_c_order, tensor_parts
+from sluice._tensors import LITTLE_ENDIAN, dtype_name, tensor_parts
 
 # `PyFunctionKind` in the dataset definition.
 KIND_MAP = 1
@@ -397,17 +397,13 @@ def output_parts(value: Any) -> Any:
                     f"a dict output of a Python function has str keys, got {type(key).__name__}"
                 )
         return {k: output_parts(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray) and value.ndim > 0:
-        name = dtype_name(value.dtype)
-        if name is not None:
-            # The array itself rather than its bytes: the native side copies it once.
-            return [name, list(value.shape), little_endian_c_order(value)]
-    elif isinstance(value, np.generic) and value.dtype.isnative and LITTLE_ENDIAN:
+    if isinstance(value, np.generic) and value.dtype.isnative and LITTLE_ENDIAN:
         # A numpy scalar (a small function's usual result), without making it an array.
         name = dtype_name(value.dtype)
         if name is not None:
             return [name, [], value.tobytes()]
     if isinstance(value, (np.ndarray, np.generic, bool, int, float, bytes, str)):
+        # An array goes as itself, not its bytes: the native side copies it once.
         return list(tensor_parts(value))
     raise TypeError(
         f"a Python function's output must be a numpy array or scalar, an int, float, bool, "
